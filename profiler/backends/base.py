@@ -1,0 +1,201 @@
+"""The backend interface: build an engine for a variant, bind I/O, run timed queries, profile layers.
+
+Life cycle, as the harness drives it::
+
+    backend = get_backend("onnxruntime")
+    reason = backend.unsupported(spec)            # None, or why this variant is skipped
+    engine = backend.build(model_path, spec, cache_dir)   # raises BuildError with a clear reason
+    ctxs = [engine.create_context() for _ in range(spec.streams)]
+    for c in ctxs: c.set_inputs(feeds)            # numpy arrays keyed by input name
+    t = ctxs[0].query()                           # one timed query -> QueryTiming
+    outs = ctxs[0].outputs()                      # numpy arrays of the last query
+    layers = engine.profile_layers(feeds, iterations=20)   # separate pass, never the timed one
+    engine.close()
+
+A *query* is trtexec's unit: optional H2D, compute, optional D2H. GPU backends time each part with
+CUDA events and the host enqueue call with a monotonic clock; CPU backends time compute with
+``time.perf_counter_ns`` and report zero-cost transfers as None.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+PRECISIONS = ("fp32", "fp16", "int8")
+
+
+def format_bytes_short(n: int | None) -> str:
+    """64M, 256M, 1G, 1536M: the workspace part of a variant key."""
+    if n is None:
+        return "default"
+    for unit, size in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n % size == 0 and n >= size:
+            return f"{n // size}{unit}"
+    return str(n)
+
+
+def parse_bytes(text: str) -> int:
+    """'64M' -> 67108864; accepts K/M/G/T with optional 'B'/'iB', or a plain byte count."""
+    mt = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, re.IGNORECASE)
+    if not mt:
+        raise ValueError(f"not a size: {text!r} (use e.g. 64M, 256M, 1G)")
+    num, unit = float(mt.group(1)), mt.group(2).upper()
+    return int(num * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[unit])
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    """One point of the sweep. ``shapes`` maps input name -> concrete shape."""
+
+    precision: str = "fp32"
+    workspace_bytes: int | None = None
+    streams: int = 1
+    cuda_graph: bool = False
+    shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+    @property
+    def key(self) -> str:
+        """Stable key, e.g. ``fp16-ws1G-s2-graph`` (``-graph`` only when CUDA graphs are on)."""
+        parts = [self.precision, f"ws{format_bytes_short(self.workspace_bytes)}", f"s{self.streams}"]
+        if self.cuda_graph:
+            parts.append("graph")
+        return "-".join(parts)
+
+    @property
+    def shape_dict(self) -> dict[str, tuple[int, ...]]:
+        return dict(self.shapes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "precision": self.precision, "workspace_bytes": self.workspace_bytes,
+                "streams": self.streams, "cuda_graph": self.cuda_graph,
+                "shapes": {k: list(v) for k, v in self.shapes}}
+
+
+@dataclass
+class TensorInfo:
+    name: str
+    shape: tuple[int | str | None, ...]  # str/None for dynamic dimensions
+    dtype: str  # numpy dtype name: float32, float16, int64, ...
+
+
+@dataclass
+class QueryTiming:
+    """One query. Times in ms; ``start_ns``/``end_ns`` on the host monotonic clock (perf_counter_ns)."""
+
+    start_ns: int
+    end_ns: int
+    enqueue_ms: float
+    compute_ms: float
+    h2d_ms: float | None = None
+    d2h_ms: float | None = None
+    stream: int = 0
+
+    @property
+    def latency_ms(self) -> float:
+        return self.compute_ms + (self.h2d_ms or 0.0) + (self.d2h_ms or 0.0)
+
+
+class BuildError(Exception):
+    """An engine could not be built for a variant; ``str()`` says why (parser errors, memory, op)."""
+
+
+class UnsupportedOp(BuildError):
+    def __init__(self, op: str, node: str | None = None, backend: str = ""):
+        self.op, self.node = op, node
+        where = f" (node {node!r})" if node else ""
+        super().__init__(f"{backend or 'the backend'} does not support the ONNX op {op!r}{where}")
+
+
+class ExecutionContext(abc.ABC):
+    """One stream's worth of execution state (TensorRT: one IExecutionContext per stream)."""
+
+    stream_index: int = 0
+
+    @abc.abstractmethod
+    def set_inputs(self, feeds: dict[str, np.ndarray]) -> None:
+        """Copy/bind the inputs used by every following query."""
+
+    @abc.abstractmethod
+    def query(self) -> QueryTiming:
+        """Run one query (H2D, compute, D2H) and return its timing once it has completed."""
+
+    @abc.abstractmethod
+    def outputs(self) -> dict[str, np.ndarray]:
+        """Host copies of the outputs of the last query."""
+
+    def enable_cuda_graph(self) -> str | None:
+        """Capture the compute into a CUDA graph. Returns None on success, else the reason it fell back."""
+        return "this backend has no CUDA graphs"
+
+    def close(self) -> None:
+        pass
+
+
+class Engine(abc.ABC):
+    """A built engine for one variant (shared by all its contexts)."""
+
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
+    #: engine_size_bytes, build_time_s, fingerprint, device memory before/after build, parser warnings ...
+    info: dict[str, Any]
+
+    @abc.abstractmethod
+    def create_context(self, stream_index: int = 0) -> ExecutionContext:
+        ...
+
+    def profile_layers(self, feeds: dict[str, np.ndarray], iterations: int = 10) -> list[dict[str, Any]]:
+        """Per-layer records (name, type, time_total_ms, time_avg_ms, count, ...) from a separate pass."""
+        return []
+
+    def layer_info(self) -> dict[str, Any] | None:
+        """Engine layer information (TensorRT's inspector JSON), when the backend has it."""
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+class Backend(abc.ABC):
+    name: str = "base"
+
+    @abc.abstractmethod
+    def describe(self) -> dict[str, Any]:
+        """name, version, device (GPU name or CPU), driver / CUDA / TensorRT versions where known."""
+
+    def unsupported(self, spec: VariantSpec) -> str | None:
+        """Why this backend cannot run ``spec`` (listed as skipped), or None."""
+        return None
+
+    @abc.abstractmethod
+    def build(self, model_path: str, spec: VariantSpec, cache_dir: str | None = None) -> Engine:
+        ...
+
+    def fingerprint(self, model_hash: str, spec: VariantSpec) -> str:
+        """Cache key of an engine: model, variant, backend version and device."""
+        d = self.describe()
+        text = "|".join([model_hash, spec.key, repr(spec.shapes), self.name, str(d.get("version")),
+                         str(d.get("device"))])
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def gpu_present() -> bool:
+    """True when a CUDA device is visible (checked through cuda-python, else torch, else nvidia-smi)."""
+    try:
+        from cuda.bindings import runtime as cudart  # type: ignore
+
+        err, count = cudart.cudaGetDeviceCount()
+        return int(err) == 0 and count > 0
+    except Exception:
+        pass
+    try:
+        import torch  # type: ignore
+
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False

@@ -1,0 +1,103 @@
+"""The `trtprof` command: a thin click layer over the library.
+
+Each subcommand lives in its own module (``profiler/cli/<name>.py``) exposing a click command named
+``command``; modules are imported only when their subcommand runs, so ``trtprof --help`` stays fast
+and works where optional dependencies are missing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from profiler.errors import EXIT_INPUT, EXIT_USAGE, TrtprofError
+
+# name -> (module, one-line help shown by --help without importing the module)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "analyze": ("profiler.cli.analyze", "Diagnose an Nsight Systems capture (.sqlite or .nsys-rep)."),
+    "sweep": ("profiler.cli.sweep", "Build and time engine variants of an ONNX model, check accuracy."),
+    "import": ("profiler.cli.import_", "Import trtexec exports (profile, layer info, times, logs)."),
+    "report": ("profiler.cli.report", "Write the HTML report of a stored run."),
+    "compare": ("profiler.cli.compare", "Compare a run against a baseline; exit 1 on regression."),
+    "runs": ("profiler.cli.runs", "List stored runs."),
+    "show": ("profiler.cli.show", "Show one stored run."),
+    "db": ("profiler.cli.db", "Database maintenance (db upgrade)."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(SUBCOMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str):
+        if name not in SUBCOMMANDS:
+            return None
+        module_name, help_text = SUBCOMMANDS[name]
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                @click.command(name=name, help=help_text + " (not available in this build)")
+                def _missing() -> None:
+                    raise TrtprofError(f"'trtprof {name}' is not available in this build")
+                return _missing
+            raise
+        return module.command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, help_text) for name, (_, help_text) in SUBCOMMANDS.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--db", "db_url", envvar="TRTPROF_DB", default=None, metavar="URL",
+              help="Run store: a SQLAlchemy URL or a SQLite path (default ./trtprof.db; env TRTPROF_DB).")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@click.version_option(package_name="trtprof", message="trtprof %(version)s")
+@click.pass_context
+def cli(ctx: click.Context, db_url: str | None, debug: bool) -> None:
+    """trtprof: profile and diagnose GPU inference built with TensorRT and CUDA."""
+    ctx.ensure_object(dict)
+    ctx.obj["db_url"] = db_url
+    ctx.obj["debug"] = debug
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: maps errors to one sentence on stderr and the documented exit codes."""
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    try:
+        code = cli.main(args=argv, prog_name="trtprof", standalone_mode=False)
+    except TrtprofError as exc:
+        if debug:
+            raise
+        click.echo(f"trtprof: error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("trtprof: interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        if debug:
+            raise
+        exc.show()
+        sys.exit(EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except (KeyboardInterrupt,):
+        click.echo("trtprof: interrupted", err=True)
+        sys.exit(130)
+    except Exception as exc:  # a bug: one sentence unless --debug
+        if debug:
+            raise
+        click.echo(f"trtprof: internal error: {type(exc).__name__}: {exc} (rerun with --debug for a traceback)",
+                   err=True)
+        sys.exit(EXIT_INPUT)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def obj_db_url(ctx: click.Context) -> str | None:
+    """The --db given to the group (or TRTPROF_DB), for subcommands."""
+    root = ctx.find_root()
+    return (root.obj or {}).get("db_url")

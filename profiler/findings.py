@@ -1,0 +1,66 @@
+"""Findings are data: the same object becomes HTML, JSON, a stored row and an exit code."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SEVERITIES = ("high", "medium", "low", "info")
+_RANK = {s: i for i, s in enumerate(SEVERITIES)}
+
+
+@dataclass
+class Finding:
+    """One diagnosis.
+
+    ``rule`` ids are public (users script against them). ``evidence`` holds the numbers that prove
+    the finding, with units in their keys (``busy_fraction``, ``median_kernel_us``); ``threshold``
+    holds the limits the rule compared them with.
+    """
+
+    rule: str
+    severity: str
+    title: str
+    range: str | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+    threshold: dict[str, Any] = field(default_factory=dict)
+    recommendation: str = ""
+    variant: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.severity not in _RANK:
+            raise ValueError(f"severity must be one of {SEVERITIES}, not {self.severity!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return json_safe(asdict(self))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Finding":
+        keys = cls.__dataclass_fields__.keys()
+        return cls(**{k: v for k, v in d.items() if k in keys})
+
+
+def sort_findings(findings: list[Finding]) -> list[Finding]:
+    """Most severe first, then by rule id and range, so output order is stable."""
+    return sorted(findings, key=lambda f: (_RANK[f.severity], f.rule, f.range or "", f.variant or ""))
+
+
+def json_safe(value: Any) -> Any:
+    """Convert numpy scalars/arrays and non-finite floats into plain JSON values (NaN -> None)."""
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover
+        np = None
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if np is not None:
+        if isinstance(value, np.ndarray):
+            return [json_safe(v) for v in value.tolist()]
+        if isinstance(value, np.generic):
+            value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

@@ -1,0 +1,57 @@
+"""Shared test fixtures.
+
+Real data first: ``../shared/fixtures`` (nsys exports, trtexec exports) when it sits beside the
+checkout (tests using it skip cleanly when it does not), and ``sample_traces/`` (our own H200 captures).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("TRTPROF_SHARED", ROOT.parent / "shared"))
+NSYS_FIXTURES = SHARED / "fixtures" / "nsys"
+TRTEXEC_FIXTURES = SHARED / "fixtures" / "trtexec"
+SAMPLE_TRACES = ROOT / "sample_traces"
+
+
+def nsys_fixture_files() -> list[Path]:
+    return sorted(NSYS_FIXTURES.glob("*.sqlite")) if NSYS_FIXTURES.is_dir() else []
+
+
+@pytest.fixture(scope="session")
+def nsys_fixtures() -> Path:
+    if not NSYS_FIXTURES.is_dir():
+        pytest.skip(f"real nsys exports not found at {NSYS_FIXTURES} (../shared is absent)")
+    return NSYS_FIXTURES
+
+
+@pytest.fixture(scope="session")
+def trtexec_fixtures() -> Path:
+    if not TRTEXEC_FIXTURES.is_dir():
+        pytest.skip(f"real trtexec exports not found at {TRTEXEC_FIXTURES} (../shared is absent)")
+    return TRTEXEC_FIXTURES
+
+
+def _db_params() -> list:
+    return [
+        pytest.param("sqlite", id="sqlite"),
+        pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgres),
+    ]
+
+
+@pytest.fixture(params=_db_params())
+def db_url(request, tmp_path) -> str:
+    """A fresh, empty store URL: a SQLite file, or a new database on the PostgreSQL server that
+    .ci/run starts (TRTPROF_TEST_PG_URL, a URL of a database whose user may CREATE DATABASE)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'trtprof.db'}"
+    base = os.environ.get("TRTPROF_TEST_PG_URL")
+    if not base:
+        pytest.skip("PostgreSQL not available: set TRTPROF_TEST_PG_URL (.ci/run starts a server and sets it)")
+    from tests.pg import fresh_database
+
+    return fresh_database(base)
