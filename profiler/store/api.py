@@ -3,34 +3,40 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
-from sqlalchemy import create_engine, event, select
+from sqlalchemy import Float, func, select
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from profiler.errors import InputError
+from profiler.errors import InputError, MissingExtra
 from profiler.findings import Finding, json_safe
 from profiler.store import models as m
+from profiler.store.engine import WRITE, make_engine
 
 DEFAULT_DB = "trtprof.db"
 
 _RUN_FIELDS = {c.name for c in m.Run.__table__.columns} - {"id"}
 _VARIANT_FIELDS = {c.name for c in m.Variant.__table__.columns} - {"id", "run_id"}
 _SAMPLE_FIELDS = {c.name for c in m.Sample.__table__.columns} - {"id", "variant_id"}
+_SAMPLE_ORDER = [c.name for c in m.Sample.__table__.columns if c.name not in ("id", "variant_id")]
 _LAYER_FIELDS = {c.name for c in m.Layer.__table__.columns} - {"id", "variant_id"}
 _ACC_FIELDS = {c.name for c in m.Accuracy.__table__.columns} - {"id", "variant_id"}
 _FINDING_FIELDS = {c.name for c in m.FindingRow.__table__.columns} - {"id", "run_id"}
+_SAMPLE_CHUNK = 50_000  # rows per executemany call (bounded memory for huge inserts)
 
 
 def resolve_url(url: str | None) -> str:
     """A SQLAlchemy URL from --db / TRTPROF_DB / the default; a bare path means a SQLite file."""
     url = url or os.environ.get("TRTPROF_DB") or DEFAULT_DB
     if "://" in url:
-        if url.startswith("postgresql://"):
-            url = "postgresql+psycopg://" + url[len("postgresql://"):]
+        for plain in ("postgresql://", "postgres://"):
+            if url.startswith(plain):
+                url = "postgresql+psycopg://" + url[len(plain):]
         return url
     return f"sqlite:///{Path(url).expanduser()}"
 
@@ -45,54 +51,128 @@ def _split(d: dict[str, Any], fields: set[str], extra_key: str | None = None) ->
     return out
 
 
+def _clean(v: Any) -> Any:
+    """A plain Python scalar for the driver: numpy scalars unboxed, NaN/inf -> NULL."""
+    if v is None:
+        return None
+    if hasattr(v, "item") and not isinstance(v, (int, float, str, bool)):
+        v = v.item()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def _sample_table(samples: Any) -> tuple[list[str], list[tuple]]:
+    """Sample rows as (column names, list of tuples) from a DataFrame or an iterable of dicts.
+
+    Column-wise conversion for DataFrames (``tolist`` unboxes numpy values in C), so a million rows
+    cost well under a second before they reach the driver. Unknown columns are ignored.
+    """
+    if hasattr(samples, "columns") and hasattr(samples, "to_dict"):  # a pandas DataFrame
+        cols = [c for c in _SAMPLE_ORDER if c in samples.columns]
+        if "idx" not in cols:
+            raise ValueError("samples need an 'idx' column (0-based iteration index)")
+        columns = []
+        for c in cols:
+            values = samples[c].tolist()
+            if any(isinstance(x, float) and not math.isfinite(x) for x in values):
+                values = [None if isinstance(x, float) and not math.isfinite(x) else x for x in values]
+            columns.append(values)
+        return cols, list(zip(*columns))
+    rows = list(samples)
+    if not rows:
+        return [], []
+    present: set[str] = set()
+    for r in rows:
+        present.update(r.keys())
+    cols = [c for c in _SAMPLE_ORDER if c in present]
+    if "idx" not in cols:
+        raise ValueError("samples need an 'idx' key (0-based iteration index)")
+    return cols, [tuple(_clean(r.get(c)) for c in cols) for r in rows]
+
+
+def _insert_samples(session: Session, variant_id: int, cols: list[str], rows: list[tuple]) -> None:
+    """Bulk-insert sample tuples: COPY on PostgreSQL, executemany on SQLite (same transaction)."""
+    conn = session.connection()
+    names = ["variant_id", *cols]
+    if conn.dialect.name == "postgresql":
+        raw = conn.connection.driver_connection  # the psycopg connection inside our transaction
+        with raw.cursor() as cur:
+            with cur.copy(f"COPY samples ({', '.join(names)}) FROM STDIN") as copy:
+                for r in rows:
+                    copy.write_row((variant_id, *r))
+        return
+    sql = f"INSERT INTO samples ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"
+    raw_cur = conn.connection.driver_connection.cursor()
+    try:
+        for start in range(0, len(rows), _SAMPLE_CHUNK):
+            raw_cur.executemany(sql, [(variant_id, *r) for r in rows[start:start + _SAMPLE_CHUNK]])
+    finally:
+        raw_cur.close()
+
+
+def _open_error(url: str | None, full: str, exc: BaseException) -> Exception:
+    """Map a driver/URL failure to MissingExtra or one-sentence InputError."""
+    text = str(exc)
+    if isinstance(exc, ImportError) and "psycopg" in text:
+        return MissingExtra("psycopg", "postgres", "a PostgreSQL run store")
+    shown = url or full
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    if first.startswith("(") and ")" in first:  # "(sqlite3.OperationalError) unable to open ..."
+        first = first.split(")", 1)[1].strip()
+    return InputError(f"cannot open the run store {shown!r}: {first}")
+
+
 class Store:
     """A handle on one database. Cheap to open; safe to use from several processes."""
 
     def __init__(self, engine: Engine):
         self.engine = engine
         self._session = sessionmaker(engine, expire_on_commit=False)
+        self._write_session = sessionmaker(engine.execution_options(**WRITE), expire_on_commit=False)
 
     @classmethod
     def open(cls, url: str | None = None, *, upgrade: bool = True) -> "Store":
+        """Open (and by default create or upgrade) the store at ``url`` (None -> TRTPROF_DB / ./trtprof.db)."""
         full = resolve_url(url)
-        kwargs: dict[str, Any] = {}
-        if full.startswith("sqlite"):
-            kwargs["connect_args"] = {"timeout": 60}
         try:
-            engine = create_engine(full, **kwargs)
-        except Exception as exc:  # bad URL, missing driver
-            if "psycopg" in str(exc):
-                from profiler.errors import MissingExtra
-                raise MissingExtra("psycopg", "postgres", "a PostgreSQL store") from exc
-            raise InputError(f"cannot open the run store {url!r}: {exc}") from exc
-        if full.startswith("sqlite"):
-            @event.listens_for(engine, "connect")
-            def _sqlite_pragmas(dbapi_conn, _record):  # pragma: no cover - trivial
-                cur = dbapi_conn.cursor()
-                cur.execute("PRAGMA journal_mode=WAL")
-                cur.execute("PRAGMA synchronous=NORMAL")
-                cur.execute("PRAGMA foreign_keys=ON")
-                cur.execute("PRAGMA busy_timeout=60000")
-                cur.close()
+            engine = make_engine(full)
+        except (ImportError, sa_exc.ArgumentError, sa_exc.NoSuchModuleError, ValueError) as exc:
+            raise _open_error(url, full, exc) from exc
         store = cls(engine)
         if upgrade:
             from profiler.store.migrate import upgrade as _upgrade
-            _upgrade(engine)
+
+            try:
+                _upgrade(engine)
+            except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.ProgrammingError) as exc:
+                engine.dispose()
+                raise _open_error(url, full, exc) from exc
         return store
 
     def session(self) -> Session:
+        """A read session (writes through it work but take SQLite's lock only when they start)."""
         return self._session()
+
+    def write_session(self) -> Session:
+        """A session for writing: on SQLite it takes the write lock at BEGIN (see profiler.store.engine)."""
+        return self._write_session()
+
+    def close(self) -> None:
+        self.engine.dispose()
 
     # -- writing ------------------------------------------------------------------------------
     def create_run(self, *, kind: str, source: str, **fields: Any) -> int:
         row = m.Run(kind=kind, source=str(source), **_split(fields, _RUN_FIELDS - {"kind", "source"}))
-        with self.session() as s, s.begin():
+        with self.write_session() as s, s.begin():
             s.add(row)
         return row.id
 
     def update_run(self, run_id: int, **fields: Any) -> None:
-        with self.session() as s, s.begin():
+        with self.write_session() as s, s.begin():
             run = s.get(m.Run, run_id)
+            if run is None:
+                raise InputError(f"no run with id {run_id} in the store")
             for k, v in _split(fields, _RUN_FIELDS).items():
                 setattr(run, k, v)
 
@@ -106,32 +186,32 @@ class Store:
                     layers: Iterable[dict] | None = None, accuracy: Iterable[dict] | None = None) -> int:
         """Store one variant with its samples, layers and accuracy rows in one transaction.
 
-        ``samples`` may be a list of dicts or a pandas DataFrame with Sample's column names.
+        ``samples`` may be a list of dicts or a pandas DataFrame with Sample's column names (``idx``
+        required; NaN stored as NULL). They are bulk-inserted (COPY on PostgreSQL).
         """
-        with self.session() as s, s.begin():
+        cols, rows = _sample_table(samples) if samples is not None else ([], [])
+        with self.write_session() as s, s.begin():
             v = m.Variant(run_id=run_id, **_split(variant, _VARIANT_FIELDS, "metrics"))
             s.add(v)
             s.flush()
             vid = v.id
-            if samples is not None:
-                rows = samples.to_dict("records") if hasattr(samples, "to_dict") else list(samples)
-                if rows:
-                    s.execute(m.Sample.__table__.insert(),
-                              [{**_split(r, _SAMPLE_FIELDS), "variant_id": vid} for r in rows])
-            for r in layers or ():
-                s.add(m.Layer(variant_id=vid, **_split(r, _LAYER_FIELDS, "extra")))
+            if rows:
+                _insert_samples(s, vid, cols, rows)
+            layer_rows = [{**_split(r, _LAYER_FIELDS, "extra"), "variant_id": vid} for r in layers or ()]
+            if layer_rows:
+                s.add_all(m.Layer(**r) for r in layer_rows)
             for r in accuracy or ():
                 s.add(m.Accuracy(variant_id=vid, **_split(r, _ACC_FIELDS)))
         return vid
 
     def add_findings(self, run_id: int, findings: Iterable[Finding | dict]) -> None:
-        with self.session() as s, s.begin():
+        with self.write_session() as s, s.begin():
             for f in findings:
                 d = f.to_dict() if isinstance(f, Finding) else dict(f)
                 s.add(m.FindingRow(run_id=run_id, **_split(d, _FINDING_FIELDS)))
 
     def add_artifact(self, run_id: int, kind: str, path: str | os.PathLike) -> None:
-        with self.session() as s, s.begin():
+        with self.write_session() as s, s.begin():
             s.add(m.Artifact(run_id=run_id, kind=kind, path=str(path)))
 
     # -- reading ------------------------------------------------------------------------------
@@ -144,10 +224,11 @@ class Store:
             rid = s.execute(select(m.Run.id).where(m.Run.label == str(ref))
                             .order_by(m.Run.created_at.desc(), m.Run.id.desc()).limit(1)).scalar()
         if rid is None:
-            raise InputError(f"no run with id or label {ref!r} in the store")
+            raise InputError(f"no run with id or label {str(ref)!r} in the store")
         return rid
 
     def run_dict(self, ref: int | str, *, with_samples: bool = False) -> dict[str, Any]:
+        """Everything about one run as a JSON-able dict (samples only on request: they can be large)."""
         rid = self.resolve_run(ref)
         with self.session() as s:
             run = s.get(m.Run, rid)
@@ -166,29 +247,121 @@ class Store:
 
     def list_runs(self, *, kind: str | None = None, label: str | None = None, model: str | None = None,
                   gpu: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
-        q = select(m.Run).order_by(m.Run.created_at.desc(), m.Run.id.desc()).limit(limit)
+        """Newest first; each run's columns plus ``variant_count``."""
+        counts = (select(m.Variant.run_id, func.count().label("n")).group_by(m.Variant.run_id).subquery())
+        q = (select(m.Run, func.coalesce(counts.c.n, 0))
+             .outerjoin(counts, counts.c.run_id == m.Run.id)
+             .order_by(m.Run.created_at.desc(), m.Run.id.desc()).limit(limit))
         if kind:
             q = q.where(m.Run.kind == kind)
         if label:
             q = q.where(m.Run.label == label)
         if model:
-            q = q.where(m.Run.model.contains(model))
+            q = q.where(m.Run.model.contains(model, autoescape=True))
         if gpu:
-            q = q.where(m.Run.gpu.contains(gpu))
+            q = q.where(m.Run.gpu.contains(gpu, autoescape=True))
         with self.session() as s:
-            return [_row(r) for r in s.execute(q).scalars()]
+            out = []
+            for run, n in s.execute(q):
+                d = _row(run)
+                d["variant_count"] = int(n)
+                out.append(d)
+            return out
 
     def samples_frame(self, variant_id: int):
+        """The samples of one variant as a DataFrame ordered by ``idx``."""
         import pandas as pd
 
+        t = m.Sample.__table__
         with self.engine.connect() as c:
-            t = m.Sample.__table__
-            return pd.read_sql(select(t).where(t.c.variant_id == variant_id).order_by(t.c.idx), c)
+            df = pd.read_sql(select(t).where(t.c.variant_id == variant_id).order_by(t.c.idx), c)
+        for col in t.columns:  # all-NULL columns come back as object; keep the schema's dtypes
+            if col.name in df.columns and isinstance(col.type, Float):
+                df[col.name] = df[col.name].astype("float64")
+            elif col.name == "stream":
+                df[col.name] = df[col.name].astype("Int64")
+        return df
+
+    # -- history queries (comparison and trend views) -----------------------------------------
+    def latest_run_id(self, label: str) -> int | None:
+        """The newest run with ``label`` (None if there is none)."""
+        with self.session() as s:
+            return s.execute(select(m.Run.id).where(m.Run.label == label)
+                             .order_by(m.Run.created_at.desc(), m.Run.id.desc()).limit(1)).scalar()
+
+    def fingerprint_history(self, fingerprint: str, *, limit: int | None = None) -> list[dict[str, Any]]:
+        """Variants with this fingerprint across runs, oldest run first (the trend's x axis).
+
+        Each item: run_id, created_at, label, gpu, driver/cuda/tensorrt versions, variant_id, key,
+        status, latency_ms (the stored summary), throughput_qps.
+        """
+        r, v = m.Run, m.Variant
+        q = (select(r.id, r.created_at, r.label, r.gpu, r.driver_version, r.cuda_version, r.tensorrt_version,
+                    v.id, v.key, v.status, v.latency_ms, v.throughput_qps)
+             .join(v, v.run_id == r.id).where(v.fingerprint == fingerprint)
+             .order_by(r.created_at, r.id, v.id))
+        if limit:
+            q = q.limit(limit)
+        keys = ("run_id", "created_at", "label", "gpu", "driver_version", "cuda_version", "tensorrt_version",
+                "variant_id", "key", "status", "latency_ms", "throughput_qps")
+        with self.session() as s:
+            rows = [dict(zip(keys, row)) for row in s.execute(q)]
+        for d in rows:
+            d["created_at"] = _iso(d["created_at"])
+        return rows
+
+    def fingerprint_sample_medians(self, fingerprint: str) -> list[dict[str, Any]]:
+        """Median sample latency (ms) of every variant with this fingerprint, computed from the samples,
+        oldest run first: [{run_id, created_at, variant_id, count, median_ms}].
+
+        PostgreSQL computes the medians in the server (percentile_cont); SQLite has no median
+        aggregate, so its samples are fetched once and reduced with numpy.
+        """
+        r, v, smp = m.Run, m.Variant, m.Sample
+        if self.engine.dialect.name == "postgresql":
+            med = func.percentile_cont(0.5).within_group(smp.latency_ms)
+            q = (select(r.id, r.created_at, v.id, func.count(smp.latency_ms), med)
+                 .join(v, v.run_id == r.id).join(smp, smp.variant_id == v.id)
+                 .where(v.fingerprint == fingerprint)
+                 .group_by(r.id, r.created_at, v.id).order_by(r.created_at, r.id, v.id))
+            with self.session() as s:
+                return [{"run_id": a, "created_at": _iso(b), "variant_id": c, "count": int(n),
+                         "median_ms": None if x is None else float(x)} for a, b, c, n, x in s.execute(q)]
+        import numpy as np
+
+        heads = (select(r.id, r.created_at, v.id).join(v, v.run_id == r.id)
+                 .where(v.fingerprint == fingerprint).order_by(r.created_at, r.id, v.id))
+        with self.session() as s:
+            variants = list(s.execute(heads))
+            ids = [vid for _, _, vid in variants]
+            by_variant: dict[int, list[float]] = {vid: [] for vid in ids}
+            for start in range(0, len(ids), 500):
+                chunk = ids[start:start + 500]
+                q = select(smp.variant_id, smp.latency_ms).where(smp.variant_id.in_(chunk),
+                                                                  smp.latency_ms.is_not(None))
+                for vid, lat in s.execute(q):
+                    by_variant[vid].append(lat)
+        out = []
+        for rid, created, vid in variants:
+            xs = by_variant[vid]
+            out.append({"run_id": rid, "created_at": _iso(created), "variant_id": vid, "count": len(xs),
+                        "median_ms": float(np.median(xs)) if xs else None})
+        return out
+
+
+def _iso(v: Any) -> Any:
+    """ISO 8601 with the UTC offset (SQLite hands back naive datetimes; the store writes UTC)."""
+    if isinstance(v, dt.datetime):
+        if v.tzinfo is None:
+            v = v.replace(tzinfo=dt.timezone.utc)
+        return v.isoformat()
+    return v
 
 
 def _row(obj) -> dict[str, Any]:
-    d = {c.name: getattr(obj, c.name) for c in obj.__table__.columns}
-    for k, v in d.items():
-        if isinstance(v, dt.datetime):
-            d[k] = v.isoformat()
-    return d
+    return {c.name: _iso(getattr(obj, c.name)) for c in obj.__table__.columns}
+
+
+def sample_columns() -> Sequence[str]:
+    """Sample columns a producer may fill (besides ``idx``, all optional)."""
+    return tuple(_SAMPLE_ORDER)

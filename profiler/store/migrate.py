@@ -1,11 +1,67 @@
-"""Schema creation and upgrades. (Placeholder until the Alembic migrations land: creates all tables.)"""
+"""Schema migrations of the run store, run programmatically with Alembic (no alembic.ini needed).
+
+``upgrade(engine)`` applies whatever revisions are pending, under a lock, in one transaction:
+two processes opening a fresh database at the same moment do not collide (SQLite: ``BEGIN
+IMMEDIATE`` serialises them; PostgreSQL: a transaction-scoped advisory lock). The second one finds
+the schema already at head and does nothing.
+"""
 
 from __future__ import annotations
 
-from sqlalchemy.engine import Engine
+from pathlib import Path
 
-from profiler.store.models import Base
+from sqlalchemy import text
+from sqlalchemy.engine import Connection, Engine
+
+MIGRATIONS_DIR = Path(__file__).resolve().with_name("migrations")
+_PG_LOCK_KEY = 0x7472_7470_726F_66  # "trtprof", an arbitrary 64-bit advisory lock key
 
 
-def upgrade(engine: Engine) -> None:
-    Base.metadata.create_all(engine)
+def _config(connection: Connection | None = None):
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+def head_revision() -> str:
+    """The newest revision this version of trtprof knows."""
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The revision the database is at (None for an empty database)."""
+    from alembic.runtime.migration import MigrationContext
+
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def _lock(conn: Connection) -> None:
+    """Serialise concurrent upgrades (SQLite holds its write lock already via BEGIN IMMEDIATE)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_LOCK_KEY})
+
+
+def upgrade(engine: Engine, revision: str = "head") -> str | None:
+    """Apply pending migrations up to ``revision``; returns the revision the database is at after."""
+    from alembic import command
+    from alembic.runtime.migration import MigrationContext
+
+    from profiler.store.engine import WRITE, configure
+
+    configure(engine)
+    head = head_revision()
+    if revision == "head" and current_revision(engine) == head:  # the common case: nothing to do
+        return head
+    with engine.connect().execution_options(**WRITE) as conn, conn.begin():
+        _lock(conn)
+        if MigrationContext.configure(conn).get_current_revision() != head or revision != "head":
+            command.upgrade(_config(conn), revision)
+        return MigrationContext.configure(conn).get_current_revision()
