@@ -1,0 +1,80 @@
+"""`trtprof compare BASELINE CANDIDATE`: what got slower or less accurate, how sure, and why."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from profiler.errors import GateFailed
+
+
+@click.command(name="compare")
+@click.argument("baseline")
+@click.argument("candidate")
+@click.option("--db", "db_url", default=None, metavar="URL", help="Run store (default: the group's --db).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the comparison as JSON ('-' = stdout).")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Write the HTML comparison report.")
+@click.option("--alpha", type=float, default=None, help="Significance level of the Mann-Whitney test (default 0.01).")
+@click.option("--threshold-pct", type=float, default=None, help="Relative change that matters, percent (default 5).")
+@click.option("--floor-us", type=float, default=None, help="Absolute change that matters, microseconds (default 5).")
+@click.option("--cdn", is_flag=True, help="Reference plotly.js from a CDN instead of embedding it.")
+@click.pass_context
+def command(ctx, baseline, candidate, db_url, json_path, report_path, alpha, threshold_pct, floor_us, cdn):
+    """Compare CANDIDATE against BASELINE (run ids or labels). Exit 1 when anything regressed.
+
+    A latency regression needs all three: statistically significant (Mann-Whitney p < alpha and a
+    bootstrap confidence interval of the median ratio that excludes 1), larger than --threshold-pct,
+    and larger than --floor-us. An accuracy regression is an output that passed its threshold in the
+    baseline and fails it in the candidate.
+    """
+    from profiler.cli import obj_db_url
+    from profiler.compare import compare_runs
+    from profiler.store import Store
+
+    rule = {}
+    if alpha is not None:
+        rule["alpha"] = alpha
+    if threshold_pct is not None:
+        rule["rel_threshold"] = threshold_pct / 100
+    if floor_us is not None:
+        rule["abs_floor_ms"] = floor_us / 1000
+    store = Store.open(db_url or obj_db_url(ctx))
+    result = compare_runs(store, baseline, candidate, rule)
+    _print(result)
+    if json_path:
+        text = json.dumps(result, indent=2, default=str)
+        if json_path == "-":
+            click.echo(text)
+        else:
+            Path(json_path).write_text(text)
+    if report_path:
+        from profiler.report import write_compare_report
+
+        write_compare_report(result, report_path, cdn=cdn)
+        click.echo(f"report: {report_path}")
+    if result["verdict"] == "regression":
+        what = result["latency_regressions"] + [f"{k} (accuracy)" for k in result["accuracy_regressions"]]
+        raise GateFailed(f"regression in {len(what)} variant(s): {', '.join(what)}")
+
+
+def _print(result: dict) -> None:
+    b, c = result["baseline"], result["candidate"]
+    click.echo(f"baseline  run {b['id']} {b.get('label') or ''}  ({b.get('created_at')})")
+    click.echo(f"candidate run {c['id']} {c.get('label') or ''}  ({c.get('created_at')})")
+    click.echo(f"{'variant':<36} {'verdict':<12} {'ratio':>7} {'95% CI':>15} {'p':>9}  why")
+    for v in result["variants"]:
+        ratio = v.get("median_ratio")
+        ci = f"{v['ci_low']:.3f}-{v['ci_high']:.3f}" if v.get("ci_low") is not None else ""
+        p = f"{v['p_value']:.2g}" if v.get("p_value") is not None else ""
+        verdict = v["verdict"] + ("+acc" if v.get("accuracy_verdict") == "regression" else "")
+        click.echo(f"{v['key'][:36]:<36} {verdict:<12} {ratio if ratio is None else format(ratio, '.3f'):>7} "
+                   f"{ci:>15} {p:>9}  {v.get('reason', '')}")
+    for e in result["environment_changes"]:
+        click.echo(f"changed: {e['field']}: {e['baseline']} -> {e['candidate']}")
+    for f in result["findings_appeared"]:
+        click.echo(f"new finding: [{f['severity']}] {f['rule']}: {f['title']}")
+    for f in result["findings_disappeared"]:
+        click.echo(f"gone finding: [{f['severity']}] {f['rule']}: {f['title']}")
+    click.echo(f"verdict: {result['verdict']}")

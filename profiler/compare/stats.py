@@ -1,0 +1,158 @@
+"""Statistics for run-against-run review: pure functions of sample arrays, no I/O.
+
+- ``bootstrap_median_ratio``: candidate median / baseline median with a percentile bootstrap
+  confidence interval (both samples resampled independently, vectorised).
+- ``mann_whitney_u``: two-sided Mann-Whitney U test, normal approximation with tie correction and
+  continuity correction (accurate for the sample sizes a benchmark produces: tens to thousands).
+- ``decide``: the regression decision rule (see :data:`DEFAULT_RULE`).
+- ``detect_step``: the single most likely change point in a series of run medians (trend view).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+#: The decision rule. A change is a regression (or an improvement) only when ALL hold:
+#:   significant: Mann-Whitney p < alpha AND the bootstrap CI of the median ratio excludes 1;
+#:   relevant:    |median ratio - 1| > rel_threshold;
+#:   material:    |candidate median - baseline median| > abs_floor_ms.
+DEFAULT_RULE = {"alpha": 0.01, "rel_threshold": 0.05, "abs_floor_ms": 0.005, "confidence": 0.95,
+                "bootstrap": 2000, "max_samples": 4000, "seed": 0}
+
+
+def _as_array(samples) -> np.ndarray:
+    a = np.asarray(samples, dtype=np.float64)
+    return a[np.isfinite(a)]
+
+
+def bootstrap_median_ratio(baseline, candidate, *, n_boot: int = 2000, confidence: float = 0.95,
+                           max_samples: int = 4000, seed: int = 0) -> tuple[float, float, float]:
+    """(ratio, ci_low, ci_high) of median(candidate) / median(baseline).
+
+    Samples longer than ``max_samples`` are thinned evenly first (keeps memory at n_boot x max_samples).
+    """
+    b, c = _as_array(baseline), _as_array(candidate)
+    if len(b) == 0 or len(c) == 0:
+        return float("nan"), float("nan"), float("nan")
+    mb = float(np.median(b))
+    ratio = float(np.median(c)) / mb if mb else float("nan")
+    rng = np.random.default_rng(seed)
+
+    def boot_medians(x: np.ndarray) -> np.ndarray:
+        if len(x) > max_samples:
+            x = x[np.linspace(0, len(x) - 1, max_samples).astype(int)]
+        idx = rng.integers(0, len(x), size=(n_boot, len(x)))
+        return np.median(x[idx], axis=1)
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = boot_medians(c) / boot_medians(b)
+    ratios = ratios[np.isfinite(ratios)]
+    if len(ratios) == 0:
+        return ratio, float("nan"), float("nan")
+    tail = (1 - confidence) / 2 * 100
+    lo, hi = np.percentile(ratios, [tail, 100 - tail])
+    return ratio, float(lo), float(hi)
+
+
+def _rankdata(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Average ranks (1-based) and the sizes of tie groups."""
+    order = np.argsort(x, kind="mergesort")
+    xs = x[order]
+    boundaries = np.flatnonzero(np.diff(xs)) + 1
+    starts = np.concatenate([[0], boundaries])
+    ends = np.concatenate([boundaries, [len(xs)]])
+    avg = (starts + ends + 1) / 2.0  # mean of 1-based ranks start+1 .. end
+    ranks_sorted = np.repeat(avg, ends - starts)
+    ranks = np.empty_like(ranks_sorted)
+    ranks[order] = ranks_sorted
+    return ranks, ends - starts
+
+
+def mann_whitney_u(baseline, candidate) -> tuple[float, float]:
+    """(U of the candidate, two-sided p-value). p is NaN when either sample is empty."""
+    b, c = _as_array(baseline), _as_array(candidate)
+    n1, n2 = len(c), len(b)
+    if n1 == 0 or n2 == 0:
+        return float("nan"), float("nan")
+    ranks, ties = _rankdata(np.concatenate([c, b]))
+    u1 = float(ranks[:n1].sum() - n1 * (n1 + 1) / 2)
+    mu = n1 * n2 / 2
+    n = n1 + n2
+    tie_term = float((ties ** 3 - ties).sum())
+    var = n1 * n2 / 12 * ((n + 1) - tie_term / (n * (n - 1))) if n > 1 else 0.0
+    if var <= 0:
+        return u1, 1.0
+    z = (abs(u1 - mu) - 0.5) / math.sqrt(var)
+    p = math.erfc(max(z, 0.0) / math.sqrt(2))
+    return u1, min(1.0, p)
+
+
+@dataclass
+class Verdict:
+    verdict: str  # regression | improvement | no_change | missing
+    median_ratio: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    baseline_median_ms: float
+    candidate_median_ms: float
+    delta_ms: float
+    significant: bool
+    reason: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def decide(baseline, candidate, rule: dict | None = None) -> Verdict:
+    """Apply the decision rule to two sample arrays (ms). Larger is worse (latency)."""
+    r = {**DEFAULT_RULE, **(rule or {})}
+    b, c = _as_array(baseline), _as_array(candidate)
+    if len(b) < 2 or len(c) < 2:
+        nan = float("nan")
+        return Verdict("missing", nan, nan, nan, nan, nan, nan, nan, False,
+                       "fewer than two samples on one side")
+    ratio, lo, hi = bootstrap_median_ratio(b, c, n_boot=int(r["bootstrap"]), confidence=float(r["confidence"]),
+                                           max_samples=int(r["max_samples"]), seed=int(r["seed"]))
+    _, p = mann_whitney_u(b, c)
+    mb, mc = float(np.median(b)), float(np.median(c))
+    delta = mc - mb
+    significant = p < r["alpha"] and (lo > 1.0 or hi < 1.0)
+    relevant = abs(ratio - 1.0) > r["rel_threshold"]
+    material = abs(delta) > r["abs_floor_ms"]
+    if significant and relevant and material:
+        verdict = "regression" if ratio > 1 else "improvement"
+        reason = (f"median {'up' if ratio > 1 else 'down'} {abs(ratio - 1) * 100:.1f}% "
+                  f"(95% CI {lo:.3f}-{hi:.3f}x, p={p:.2g}, {delta * 1000:+.1f} us)")
+    else:
+        missing = [name for name, ok in (("significant", significant), (f"> {r['rel_threshold'] * 100:g}%", relevant),
+                                         (f"> {r['abs_floor_ms'] * 1000:g} us", material)) if not ok]
+        verdict = "no_change"
+        reason = f"median ratio {ratio:.3f} (p={p:.2g}) is not " + " and not ".join(missing)
+    return Verdict(verdict, ratio, lo, hi, p, mb, mc, delta, significant, reason)
+
+
+def detect_step(values, *, min_rel: float = 0.05) -> dict | None:
+    """The single change point of a series (e.g. run medians in time order) that best splits it into
+    two flat segments (least squares). None when the series is shorter than 3 or the step is below
+    ``min_rel`` of the earlier level."""
+    x = _as_array(values)
+    n = len(x)
+    if n < 3:
+        return None
+    csum, csq = np.cumsum(x), np.cumsum(x * x)
+    k = np.arange(1, n)  # split before index k
+    left_n, right_n = k, n - k
+    left_sse = csq[k - 1] - csum[k - 1] ** 2 / left_n
+    right_sum, right_sq = csum[-1] - csum[k - 1], csq[-1] - csq[k - 1]
+    right_sse = right_sq - right_sum ** 2 / right_n
+    best = int(np.argmin(left_sse + right_sse))
+    split = int(k[best])
+    before, after = float(x[:split].mean()), float(x[split:].mean())
+    rel = (after - before) / before if before else float("inf")
+    if abs(rel) < min_rel:
+        return None
+    return {"index": split, "before": before, "after": after, "relative_change": rel}

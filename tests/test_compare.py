@@ -1,0 +1,151 @@
+"""Regression review: the statistics against scipy, the decision rule leg by leg, real repeated
+timings that must not be called a regression, and comparisons of stored runs through both stores."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from profiler.compare import compare_runs, decide, detect_step, mann_whitney_u
+from profiler.compare.stats import bootstrap_median_ratio
+from profiler.store import Store
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_mann_whitney_matches_scipy_with_ties(seed):
+    rng = np.random.default_rng(seed)
+    a = np.round(rng.normal(1.0, 0.05, 120), 2)  # rounding makes many ties
+    b = np.round(rng.normal(1.01, 0.05, 90), 2)
+    u, p = mann_whitney_u(a, b)
+    ref = sps.mannwhitneyu(b, a, alternative="two-sided", method="asymptotic")
+    assert u == pytest.approx(ref.statistic) and p == pytest.approx(ref.pvalue, rel=1e-9)
+
+
+def test_bootstrap_ci_covers_the_true_ratio():
+    rng = np.random.default_rng(3)
+    base = rng.lognormal(0.0, 0.1, 800)
+    cand = rng.lognormal(np.log(1.07), 0.1, 800)
+    ratio, lo, hi = bootstrap_median_ratio(base, cand, seed=1)
+    assert lo < 1.07 < hi and lo < ratio < hi and hi - lo < 0.05
+
+
+def test_each_leg_of_the_rule_can_veto():
+    rng = np.random.default_rng(4)
+    base = rng.normal(1.0, 0.01, 400)
+    assert decide(base, base * 1.10).verdict == "regression"
+    assert decide(base, base * 0.90).verdict == "improvement"
+    # significant but below the relative threshold
+    small = decide(base, base * 1.03)
+    assert small.verdict == "no_change" and small.significant and "> 5%" in small.reason
+    # significant and relatively large, but below the absolute floor (1 us on a 10 us kernel)
+    tiny = rng.normal(0.010, 0.0001, 400)
+    floor = decide(tiny, tiny * 1.10)
+    assert floor.verdict == "no_change" and "> 5 us" in floor.reason
+    assert decide(tiny, tiny * 1.10, {"abs_floor_ms": 0.0005}).verdict == "regression"
+    # large but not significant: two noisy samples of five
+    noisy = decide([1, 2, 3, 1.5, 2.5], [1.2, 2.6, 3.1, 1.4, 2.9])
+    assert noisy.verdict == "no_change" and not noisy.significant
+    assert decide([1.0], [2.0]).verdict == "missing"
+
+
+def _timing(trtexec_fixtures, rel):
+    rows = json.loads((trtexec_fixtures / rel).read_text())
+    return np.array([r["latencyMs"] for r in rows if r["startComputeMs"] >= 200.0])  # drop warm-up
+
+
+def test_same_engine_twice_is_not_a_regression_on_real_timings(trtexec_fixtures):
+    """Two interleaved halves of one real trtexec run of one engine are 'the same build run twice'."""
+    for rel in ("pytorch/resnet/A100/fp32/resnet.onnx.engine.timing.json",
+                "pytorch/resnet/A100/fp16/resnet.onnx.engine.timing.json",
+                "tensorflow/resnet/RTX-3090/fp32/resnet.onnx.engine.timing.json"):
+        x = _timing(trtexec_fixtures, rel)
+        v = decide(x[0::2], x[1::2])
+        assert v.verdict == "no_change", (rel, v.reason)
+        assert abs(v.median_ratio - 1) < 0.02
+
+
+def test_fp16_against_fp32_on_real_timings_is_an_improvement(trtexec_fixtures):
+    fp32 = _timing(trtexec_fixtures, "pytorch/resnet/A100/fp32/resnet.onnx.engine.timing.json")
+    fp16 = _timing(trtexec_fixtures, "pytorch/resnet/A100/fp16/resnet.onnx.engine.timing.json")
+    v = decide(fp32, fp16)
+    assert v.verdict == "improvement" and 0.35 < v.median_ratio < 0.55  # ~0.87 ms vs ~2.0 ms
+    assert decide(fp16, fp32).verdict == "regression"
+
+
+def test_detect_step_finds_the_change():
+    series = [2.0, 2.02, 1.98, 2.01, 2.3, 2.31, 2.29]
+    step = detect_step(series)
+    assert step["index"] == 4 and step["relative_change"] == pytest.approx(0.15, abs=0.01)
+    assert detect_step([2.0, 2.01, 1.99, 2.0]) is None
+
+
+def _store_run(store, label, samples, *, driver="580.1", cosine=0.9999, passed=True, layers=(), findings=()):
+    rid = store.create_run(kind="sweep", source="m.onnx", label=label, gpu="NVIDIA H200", driver_version=driver)
+    store.add_variant(rid, {"key": "fp16-ws1G-s1", "precision": "fp16", "fingerprint": "fp-1",
+                            "throughput_qps": 1000 / float(np.median(samples)),
+                            "latency_ms": {"median": float(np.median(samples))}},
+                      samples=[{"idx": i, "latency_ms": float(v)} for i, v in enumerate(samples)],
+                      layers=list(layers), accuracy=[{"output": "y", "cosine": cosine, "passed": passed}])
+    store.add_findings(rid, list(findings))
+    store.finish_run(rid)
+    return rid
+
+
+def test_compare_stored_runs(db_url):
+    store = Store.open(db_url)
+    rng = np.random.default_rng(5)
+    base = rng.normal(1.0, 0.01, 300)
+    layers_b = [{"name": "conv1", "time_avg_ms": 0.4}, {"name": "fc", "time_avg_ms": 0.1}]
+    layers_c = [{"name": "conv1", "time_avg_ms": 0.5}, {"name": "fc", "time_avg_ms": 0.1}]
+    _store_run(store, "v1", base, layers=layers_b,
+               findings=[{"rule": "jitter", "severity": "medium", "title": "unstable"}])
+    _store_run(store, "v1-again", rng.normal(1.0, 0.01, 300), layers=layers_b)
+    _store_run(store, "v2", base * 1.12, driver="581.0", cosine=0.97, passed=False, layers=layers_c,
+               findings=[{"rule": "launch_overhead", "severity": "high", "title": "enqueue-bound"}])
+
+    same = compare_runs(store, "v1", "v1-again")
+    assert same["verdict"] == "no_change" and same["environment_changes"] == []
+
+    out = compare_runs(store, "v1", "v2")
+    v = out["variants"][0]
+    assert out["verdict"] == "regression" and out["latency_regressions"] == ["fp16-ws1G-s1"]
+    assert out["accuracy_regressions"] == ["fp16-ws1G-s1"]
+    assert v["median_ratio"] == pytest.approx(1.12, abs=0.01) and v["ci_low"] > 1.05
+    assert v["throughput_ratio"] == pytest.approx(1 / 1.12, abs=0.01)
+    assert v["accuracy"]["y"]["cosine"]["delta"] == pytest.approx(-0.0299)
+    assert v["layer_deltas"][0]["name"] == "conv1" and v["layer_deltas"][0]["delta_ms"] == pytest.approx(0.1)
+    assert {"field": "driver_version", "baseline": "580.1", "candidate": "581.0"} in out["environment_changes"]
+    assert [f["rule"] for f in out["findings_appeared"]] == ["launch_overhead"]
+    assert [f["rule"] for f in out["findings_disappeared"]] == ["jitter"]
+    trend = v["trend"]
+    assert [p["label"] for p in trend["points"]] == ["v1", "v1-again", "v2"]
+    assert trend["step"]["index"] == 2 and trend["step"]["run_id"] == out["candidate"]["id"]
+
+
+def test_cli_compare_exit_codes(tmp_path):
+    db = f"sqlite:///{tmp_path / 'h.db'}"
+    store = Store.open(db)
+    rng = np.random.default_rng(6)
+    base = rng.normal(2.0, 0.02, 200)
+    _store_run(store, "a", base)
+    _store_run(store, "b", rng.normal(2.0, 0.02, 200))
+    _store_run(store, "c", base * 1.2)
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "profiler", "--db", db, "compare", *args],
+                              capture_output=True, text=True)
+
+    ok = run("a", "b", "--json", str(tmp_path / "ab.json"))
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads((tmp_path / "ab.json").read_text())["verdict"] == "no_change"
+    bad = run("a", "c")
+    assert bad.returncode == 1 and "regression in 1 variant(s): fp16-ws1G-s1" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    assert run("a", "c", "--threshold-pct", "30").returncode == 0  # the threshold is honoured
+    missing = run("a", "nope")
+    assert missing.returncode == 3 and "no run with id or label 'nope'" in missing.stderr
