@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from sqlalchemy import Float, func, select
 from sqlalchemy import exc as sa_exc
@@ -123,6 +124,16 @@ def _open_error(url: str | None, full: str, exc: BaseException) -> Exception:
     return InputError(f"cannot open the run store {shown!r}: {first}")
 
 
+@contextlib.contextmanager
+def connection_errors(url: str | None) -> Iterator[None]:
+    """Turn "cannot connect / no such database / not a database" driver errors into one InputError."""
+    try:
+        yield
+    except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.ProgrammingError,
+            sa_exc.DatabaseError) as exc:
+        raise _open_error(url, resolve_url(url), exc) from exc
+
+
 class Store:
     """A handle on one database. Cheap to open; safe to use from several processes."""
 
@@ -144,10 +155,11 @@ class Store:
             from profiler.store.migrate import upgrade as _upgrade
 
             try:
-                _upgrade(engine)
-            except (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.ProgrammingError) as exc:
+                with connection_errors(url):
+                    _upgrade(engine)
+            except InputError:
                 engine.dispose()
-                raise _open_error(url, full, exc) from exc
+                raise
         return store
 
     def session(self) -> Session:

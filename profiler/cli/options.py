@@ -1,0 +1,35 @@
+"""Options shared by the subcommands that use the run store.
+
+``@db_option`` lets ``--db URL`` go after the subcommand (``trtprof runs --db x.db``) as well as
+before it (``trtprof --db x.db runs``); the subcommand's value wins, then the group's, then
+``TRTPROF_DB``, then ``./trtprof.db``. ``open_store(ctx, db)`` opens the store that choice names.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import click
+
+
+def db_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Add ``--db URL`` (parameter name ``db``) to a subcommand."""
+    return click.option(
+        "--db", "db", default=None, metavar="URL",
+        help="Run store: a SQLAlchemy URL (postgresql://user@host/db) or a SQLite path "
+             "(default: the group's --db, else TRTPROF_DB, else ./trtprof.db).")(func)
+
+
+def db_url(ctx: click.Context, db: str | None = None) -> str | None:
+    """The store URL a command should use (None means TRTPROF_DB / ./trtprof.db, see resolve_url)."""
+    if db:
+        return db
+    root = ctx.find_root()
+    return (root.obj or {}).get("db_url")
+
+
+def open_store(ctx: click.Context, db: str | None = None, *, upgrade: bool = True):
+    """Open (creating or upgrading a fresh database) the run store for a command."""
+    from profiler.store import Store
+
+    return Store.open(db_url(ctx, db), upgrade=upgrade)
