@@ -55,3 +55,33 @@ def db_url(request, tmp_path) -> str:
     from tests.pg import fresh_database
 
     return fresh_database(base)
+
+
+def rapidocr_model_path(name: str) -> Path | None:
+    """Path of a real pretrained ONNX model shipped in the rapidocr-onnxruntime wheel, found without
+    importing the package (its __init__ needs OpenCV): 'cls', 'det' (dynamic H/W) or 'rec'."""
+    import importlib.util
+
+    files = {"cls": "ch_ppocr_mobile_v2.0_cls_infer.onnx", "det": "ch_PP-OCRv4_det_infer.onnx",
+             "rec": "ch_PP-OCRv4_rec_infer.onnx"}
+    spec = importlib.util.find_spec("rapidocr_onnxruntime")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(list(spec.submodule_search_locations)[0]) / "models" / files[name]
+    return path if path.exists() else None
+
+
+@pytest.fixture(params=["cls", "det", "rec"])
+def real_model(request) -> Path:
+    path = rapidocr_model_path(request.param)
+    if path is None:
+        pytest.skip("rapidocr-onnxruntime (real pretrained ONNX models) is not installed")
+    return path
+
+
+@pytest.fixture
+def cls_model() -> Path:
+    path = rapidocr_model_path("cls")
+    if path is None:
+        pytest.skip("rapidocr-onnxruntime (real pretrained ONNX models) is not installed")
+    return path
