@@ -1,0 +1,249 @@
+"""Accuracy of a reduced-precision variant against the FP32 reference, on the same inputs.
+
+Per output: max and mean absolute error, relative L2 error ``||c - r|| / ||r||``, cosine similarity,
+top-1 agreement when the output looks like class scores, and NaN/Inf counts in the candidate.
+Error metrics are computed over the elements finite in both; a non-finite candidate element is
+always a breach, whatever the thresholds say.
+
+Default thresholds (overridable per precision; key ``<metric>_min`` or ``<metric>_max``):
+
+==========  ==========  ==========  ================
+precision   cosine_min  rel_l2_max  top1_agreement_min
+==========  ==========  ==========  ================
+fp16        0.999       0.01        0.99
+int8        0.99        0.15        0.90
+==========  ==========  ==========  ================
+
+Why these numbers: a working fp16 conversion of real models lands orders of magnitude inside the
+fp16 limits (measured on CPU with ONNX Runtime 1.32 and rendered-text inputs: PP-OCR direction
+classifier rel_l2 ~3e-4, PP-OCRv4 recogniser rel_l2 ~2e-3, cosine > 0.99999; PP-OCRv4 detector
+rel_l2 ~3e-3, cosine 0.99999), while a broken one (float16 overflow or a clamped constant) misses
+by orders of magnitude (the detector with its 1e8 batch-norm variance clamped gives rel_l2 1.0).
+INT8 with per-channel symmetric Q/DQ and real calibration data typically keeps cosine >= 0.99 and
+top-1 >= 0.9 on those same models; below that the quantized model changes answers, not decimals.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Iterable
+
+import numpy as np
+
+from profiler.errors import UsageError
+from profiler.findings import Finding
+
+DEFAULT_THRESHOLDS: dict[str, dict[str, float]] = {
+    "fp16": {"cosine_min": 0.999, "rel_l2_max": 1e-2, "top1_agreement_min": 0.99},
+    "int8": {"cosine_min": 0.99, "rel_l2_max": 0.15, "top1_agreement_min": 0.90},
+}
+
+METRICS = ("max_abs", "mean_abs", "rel_l2", "cosine", "top1_agreement", "nan_count", "inf_count")
+
+
+def looks_like_class_scores(shape: tuple[int, ...]) -> bool:
+    """(N, C) or (N, T, C) with C > 1: scores over classes (per sample or per sequence step).
+
+    Rank-4 outputs are maps (NCHW), whose last axis is a width, so top-1 there means nothing.
+    """
+    return len(shape) in (2, 3) and shape[-1] > 1
+
+
+def _metrics(ref: np.ndarray, cand: np.ndarray) -> dict[str, Any]:
+    """Metrics of one output (arrays of equal shape)."""
+    r = np.asarray(ref, dtype=np.float64)
+    c = np.asarray(cand, dtype=np.float64)
+    nan_count = int(np.isnan(c).sum())
+    inf_count = int(np.isinf(c).sum())
+    ok = np.isfinite(r) & np.isfinite(c)
+    rf, cf = r[ok], c[ok]
+    out: dict[str, Any] = {"elements": int(r.size), "nan_count": nan_count, "inf_count": inf_count,
+                           "reference_nonfinite": int((~np.isfinite(r)).sum())}
+    if rf.size == 0:
+        out.update({"max_abs": None, "mean_abs": None, "rel_l2": None, "cosine": None})
+    else:
+        diff = np.abs(cf - rf)
+        nr, nc, nd = float(np.linalg.norm(rf)), float(np.linalg.norm(cf)), float(np.linalg.norm(cf - rf))
+        if nr == 0.0:
+            rel = 0.0 if nd == 0.0 else float("inf")
+        else:
+            rel = nd / nr
+        if nr == 0.0 and nc == 0.0:
+            cos = 1.0
+        elif nr == 0.0 or nc == 0.0:
+            cos = 0.0
+        else:
+            cos = float(np.clip(np.dot(rf, cf) / (nr * nc), -1.0, 1.0))
+        out.update({"max_abs": float(diff.max()), "mean_abs": float(diff.mean()), "rel_l2": rel, "cosine": cos})
+    if looks_like_class_scores(r.shape):
+        rr = r.reshape(-1, r.shape[-1])
+        cc = np.where(np.isfinite(c), c, -np.inf).reshape(-1, c.shape[-1])
+        out["top1_agreement"] = float(np.mean(rr.argmax(axis=-1) == cc.argmax(axis=-1)))
+        out["top1_rows"] = int(rr.shape[0])
+    else:
+        out["top1_agreement"] = None
+    return out
+
+
+def compare_outputs(reference: dict[str, np.ndarray], candidate: dict[str, np.ndarray]) -> dict[str, dict]:
+    """Per-output metrics of ``candidate`` against ``reference`` (one input batch).
+
+    An output missing from the candidate or of another shape gets ``{"error": ...}`` (a breach).
+    """
+    result: dict[str, dict] = {}
+    for name, ref in reference.items():
+        if name not in candidate:
+            result[name] = {"error": f"output {name!r} is missing from the candidate"}
+            continue
+        r, c = np.asarray(ref), np.asarray(candidate[name])
+        if r.shape != c.shape:
+            result[name] = {"error": f"output {name!r} has shape {list(c.shape)}, reference {list(r.shape)}"}
+            continue
+        result[name] = _metrics(r, c)
+    return result
+
+
+def compare_batches(references: list[dict[str, np.ndarray]],
+                    candidates: list[dict[str, np.ndarray]]) -> dict[str, dict]:
+    """Metrics over several input batches, computed on all their elements at once.
+
+    Batches are concatenated per output (flattened, keeping the class axis for top-1), so a
+    metric over N batches is the metric of one big batch, not an average of per-batch numbers.
+    """
+    if len(references) != len(candidates):
+        raise ValueError(f"{len(references)} reference batches but {len(candidates)} candidate batches")
+    if not references:
+        return {}
+    result: dict[str, dict] = {}
+    for name in references[0]:
+        errors = [compare_outputs({name: r[name]}, {name: c[name]} if name in c else {})[name]
+                  for r, c in zip(references, candidates) if name not in c or np.shape(r[name]) != np.shape(c[name])]
+        if errors:
+            result[name] = errors[0]
+            continue
+        shapes = {np.shape(r[name]) for r in references}
+        rs = [np.asarray(r[name]) for r in references]
+        cs = [np.asarray(c[name]) for c in candidates]
+        if len(shapes) == 1 and looks_like_class_scores(rs[0].shape):
+            last = rs[0].shape[-1]
+            ref_all = np.concatenate([a.reshape(-1, last) for a in rs])
+            cand_all = np.concatenate([a.reshape(-1, last) for a in cs])
+        else:
+            ref_all = np.concatenate([a.reshape(-1) for a in rs])
+            cand_all = np.concatenate([a.reshape(-1) for a in cs])
+        m = _metrics(ref_all, cand_all)
+        m["batches"] = len(references)
+        result[name] = m
+    return result
+
+
+def _limits_for(precision: str, thresholds: dict | None) -> dict[str, float]:
+    if thresholds is None:
+        return dict(DEFAULT_THRESHOLDS.get(precision, {}))
+    if precision in thresholds and isinstance(thresholds[precision], dict):
+        return dict(thresholds[precision])
+    if any(isinstance(v, dict) for v in thresholds.values()):
+        return {}  # a per-precision table without this precision
+    return dict(thresholds)
+
+
+def merge_thresholds(overrides: dict[str, dict[str, float]] | None) -> dict[str, dict[str, float]]:
+    """DEFAULT_THRESHOLDS with per-precision overrides applied on top."""
+    merged = copy.deepcopy(DEFAULT_THRESHOLDS)
+    for precision, limits in (overrides or {}).items():
+        merged.setdefault(precision, {}).update(limits)
+    return merged
+
+
+def parse_threshold_args(args: Iterable[str]) -> dict[str, dict[str, float]]:
+    """``["fp16.cosine_min=0.9999", "int8.top1_agreement_min=0.95"]`` -> overrides for merge_thresholds."""
+    out: dict[str, dict[str, float]] = {}
+    for raw in args:
+        key, sep, value = raw.partition("=")
+        precision, dot, limit = key.strip().partition(".")
+        metric = limit[:-4] if limit.endswith(("_min", "_max")) else ""
+        if not sep or not dot or metric not in METRICS:
+            raise UsageError(f"accuracy threshold {raw!r} is not PRECISION.METRIC_min=X or PRECISION.METRIC_max=X "
+                             f"(metrics: {', '.join(METRICS)})")
+        try:
+            out.setdefault(precision, {})[limit] = float(value)
+        except ValueError:
+            raise UsageError(f"accuracy threshold {raw!r}: {value!r} is not a number") from None
+    return out
+
+
+def evaluate(metrics: dict[str, dict], precision: str,
+             thresholds: dict | None = None) -> tuple[bool, list[dict[str, Any]]]:
+    """Check per-output metrics against limits; returns (passed, breaches).
+
+    ``thresholds``: None (defaults), a per-precision table like DEFAULT_THRESHOLDS, or the limits
+    of this precision. NaN/Inf in the candidate, a missing output or a shape mismatch always breach.
+    """
+    limits = _limits_for(precision, thresholds)
+    breaches: list[dict[str, Any]] = []
+    for output, m in metrics.items():
+        if "error" in m:
+            breaches.append({"output": output, "metric": "error", "value": m["error"], "limit": None})
+            continue
+        for metric in ("nan_count", "inf_count"):
+            if m.get(metric):
+                breaches.append({"output": output, "metric": metric, "value": m[metric], "limit": 0})
+        for limit_name, limit in limits.items():
+            metric, kind = limit_name[:-4], limit_name[-3:]
+            value = m.get(metric)
+            if value is None:
+                continue
+            bad = value < limit if kind == "min" else value > limit
+            if bad or (isinstance(value, float) and np.isnan(value)):
+                breaches.append({"output": output, "metric": metric, "value": value, "limit": limit, "kind": kind})
+    return not breaches, breaches
+
+
+_RECOMMEND = {
+    "fp16": ("Keep the layers that lose precision in float32: add the op types or node names feeding "
+             "this output to the fp16 block list (keep_fp32), starting with normalisations, reductions and "
+             "the last layers; check for activations or constants beyond float16's range (65504)."),
+    "int8": ("Calibrate on more representative data (--calib with a few hundred real inputs), try another "
+             "calibration method (--calib-method entropy|minmax|percentile), and keep the sensitive layers "
+             "(first and last convolutions, the classifier head) in float32."),
+}
+
+
+def _describe(b: dict[str, Any]) -> str:
+    if b["metric"] == "error":
+        return str(b["value"])
+    if b["metric"] in ("nan_count", "inf_count"):
+        return f"{b['value']} {'NaN' if b['metric'] == 'nan_count' else 'Inf'} values"
+    op = "<" if b.get("kind") == "min" else ">"
+    return f"{b['metric']} {b['value']:.6g} {op} {b['limit']:g}"
+
+
+def accuracy_findings(variant_key: str, precision: str, per_output: dict[str, dict],
+                      thresholds: dict | None = None, *, calibration: dict | None = None) -> list[Finding]:
+    """One ``precision_regression`` finding per output whose metrics breach the limits.
+
+    Severity: high for NaN/Inf, missing outputs or lost top-1 agreement; medium otherwise; info
+    when the int8 calibration ran on random inputs (the numbers then mean nothing).
+    """
+    limits = _limits_for(precision, thresholds)
+    _, breaches = evaluate(per_output, precision, thresholds)
+    findings: list[Finding] = []
+    meaningless = bool((calibration or {}).get("meaningless"))
+    for output in dict.fromkeys(b["output"] for b in breaches):
+        mine = [b for b in breaches if b["output"] == output]
+        hard = any(b["metric"] in ("nan_count", "inf_count", "error", "top1_agreement") for b in mine)
+        severity = "info" if meaningless else ("high" if hard else "medium")
+        recommendation = _RECOMMEND.get(precision, "Compare this variant's layers with fp32 to find where it diverges.")
+        if meaningless:
+            recommendation = ("The int8 calibration used random inputs, so this accuracy result means nothing; "
+                              "pass --calib DATA with representative inputs and run again. " + recommendation)
+        metrics = per_output.get(output, {})
+        findings.append(Finding(
+            rule="precision_regression", severity=severity, variant=variant_key,
+            title=f"{precision} output {output!r} differs from fp32: " + "; ".join(_describe(b) for b in mine),
+            evidence={"output": output, **{k: v for k, v in metrics.items()},
+                      "breaches": [b["metric"] for b in mine],
+                      "calibration_meaningless": meaningless},
+            threshold=limits, recommendation=recommendation,
+        ))
+    return findings

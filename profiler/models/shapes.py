@@ -1,0 +1,88 @@
+"""Concrete input shapes: ``--shape name:1x3x224x224`` parsing and checking against the model.
+
+Every engine is built and timed for concrete shapes. Static inputs keep the model's shape; a dynamic
+input needs ``--shape``, and the error says which input and which of its dimensions are dynamic.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+from profiler.errors import UsageError
+from profiler.models.inspect import ModelInfo, is_static
+
+_DIMS_RE = re.compile(r"\d+(?:[x,]\d+)*")
+
+
+def parse_shape_args(args: Iterable[str]) -> dict[str, tuple[int, ...]]:
+    """``["x:1x3x224x224"]`` -> ``{"x": (1, 3, 224, 224)}``; UsageError on bad syntax or repeats.
+
+    The name is everything before the last colon, so TensorFlow-style names (``input:0``) work.
+    Dimensions are separated by ``x`` (or commas) and must be positive integers.
+    """
+    shapes: dict[str, tuple[int, ...]] = {}
+    for raw in args:
+        text = raw.strip()
+        name, sep, dims = text.rpartition(":")
+        dims = dims.strip().lower()
+        if not sep or not name or not _DIMS_RE.fullmatch(dims):
+            raise UsageError(f"--shape {raw!r} is not NAME:DIMS with DIMS like 1x3x224x224")
+        shape = tuple(int(d) for d in re.split(r"[x,]", dims))
+        if any(d <= 0 for d in shape):
+            raise UsageError(f"--shape {raw!r} has a dimension that is not a positive integer")
+        if name in shapes:
+            raise UsageError(f"--shape gives input {name!r} twice")
+        shapes[name] = shape
+    return shapes
+
+
+def format_shape(shape: Iterable[int]) -> str:
+    """(1, 3, 224, 224) -> '1x3x224x224'."""
+    return "x".join(str(d) for d in shape)
+
+
+def _example(dims: tuple) -> str:
+    """A plausible concrete shape to suggest: 1 for a dynamic leading (batch) dim, 224 elsewhere."""
+    out = []
+    for i, d in enumerate(dims):
+        out.append(str(d) if isinstance(d, int) and d > 0 else ("1" if i == 0 else "224"))
+    return "x".join(out)
+
+
+def resolve_shapes(info: ModelInfo, shapes: dict[str, tuple[int, ...]] | None) -> dict[str, tuple[int, ...]]:
+    """A concrete shape for every model input, in the model's input order.
+
+    Raises UsageError when ``shapes`` names an unknown input, contradicts a static dimension or has
+    the wrong rank, or when a dynamic input has no shape.
+    """
+    shapes = dict(shapes or {})
+    names = [t.name for t in info.inputs]
+    unknown = [n for n in shapes if n not in names]
+    if unknown:
+        raise UsageError(f"--shape names input {unknown[0]!r}, which the model does not have "
+                         f"(its inputs: {', '.join(repr(n) for n in names)})")
+    resolved: dict[str, tuple[int, ...]] = {}
+    for t in info.inputs:
+        given = shapes.get(t.name)
+        rank_known = t.name not in info.unknown_rank
+        if given is None:
+            if rank_known and is_static(t.shape):
+                resolved[t.name] = tuple(int(d) for d in t.shape)
+                continue
+            if not rank_known:
+                raise UsageError(f"input {t.name!r} has no declared shape; give --shape {t.name}:DIMS "
+                                 f"(e.g. {t.name}:1x3x224x224)")
+            raise UsageError(f"input {t.name!r} has dynamic dimensions {list(t.shape)}; "
+                             f"give --shape {t.name}:{_example(t.shape)}")
+        given = tuple(int(d) for d in given)
+        if rank_known:
+            if len(given) != len(t.shape):
+                raise UsageError(f"--shape {t.name}:{format_shape(given)} has rank {len(given)}, but input "
+                                 f"{t.name!r} has rank {len(t.shape)} {list(t.shape)}")
+            for axis, (g, d) in enumerate(zip(given, t.shape)):
+                if isinstance(d, int) and d > 0 and g != d:
+                    raise UsageError(f"--shape {t.name}:{format_shape(given)} contradicts the model: "
+                                     f"dimension {axis} of input {t.name!r} is fixed at {d} ({list(t.shape)})")
+        resolved[t.name] = given
+    return resolved

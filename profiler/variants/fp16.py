@@ -1,0 +1,239 @@
+"""FP16 variant: the model converted to float16 by onnxconverter-common, float32 at its edges.
+
+Under TensorRT's strong typing the ONNX types are the engine's precisions, so this file *is* the
+fp16 engine's precision plan. We use the maintained converter (``onnxconverter_common.float16``)
+with ``keep_io_types=True`` (callers keep feeding and reading float32) and a block list of ops that
+stay in float32, because float16's 10-bit mantissa and 65504 maximum break them:
+
+- the converter's own default list (``DEFAULT_OP_BLOCK_LIST``: Resize, Upsample, TopK, Range,
+  CumSum, Min, Max, NonMaxSuppression, RoiAlign and the classic-ML ops);
+- exponentials and logarithms, which overflow or lose the small values: Exp, Log, Softmax,
+  LogSoftmax, Softplus;
+- reductions and normalisations, whose sums of many terms overflow or round away small addends:
+  ReduceMean, ReduceSum, ReduceSumSquare, ReduceL2, ReduceLogSumExp, ReduceProd,
+  LayerNormalization, InstanceNormalization, GroupNormalization, LpNormalization,
+  MeanVarianceNormalization;
+- powers and roots (variance computations in exported LayerNorms): Pow, Sqrt, Reciprocal, Erf;
+- index-valued ops whose result flips on a rounding tie: ArgMax, ArgMin, NonZero.
+
+Beyond op types, any node whose float32 constants do not fit float16 (|x| > 65504, e.g. a
+BatchNormalization running variance of 1e8 in PP-OCRv4's detector, or a -1e9 attention mask) stays
+in float32 with those constants, because the converter would otherwise clamp them and silently
+change the model. Callers can add node names or op types (``keep_fp32``).
+
+Convolutions, matrix products, pooling and pointwise activations (the time) run in float16.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any, Iterable
+
+#: bump when the conversion recipe below changes, so cached conversions are remade
+RECIPE_VERSION = 1
+
+#: ops kept in float32 beyond the converter's defaults (see the module docstring for why)
+EXTRA_FP32_OPS: tuple[str, ...] = (
+    "Exp", "Log", "Softmax", "LogSoftmax", "Softplus",
+    "ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceL2", "ReduceLogSumExp", "ReduceProd",
+    "LayerNormalization", "InstanceNormalization", "GroupNormalization", "LpNormalization",
+    "MeanVarianceNormalization",
+    "Pow", "Sqrt", "Reciprocal", "Erf",
+    "NonZero", "ArgMax", "ArgMin",
+)
+
+
+def converter_version() -> str:
+    import onnxconverter_common
+
+    return str(getattr(onnxconverter_common, "__version__", "unknown"))
+
+
+def fp32_op_block_list() -> list[str]:
+    """Every op type the fp16 conversion keeps in float32 (converter defaults + EXTRA_FP32_OPS)."""
+    from onnxconverter_common.float16 import DEFAULT_OP_BLOCK_LIST
+
+    return sorted(set(DEFAULT_OP_BLOCK_LIST) | set(EXTRA_FP32_OPS))
+
+
+def _nodes_of(graph) -> Iterable:
+    import onnx
+
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _nodes_of(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from _nodes_of(g)
+
+
+FP16_MAX = 65504.0
+
+
+def _name_unnamed_nodes(graph) -> None:
+    """Give every node a name: the converter's node block list matches nodes by name."""
+    used = {n.name for n in _nodes_of(graph) if n.name}
+    for i, n in enumerate(_nodes_of(graph)):
+        if not n.name:
+            name = f"{n.op_type}_{i}"
+            while name in used:
+                name += "_"
+            n.name = name
+            used.add(name)
+
+
+def _out_of_range_nodes(graph) -> tuple[list[str], list[float]]:
+    """Nodes that produce or consume float32 constants beyond float16's range (and those values).
+
+    A BatchNormalization variance of 1e8 or a -1e9 attention mask cannot be stored in float16; the
+    converter would clamp it and silently change the model, so those nodes stay in float32.
+    """
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    big: dict[str, float] = {}
+    producers: dict[str, str] = {}
+
+    def note(name: str, tensor) -> None:
+        if tensor.data_type != onnx.TensorProto.FLOAT:
+            return
+        a = numpy_helper.to_array(tensor)
+        finite = a[np.isfinite(a)]
+        if finite.size and float(np.abs(finite).max()) > FP16_MAX:
+            big[name] = float(np.abs(finite).max())
+
+    def scan(g) -> None:
+        for init in g.initializer:
+            note(init.name, init)
+        for n in g.node:
+            if n.op_type == "Constant":
+                for attr in n.attribute:
+                    if attr.name == "value" and attr.type == onnx.AttributeProto.TENSOR:
+                        note(n.output[0], attr.t)
+                        producers[n.output[0]] = n.name
+            for attr in n.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    scan(attr.g)
+                elif attr.type == onnx.AttributeProto.GRAPHS:
+                    for sub in attr.graphs:
+                        scan(sub)
+
+    scan(graph)
+    _constants_to_initializers(graph, {t for t in big if t in producers})
+    nodes = {n.name for n in _nodes_of(graph) if any(i in big for i in n.input)}
+    return sorted(nodes), sorted(big.values(), reverse=True)
+
+
+def _constants_to_initializers(graph, names: set[str]) -> None:
+    """Turn top-level Constant nodes producing ``names`` into initializers of the same name.
+
+    The converter rewrites every Constant's value to float16 but leaves initializers that feed
+    blocked nodes alone, so an out-of-range constant must be an initializer to survive.
+    """
+    for node in list(graph.node):
+        if node.op_type == "Constant" and node.output[0] in names:
+            for attr in node.attribute:
+                if attr.name == "value":
+                    tensor = attr.t
+                    tensor.name = node.output[0]
+                    graph.initializer.append(tensor)
+                    graph.node.remove(node)
+                    break
+
+
+def _restore_float_outputs(model, original_types: dict[str, int]) -> list[str]:
+    """Make every top-level output float32 again where the converter left it float16.
+
+    onnxconverter-common 1.16 turns an output produced by a blocked node (a final Softmax) into a
+    float16 Cast despite ``keep_io_types``. The Cast is retargeted to float32, or a Cast added.
+    """
+    import onnx
+    from onnx import helper
+
+    fixed: list[str] = []
+    graph = model.graph
+    for out in graph.output:
+        want = original_types.get(out.name)
+        tt = out.type.tensor_type
+        if want is None or tt.elem_type == want:
+            continue
+        producer = next((n for n in graph.node if out.name in n.output), None)
+        if producer is not None and producer.op_type == "Cast":
+            for attr in producer.attribute:
+                if attr.name == "to":
+                    attr.i = want
+        else:
+            inner = out.name + "_fp16"
+            for n in graph.node:
+                n.output[:] = [inner if o == out.name else o for o in n.output]
+            graph.node.append(helper.make_node("Cast", [inner], [out.name], name=out.name + "_to_float32", to=want))
+        for vi in list(graph.value_info):
+            if vi.name == out.name:
+                graph.value_info.remove(vi)
+        tt.elem_type = want
+        fixed.append(out.name)
+    return fixed
+
+
+def _summarise_warnings(messages: list[str]) -> list[str]:
+    """The converter warns once per truncated constant; say it once, with counts and extremes."""
+    tiny = [m for m in messages if "will be truncated to" in m and ("1e-07" in m or "-1e-07" in m)]
+    rest = [m for m in messages if m not in tiny]
+    out = []
+    if tiny:
+        out.append(f"fp16 conversion: {len(tiny)} distinct float32 constants smaller than 1e-07 in magnitude "
+                   "were rounded to +-1e-07 (below float16's useful range)")
+    out += [f"fp16 conversion: {m}" for m in rest]
+    return out
+
+
+def convert_fp16(src: Path, dst: Path, *, keep_fp32_nodes: Iterable[str] = ()) -> dict[str, Any]:
+    """Write the float16 version of ``src`` to ``dst``; return what was done (for PreparedModel.info).
+
+    ``keep_fp32_nodes``: node names or op types to keep in float32 besides the block list. Nodes
+    whose float constants exceed float16's range are kept in float32 automatically.
+    """
+    import onnx
+    from onnxconverter_common.float16 import convert_float_to_float16
+
+    from profiler.models.inspect import load_model_proto
+
+    model = load_model_proto(src, load_external_data=True)
+    _name_unnamed_nodes(model.graph)
+    original_types = {o.name: o.type.tensor_type.elem_type for o in model.graph.output}
+    extra = list(keep_fp32_nodes)
+    op_types = {n.op_type for n in _nodes_of(model.graph)}
+    block_ops = sorted(set(fp32_op_block_list()) | {e for e in extra if e in op_types})
+    range_nodes, big_values = _out_of_range_nodes(model.graph)
+    block_nodes = sorted({e for e in extra if e not in op_types} | set(range_nodes))
+    kept_nodes = [n for n in _nodes_of(model.graph) if n.op_type in block_ops or n.name in block_nodes]
+    kept_ops: dict[str, int] = {}
+    for n in kept_nodes:
+        kept_ops[n.op_type] = kept_ops.get(n.op_type, 0) + 1
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        converted = convert_float_to_float16(model, keep_io_types=True, op_block_list=block_ops,
+                                             node_block_list=block_nodes, max_finite_val=FP16_MAX)
+    notes = _summarise_warnings(sorted({str(w.message).strip() for w in caught}))
+    fixed_outputs = _restore_float_outputs(converted, original_types)
+    if range_nodes:
+        notes.append(f"fp16 conversion: {len(range_nodes)} nodes kept in float32 because their constants exceed "
+                     f"float16's range (largest {big_values[0]:.4g} > {FP16_MAX:g}): {', '.join(range_nodes[:8])}"
+                     + (" ..." if len(range_nodes) > 8 else ""))
+    onnx.save(converted, str(dst))
+    return {
+        "converter": "onnxconverter-common float16",
+        "converter_version": converter_version(),
+        "keep_io_types": True,
+        "op_block_list": block_ops,
+        "node_block_list": block_nodes,
+        "nodes_kept_fp32": [n.name for n in kept_nodes],
+        "ops_kept_fp32": dict(sorted(kept_ops.items())),
+        "nodes_kept_fp32_out_of_range": range_nodes,
+        "outputs_recast_fp32": fixed_outputs,
+        "warnings": notes,
+    }
