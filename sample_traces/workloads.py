@@ -1,0 +1,256 @@
+#!/usr/bin/env python3
+"""Small GPU workloads whose right diagnosis is known by construction, for trtprof's sample traces.
+
+Each workload runs for about a second on an H200 under ``nsys profile`` (see ``capture_all.sh``).
+Every iteration sits inside one NVTX range with a clear name (default NVTX domain, through
+``torch.cuda.nvtx``), except in ``no_nvtx``. Warm-up happens first, outside any range, so module
+loading and library handle creation stay out of the ranges.
+
+Usage: ``python3 workloads.py NAME [--manifest PATH]``; NAME is one of ``WORKLOADS``. The manifest
+(JSON) records what the workload did: iteration counts, range names, and the known answers (for
+``host_stall`` the 0-based indices of the stalled iterations).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any, Callable
+
+import torch
+
+DEV = "cuda"
+
+
+def _push(name: str) -> None:
+    torch.cuda.nvtx.range_push(name)
+
+
+def _pop() -> None:
+    torch.cuda.nvtx.range_pop()
+
+
+def _tiny_ops(x: torch.Tensor, kernels: int) -> None:
+    """``kernels`` tiny in-place elementwise kernels on ``x`` (4096 floats: ~2 us of GPU work each)."""
+    for i in range(kernels // 2):
+        x.mul_(0.999)
+        x.add_(0.001)
+
+
+def launch_bound(iterations: int = 100, kernels: int = 100) -> dict[str, Any]:
+    """Eager loop of many tiny kernels: the host launches slower than the GPU runs them."""
+    x = torch.randn(4096, device=DEV)
+    for _ in range(5):
+        _tiny_ops(x, kernels)
+    torch.cuda.synchronize()
+    for _ in range(iterations):
+        _push("launch_bound.iter")
+        _tiny_ops(x, kernels)
+        _pop()
+    torch.cuda.synchronize()
+    return {"ranges": {"launch_bound.iter": iterations}, "kernels_per_iteration": kernels,
+            "sync_inside_ranges": False}
+
+
+def graph(iterations: int = 100, kernels: int = 100) -> dict[str, Any]:
+    """The launch_bound loop captured once with torch.cuda.CUDAGraph and replayed per iteration."""
+    x = torch.randn(4096, device=DEV)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up on a side stream, as torch's capture docs advise
+        for _ in range(3):
+            _tiny_ops(x, kernels)
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        _tiny_ops(x, kernels)
+    for _ in range(5):
+        g.replay()
+    torch.cuda.synchronize()
+    for _ in range(iterations):
+        _push("graph.iter")
+        g.replay()
+        _pop()
+    torch.cuda.synchronize()
+    return {"ranges": {"graph.iter": iterations}, "kernels_per_graph": kernels, "sync_inside_ranges": False}
+
+
+def host_stall(iterations: int = 100, period: int = 10, offset: int = 7, stall_ms: float = 5.0) -> dict[str, Any]:
+    """A GPU-bound query loop (matmuls, then a stream sync) whose every ``period``-th iteration first
+    sleeps ``stall_ms`` on the host (time.sleep -> clock_nanosleep) while the GPU sits idle."""
+    a = torch.randn(2048, 2048, device=DEV)
+    b = torch.randn(2048, 2048, device=DEV)
+    c = torch.empty_like(a)
+    stream = torch.cuda.current_stream()
+    for _ in range(5):
+        torch.mm(a, b, out=c)
+    torch.cuda.synchronize()
+    stalled = [i for i in range(iterations) if i % period == offset]
+    for i in range(iterations):
+        _push("host_stall.query")
+        if i % period == offset:
+            time.sleep(stall_ms / 1000.0)
+        for _ in range(4):
+            torch.mm(a, b, out=c)
+        stream.synchronize()
+        _pop()
+    torch.cuda.synchronize()
+    return {"ranges": {"host_stall.query": iterations}, "stalled_indices": stalled, "stall_ms": stall_ms,
+            "sync_inside_ranges": True, "sync_call": "cudaStreamSynchronize (one per query, waits for its result)"}
+
+
+def pageable_vs_pinned(iterations: int = 40, size_bytes: int = 16 << 20) -> dict[str, Any]:
+    """The same-size H2D and D2H copies, from pageable and from pinned host memory."""
+    n = size_bytes // 4
+    dev = torch.empty(n, device=DEV)
+    pageable = torch.randn(n)
+    pinned = torch.randn(n).pin_memory()
+    stream = torch.cuda.current_stream()
+    for _ in range(3):
+        dev.copy_(pageable)
+        pageable.copy_(dev)
+        dev.copy_(pinned, non_blocking=True)
+        pinned.copy_(dev, non_blocking=True)
+    torch.cuda.synchronize()
+    for _ in range(iterations):
+        _push("copy.pageable")
+        dev.copy_(pageable)          # H2D from pageable memory
+        pageable.copy_(dev)          # D2H to pageable memory
+        _pop()
+        _push("copy.pinned")
+        dev.copy_(pinned, non_blocking=True)   # H2D from pinned memory
+        pinned.copy_(dev, non_blocking=True)   # D2H to pinned memory
+        stream.synchronize()
+        _pop()
+    torch.cuda.synchronize()
+    return {"ranges": {"copy.pageable": iterations, "copy.pinned": iterations}, "copy_bytes": size_bytes,
+            "copies_per_range": {"h2d": 1, "d2h": 1}}
+
+
+def multistream(iterations: int = 40, streams: int = 4, mms_per_stream: int = 16, size: int = 256) -> dict[str, Any]:
+    """Independent matmul chains on ``streams`` streams, against the same work on one stream.
+
+    At ``size`` 256 each matmul occupies a few of the GPU's 132 SMs, so the streams overlap; at 1024
+    (``multistream_saturated``) each matmul fills the GPU and the streams cannot overlap."""
+    mats = [(torch.randn(size, size, device=DEV), torch.randn(size, size, device=DEV),
+             torch.empty(size, size, device=DEV)) for _ in range(streams)]
+    ss = [torch.cuda.Stream() for _ in range(streams)]
+    main = torch.cuda.current_stream()
+
+    def work_on(s_list: list) -> None:
+        for k, (a, b, c) in enumerate(mats):
+            s = s_list[k]
+            s.wait_stream(main)
+            with torch.cuda.stream(s):
+                for _ in range(mms_per_stream):
+                    torch.mm(a, b, out=c)
+            main.wait_stream(s)
+
+    for _ in range(3):
+        work_on(ss)
+        work_on([main] * streams)
+    torch.cuda.synchronize()
+    for _ in range(iterations):
+        _push("multistream.s1")
+        work_on([main] * streams)
+        main.synchronize()
+        _pop()
+        _push(f"multistream.s{streams}")
+        work_on(ss)
+        main.synchronize()
+        _pop()
+    torch.cuda.synchronize()
+    return {"ranges": {"multistream.s1": iterations, f"multistream.s{streams}": iterations},
+            "streams": streams, "matmuls_per_stream": mms_per_stream, "matrix_size": size}
+
+
+def no_nvtx(iterations: int = 60, kernels: int = 100) -> dict[str, Any]:
+    """The launch_bound loop with no NVTX at all: the whole capture is one window."""
+    x = torch.randn(4096, device=DEV)
+    for _ in range(5):
+        _tiny_ops(x, kernels)
+    torch.cuda.synchronize()
+    for _ in range(iterations):
+        _tiny_ops(x, kernels)
+    torch.cuda.synchronize()
+    return {"ranges": {}, "iterations": iterations, "kernels_per_iteration": kernels}
+
+
+def sync_heavy(iterations: int = 60, steps: int = 8) -> dict[str, Any]:
+    """A hot range that calls cudaDeviceSynchronize after every matmul and a stream sync at its end."""
+    a = torch.randn(1024, 1024, device=DEV)
+    b = torch.randn(1024, 1024, device=DEV)
+    c = torch.empty_like(a)
+    for _ in range(5):
+        torch.mm(a, b, out=c)
+    torch.cuda.synchronize()
+    for _ in range(iterations):
+        _push("sync_heavy.step")
+        for _ in range(steps):
+            torch.mm(a, b, out=c)
+            torch.cuda.synchronize()  # cudaDeviceSynchronize
+        torch.cuda.current_stream().synchronize()  # cudaStreamSynchronize
+        _pop()
+    torch.cuda.synchronize()
+    return {"ranges": {"sync_heavy.step": iterations}, "device_syncs_per_iteration": steps,
+            "stream_syncs_per_iteration": 1}
+
+
+def transfer_bound(iterations: int = 40, size_bytes: int = 32 << 20) -> dict[str, Any]:
+    """Pinned H2D + a light elementwise pass + D2H: the copies take far longer than the compute."""
+    n = size_bytes // 4
+    host_in = torch.randn(n).pin_memory()
+    host_out = torch.empty(n).pin_memory()
+    dev = torch.empty(n, device=DEV)
+    stream = torch.cuda.current_stream()
+    for _ in range(3):
+        dev.copy_(host_in, non_blocking=True)
+        dev.mul_(2.0)
+        host_out.copy_(dev, non_blocking=True)
+    torch.cuda.synchronize()
+    for _ in range(iterations):
+        _push("transfer_bound.step")
+        dev.copy_(host_in, non_blocking=True)
+        dev.mul_(2.0)
+        dev.add_(1.0)
+        host_out.copy_(dev, non_blocking=True)
+        stream.synchronize()
+        _pop()
+    torch.cuda.synchronize()
+    return {"ranges": {"transfer_bound.step": iterations}, "copy_bytes": size_bytes}
+
+
+WORKLOADS: dict[str, Callable[..., dict[str, Any]]] = {
+    "launch_bound": launch_bound,
+    "graph": graph,
+    "host_stall": host_stall,
+    "pageable_vs_pinned": pageable_vs_pinned,
+    "multistream": multistream,
+    "multistream_saturated": lambda: multistream(mms_per_stream=8, size=1024),
+    "no_nvtx": no_nvtx,
+    "sync_heavy": sync_heavy,
+    "transfer_bound": transfer_bound,
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("name", choices=sorted(WORKLOADS))
+    ap.add_argument("--manifest", help="write what the workload did (JSON) here")
+    args = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    t0 = time.perf_counter()
+    info = WORKLOADS[args.name]()
+    info["workload"] = args.name
+    info["wall_s"] = round(time.perf_counter() - t0, 3)
+    info["gpu"] = torch.cuda.get_device_name()
+    info["torch"] = torch.__version__
+    print(json.dumps(info))
+    if args.manifest:
+        with open(args.manifest, "w") as f:
+            json.dump(info, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
