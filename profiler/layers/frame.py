@@ -80,6 +80,8 @@ def make_frame(records: Iterable[dict] | pd.DataFrame, variant: str | None = Non
                 "activation_bytes"):
         df[col] = pd.to_numeric(df[col], errors="coerce").astype("float64")
     df["count"] = pd.to_numeric(df["count"], errors="coerce").astype("Int64")
+    for col in ("name", "type", "precision_in", "precision_out", "tactic", "variant"):
+        df[col] = df[col].astype(object).where(df[col].notna(), None)
     df["fused_nodes"] = [list(v) if isinstance(v, (list, tuple, np.ndarray)) else [] for v in df["fused_nodes"]]
     total = df["time_total_ms"].sum(min_count=1)
     if pd.notna(total) and total > 0:

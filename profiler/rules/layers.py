@@ -1,0 +1,359 @@
+"""Per-layer rules (layer frames of ``profiler.layers``) and trtexec's warnings from imported timing data.
+
+Plain functions take one :class:`LayerVariant` and thresholds and return findings; the registry
+wrappers (scope ``layers``, ids ``layers.<rule>``) run them over every variant of a
+:class:`LayerContext`. Findings carry the bare rule ids; ``launch_overhead``, ``transfer_bound`` and
+``jitter`` are the ids the sweep and the capture analysis use for the same diagnosis.
+
+Thresholds:
+- ``layer_hotspot``: one layer above 10 % of the summed per-layer time.
+- ``unfused_reformat``: reformat / stand-alone Q/DQ layers that cost time (any); severity by share.
+- ``precision_fallback``: non-reformat layers computing in a higher precision than the build asked
+  for (fp16 build: fp32 layers; int8 build: fp16/fp32 layers).
+- ``tiny_layers``: at least 10 layers, and at least 30 % of the timed layers, under 10 us each.
+- ``no_tensor_cores``: convolution/GEMM layers whose tactic name shows no Tensor Core kernel.
+  Heuristic over TensorRT/cuDNN/CUTLASS kernel names: Tensor Core kernels carry an MMA marker
+  (``xmma``/``hmma``/``imma``/``gmma``, cuDNN's ``h884``/``h1688``/``h16816``/``i8816``/``i16832``
+  shapes, ``tf32``). Not Tensor Core: single-precision cuDNN (``scudnn``), dp4a int8 (``int8x4``
+  cuDNN kernels), ``sgemm``/``gemv``, ``simt`` kernels, and XMMA kernels with pure fp32 math (``f32f32_f32f32``).
+  Layers without a tactic name (TensorRT's own CUDA kernels, e.g. depthwise convolution) are
+  "unknown" and not reported.
+- ``channel_alignment``: conv/GEMM input or output channels (per group) not multiples of 8 (fp16) or
+  32 (int8); image inputs with at most 4 channels are expected and left out.
+- ``launch_overhead``: median enqueue > 0.8 x median GPU compute (trtexec's enqueue-bound warning).
+- ``transfer_bound``: median H2D or D2H >= median GPU compute.
+- ``jitter``: GPU compute CoV > 1.0 % for TensorRT 8.6 to 10.13, > 2.5 % for 10.14 and later. Before
+  8.6 trtexec printed no CoV and gave no such warning; for 8.2 to 8.5 and unknown versions trtexec
+  8.6's 1.0 % is used (the finding says so).
+
+Enqueue medians come from trtexec's printed summary when it is present: exported timestamps carry
+only six significant digits (0.01 ms at 3 s), too coarse for a 5 us enqueue.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+
+from profiler.findings import Finding
+from profiler.layers import frame as lf
+from profiler.rules import rule, run_rules, thresholds
+
+JITTER_OLD_PCT = 1.0
+JITTER_NEW_PCT = 2.5
+
+_TC_MARKERS = re.compile(r"xmma|hmma|imma|gmma|h884|h1688|h16816|i8816|i16832|16816|1688|884cudnn|tf32|"
+                         r"tensorop|_hgemm|wmma", re.I)
+_NON_TC = re.compile(r"scudnn|sgemm|gemv|simt|int8x4_icudnn|icudnn_int8x4|f32f32_f32f32|_fp32_icudnn_int8x4", re.I)
+_GEMM_TYPES = re.compile(r"conv|gemm|matmul|matrixmultiply|fullyconnected", re.I)
+
+
+@dataclass
+class LayerVariant:
+    """One engine's per-layer frame and timing, as the layer rules see it."""
+
+    key: str
+    layers: pd.DataFrame
+    precision: str | None = None  # lowest precision the build allowed (fp32 | fp16 | int8 ...)
+    summary: dict[str, Any] | None = None  # profiler.layers.trtexec.timing_summary()
+    trtexec: dict[str, Any] = field(default_factory=dict)  # trtexec's printed summary
+    tensorrt_version: str | None = None
+
+
+@dataclass
+class LayerContext:
+    variants: list[LayerVariant]
+    thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def _layer_ev(r: dict, digits: int = 2) -> dict[str, Any]:
+    return {"name": r["name"], "type": r.get("type"), "time_ms": r.get("time_avg_ms"),
+            "share_pct": round(float(r.get("share_pct") or 0.0), digits),
+            "precision": lf.compute_precision(r), "tactic": r.get("tactic")}
+
+
+def _num(x: Any) -> float | None:
+    try:
+        f = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if f != f else f
+
+
+def _timed(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[frame["time_avg_ms"].fillna(0) > 0]
+
+
+# -- layer rules ------------------------------------------------------------------------------------
+def layer_hotspot(v: LayerVariant, share_pct: float = 10.0) -> list[Finding]:
+    """Layers above ``share_pct`` of the summed per-layer time."""
+    hot = v.layers[v.layers["share_pct"].fillna(0) > share_pct].sort_values("share_pct", ascending=False)
+    if hot.empty:
+        return []
+    top = hot.iloc[0]
+    recs = [_layer_ev(r) for r in hot.to_dict("records")]
+    return [Finding(
+        rule="layer_hotspot", severity="medium" if top["share_pct"] > 25 else "low", variant=v.key,
+        range=top["name"],
+        title=f"{v.key}: {len(hot)} layer(s) over {share_pct:g}% of layer time; '{top['name']}' takes "
+              f"{top['share_pct']:.1f}% ({top['time_avg_ms']:.4f} ms)",
+        evidence={"layers": recs, "top_share_pct": float(top["share_pct"])},
+        threshold={"share_pct": share_pct},
+        recommendation="Start optimising here: check its precision and tactic, and whether its channel "
+                       "counts let Tensor Core kernels run.")]
+
+
+def unfused_reformat(v: LayerVariant) -> list[Finding]:
+    """Reformat, copy and stand-alone Q/DQ layers that cost time."""
+    f = v.layers
+    mask = [lf.is_reformat(n, t) for n, t in zip(f["name"], f["type"])]
+    ref = f[pd.Series(mask, index=f.index)]
+    costly = _timed(ref)
+    if costly.empty:
+        return []
+    share = float(costly["share_pct"].sum())
+    qdq = int(sum(bool(re.match(r"(Quantize|Dequantize|QuantLinear|DequantLinear)", n)) for n in ref["name"]))
+    top = costly.sort_values("time_avg_ms", ascending=False).head(5)
+    sev = "high" if share >= 10 else "medium" if share >= 3 else "low"
+    return [Finding(
+        rule="unfused_reformat", severity=sev, variant=v.key,
+        title=f"{v.key}: {len(costly)} reformat/Q-DQ layer(s) cost {costly['time_avg_ms'].sum():.4f} ms "
+              f"({share:.1f}% of layer time)",
+        evidence={"reformat_layers": int(len(ref)), "costly_layers": int(len(costly)), "qdq_layers": qdq,
+                  "time_ms": float(costly["time_avg_ms"].sum()), "share_pct": share,
+                  "top": [_layer_ev(r) for r in top.to_dict("records")]},
+        threshold={"time_ms": 0.0},
+        recommendation="Reformats convert layouts/precisions between layers that disagree. For QAT models "
+                       "put Q/DQ pairs on every input of a convolution and of residual adds so TensorRT fuses "
+                       "them; keep adjacent layers in one precision and channel counts aligned.")]
+
+
+def precision_fallback(v: LayerVariant) -> list[Finding]:
+    """Layers computing in a higher precision than the variant asked for."""
+    want = v.precision
+    if want not in lf.PRECISION_RANK or lf.PRECISION_RANK[want] <= lf.PRECISION_RANK["fp32"]:
+        return []
+    rows = []
+    for r in v.layers.to_dict("records"):
+        p = lf.compute_precision(r)
+        if p in lf.PRECISION_RANK and lf.PRECISION_RANK[p] < lf.PRECISION_RANK[want] \
+                and not lf.is_reformat(r["name"], r.get("type")):
+            rows.append(r)
+    timed = [r for r in rows if (r.get("time_avg_ms") or 0) > 0]
+    if not timed:
+        return []
+    share = sum(float(r.get("share_pct") or 0) for r in timed)
+    by_prec: dict[str, int] = {}
+    for r in timed:
+        by_prec[lf.compute_precision(r)] = by_prec.get(lf.compute_precision(r), 0) + 1
+    timed.sort(key=lambda r: -(r.get("time_avg_ms") or 0))
+    return [Finding(
+        rule="precision_fallback", severity="medium" if share >= 10 else "low", variant=v.key,
+        title=f"{v.key}: {len(timed)} layer(s) ({share:.1f}% of layer time) run in higher precision than "
+              f"the requested {want}",
+        evidence={"requested": want, "layers_by_precision": by_prec, "share_pct": share,
+                  "time_ms": float(sum(r.get("time_avg_ms") or 0 for r in timed)),
+                  "layers": [_layer_ev(r) for r in timed[:10]]},
+        threshold={"precision": want},
+        recommendation="TensorRT kept these layers in higher precision (no faster kernel, or missing Q/DQ "
+                       "scales). Add Q/DQ around them (int8), check their types are supported in the lower "
+                       "precision, or accept them if their share is small.")]
+
+
+def tiny_layers(v: LayerVariant, tiny_ms: float = 0.010, min_count: int = 10,
+                min_fraction: float = 0.3) -> list[Finding]:
+    """Many layers under ``tiny_ms``: launch cost dominates, candidates for CUDA graphs or fusion."""
+    timed = _timed(v.layers)
+    if timed.empty:
+        return []
+    tiny = timed[timed["time_avg_ms"] < tiny_ms]
+    frac = len(tiny) / len(timed)
+    if len(tiny) < min_count or frac < min_fraction:
+        return []
+    return [Finding(
+        rule="tiny_layers", severity="low", variant=v.key,
+        title=f"{v.key}: {len(tiny)} of {len(timed)} timed layers take under {tiny_ms * 1000:g} us each",
+        evidence={"tiny_layers": int(len(tiny)), "timed_layers": int(len(timed)), "fraction": frac,
+                  "tiny_time_ms": float(tiny["time_avg_ms"].sum()), "tiny_share_pct": float(tiny["share_pct"].sum()),
+                  "median_layer_ms": float(timed["time_avg_ms"].median())},
+        threshold={"tiny_ms": tiny_ms, "min_count": min_count, "min_fraction": min_fraction},
+        recommendation="Per-kernel launch cost is comparable to the work: run under a CUDA graph "
+                       "(--useCudaGraph), batch more work per query, or fuse the small layers.")]
+
+
+def tensor_core_kind(tactic: str | None) -> str:
+    """'tensor-core', 'no-tensor-core' or 'unknown' from a tactic (kernel) name; see module docs."""
+    if not isinstance(tactic, str) or not tactic:
+        return "unknown"
+    if _NON_TC.search(tactic):
+        return "no-tensor-core"
+    if _TC_MARKERS.search(tactic):
+        return "tensor-core"
+    return "no-tensor-core"
+
+
+def _is_gemm(r: dict) -> bool:
+    return bool(_GEMM_TYPES.search(str(r.get("type") or ""))) and not lf.is_reformat(r["name"], r.get("type"))
+
+
+def no_tensor_cores(v: LayerVariant) -> list[Finding]:
+    """Convolution/GEMM layers whose tactics do not use Tensor Cores."""
+    rows = [r for r in v.layers.to_dict("records") if _is_gemm(r) and tensor_core_kind(r.get("tactic")) ==
+            "no-tensor-core"]
+    if not rows:
+        return []
+    share = sum(float(r.get("share_pct") or 0) for r in rows)
+    rows.sort(key=lambda r: -(r.get("time_avg_ms") or 0))
+    return [Finding(
+        rule="no_tensor_cores", severity="medium" if share >= 10 else "low", variant=v.key,
+        title=f"{v.key}: {len(rows)} convolution/GEMM layer(s) ({share:.1f}% of layer time) run kernels "
+              "without Tensor Cores",
+        evidence={"layers": [_layer_ev(r) for r in rows[:10]], "count": len(rows), "share_pct": share},
+        threshold={"heuristic": "tactic name lacks an MMA marker (xmma/hmma/imma/gmma/h1688/i8816/tf32...) "
+                                "or names a non-Tensor-Core kernel (scudnn, int8x4 cuDNN, sgemm, f32f32_f32f32)"},
+        recommendation="Tensor Core kernels need fp16/bf16/int8 (or TF32) math and aligned channel counts; "
+                       "check the layer's precision and channels, or whether TF32 was disabled.")]
+
+
+def channel_alignment(v: LayerVariant) -> list[Finding]:
+    """Conv/GEMM channel counts not multiples of 8 (fp16) or 32 (int8)."""
+    rows, image = [], 0
+    for r in v.layers.to_dict("records"):
+        if not _is_gemm(r):
+            continue
+        need = {"fp16": 8, "bf16": 8, "int8": 32}.get(lf.compute_precision(r) or "")
+        dims_in, dims_out = r.get("dims_in"), r.get("dims_out")
+        if not need or not isinstance(dims_in, list) or not dims_in or not isinstance(dims_in[0], list):
+            continue
+        if len(dims_in[0]) < 2:
+            continue
+        groups = int(_num(r.get("groups")) or 1)
+        c_in = int(dims_in[0][1])
+        k_out = int(_num(r.get("out_maps")) or (dims_out[0][1] if isinstance(dims_out, list) and dims_out
+                                                and len(dims_out[0]) > 1 else 0))
+        cg, kg = c_in // max(groups, 1), k_out // max(groups, 1)
+        if groups > 1 and cg == 1:
+            continue  # depthwise: no Tensor Core path either way
+        if c_in <= 4 and k_out % need == 0:
+            image += 1
+            continue
+        if cg % need or (kg and kg % need):
+            rows.append({**_layer_ev(r), "input_channels": c_in, "output_channels": k_out, "groups": groups,
+                         "multiple_of": need})
+    if not rows:
+        return []
+    share = sum(float(r["share_pct"] or 0) for r in rows)
+    return [Finding(
+        rule="channel_alignment", severity="low", variant=v.key,
+        title=f"{v.key}: {len(rows)} convolution/GEMM layer(s) have channel counts not aligned for Tensor Cores",
+        evidence={"layers": rows[:10], "count": len(rows), "share_pct": share, "image_input_layers_skipped": image},
+        threshold={"fp16_multiple": 8, "int8_multiple": 32},
+        recommendation="Pad channels to a multiple of 8 (fp16) or 32 (int8) in the model; TensorRT otherwise "
+                       "pads at run time or falls back to slower kernels.")]
+
+
+# -- trtexec's warnings from timing data -----------------------------------------------------------------
+def _median(v: LayerVariant, key: str) -> tuple[float | None, str]:
+    """Median of one timing part: trtexec's printed value if present, else ours from the export."""
+    t = (v.trtexec.get(key) or {}).get("median") if v.trtexec else None
+    if t is not None:
+        return float(t), "trtexec summary"
+    s = ((v.summary or {}).get(key) or {}).get("median")
+    return (float(s), "timing export") if s is not None and s == s else (None, "")
+
+
+def jitter_limit(version: str | None) -> tuple[float, str]:
+    """(CoV limit in %, why) for the TensorRT version that produced the data."""
+    nums = [int(x) for x in re.findall(r"\d+", version or "")[:2]]
+    if len(nums) == 2 and tuple(nums) >= (10, 14):
+        return JITTER_NEW_PCT, f"trtexec's threshold for TensorRT {version} (10.14 and later)"
+    if len(nums) == 2 and tuple(nums) >= (8, 6):
+        return JITTER_OLD_PCT, f"trtexec's threshold for TensorRT {version} (8.6 to 10.13)"
+    what = f"TensorRT {version}" if version else "an unknown TensorRT version"
+    return JITTER_OLD_PCT, (f"{what}: trtexec before 8.6 printed no CoV warning; using trtexec 8.6's 1.0%")
+
+
+def launch_overhead(v: LayerVariant, ratio: float = 0.8) -> list[Finding]:
+    enq, src = _median(v, "enqueue_ms")
+    comp, _ = _median(v, "gpu_compute_ms")
+    if enq is None or not comp or enq <= ratio * comp:
+        return []
+    return [Finding(
+        rule="launch_overhead", severity="medium", variant=v.key,
+        title=f"{v.key} is enqueue-bound: the host spends {enq:.4f} ms enqueuing {comp:.4f} ms of GPU compute",
+        evidence={"median_enqueue_ms": enq, "median_compute_ms": comp, "enqueue_over_compute": enq / comp,
+                  "source": src},
+        threshold={"enqueue_over_compute": ratio},
+        recommendation="Use CUDA graphs (trtexec --useCudaGraph), batch more work per query, or run several "
+                       "streams so launches overlap compute.")]
+
+
+def transfer_bound(v: LayerVariant) -> list[Finding]:
+    comp, _ = _median(v, "gpu_compute_ms")
+    h2d, _ = _median(v, "h2d_ms")
+    d2h, _ = _median(v, "d2h_ms")
+    if not comp:
+        return []
+    worst = max(h2d or 0.0, d2h or 0.0)
+    if worst < comp or worst <= 0:
+        return []
+    which = "H2D" if (h2d or 0.0) >= (d2h or 0.0) else "D2H"
+    return [Finding(
+        rule="transfer_bound", severity="medium", variant=v.key,
+        title=f"{v.key} is transfer-bound: {which} copies take {worst:.4f} ms against {comp:.4f} ms of compute",
+        evidence={"median_h2d_ms": h2d, "median_d2h_ms": d2h, "median_compute_ms": comp},
+        threshold={"transfer_over_compute": 1.0},
+        recommendation="Keep data on the device between queries or overlap copies with compute "
+                       "(trtexec --noDataTransfers measures compute alone).")]
+
+
+def jitter(v: LayerVariant) -> list[Finding]:
+    g = (v.summary or {}).get("gpu_compute_ms") or {}
+    cov = v.trtexec.get("gpu_compute_cov_pct") if v.trtexec else None
+    cov = cov if cov is not None else g.get("cov_pct")
+    limit, why = jitter_limit(v.tensorrt_version)
+    if cov is None or cov != cov or cov <= limit:
+        return []
+    return [Finding(
+        rule="jitter", severity="medium" if cov > 4 * limit else "low", variant=v.key,
+        title=f"{v.key} is unstable: GPU compute time varies by {cov:.2f}% (CoV) across {g.get('count')} queries",
+        evidence={"compute_cov_pct": cov, "median_compute_ms": g.get("median"), "p99_compute_ms": g.get("p99"),
+                  "max_compute_ms": g.get("max")},
+        threshold={"cov_pct": limit, "why": why},
+        recommendation="Lock GPU clocks, keep other work off the GPU, run longer (--duration) and compare "
+                       "medians rather than means.")]
+
+
+PLAIN_RULES = {"layer_hotspot": layer_hotspot, "unfused_reformat": unfused_reformat,
+               "precision_fallback": precision_fallback, "tiny_layers": tiny_layers,
+               "no_tensor_cores": no_tensor_cores, "channel_alignment": channel_alignment,
+               "launch_overhead": launch_overhead, "transfer_bound": transfer_bound, "jitter": jitter}
+
+_DEFAULTS: dict[str, dict[str, Any]] = {"layer_hotspot": {"share_pct": 10.0},
+                                        "tiny_layers": {"tiny_ms": 0.010, "min_count": 10, "min_fraction": 0.3},
+                                        "launch_overhead": {"ratio": 0.8}}
+
+
+def _register(name: str) -> None:
+    func = PLAIN_RULES[name]
+
+    def run(ctx: LayerContext) -> list[Finding]:
+        thr = thresholds(ctx, f"layers.{name}")
+        return [f for v in ctx.variants for f in func(v, **thr)]
+
+    run.__name__ = run.__qualname__ = f"layers_{name}"
+    run.__doc__ = func.__doc__ or name
+    rule(f"layers.{name}", scope="layers", defaults=_DEFAULTS.get(name, {}))(run)
+
+
+for _name in PLAIN_RULES:
+    _register(_name)
+
+
+def run_layer_rules(variants: list[LayerVariant], overrides: dict[str, dict[str, Any]] | None = None
+                    ) -> list[Finding]:
+    """Every layer rule over ``variants``; overrides keyed ``layers.<rule>``."""
+    return run_rules("layers", LayerContext(variants), overrides=overrides)
