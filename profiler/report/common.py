@@ -1,0 +1,305 @@
+"""Building blocks shared by every report: pages, sections, tables, findings, plotly figure specs.
+
+A *page* is plain data: ``{"kind", "title", "subtitle", "banners", "cards", "sections", "figures"}``.
+Each section holds *blocks* (``chart``, ``table``, ``kv``, ``findings``, ``note``, ``missing``,
+``details``) that the templates render one way everywhere. Figures are plotly JSON specs (dicts);
+plotly itself is never imported here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Sequence
+
+from profiler.report.fmt import DASH, fmt_num, fmt_value, humanize_key, is_number
+
+SEVERITY_ORDER = ("high", "medium", "low", "info")
+SEVERITY_COLORS = {"high": "#c0392b", "medium": "#d9822b", "low": "#b8a200", "info": "#2f74c0"}
+STATUS_CLASSES = {
+    "ok": "ok", "passed": "ok", "pass": "ok", "yes": "ok", "true": "ok", "done": "ok", "reused": "ok",
+    "warn": "warn", "warning": "warn", "degraded": "warn", "random": "warn",
+    "failed": "bad", "fail": "bad", "error": "bad", "false": "bad", "no": "bad",
+    "skipped": "skip", "n/a": "skip", "not applicable": "skip", "not run": "skip",
+}
+PALETTE = ["#2f74c0", "#d9822b", "#2e9e5b", "#c0392b", "#7b5ea7", "#8c6d31", "#d45fa6", "#6b7280",
+           "#17a2b8", "#a3b83a"]
+OUTLIER_COLOR = "#c0392b"
+NOT_IN_CAPTURE = "not in this capture"
+NOT_IN_RUN = "not in this run"
+
+
+# ----------------------------------------------------------------------------- numbers
+
+def finite(value: Any) -> float | None:
+    """``value`` as a float when it is a finite number, else None."""
+    return float(value) if is_number(value) else None
+
+
+def rounded(value: Any, sig: int = 6) -> float | None:
+    """A finite number rounded to ``sig`` significant digits (keeps page size small), else None."""
+    v = finite(value)
+    if v is None or v == 0:
+        return v
+    return round(v, sig - 1 - int(math.floor(math.log10(abs(v)))))
+
+
+def rounded_list(values: Iterable[Any], sig: int = 6) -> list[float | None]:
+    return [rounded(v, sig) for v in values]
+
+
+def stat(stats: Any, key: str) -> float | None:
+    """One statistic out of a ``{"min", "median", ...}`` dict, tolerant of a missing dict or key."""
+    return finite(stats.get(key)) if isinstance(stats, dict) else None
+
+
+# ----------------------------------------------------------------------------- page scaffolding
+
+def new_page(kind: str, title: str, subtitle: str = "") -> dict[str, Any]:
+    return {"kind": kind, "title": title, "subtitle": subtitle, "banners": [], "cards": [],
+            "sections": [], "figures": {}}
+
+
+def section(page: dict, sid: str, title: str, intro: str = "") -> list[dict]:
+    """Append a section to ``page`` and return its (mutable) block list."""
+    blocks: list[dict] = []
+    page["sections"].append({"id": sid, "title": title, "intro": intro, "blocks": blocks})
+    return blocks
+
+
+def card(label: str, value: Any, cls: str = "", sub: str = "") -> dict[str, str]:
+    return {"label": label, "value": value if isinstance(value, str) else fmt_num(value), "cls": cls, "sub": sub}
+
+
+def missing(text: str) -> dict[str, str]:
+    return {"type": "missing", "text": text}
+
+
+def note(text: str, level: str = "info") -> dict[str, str]:
+    return {"type": "note", "text": text, "level": level}
+
+
+def chart(page: dict, fig_id: str, figure: dict, caption: str = "") -> dict[str, str]:
+    """Register ``figure`` under ``fig_id`` on the page and return the block that places it."""
+    fig_id = "fig-" + "".join(c if c.isalnum() or c in "-_" else "-" for c in fig_id)
+    base, n = fig_id, 2
+    while fig_id in page["figures"]:
+        fig_id, n = f"{base}-{n}", n + 1
+    for trace in figure.get("data", []):
+        escape_trace_text(trace)
+    page["figures"][fig_id] = figure
+    return {"type": "chart", "id": fig_id, "caption": caption}
+
+
+TEXT_KEYS = ("name", "text", "hovertext", "x", "y", "labels", "legendgroup")
+
+
+def plot_text(value: Any) -> Any:
+    """Escape a label for plotly, which reads trace text as a subset of HTML: 'f<int>' -> 'f&lt;int&gt;'.
+
+    plotly turns the entities back into the literal characters when it draws the SVG text.
+    """
+    if isinstance(value, str):
+        return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    if isinstance(value, list):
+        return [plot_text(v) for v in value]
+    return value
+
+
+def escape_trace_text(trace: dict) -> dict:
+    """Escape, in place, every data-derived string of one trace (names, labels, hover text, categories)."""
+    for key in TEXT_KEYS:
+        if key in trace:
+            trace[key] = plot_text(trace[key])
+    return trace
+
+
+def cell(text: Any, cls: str = "", sub: str = "", title: str = "") -> dict[str, str]:
+    """A table cell with a CSS class (status colours), a second line and a tooltip."""
+    return {"text": text if isinstance(text, str) else fmt_num(text), "cls": cls, "sub": sub, "title": title}
+
+
+def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], *, numeric: Sequence[bool] | None = None,
+          caption: str = "", limit: int | None = None) -> dict[str, Any]:
+    """A table block; plain values are formatted with :func:`fmt_num`, dict cells come from :func:`cell`."""
+    rows = list(rows)
+    total = len(rows)
+    if limit is not None and total > limit:
+        rows = rows[:limit]
+        caption = (caption + " " if caption else "") + f"(first {limit} of {total} rows)"
+    out_rows = [[c if isinstance(c, dict) else cell(c if isinstance(c, str) else fmt_num(c)) for c in r]
+                for r in rows]
+    if numeric is None:
+        numeric = [all(is_number(r[i]) for r in rows if i < len(r) and r[i] is not None) and bool(rows)
+                   for i in range(len(columns))]
+    return {"type": "table", "columns": list(columns), "rows": out_rows, "numeric": list(numeric),
+            "caption": caption}
+
+
+def kv(rows: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+    """A two-column key/value block; values are formatted by their key's unit."""
+    return {"type": "kv", "rows": [(humanize_key(k), v if isinstance(v, str) else fmt_value(k, v))
+                                   for k, v in rows]}
+
+
+def details(summary: str, blocks: list[dict]) -> dict[str, Any]:
+    """A collapsible group of tables (never charts: plotly cannot size a hidden div)."""
+    return {"type": "details", "summary": summary, "blocks": blocks}
+
+
+def status_class(status: Any) -> str:
+    return STATUS_CLASSES.get(str(status).strip().lower(), "") if status is not None else "unknown"
+
+
+def scalar_items(d: Any, skip: Iterable[str] = ()) -> list[tuple[str, Any]]:
+    """The entries of a dict worth a key/value row (nested lists of dicts are summarised)."""
+    if not isinstance(d, dict):
+        return []
+    skip = set(skip)
+    out = []
+    for k, v in d.items():
+        if k in skip or v is None or v == "" or v == [] or v == {}:
+            continue
+        if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            v = "; ".join(describe(x) for x in v[:16]) + (f"; ... ({len(v)} in all)" if len(v) > 16 else "")
+        elif isinstance(v, dict):
+            v = describe(v)
+        out.append((str(k), v))
+    return out
+
+
+def describe(d: dict) -> str:
+    """A compact one-line description of a small dict: 'name=H200, memory=141 GiB'."""
+    name = d.get("name") or d.get("key")
+    parts = [str(name)] if name else []
+    for k, v in d.items():
+        if k in ("name", "key") or v is None or isinstance(v, (dict, list)):
+            continue
+        parts.append(f"{humanize_key(k)} {fmt_value(k, v)}")
+    return ", ".join(parts) if parts else DASH
+
+
+# ----------------------------------------------------------------------------- findings
+
+def _severity_rank(sev: Any) -> int:
+    s = str(sev).lower()
+    return SEVERITY_ORDER.index(s) if s in SEVERITY_ORDER else len(SEVERITY_ORDER)
+
+
+def finding_views(findings: Iterable[Any]) -> list[dict[str, Any]]:
+    """Findings (dicts or Finding objects) as display records, most severe first."""
+    items = []
+    for f in findings or []:
+        if hasattr(f, "to_dict"):
+            f = f.to_dict()
+        if not isinstance(f, dict):
+            continue
+        sev = str(f.get("severity") or "info").lower()
+        items.append({
+            "rule": str(f.get("rule") or "?"),
+            "severity": sev,
+            "severity_cls": sev if sev in SEVERITY_ORDER else "info",
+            "title": str(f.get("title") or f.get("rule") or ""),
+            "range": f.get("range"),
+            "variant": f.get("variant"),
+            "evidence": [(humanize_key(k), fmt_value(k, v)) for k, v in (f.get("evidence") or {}).items()]
+            if isinstance(f.get("evidence"), dict) else ([("evidence", fmt_value("", f["evidence"]))]
+                                                         if f.get("evidence") else []),
+            "threshold": [(humanize_key(k), fmt_value(k, v)) for k, v in (f.get("threshold") or {}).items()]
+            if isinstance(f.get("threshold"), dict) else ([("threshold", fmt_value("", f["threshold"]))]
+                                                          if f.get("threshold") else []),
+            "recommendation": str(f.get("recommendation") or ""),
+        })
+    items.sort(key=lambda x: (_severity_rank(x["severity"]), x["rule"], str(x["range"] or ""),
+                              str(x["variant"] or "")))
+    return items
+
+
+def severity_counts(findings: Iterable[Any]) -> dict[str, int]:
+    counts = {s: 0 for s in SEVERITY_ORDER}
+    for f in finding_views(findings):
+        counts[f["severity_cls"]] += 1
+    return counts
+
+
+def findings_block(findings: Iterable[Any], empty: str = "No findings: every rule passed.") -> dict[str, Any]:
+    views = finding_views(findings)
+    if not views:
+        return note(empty, "ok")
+    return {"type": "findings", "items": views}
+
+
+def findings_cards(page: dict, findings: Iterable[Any]) -> None:
+    counts = severity_counts(findings)
+    total = sum(counts.values())
+    worst = next((s for s in SEVERITY_ORDER if counts[s]), None)
+    page["cards"].append(card("findings", str(total), cls=f"sev-{worst}" if worst else "ok",
+                              sub=", ".join(f"{n} {s}" for s, n in counts.items() if n) or "none"))
+
+
+# ----------------------------------------------------------------------------- figures
+
+def figure(data: list[dict], layout: dict | None = None, *, height: int = 360) -> dict[str, Any]:
+    """A plotly figure spec with the report's house style."""
+    base = {
+        "height": height,
+        "margin": {"l": 60, "r": 20, "t": 30, "b": 50},
+        "font": {"family": "system-ui, -apple-system, 'Segoe UI', sans-serif", "size": 12},
+        "paper_bgcolor": "#ffffff",
+        "plot_bgcolor": "#ffffff",
+        "colorway": PALETTE,
+        "hovermode": "closest",
+        "legend": {"orientation": "h", "y": -0.2},
+        "xaxis": {"gridcolor": "#eceff3", "zeroline": False, "automargin": True},
+        "yaxis": {"gridcolor": "#eceff3", "zeroline": False, "automargin": True},
+    }
+    for k, v in (layout or {}).items():
+        if isinstance(v, dict) and isinstance(base.get(k), dict):
+            base[k] = {**base[k], **v}
+        else:
+            base[k] = v
+    return {"data": data, "layout": base}
+
+
+def short_label(text: Any, limit: int = 48) -> str:
+    """A label short enough for an axis; the full name stays in the hover text."""
+    s = str(text)
+    return s if len(s) <= limit else s[: limit // 2 - 1] + "…" + s[-(limit // 2 - 1):]
+
+
+def histogram(samples: Sequence[float], edges: Sequence[float]) -> list[int]:
+    """Counts of ``samples`` in bins ``[edges[i], edges[i+1])`` (the last bin is closed)."""
+    import numpy as np
+
+    values = np.asarray([v for v in samples if is_number(v)], dtype=float)
+    counts, _ = np.histogram(values, bins=np.asarray(edges, dtype=float))
+    return [int(c) for c in counts]
+
+
+def shared_edges(*sample_sets: Sequence[float], bins: int = 40) -> list[float]:
+    """Common bin edges covering every sample set (so overlaid histograms line up)."""
+    import numpy as np
+
+    values = np.concatenate([np.asarray([v for v in s if is_number(v)], dtype=float) for s in sample_sets]
+                            or [np.zeros(0)])
+    if values.size == 0:
+        return []
+    lo, hi = float(values.min()), float(values.max())
+    if hi <= lo:
+        span = abs(lo) * 0.01 or 1e-3
+        lo, hi = lo - span, hi + span
+    return [float(x) for x in np.linspace(lo, hi, bins + 1)]
+
+
+def unique_labels(labels: Sequence[Any]) -> list[str]:
+    """Labels made distinct (a category axis would merge equal ones): 'a', 'a (2)', ..."""
+    seen: dict[str, int] = {}
+    out = []
+    for lab in labels:
+        s = str(lab)
+        if s in seen:
+            seen[s] += 1
+            s = f"{s} ({seen[s]})"
+        else:
+            seen[s] = 1
+        out.append(s)
+    return out

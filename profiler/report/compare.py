@@ -1,0 +1,351 @@
+"""The regression-review report (``trtprof compare``): the verdict first, then the evidence.
+
+Input: the ``trtprof compare --json`` dict: ``baseline`` and ``candidate`` run dicts, ``variants`` with a
+verdict, median ratio, its confidence interval, the p-value and both runs' samples, plus environment
+changes, findings that appeared or disappeared and an optional trend. Every part is optional.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from profiler.report.common import (
+    NOT_IN_RUN, OUTLIER_COLOR, card, cell, chart, details, figure, findings_block, finite, kv, missing, new_page,
+    note, rounded, rounded_list, scalar_items, section, shared_edges, short_label, histogram, table, unique_labels,
+)
+from profiler.report.fmt import DASH, fmt_ms, fmt_num, fmt_pct, fmt_ratio_pct, fmt_value, humanize_key, is_number
+
+VERDICT_CLASSES = {"regression": "bad", "improvement": "ok", "no_change": "", "missing": "warn"}
+VERDICT_ORDER = {"regression": 0, "missing": 1, "improvement": 2, "no_change": 3}
+RUN_FIELDS = ("id", "label", "kind", "created_at", "host", "gpu", "driver_version", "cuda_version",
+              "tensorrt_version", "nsys_version", "backend", "model", "status")
+MAX_DISTRIBUTIONS = 12
+TOP_DELTAS = 15
+
+
+def _median(samples: Sequence[Any]) -> float | None:
+    import numpy as np
+
+    a = [float(s) for s in samples or [] if is_number(s)]
+    return float(np.median(a)) if a else None
+
+
+def variant_medians(v: dict) -> tuple[float | None, float | None]:
+    """Baseline and candidate median latency: given (``baseline_median_ms``) or from the samples."""
+    b = finite(v.get("baseline_median_ms"))
+    c = finite(v.get("candidate_median_ms"))
+    return (b if b is not None else _median(v.get("baseline_samples_ms")),
+            c if c is not None else _median(v.get("candidate_samples_ms")))
+
+
+def _verdict(v: dict) -> str:
+    return str(v.get("verdict") or "no_change").lower()
+
+
+def ci_text(v: dict) -> str:
+    lo, hi = finite(v.get("ci_low")), finite(v.get("ci_high"))
+    return f"{fmt_ratio_pct(lo)} to {fmt_ratio_pct(hi)}" if lo is not None and hi is not None else DASH
+
+
+def p_text(p: Any) -> str:
+    p = finite(p)
+    if p is None:
+        return DASH
+    return f"{p:.2g}" if p >= 1e-4 else f"{p:.1e}"
+
+
+def verdict_summary(data: dict) -> dict[str, Any]:
+    """The headline: ``{"cls", "headline", "lines", "regressions", "improvements", "missing"}``.
+
+    ``lines`` say for each regressed (then improved) variant by how much and how sure: the median ratio
+    as a change, its confidence interval and the p-value.
+    """
+    variants = [v for v in data.get("variants") or [] if isinstance(v, dict)]
+    by = {k: [v for v in variants if _verdict(v) == k] for k in VERDICT_ORDER}
+    level = data.get("confidence", data.get("confidence_level", 0.95))
+    level_text = f"{float(level) * 100:g}% CI" if is_number(level) else "CI"
+
+    def line(v: dict) -> str:
+        b, c = variant_medians(v)
+        parts = [f"{v.get('key', '?')}: median {fmt_ratio_pct(v.get('median_ratio'))}",
+                 f"({level_text} {ci_text(v)}, p = {p_text(v.get('p_value'))})"]
+        if b is not None and c is not None:
+            parts.append(f"{fmt_ms(b)} → {fmt_ms(c)}")
+        return " ".join(parts)
+
+    reg = sorted(by["regression"], key=lambda v: -(finite(v.get("median_ratio")) or 0))
+    imp = sorted(by["improvement"], key=lambda v: finite(v.get("median_ratio")) or 0)
+    n = len(variants)
+    if reg:
+        cls, head = "bad", f"Regression: {len(reg)} of {n} variant{'s' if n != 1 else ''} slower"
+    elif not variants:
+        cls, head = "warn", "No variants matched between the two runs"
+    elif by["missing"] and not imp and len(by["missing"]) == n:
+        cls, head = "warn", "No variant of the baseline is in the candidate"
+    elif imp:
+        cls, head = "ok", f"No regression; {len(imp)} of {n} variant{'s' if n != 1 else ''} faster"
+    else:
+        cls, head = "ok", f"No change beyond noise in {n} variant{'s' if n != 1 else ''}"
+    gate = data.get("gate_failed", data.get("gate"))
+    if isinstance(gate, bool) and "gate_failed" in data:
+        head += " (gate failed)" if gate else " (gate passed)"
+    lines = [line(v) for v in reg] + [line(v) for v in imp]
+    if by["missing"]:
+        lines.append("missing from one run: " + ", ".join(str(v.get("key", "?")) for v in by["missing"]))
+    return {"cls": cls, "headline": head, "lines": lines, "regressions": [v.get("key") for v in reg],
+            "improvements": [v.get("key") for v in imp], "missing": [v.get("key") for v in by["missing"]]}
+
+
+def overlaid_histogram(v: dict, bins: int = 40) -> dict[str, Any] | None:
+    """Both runs' samples binned on shared edges: ``{"edges", "centers", "baseline", "candidate"}``."""
+    b = [s for s in v.get("baseline_samples_ms") or [] if is_number(s)]
+    c = [s for s in v.get("candidate_samples_ms") or [] if is_number(s)]
+    if not b and not c:
+        return None
+    edges = shared_edges(b, c, bins=bins)
+    return {"edges": edges, "centers": [(edges[i] + edges[i + 1]) / 2 for i in range(len(edges) - 1)],
+            "baseline": histogram(b, edges), "candidate": histogram(c, edges)}
+
+
+def delta_rows(rows: Any) -> list[dict[str, Any]]:
+    """Per-layer (or per-kernel) deltas with ``delta_ms``/``delta_pct`` filled in, largest slowdown first."""
+    out = []
+    for r in rows or []:
+        if not isinstance(r, dict):
+            continue
+        r = dict(r)
+        b, c = finite(r.get("baseline_ms")), finite(r.get("candidate_ms"))
+        if finite(r.get("delta_ms")) is None and b is not None and c is not None:
+            r["delta_ms"] = c - b
+        if finite(r.get("delta_pct")) is None and b and c is not None:
+            r["delta_pct"] = (c - b) / b * 100
+        out.append(r)
+    out.sort(key=lambda r: -(finite(r.get("delta_ms")) or 0.0))
+    return out
+
+
+def environment_rows(changes: Any) -> list[tuple[str, Any, Any]]:
+    """Environment changes as ``(field, baseline, candidate)``; accepts a list of dicts or strings, or a dict."""
+    out: list[tuple[str, Any, Any]] = []
+    if isinstance(changes, dict):
+        for k, v in changes.items():
+            if isinstance(v, dict):
+                out.append((str(k), v.get("baseline"), v.get("candidate")))
+            elif isinstance(v, (list, tuple)) and len(v) == 2:
+                out.append((str(k), v[0], v[1]))
+            else:
+                out.append((str(k), None, v))
+    elif isinstance(changes, list):
+        for c in changes:
+            if isinstance(c, dict):
+                field = c.get("field", c.get("name", c.get("key", "?")))
+                out.append((str(field), c.get("baseline", c.get("before")), c.get("candidate", c.get("after"))))
+            elif c is not None:
+                out.append((str(c), None, None))
+    return out
+
+
+def trend_series(trend: Any) -> list[dict[str, Any]]:
+    """Trend as ``[{"title", "labels", "median_ms", "change_index"}]``.
+
+    Accepts ``{"points": [{"label"|"run_id"|"run"|"created_at", "median_ms"}], "change_index", "variant"}``,
+    a list of those, or ``{variant: [points]}``.
+    """
+    if trend is None:
+        return []
+    items: list[dict] = []
+    if isinstance(trend, dict) and isinstance(trend.get("points"), list):
+        items = [trend]
+    elif isinstance(trend, list):
+        items = [t for t in trend if isinstance(t, dict) and isinstance(t.get("points"), list)]
+        if not items and all(isinstance(t, dict) for t in trend):
+            items = [{"points": trend}]
+    elif isinstance(trend, dict):
+        items = [{"variant": k, "points": v} for k, v in trend.items() if isinstance(v, list)]
+    out = []
+    for t in items:
+        pts = [p for p in t["points"] if isinstance(p, dict)]
+        labels, ys = [], []
+        for i, p in enumerate(pts):
+            lab = p.get("label") or p.get("run_id") or p.get("run") or p.get("created_at") or i
+            labels.append(str(lab))
+            ys.append(finite(p.get("median_ms", p.get("latency_ms", p.get("value")))))
+        ci = t.get("change_index", t.get("step_index"))
+        out.append({"title": str(t.get("variant") or t.get("key") or ""), "labels": unique_labels(labels),
+                    "median_ms": ys, "change_index": ci if isinstance(ci, int) and 0 <= ci < len(pts) else None})
+    return [s for s in out if s["labels"]]
+
+
+# ----------------------------------------------------------------------------- page
+
+def build_compare_page(data: dict) -> dict[str, Any]:
+    """The compare report as plain data; ``page["verdict"]`` is shown before everything else."""
+    data = data if isinstance(data, dict) else {}
+    base = data.get("baseline") if isinstance(data.get("baseline"), dict) else {}
+    cand = data.get("candidate") if isinstance(data.get("candidate"), dict) else {}
+    variants = [v for v in data.get("variants") or [] if isinstance(v, dict)]
+
+    def run_name(r: dict) -> str:
+        return str(r.get("label") or (f"run {r['id']}" if r.get("id") is not None else "?"))
+
+    page = new_page("compare", "trtprof regression review", f"{run_name(base)} → {run_name(cand)}")
+    page["verdict"] = verdict_summary(data)
+    for w in data.get("warnings") or []:
+        page["banners"].append({"level": "medium", "text": str(w)})
+
+    # ---- verdict table
+    blocks = section(page, "verdict", "Verdict by variant",
+                     "Median latency ratio candidate/baseline with its bootstrap confidence interval, and the "
+                     "Mann-Whitney U p-value on the per-iteration samples.")
+    rule = data.get("decision_rule", data.get("rule", data.get("thresholds")))
+    if isinstance(rule, dict) and rule:
+        blocks.append(kv(rule.items()))
+    if variants:
+        ordered = sorted(variants, key=lambda v: (VERDICT_ORDER.get(_verdict(v), 9), -(finite(v.get("median_ratio")) or 0)))
+        rows = []
+        for v in ordered:
+            b, c = variant_medians(v)
+            rows.append([str(v.get("key", "?")), cell(_verdict(v).replace("_", " "), cls=VERDICT_CLASSES.get(_verdict(v), "")),
+                         b, c, cell(fmt_ratio_pct(v.get("median_ratio"))), cell(ci_text(v)), cell(p_text(v.get("p_value"))),
+                         cell(fmt_ratio_pct(v.get("throughput_ratio"))),
+                         cell(f"{len(v.get('baseline_samples_ms') or [])} / {len(v.get('candidate_samples_ms') or [])}")])
+        blocks.append(table(["variant", "verdict", "baseline median ms", "candidate median ms", "median change",
+                             "confidence interval", "p-value", "throughput change", "samples (base / cand)"], rows,
+                            numeric=[False, False] + [True] * 7))
+    else:
+        blocks.append(missing("No variants matched by key " + NOT_IN_RUN + "."))
+
+    # ---- distributions
+    blocks = section(page, "distributions", "Latency distributions, both runs overlaid",
+                     "Per-iteration latency histograms on shared bins.")
+    shown = 0
+    for v in sorted(variants, key=lambda v: (VERDICT_ORDER.get(_verdict(v), 9),
+                                              -abs((finite(v.get("median_ratio")) or 1) - 1))):
+        h = overlaid_histogram(v)
+        if h is None or shown >= MAX_DISTRIBUTIONS:
+            continue
+        shown += 1
+        blocks.append({"type": "heading", "text": f"{v.get('key', '?')} ({_verdict(v).replace('_', ' ')})"})
+        blocks.append(chart(page, f"dist-{shown}", distribution_figure(h, run_name(base), run_name(cand))))
+    if not shown:
+        blocks.append(missing("Per-iteration samples " + NOT_IN_RUN + "."))
+
+    # ---- layer deltas (and kernel deltas)
+    for kind, key, label in (("layers", "layer_deltas", "layer"), ("kernels", "kernel_deltas", "kernel")):
+        has = [v for v in variants if delta_rows(v.get(key))]
+        if kind == "kernels" and not has:
+            continue
+        blocks = section(page, f"{kind}-deltas", f"Per-{label} deltas",
+                         f"Which {label}s got slower (candidate − baseline), largest slowdown first.")
+        if not has:
+            blocks.append(missing(f"Per-{label} times " + NOT_IN_RUN + " (both runs need them)."))
+        for i, v in enumerate(has):
+            rows = delta_rows(v.get(key))
+            blocks.append({"type": "heading", "text": str(v.get("key", "?"))})
+            if i < MAX_DISTRIBUTIONS:
+                blocks.append(chart(page, f"{kind}-delta-{i}", delta_figure(rows[:TOP_DELTAS] +
+                                                                            [r for r in rows[TOP_DELTAS:]][-5:])))
+            cols = ["baseline_ms", "candidate_ms", "delta_ms", "delta_pct"]
+            extra = [c for c in ("type", "precision_baseline", "precision_candidate") if any(c in r for r in rows)]
+            blocks.append(table([label] + [humanize_key(c) for c in extra] + ["baseline ms", "candidate ms",
+                                                                             "delta ms", "delta"],
+                                [[str(r.get("name", "?"))] + [cell(fmt_value(c, r.get(c))) for c in extra] +
+                                 [finite(r.get("baseline_ms")), finite(r.get("candidate_ms")),
+                                  cell(fmt_num(r.get("delta_ms")), cls="bad" if (finite(r.get("delta_ms")) or 0) > 0
+                                       else "ok" if (finite(r.get("delta_ms")) or 0) < 0 else ""),
+                                  cell(fmt_pct(r.get("delta_pct")))] for r in rows],
+                                numeric=[False] + [False] * len(extra) + [True] * 4, limit=40))
+
+    # ---- accuracy deltas
+    acc = [(v.get("key", "?"), v.get("accuracy_deltas")) for v in variants if v.get("accuracy_deltas")]
+    if acc:
+        blocks = section(page, "accuracy", "Accuracy deltas")
+        for key, a in acc:
+            blocks.append({"type": "heading", "text": str(key)})
+            rows = a if isinstance(a, list) else [{"output": k, **(x if isinstance(x, dict) else {"value": x})}
+                                                  for k, x in a.items()] if isinstance(a, dict) else []
+            rows = [r for r in rows if isinstance(r, dict)]
+            cols: list[str] = []
+            for r in rows:
+                cols += [k for k in r if k not in cols]
+            blocks.append(table([humanize_key(c) for c in cols],
+                                [[r.get(c) if is_number(r.get(c)) else cell(fmt_value(c, r.get(c))) for c in cols]
+                                 for r in rows]))
+
+    # ---- environment
+    blocks = section(page, "environment", "Environment differences",
+                     "What changed between the runs: GPU, driver, CUDA, TensorRT, engine fingerprint, clocks.")
+    env = environment_rows(data.get("environment_changes"))
+    if env:
+        blocks.append(table(["what", "baseline", "candidate"],
+                            [[f, cell(fmt_value(f, b), cls="warn"), cell(fmt_value(f, c), cls="warn")] for f, b, c in env],
+                            numeric=[False, False, False]))
+    elif "environment_changes" in data:
+        blocks.append(note("Nothing changed in the recorded environment.", "ok"))
+    else:
+        blocks.append(missing("Environment comparison " + NOT_IN_RUN + "."))
+    if base or cand:
+        rows = []
+        for f in RUN_FIELDS:
+            b, c = base.get(f), cand.get(f)
+            if b is None and c is None:
+                continue
+            cls = "warn" if b != c and f not in ("id", "label", "created_at", "status") else ""
+            rows.append([humanize_key(f), cell(fmt_value(f, b), cls=cls), cell(fmt_value(f, c), cls=cls)])
+        if rows:
+            blocks.append(details("Both runs", [table(["", "baseline", "candidate"], rows, numeric=[False] * 3)]))
+
+    # ---- findings
+    blocks = section(page, "findings", "Findings that appeared or disappeared")
+    appeared, gone = data.get("findings_appeared"), data.get("findings_disappeared")
+    if appeared is None and gone is None:
+        blocks.append(missing("Finding comparison " + NOT_IN_RUN + "."))
+    else:
+        blocks.append({"type": "heading", "text": f"Appeared in the candidate ({len(appeared or [])})"})
+        blocks.append(findings_block(appeared or [], "No new findings."))
+        blocks.append({"type": "heading", "text": f"Disappeared from the candidate ({len(gone or [])})"})
+        blocks.append(findings_block(gone or [], "No finding went away."))
+
+    # ---- trend
+    series = trend_series(data.get("trend"))
+    if series:
+        blocks = section(page, "trend", "Trend", "Median latency of the runs of the same fingerprint over time; "
+                                                 "the star marks the run where the change began.")
+        for i, s in enumerate(series[:MAX_DISTRIBUTIONS]):
+            if s["title"]:
+                blocks.append({"type": "heading", "text": s["title"]})
+            blocks.append(chart(page, f"trend-{i}", trend_figure(s)))
+    return page
+
+
+# ----------------------------------------------------------------------------- figures
+
+def distribution_figure(h: dict, base_name: str, cand_name: str) -> dict:
+    width = (h["edges"][1] - h["edges"][0]) if len(h["edges"]) > 1 else None
+    common = {"type": "bar", "x": rounded_list(h["centers"]), "width": rounded(width), "opacity": 0.6}
+    return figure([{**common, "name": f"baseline ({base_name})", "y": h["baseline"], "marker": {"color": "#2f74c0"}},
+                   {**common, "name": f"candidate ({cand_name})", "y": h["candidate"], "marker": {"color": "#d9822b"}}],
+                  {"barmode": "overlay", "bargap": 0, "xaxis": {"title": {"text": "latency (ms)"}},
+                   "yaxis": {"title": {"text": "iterations"}}}, height=300)
+
+
+def delta_figure(rows: Sequence[dict]) -> dict:
+    rows = [r for r in rows if finite(r.get("delta_ms")) is not None][::-1]
+    names = unique_labels([short_label(r.get("name", "?"), 60) for r in rows])
+    return figure([{"type": "bar", "orientation": "h", "name": "delta", "y": names,
+                    "x": rounded_list(r["delta_ms"] for r in rows), "hovertext": [str(r.get("name", "?")) for r in rows],
+                    "marker": {"color": [OUTLIER_COLOR if r["delta_ms"] > 0 else "#2e9e5b" for r in rows]},
+                    "showlegend": False}],
+                  {"xaxis": {"title": {"text": "candidate − baseline (ms)"}, "zeroline": True}, "margin": {"l": 20}},
+                  height=max(240, 22 * len(rows) + 80))
+
+
+def trend_figure(s: dict) -> dict:
+    data = [{"type": "scatter", "mode": "lines+markers", "name": "median latency", "x": s["labels"],
+             "y": rounded_list(s["median_ms"])}]
+    if s["change_index"] is not None:
+        i = s["change_index"]
+        data.append({"type": "scatter", "mode": "markers", "name": "change begins", "x": [s["labels"][i]],
+                     "y": [rounded(s["median_ms"][i])], "marker": {"symbol": "star", "size": 16, "color": OUTLIER_COLOR}})
+    return figure(data, {"xaxis": {"type": "category", "title": {"text": "run"}},
+                         "yaxis": {"title": {"text": "median latency (ms)"}}}, height=300)

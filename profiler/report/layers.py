@@ -1,0 +1,275 @@
+"""The per-layer report (``trtprof import``): where the time goes, in which precision, and how two
+engines of the same model line up layer by layer.
+
+Input: the ``trtprof import --json`` dict. The sum of per-layer times is larger than the end-to-end
+latency (each layer's timing events add overhead); the report shows both and says so.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Sequence
+
+from profiler.report.common import (
+    NOT_IN_RUN, PALETTE, card, cell, chart, details, figure, findings_block, findings_cards, finite, kv, missing,
+    new_page, note, rounded_list, scalar_items, section, short_label, stat, table, unique_labels,
+)
+from profiler.report.fmt import DASH, fmt_ms, fmt_num, fmt_pct, fmt_value, humanize_key, is_number
+from profiler.report.sweep import PRECISION_COLORS, layer_time_by_type, layer_time_metric, variant_key
+
+MAX_LAYER_CHARTS = 6
+TOP_LAYERS = 20
+_PRECISION_ALIASES = {"float": "fp32", "float32": "fp32", "half": "fp16", "float16": "fp16", "bfloat16": "bf16",
+                      "int8": "int8", "fp8": "fp8", "int32": "int32", "bool": "bool", "int64": "int64"}
+
+
+def precision_label(layer: dict) -> str:
+    """The precision a layer ran in: its output precision, else its input precision, else 'unknown'."""
+    p = layer.get("precision_out") or layer.get("precision_in")
+    if not p:
+        return "unknown"
+    p = str(p).strip().lower()
+    return _PRECISION_ALIASES.get(p, p)
+
+
+def precision_mix(layers: Sequence[dict]) -> dict[str, dict[str, float]]:
+    """Share of each variant's layer time (percent) spent per precision; each variant's shares sum to 100."""
+    metric = layer_time_metric(layers)
+    sums: "OrderedDict[str, OrderedDict[str, float]]" = OrderedDict()
+    for x in layers:
+        t = finite(x.get(metric))
+        if t is None:
+            continue
+        var = str(x.get("variant") or "?")
+        sums.setdefault(var, OrderedDict())
+        p = precision_label(x)
+        sums[var][p] = sums[var].get(p, 0.0) + t
+    out: dict[str, dict[str, float]] = {}
+    for var, by_p in sums.items():
+        total = sum(by_p.values())
+        out[var] = {p: (t / total * 100.0 if total > 0 else 100.0 / len(by_p)) for p, t in by_p.items()}
+    return out
+
+
+def layer_sum_vs_latency(data: dict) -> list[dict[str, Any]]:
+    """Per variant: the sum of per-inference layer times against end-to-end latency and GPU compute time.
+
+    ``layer_sum_ms`` adds ``time_avg_ms`` (else ``time_median_ms``) over the variant's layers;
+    ``overhead_pct`` is how much larger it is than the GPU compute median (else the latency median).
+    """
+    layers = [x for x in data.get("layers") or [] if isinstance(x, dict)]
+    variants = [v for v in data.get("variants") or [] if isinstance(v, dict)]
+    keys = [variant_key(v) for v in variants]
+    for x in layers:
+        k = str(x.get("variant") or "?")
+        if k not in keys:
+            keys.append(k)
+    vmap = {variant_key(v): v for v in variants}
+    out = []
+    for k in keys:
+        xs = [x for x in layers if str(x.get("variant") or "?") == k]
+        col = "time_avg_ms" if xs and all(finite(x.get("time_avg_ms")) is not None for x in xs) else "time_median_ms"
+        vals = [finite(x.get(col)) for x in xs]
+        layer_sum = sum(v for v in vals if v is not None) if any(v is not None for v in vals) else None
+        v = vmap.get(k, {})
+        lat, gpu = stat(v.get("latency_ms"), "median"), stat(v.get("gpu_compute_ms"), "median")
+        ref = gpu if gpu is not None else lat
+        out.append({"variant": k, "layers": len(xs), "layer_sum_ms": layer_sum, "layer_time_column": col,
+                    "latency_median_ms": lat, "gpu_compute_median_ms": gpu,
+                    "overhead_pct": (layer_sum / ref - 1) * 100 if layer_sum is not None and ref else None})
+    return out
+
+
+def alignment_groups(alignment: Any) -> list[dict[str, Any]]:
+    """Alignment as ``[{"title", "rows": [dict]}]``: a flat list of rows, or pairs holding ``groups``/``rows``."""
+    if not isinstance(alignment, list) or not alignment:
+        if isinstance(alignment, dict):
+            alignment = [alignment]
+        else:
+            return []
+    nested = [a for a in alignment if isinstance(a, dict) and isinstance(a.get("groups", a.get("rows")), list)]
+    if nested:
+        out = []
+        for a in nested:
+            title = " vs ".join(str(a[k]) for k in ("baseline", "candidate") if a.get(k)) or \
+                    " vs ".join(str(a[k]) for k in ("a", "b") if a.get(k))
+            out.append({"title": title or "alignment",
+                        "rows": [r for r in a.get("groups", a.get("rows")) if isinstance(r, dict)]})
+        return out
+    return [{"title": "", "rows": [r for r in alignment if isinstance(r, dict)]}]
+
+
+def _align_time_keys(rows: Sequence[dict]) -> list[str]:
+    """The two time columns of an alignment to chart side by side (``*_ms`` keys other than deltas)."""
+    keys: list[str] = []
+    for r in rows:
+        for k, v in r.items():
+            if k.endswith("_ms") and "delta" not in k and is_number(v) and k not in keys:
+                keys.append(k)
+    return keys[:2]
+
+
+def _align_label(r: dict, i: int) -> str:
+    for k in ("name", "group", "label", "baseline_layers", "a_layers", "layers", "baseline_name", "a_name"):
+        v = r.get(k)
+        if v:
+            return ", ".join(map(str, v)) if isinstance(v, list) else str(v)
+    return f"group {i}"
+
+
+# ----------------------------------------------------------------------------- page
+
+def build_layers_page(data: dict) -> dict[str, Any]:
+    """The per-layer report as plain data."""
+    data = data if isinstance(data, dict) else {}
+    run = data.get("run") if isinstance(data.get("run"), dict) else {}
+    variants = [v for v in data.get("variants") or [] if isinstance(v, dict)]
+    layers = [x for x in data.get("layers") or [] if isinstance(x, dict)]
+    findings = data.get("findings") or []
+    page = new_page("layers", "trtprof per-layer report", str(run.get("source") or run.get("model") or ""))
+    for w in run.get("warnings") or data.get("warnings") or []:
+        page["banners"].append({"level": "medium", "text": str(w)})
+    page["cards"].append(card("variants", str(len(variants) or len({x.get('variant') for x in layers}))))
+    page["cards"].append(card("profiled layers", len(layers)))
+    findings_cards(page, findings)
+
+    # ---- summary
+    blocks = section(page, "summary", "Summary", "End-to-end timing of each variant, and its per-layer sum.")
+    items = scalar_items(run, skip=("warnings",))
+    if items:
+        blocks.append(kv(items))
+    sums = layer_sum_vs_latency(data)
+    if sums:
+        rows = []
+        for s in sums:
+            v = next((x for x in variants if variant_key(x) == s["variant"]), {})
+            rows.append([s["variant"], s["layers"], s["layer_sum_ms"], s["latency_median_ms"],
+                         s["gpu_compute_median_ms"], stat(v.get("enqueue_ms"), "median"), finite(v.get("throughput_qps")),
+                         cell(fmt_pct(s["overhead_pct"]))])
+        blocks.append(table(["variant", "layers", "sum of per-layer times ms", "latency median ms",
+                             "GPU compute median ms", "enqueue median ms", "throughput qps",
+                             "layer sum over GPU compute"], rows, numeric=[False] + [True] * 7))
+        blocks.append(note("The sum of per-layer times is larger than the end-to-end latency: profiling each "
+                           "layer adds timing events around it (per-layer event overhead) and breaks the overlap "
+                           "between layers. Use per-layer times for where the time goes (shares), and the "
+                           "end-to-end latency for how long an inference takes."))
+    else:
+        blocks.append(missing("No variants " + NOT_IN_RUN + "."))
+
+    blocks = section(page, "findings", "Findings", "Hotspots, unfused reformat and Q/DQ layers, layers left in "
+                                                   "higher precision, tiny layers, Tensor Core use.")
+    blocks.append(findings_block(findings))
+
+    # ---- time by layer
+    metric = layer_time_metric(layers)
+    blocks = section(page, "by-layer", "Time by layer", f"The {TOP_LAYERS} slowest layers of each variant "
+                                                        f"({humanize_key(metric)}).")
+    by_var: "OrderedDict[str, list[dict]]" = OrderedDict()
+    for x in layers:
+        by_var.setdefault(str(x.get("variant") or "?"), []).append(x)
+    if by_var:
+        for i, (var, xs) in enumerate(by_var.items()):
+            xs = sorted(xs, key=lambda x: -(finite(x.get(metric)) or 0.0))
+            if i < MAX_LAYER_CHARTS:
+                blocks.append({"type": "heading", "text": var})
+                blocks.append(chart(page, f"by-layer-{i}", top_layers_figure(xs[:TOP_LAYERS], metric)))
+        inner = []
+        for var, xs in by_var.items():
+            xs = sorted(xs, key=lambda x: -(finite(x.get(metric)) or 0.0))
+            inner.append({"type": "heading", "text": var})
+            inner.append(table(["layer", "type", "precision in", "precision out", "tactic", "avg ms", "median ms",
+                                "total ms", "share"],
+                               [[str(x.get("name", "?")), str(x.get("type") or DASH), str(x.get("precision_in") or DASH),
+                                 str(x.get("precision_out") or DASH), cell(str(x.get("tactic") or DASH)),
+                                 finite(x.get("time_avg_ms")), finite(x.get("time_median_ms")),
+                                 finite(x.get("time_total_ms")), cell(fmt_pct(x.get("share_pct")))] for x in xs],
+                               numeric=[False] * 5 + [True] * 4, limit=300))
+        blocks.append(details("Every layer", inner))
+    else:
+        blocks.append(missing("Per-layer times " + NOT_IN_RUN + "."))
+
+    # ---- time by type
+    blocks = section(page, "by-type", "Time by layer type")
+    lt = layer_time_by_type(layers) if layers else None
+    if lt and lt["variants"]:
+        blocks.append(chart(page, "by-type", by_type_figure(lt)))
+        blocks.append(table(["layer type"] + lt["variants"],
+                            [[typ] + lt["ms"][typ] for typ in lt["types"]],
+                            numeric=[False] + [True] * len(lt["variants"]),
+                            caption=f"{humanize_key(lt['metric'])} summed by type."))
+    else:
+        blocks.append(missing("Layer types " + NOT_IN_RUN + "."))
+
+    # ---- precision mix
+    blocks = section(page, "precision", "Precision mix", "Share of each variant's layer time by the precision the "
+                                                         "layer ran in (its output format).")
+    mix = precision_mix(layers)
+    if mix:
+        blocks.append(chart(page, "precision", precision_figure(mix)))
+        precs = sorted({p for d in mix.values() for p in d})
+        blocks.append(table(["variant"] + precs, [[var] + [cell(fmt_pct(d.get(p, 0.0))) for p in precs]
+                                                  for var, d in mix.items()], numeric=[False] + [True] * len(precs)))
+    else:
+        blocks.append(missing("Layer precisions " + NOT_IN_RUN + "."))
+
+    # ---- alignment
+    blocks = section(page, "alignment", "Layer alignment between variants",
+                     "Layers of two engines of the same model matched even where fusion made the lists differ: "
+                     "where the time moved and which precision each piece ran in.")
+    groups = alignment_groups(data.get("alignment"))
+    if groups:
+        for gi, g in enumerate(groups):
+            if g["title"]:
+                blocks.append({"type": "heading", "text": g["title"]})
+            rows = g["rows"]
+            tkeys = _align_time_keys(rows)
+            if len(tkeys) == 2 and rows:
+                blocks.append(chart(page, f"alignment-{gi}", alignment_figure(rows, tkeys)))
+            cols: list[str] = []
+            for r in rows:
+                for k in r:
+                    if k not in cols:
+                        cols.append(k)
+            blocks.append(table([humanize_key(c) for c in cols],
+                                [[r.get(c) if is_number(r.get(c)) else cell(fmt_value(c, r.get(c))) for c in cols]
+                                 for r in rows], limit=300))
+    else:
+        blocks.append(missing("Layer alignment " + NOT_IN_RUN + " (it needs two variants of the same model)."))
+    return page
+
+
+# ----------------------------------------------------------------------------- figures
+
+def top_layers_figure(xs: Sequence[dict], metric: str) -> dict:
+    xs = list(xs)[::-1]
+    colors = [PRECISION_COLORS.get(precision_label(x), "#6b7280") for x in xs]
+    return figure([{"type": "bar", "orientation": "h", "name": humanize_key(metric),
+                    "y": unique_labels([short_label(x.get("name", "?"), 60) for x in xs]), "x": rounded_list(x.get(metric) for x in xs),
+                    "hovertext": [f"{x.get('name', '?')} ({x.get('type') or '?'}, {precision_label(x)})" for x in xs],
+                    "marker": {"color": colors}, "showlegend": False}],
+                  {"xaxis": {"title": {"text": humanize_key(metric).replace(" ms", " (ms)")}}, "margin": {"l": 20}},
+                  height=max(260, 22 * len(xs) + 80))
+
+
+def by_type_figure(lt: dict) -> dict:
+    data = [{"type": "bar", "name": var, "x": lt["types"], "y": rounded_list(lt["ms"][t][i] for t in lt["types"])}
+            for i, var in enumerate(lt["variants"])]
+    return figure(data, {"barmode": "group", "xaxis": {"type": "category"},
+                         "yaxis": {"title": {"text": humanize_key(lt["metric"]).replace(" ms", " (ms)")}}})
+
+
+def precision_figure(mix: dict[str, dict[str, float]]) -> dict:
+    precs = sorted({p for d in mix.values() for p in d})
+    variants = list(mix)
+    data = [{"type": "bar", "name": p, "x": variants, "y": rounded_list(mix[v].get(p, 0.0) for v in variants),
+             "marker": {"color": PRECISION_COLORS.get(p, PALETTE[i % len(PALETTE)])}} for i, p in enumerate(precs)]
+    return figure(data, {"barmode": "stack", "xaxis": {"type": "category"},
+                         "yaxis": {"title": {"text": "share of layer time (%)"}, "range": [0, 100]}})
+
+
+def alignment_figure(rows: Sequence[dict], tkeys: Sequence[str]) -> dict:
+    labels = unique_labels([short_label(_align_label(r, i), 40) for i, r in enumerate(rows)])
+    data = [{"type": "bar", "name": humanize_key(k), "x": labels, "y": rounded_list(r.get(k) for r in rows),
+             "hovertext": [_align_label(r, i) for i, r in enumerate(rows)]} for k in tkeys]
+    return figure(data, {"barmode": "group", "xaxis": {"type": "category", "tickangle": -35},
+                         "yaxis": {"title": {"text": "ms"}}}, height=420)

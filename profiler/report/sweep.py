@@ -1,0 +1,465 @@
+"""The sweep report (``trtprof sweep``): every variant's build-and-run checklist, then variants side by side.
+
+Input: the sweep's ``summary.json`` dict, and optionally per-layer records. Missing fields show as
+"not recorded" rather than failing, so a partial or interrupted sweep still gets a report.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Iterable, Sequence
+
+from profiler.report.analysis import box_stats
+from profiler.report.common import (
+    NOT_IN_RUN, PALETTE, card, cell, chart, details, figure, findings_block, findings_cards, finite, kv, missing,
+    new_page, note, rounded, rounded_list, scalar_items, section, short_label, stat, status_class, table,
+)
+from profiler.report.fmt import DASH, fmt_bytes, fmt_ms, fmt_num, fmt_pct, fmt_value, humanize_key, is_number
+
+CHECKLIST_STEPS = ("parsed", "optimized", "calibrated", "serialized", "executed")
+ACCURACY_KEYS = ("max_abs", "mean_abs", "rel_l2", "cosine", "top1_agreement", "nan_count", "inf_count", "passed")
+PRECISION_COLORS = {"fp32": "#2f74c0", "fp16": "#d9822b", "bf16": "#7b5ea7", "int8": "#2e9e5b", "fp8": "#c0392b"}
+MAX_LAYER_TYPES = 12
+
+
+def variant_key(v: dict) -> str:
+    return str(v.get("key") or v.get("name") or "?")
+
+
+def _details_text(value: Any, skip: Iterable[str] = ()) -> str:
+    """A step's details as one short line: 'workspace 1 GiB; build 12.3 s'."""
+    skip = set(skip)
+    if value is None:
+        return ""
+    if isinstance(value, dict):
+        parts = []
+        for k, v in value.items():
+            if k in skip or v is None or v == [] or v == {}:
+                continue
+            if isinstance(v, dict):
+                v = "; ".join(f"{humanize_key(a)} {fmt_value(a, b)}" for a, b in v.items() if b is not None)
+                parts.append(f"{humanize_key(k)}: {v}")
+            else:
+                parts.append(f"{humanize_key(k)} {fmt_value(k, v)}")
+        text = "; ".join(parts)
+    elif isinstance(value, (list, tuple)):
+        text = "; ".join(str(x) for x in value)
+    else:
+        text = str(value)
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _accuracy_outputs(v: dict) -> dict[str, dict]:
+    """Accuracy per output as a dict, from a dict keyed by output or a list of per-output records."""
+    acc = v.get("accuracy")
+    if isinstance(acc, dict):
+        return {str(k): a for k, a in acc.items() if isinstance(a, dict)}
+    if isinstance(acc, list):
+        return {str(a.get("output", i)): a for i, a in enumerate(acc) if isinstance(a, dict)}
+    return {}
+
+
+def checklist_step(v: dict, step: str) -> dict[str, str]:
+    """One checklist step as ``{"status", "cls", "details", "recorded"}``.
+
+    From ``variant["checklist"][step]`` when recorded (a dict with ``status`` or ``ok``, a bool, or a status
+    string); otherwise ``executed`` is derived from the variant's status and accuracy, ``calibrated`` is
+    "n/a" for non-int8 precisions, and the rest are "not recorded".
+    """
+    checklist = v.get("checklist") if isinstance(v.get("checklist"), dict) else {}
+    raw = checklist.get(step)
+    if raw is not None:
+        if isinstance(raw, bool):
+            status, det = ("ok" if raw else "failed"), ""
+        elif isinstance(raw, str):
+            status, det = raw, ""
+        elif isinstance(raw, dict):
+            if raw.get("status") is not None:
+                status = str(raw["status"])
+            elif isinstance(raw.get("ok"), bool):
+                status = "ok" if raw["ok"] else "failed"
+            else:
+                status = "recorded"
+            det = _details_text(raw, skip=("status", "ok"))
+        else:
+            status, det = str(raw), ""
+        return {"status": status, "cls": status_class(status) or "", "details": det, "recorded": True}
+    vstatus = str(v.get("status") or "").lower()
+    if step == "calibrated" and str(v.get("precision") or "").lower() not in ("int8", "fp8", "int4"):
+        return {"status": "n/a", "cls": "skip", "details": f"{v.get('precision') or 'this precision'} needs no "
+                                                         "calibration", "recorded": False}
+    if vstatus == "skipped":
+        return {"status": "skipped", "cls": "skip", "details": str(v.get("error") or v.get("reason") or ""),
+                "recorded": False}
+    if step == "executed":
+        if vstatus == "failed":
+            return {"status": "failed", "cls": "bad", "details": str(v.get("error") or ""), "recorded": False}
+        outs = _accuracy_outputs(v)
+        if vstatus == "ok" or stat(v.get("latency_ms"), "median") is not None:
+            bad = [o for o, a in outs.items() if a.get("passed") is False]
+            if bad:
+                return {"status": "warn", "cls": "warn", "details": "outside the FP32 threshold: " + ", ".join(bad),
+                        "recorded": False}
+            if outs:
+                return {"status": "ok", "cls": "ok", "details": f"{len(outs)} output(s) within the FP32 threshold",
+                        "recorded": False}
+            ref = str(v.get("precision") or "").lower() == "fp32"
+            return {"status": "ok", "cls": "ok", "details": "the FP32 reference" if ref else "ran; no accuracy check",
+                    "recorded": False}
+    return {"status": "not recorded", "cls": "unknown", "details": "", "recorded": False}
+
+
+def checklist_rows(variants: Sequence[dict]) -> list[dict[str, Any]]:
+    """Every variant's checklist: ``[{"key", "status", "error", "steps": {step: checklist_step}}]``."""
+    return [{"key": variant_key(v), "status": str(v.get("status") or "unknown"), "error": v.get("error"),
+             "steps": {s: checklist_step(v, s) for s in CHECKLIST_STEPS}} for v in variants]
+
+
+def ok_variants(variants: Sequence[dict]) -> list[dict]:
+    """Variants that ran and have a median latency."""
+    return [v for v in variants if str(v.get("status") or "ok").lower() == "ok"
+            and stat(v.get("latency_ms"), "median") is not None]
+
+
+def _group_name(v: dict, fields: Sequence[str]) -> str:
+    parts = []
+    for f in fields:
+        val = v.get(f)
+        if val is None:
+            continue
+        if f == "workspace_bytes":
+            parts.append(f"ws {fmt_bytes(val)}")
+        elif f == "streams":
+            parts.append(f"{val} stream{'s' if val != 1 else ''}")
+        elif f == "cuda_graph":
+            parts.append("graph" if val else "no graph")
+        else:
+            parts.append(str(val))
+    return " · ".join(parts) or "all"
+
+
+def series_by(variants: Sequence[dict], x_field: str, y_of, group_fields: Sequence[str]) -> list[dict[str, Any]]:
+    """Group variants by ``group_fields`` into series of (x_field, y) points sorted by x."""
+    groups: "OrderedDict[str, list[tuple[float, float, str]]]" = OrderedDict()
+    for v in variants:
+        x, y = finite(v.get(x_field)), y_of(v)
+        if x is None or y is None:
+            continue
+        groups.setdefault(_group_name(v, group_fields), []).append((x, y, variant_key(v)))
+    out = []
+    for name, pts in groups.items():
+        pts.sort()
+        out.append({"name": name, "x": [p[0] for p in pts], "y": [p[1] for p in pts], "keys": [p[2] for p in pts]})
+    return out
+
+
+def throughput_by_streams(variants: Sequence[dict]) -> list[dict[str, Any]]:
+    """Throughput (qps) against the number of streams, one series per other-axes combination."""
+    return series_by(ok_variants(variants), "streams", lambda v: finite(v.get("throughput_qps")),
+                     ("precision", "workspace_bytes", "cuda_graph", "backend"))
+
+
+def latency_by_workspace(variants: Sequence[dict]) -> list[dict[str, Any]]:
+    """Median latency against workspace bytes, one series per other-axes combination."""
+    return series_by(ok_variants(variants), "workspace_bytes", lambda v: stat(v.get("latency_ms"), "median"),
+                     ("precision", "streams", "cuda_graph", "backend"))
+
+
+def accuracy_vs_speed(variants: Sequence[dict]) -> list[dict[str, Any]]:
+    """Per variant with accuracy: median latency, worst (largest) relative L2 error and max abs error over
+    its outputs, smallest cosine, and whether every output passed."""
+    out = []
+    for v in ok_variants(variants):
+        outs = _accuracy_outputs(v)
+        if not outs:
+            continue
+        rel = [finite(a.get("rel_l2")) for a in outs.values() if finite(a.get("rel_l2")) is not None]
+        mx = [finite(a.get("max_abs")) for a in outs.values() if finite(a.get("max_abs")) is not None]
+        cos = [finite(a.get("cosine")) for a in outs.values() if finite(a.get("cosine")) is not None]
+        out.append({"key": variant_key(v), "precision": str(v.get("precision") or "?"),
+                    "latency_ms": stat(v.get("latency_ms"), "median"),
+                    "rel_l2": max(rel) if rel else None, "max_abs": max(mx) if mx else None,
+                    "cosine": min(cos) if cos else None,
+                    "passed": all(a.get("passed") is not False for a in outs.values())})
+    return out
+
+
+def layer_records(summary: dict, layers: Sequence[dict] | None) -> list[dict]:
+    """Per-layer records from ``layers``, else ``summary["layers"]``, else each variant's ``layers`` list."""
+    if layers:
+        return [x for x in layers if isinstance(x, dict)]
+    if isinstance(summary.get("layers"), list):
+        return [x for x in summary["layers"] if isinstance(x, dict)]
+    out = []
+    for v in summary.get("variants") or []:
+        for x in (v.get("layers") or []) if isinstance(v, dict) else []:
+            if isinstance(x, dict):
+                out.append({"variant": variant_key(v), **x})
+    return out
+
+
+def layer_time_metric(layers: Sequence[dict]) -> str:
+    """The per-layer time column to compare: per-inference average where every record has it, else total."""
+    if layers and all(finite(x.get("time_avg_ms")) is not None for x in layers):
+        return "time_avg_ms"
+    return "time_total_ms"
+
+
+def layer_time_by_type(layers: Sequence[dict], max_types: int = MAX_LAYER_TYPES) -> dict[str, Any]:
+    """Per-variant layer time summed by layer type: ``{"variants", "types", "ms": {type: [per variant]}, "metric"}``.
+
+    Types beyond the ``max_types`` largest are folded into "other"; the per-variant sums are kept exact.
+    """
+    metric = layer_time_metric(layers)
+    variants: list[str] = []
+    totals: dict[tuple[str, str], float] = {}
+    by_type: dict[str, float] = {}
+    for x in layers:
+        t = finite(x.get(metric))
+        if t is None:
+            continue
+        var = str(x.get("variant") or "?")
+        typ = str(x.get("type") or "unknown")
+        if var not in variants:
+            variants.append(var)
+        totals[(var, typ)] = totals.get((var, typ), 0.0) + t
+        by_type[typ] = by_type.get(typ, 0.0) + t
+    ordered = sorted(by_type, key=lambda k: -by_type[k])
+    keep, rest = ordered[:max_types], ordered[max_types:]
+    ms = {typ: [totals.get((var, typ), 0.0) for var in variants] for typ in keep}
+    if rest:
+        ms["other"] = [sum(totals.get((var, typ), 0.0) for typ in rest) for var in variants]
+    return {"variants": variants, "types": list(ms), "ms": ms, "metric": metric}
+
+
+# ----------------------------------------------------------------------------- page
+
+def build_sweep_page(summary: dict, *, layers: Sequence[dict] | None = None) -> dict[str, Any]:
+    """The sweep report as plain data."""
+    summary = summary if isinstance(summary, dict) else {}
+    run = summary.get("run") if isinstance(summary.get("run"), dict) else {}
+    variants = [v for v in (summary.get("variants") or []) if isinstance(v, dict)]
+    findings = summary.get("findings") or []
+    model = run.get("model") or run.get("source") or ""
+    page = new_page("sweep", "trtprof sweep", str(model))
+    okv = ok_variants(variants)
+
+    # ---- banners and cards
+    for w in run.get("warnings") or summary.get("warnings") or []:
+        page["banners"].append({"level": "medium", "text": str(w)})
+    if run.get("random_calibration") or run.get("calibration_random"):
+        page["banners"].append({"level": "high", "text": "INT8 was calibrated on random inputs: its accuracy "
+                                                         "numbers mean nothing. Pass --calib with real data."})
+    if str(run.get("status") or "").lower() == "interrupted":
+        page["banners"].append({"level": "medium", "text": "This sweep was interrupted; the variants below are "
+                                                           "those that finished (--resume continues it)."})
+    counts = {s: sum(1 for v in variants if str(v.get("status") or "").lower() == s) for s in ("ok", "failed", "skipped")}
+    page["cards"].append(card("variants", str(len(variants)),
+                              sub=", ".join(f"{n} {s}" for s, n in counts.items() if n) or "none",
+                              cls="bad" if counts["failed"] else "ok"))
+    if okv:
+        fastest = min(okv, key=lambda v: stat(v["latency_ms"], "median"))
+        page["cards"].append(card("fastest (median)", fmt_ms(stat(fastest["latency_ms"], "median")),
+                                  sub=variant_key(fastest), cls="ok"))
+        tput = [v for v in okv if finite(v.get("throughput_qps")) is not None]
+        if tput:
+            best = max(tput, key=lambda v: v["throughput_qps"])
+            page["cards"].append(card("best throughput", f"{fmt_num(best['throughput_qps'])} qps",
+                                      sub=variant_key(best), cls="ok"))
+    findings_cards(page, findings)
+
+    # ---- checklist first
+    blocks = section(page, "checklist", "Build-and-run checklist",
+                     "The chain to walk when an engine misbehaves: parsed, optimized, calibrated, serialized, "
+                     "executed (outputs within threshold of FP32).")
+    if variants:
+        rows = []
+        for row in checklist_rows(variants):
+            cells = [cell(row["key"], sub=str(row["error"]) if row["error"] else "")]
+            cells.append(cell(row["status"], cls=status_class(row["status"])))
+            for s in CHECKLIST_STEPS:
+                st = row["steps"][s]
+                cells.append(cell(st["status"], cls=st["cls"], sub=st["details"]))
+            rows.append(cells)
+        blocks.append(table(["variant", "status"] + list(CHECKLIST_STEPS), rows, numeric=[False] * 7))
+    else:
+        blocks.append(missing("No variants " + NOT_IN_RUN + "."))
+
+    # ---- run details
+    blocks = section(page, "run", "Run", "What was swept, where, with which versions.")
+    items = scalar_items(run, skip=("warnings",))
+    blocks.append(kv(items) if items else missing("No run details " + NOT_IN_RUN + "."))
+
+    blocks = section(page, "findings", "Findings", "Which variant is fastest, what each precision costs, whether "
+                                                   "more workspace or streams helped, and trtexec's warnings.")
+    blocks.append(findings_block(findings))
+
+    # ---- variants table
+    blocks = section(page, "variants", "Variants side by side")
+    if variants:
+        rows = []
+        for v in variants:
+            acc = accuracy_vs_speed([v])
+            a = acc[0] if acc else None
+            lat = v.get("latency_ms")
+            rows.append([
+                variant_key(v), cell(str(v.get("status") or "?"), cls=status_class(v.get("status"))),
+                str(v.get("precision") or DASH), cell(fmt_bytes(v.get("workspace_bytes"))),
+                v.get("streams") if v.get("streams") is not None else DASH,
+                cell({True: "on", False: "off"}.get(v.get("cuda_graph"), DASH)), str(v.get("backend") or DASH),
+                stat(lat, "median"), stat(lat, "p99"), cell(fmt_pct(stat(lat, "cov_pct"))),
+                stat(v.get("enqueue_ms"), "median"), finite(v.get("throughput_qps")),
+                cell(DASH) if a is None else cell(fmt_num(a["rel_l2"]) if a["rel_l2"] is not None else DASH,
+                                                  cls="ok" if a["passed"] else "bad",
+                                                  sub="passed" if a["passed"] else "outside threshold"),
+            ])
+        blocks.append(table(["variant", "status", "precision", "workspace", "streams", "CUDA graph", "backend",
+                             "median ms", "p99 ms", "CoV", "enqueue median ms", "throughput qps",
+                             "worst rel. L2 vs FP32"], rows,
+                            numeric=[False] * 7 + [True] * 5 + [False]))
+    else:
+        blocks.append(missing("No variants " + NOT_IN_RUN + "."))
+
+    # ---- latency distributions
+    blocks = section(page, "latency", "Latency distributions",
+                     "Per-iteration latency (host enqueue + H2D + compute + D2H). Boxes from the stored samples; "
+                     "where a variant has none, its min, median and p99.")
+    if okv:
+        blocks.append(chart(page, "latency", latency_figure(okv), ""))
+    else:
+        blocks.append(missing("No variant ran; latency " + NOT_IN_RUN + "."))
+
+    # ---- throughput vs streams
+    blocks = section(page, "streams", "Throughput against streams",
+                     "Each line holds the other axes fixed; a flat line means more streams did not help.")
+    ser = throughput_by_streams(variants)
+    if ser:
+        blocks.append(chart(page, "streams", line_figure(ser, "streams", "throughput (qps)", xtype="linear")))
+    else:
+        blocks.append(missing("Throughput by streams " + NOT_IN_RUN + "."))
+
+    blocks = section(page, "workspace", "Latency against workspace",
+                     "Median latency by workspace size; a falling line means the smaller workspace limited tactics.")
+    ser = latency_by_workspace(variants)
+    if ser:
+        blocks.append(chart(page, "workspace", line_figure(ser, "workspace (bytes)", "median latency (ms)",
+                                                           xtype="log")))
+    else:
+        blocks.append(missing("Latency by workspace " + NOT_IN_RUN + "."))
+
+    # ---- accuracy
+    blocks = section(page, "accuracy", "Accuracy against speed",
+                     "Worst relative L2 error over each variant's outputs against its median latency (lower left "
+                     "is better); × marks a variant outside its threshold.")
+    avs = accuracy_vs_speed(variants)
+    if avs:
+        blocks.append(chart(page, "accuracy", accuracy_figure(avs)))
+        rows = []
+        for v in variants:
+            for out, a in _accuracy_outputs(v).items():
+                rows.append([variant_key(v), out] + [
+                    cell("yes" if a.get(k) else "no", cls="ok" if a.get(k) else "bad") if k == "passed"
+                    and isinstance(a.get(k), bool) else (a.get(k) if is_number(a.get(k)) else cell(DASH))
+                    for k in ACCURACY_KEYS])
+        blocks.append(details(f"Accuracy per output ({len(rows)} rows)",
+                              [table(["variant", "output"] + [humanize_key(k) for k in ACCURACY_KEYS], rows,
+                                     numeric=[False, False] + [True] * 7 + [False], limit=500)]))
+    else:
+        blocks.append(missing("Accuracy against FP32 " + NOT_IN_RUN + "."))
+
+    # ---- per-layer
+    blocks = section(page, "layers", "Per-layer time by variant", "Layer time summed by layer type.")
+    recs = layer_records(summary, layers)
+    lt = layer_time_by_type(recs) if recs else None
+    if lt and lt["variants"]:
+        blocks.append(chart(page, "layers", layer_type_figure(lt)))
+        by_var: "OrderedDict[str, list[dict]]" = OrderedDict()
+        for x in recs:
+            by_var.setdefault(str(x.get("variant") or "?"), []).append(x)
+        inner = []
+        for var, xs in by_var.items():
+            xs = sorted(xs, key=lambda x: -(finite(x.get(lt["metric"])) or 0.0))
+            inner.append({"type": "heading", "text": var})
+            inner.append(table(["layer", "type", "precision out", humanize_key(lt["metric"]), "share"],
+                               [[str(x.get("name", "?")), str(x.get("type") or DASH),
+                                 str(x.get("precision_out") or DASH), finite(x.get(lt["metric"])),
+                                 cell(fmt_pct(x.get("share_pct")))] for x in xs],
+                               numeric=[False, False, False, True, True], limit=15))
+        blocks.append(details("Slowest layers of each variant", inner))
+    else:
+        blocks.append(missing("Per-layer times " + NOT_IN_RUN + "."))
+
+    # ---- memory
+    blocks = section(page, "memory", "Memory", "Engine size, activation memory per context and device memory, "
+                                               "to see which workspace and how many streams fit beside a service.")
+    mem_keys: list[str] = []
+    for v in variants:
+        for k in (v.get("memory") or {}) if isinstance(v.get("memory"), dict) else {}:
+            if k not in mem_keys:
+                mem_keys.append(k)
+    if mem_keys:
+        rows = [[variant_key(v)] + [cell(fmt_value(k, (v.get("memory") or {}).get(k))) for k in mem_keys]
+                for v in variants if isinstance(v.get("memory"), dict) and v["memory"]]
+        blocks.append(table(["variant"] + [humanize_key(k) for k in mem_keys], rows,
+                            numeric=[False] + [True] * len(mem_keys)))
+    else:
+        blocks.append(missing("Memory " + NOT_IN_RUN + "."))
+    return page
+
+
+# ----------------------------------------------------------------------------- figures
+
+def latency_figure(variants: Sequence[dict]) -> dict:
+    data = []
+    for i, v in enumerate(variants):
+        key = variant_key(v)
+        color = PRECISION_COLORS.get(str(v.get("precision") or "").lower(), PALETTE[i % len(PALETTE)])
+        b = box_stats([finite(s) for s in v.get("samples_ms") or []]) if v.get("samples_ms") else None
+        if b is not None:
+            data.append({"type": "box", "name": key, "x": [key], "q1": [rounded(b["q1"])],
+                         "median": [rounded(b["median"])], "q3": [rounded(b["q3"])],
+                         "lowerfence": [rounded(b["lowerfence"])], "upperfence": [rounded(b["upperfence"])],
+                         "mean": [rounded(b["mean"])], "marker": {"color": color}, "showlegend": False})
+        else:
+            lat = v.get("latency_ms")
+            med, lo, hi = stat(lat, "median"), stat(lat, "min"), stat(lat, "p99")
+            data.append({"type": "scatter", "mode": "markers", "name": key, "x": [key], "y": [rounded(med)],
+                         "error_y": {"type": "data", "symmetric": False,
+                                     "array": [rounded(hi - med) if hi is not None else 0],
+                                     "arrayminus": [rounded(med - lo) if lo is not None else 0]},
+                         "marker": {"color": color, "size": 9, "symbol": "diamond"}, "showlegend": False})
+    return figure(data, {"yaxis": {"title": {"text": "latency (ms)"}, "rangemode": "tozero"},
+                         "xaxis": {"type": "category", "tickangle": -35}}, height=420)
+
+
+def line_figure(series: Sequence[dict], xtitle: str, ytitle: str, *, xtype: str = "linear") -> dict:
+    data = [{"type": "scatter", "mode": "lines+markers", "name": s["name"], "x": rounded_list(s["x"]),
+             "y": rounded_list(s["y"]), "text": s["keys"]} for s in series]
+    xaxis: dict[str, Any] = {"title": {"text": xtitle}, "type": xtype}
+    if xtype == "linear":
+        xaxis["dtick"] = 1
+    return figure(data, {"xaxis": xaxis, "yaxis": {"title": {"text": ytitle}, "rangemode": "tozero"}})
+
+
+def accuracy_figure(points: Sequence[dict]) -> dict:
+    data = []
+    precisions: "OrderedDict[str, list[dict]]" = OrderedDict()
+    for p in points:
+        precisions.setdefault(p["precision"], []).append(p)
+    positive = all((p["rel_l2"] or 0) > 0 for p in points if p["rel_l2"] is not None)
+    for i, (prec, pts) in enumerate(precisions.items()):
+        data.append({"type": "scatter", "mode": "markers", "name": prec,
+                     "x": rounded_list(p["latency_ms"] for p in pts), "y": rounded_list(p["rel_l2"] for p in pts),
+                     "text": [p["key"] for p in pts],
+                     "marker": {"size": 11, "color": PRECISION_COLORS.get(prec.lower(), PALETTE[i % len(PALETTE)]),
+                                "symbol": ["circle" if p["passed"] else "x" for p in pts]}})
+    return figure(data, {"xaxis": {"title": {"text": "median latency (ms)"}},
+                         "yaxis": {"title": {"text": "worst relative L2 error vs FP32"},
+                                   "type": "log" if positive else "linear"}})
+
+
+def layer_type_figure(lt: dict) -> dict:
+    data = [{"type": "bar", "name": typ, "x": lt["variants"], "y": rounded_list(lt["ms"][typ])} for typ in lt["types"]]
+    return figure(data, {"barmode": "stack", "xaxis": {"type": "category", "tickangle": -35},
+                         "yaxis": {"title": {"text": humanize_key(lt["metric"]).replace(" ms", " (ms)")}}},
+                  height=420)
