@@ -1,0 +1,799 @@
+"""Nsight Systems SQLite export -> :class:`~profiler.capture.trace.Trace`.
+
+Works across nsys 2022.1 to 2026.2: every table is optional (nsys 2022.4+ creates only non-empty
+ones), optional columns are probed with ``PRAGMA table_info`` and replaced by defaults when absent
+(and named in ``meta['absent_columns']``). Only the columns the Trace needs are read, through an
+Arrow-native SQLite reader (ADBC) when installed, else Python's ``sqlite3``. Nullable integer
+columns are coalesced to sentinels inside SQLite so the Arrow reader sees one type per column.
+Names stay integer ids until the end and become pandas categoricals resolved through ``StringIds``;
+activities are joined to their API calls on (process, correlation id) with a sorted-key search.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sqlite3
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import numpy as np
+import pandas as pd
+
+from profiler.capture.trace import (
+    FRAMES, SCHEMAS, Trace, decode_global_tid, empty_frame, enum_dtype,
+)
+from profiler.errors import InputError
+
+# A sentinel for NULL integers that no real timestamp or id takes.
+NULL_INT = -(2**63)
+_PID_MASK = -16777216  # 0xFFFFFFFFFF000000 as a signed int64: the process part of a globalTid
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_NSYS_MARKERS = ("StringIds", "META_DATA_EXPORT", "EXPORT_META_DATA", "CUPTI_ACTIVITY_KIND_RUNTIME",
+                 "CUPTI_ACTIVITY_KIND_KERNEL", "NVTX_EVENTS", "TARGET_INFO_SESSION_START_TIME")
+
+T_KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
+T_MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
+T_MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
+T_GRAPH = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+T_API = "CUPTI_ACTIVITY_KIND_RUNTIME"
+T_SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+T_NVTX = "NVTX_EVENTS"
+T_OSRT = "OSRT_API"
+
+# nsys enum ids (ENUM_CUDA_MEMCPY_OPER, ENUM_CUDA_MEM_KIND, ENUM_CUPTI_SYNC_TYPE, NVTX event types)
+_COPY_KIND = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
+_MEM_KIND = {0: "pageable", 1: "pinned", 2: "device", 3: "array", 4: "managed", 5: "device",
+             6: "managed"}
+_SYNC_TYPE = {1: "event", 2: "stream_wait", 3: "stream", 4: "context"}
+NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END, NVTX_DOMAIN_CREATE = 34, 59, 60, 75
+_NVTX_TYPE = {NVTX_PUSH_POP: "push_pop", NVTX_START_END: "start_end", NVTX_MARK: "mark"}
+_EVENT_CLASS_RUNTIME, _EVENT_CLASS_DRIVER = 0, 1
+
+_VERSION_SUFFIX = re.compile(r"_v\d+$")
+_LAUNCH = re.compile(r"^(cuda|cu)Launch(Kernel|KernelEx|KernelExC|CooperativeKernel|"
+                     r"CooperativeKernelMultiDevice|Grid|GridAsync)?$")
+_SYNC_NAMES = {
+    "cudaDeviceSynchronize": "context", "cudaThreadSynchronize": "context", "cuCtxSynchronize": "context",
+    "cudaStreamSynchronize": "stream", "cuStreamSynchronize": "stream",
+    "cudaEventSynchronize": "event", "cuEventSynchronize": "event",
+    "cudaEventQuery": "event", "cuEventQuery": "event",
+    "cudaStreamWaitEvent": "stream_wait", "cuStreamWaitEvent": "stream_wait",
+}
+_BLOCKING_SYNC = {n for n in _SYNC_NAMES if "Query" not in n}
+
+
+def normalise_api_name(name: str) -> str:
+    """``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel`` (driver names have no suffix)."""
+    return _VERSION_SUFFIX.sub("", name)
+
+
+def _base_api_name(name: str) -> str:
+    """The name without version and per-thread-stream suffixes (``_ptsz``, ``_ptds``)."""
+    name = normalise_api_name(name)
+    for suffix in ("_ptsz", "_ptds"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def api_category(name: str) -> str:
+    """'launch', 'graph_launch', 'sync', 'memcpy', 'memset' or 'other' for a CUDA API name."""
+    base = _base_api_name(name)
+    if _LAUNCH.match(base):
+        return "launch"
+    if base in ("cudaGraphLaunch", "cuGraphLaunch"):
+        return "graph_launch"
+    if base in _BLOCKING_SYNC:
+        return "sync"
+    if base.startswith(("cudaMemcpy", "cuMemcpy")):
+        return "memcpy"
+    if base.startswith(("cudaMemset", "cuMemset")):
+        return "memset"
+    return "other"
+
+
+# --------------------------------------------------------------------------------------------------
+# File checks
+
+
+def check_sqlite_file(path: Path) -> None:
+    """Raise InputError unless ``path`` is a complete SQLite file (header and length checked)."""
+    if not path.exists():
+        raise InputError(f"capture file not found: {path}")
+    if not path.is_file():
+        raise InputError(f"capture path is not a file: {path}")
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as fh:
+            header = fh.read(100)
+    except OSError as exc:
+        raise InputError(f"cannot read capture file {path}: {exc.strerror or exc}") from exc
+    if len(header) < 100 or not header.startswith(_SQLITE_MAGIC):
+        raise InputError(f"{path} is not an SQLite database (expected an nsys export: "
+                         f"nsys export --type sqlite)")
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    change_counter = header[24:28]
+    pages = int.from_bytes(header[28:32], "big")
+    valid_for = header[92:96]
+    if pages and change_counter == valid_for and size < pages * page_size:
+        raise InputError(f"{path} is truncated ({size} of {pages * page_size} bytes): "
+                         f"export the capture again")
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading
+
+
+def _adbc_dbapi():
+    if os.environ.get("TRTPROF_SQLITE_READER", "").lower() == "sqlite3":
+        return None
+    try:
+        import adbc_driver_sqlite.dbapi as dbapi
+    except ImportError:
+        return None
+    return dbapi
+
+
+class Export:
+    """An open nsys export: table/column probing and Arrow queries (ADBC or sqlite3)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        uri = f"file:{path.resolve().as_posix()}?mode=ro"
+        try:
+            self.con = sqlite3.connect(uri, uri=True)
+            rows = self.con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')").fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise InputError(f"{path} is not a readable SQLite database ({exc})") from exc
+        self.tables = {r[0] for r in rows}
+        self._columns: dict[str, list[str]] = {}
+        self._adbc = None
+        dbapi = _adbc_dbapi()
+        self.reader = "sqlite3"
+        if dbapi is not None:
+            try:
+                self._adbc = dbapi.connect(uri)
+                self.reader = "adbc"
+            except Exception:  # the driver may be present but unusable; fall back quietly
+                self._adbc = None
+
+    def close(self) -> None:
+        if self._adbc is not None:
+            try:
+                self._adbc.close()
+            except Exception:
+                pass
+        self.con.close()
+
+    def __enter__(self) -> "Export":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def has(self, table: str) -> bool:
+        return table in self.tables
+
+    def columns(self, table: str) -> list[str]:
+        if table not in self._columns:
+            self._columns[table] = [r[1] for r in self.con.execute(f'PRAGMA table_info("{table}")')]
+        return self._columns[table]
+
+    def count(self, table: str, where: str = "") -> int:
+        if not self.has(table):
+            return 0
+        return int(self.scalar(f'SELECT count(*) FROM "{table}" {where}'))
+
+    def scalar(self, sql: str) -> Any:
+        try:
+            row = self.con.execute(sql).fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise _corrupt(self.path, exc) from exc
+        return row[0] if row else None
+
+    def rows(self, sql: str) -> list[tuple]:
+        try:
+            return self.con.execute(sql).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise _corrupt(self.path, exc) from exc
+
+    def arrow(self, sql: str):
+        """Run a query and return a ``pyarrow.Table``."""
+        import pyarrow as pa
+
+        if self._adbc is not None:
+            try:
+                cur = self._adbc.cursor()
+                try:
+                    cur.execute(sql)
+                    return cur.fetch_arrow_table()
+                finally:
+                    cur.close()
+            except Exception as exc:  # ADBC errors carry SQLite's message
+                if "malformed" in str(exc) or "not a database" in str(exc) or "corrupt" in str(exc):
+                    raise _corrupt(self.path, exc) from exc
+                # anything else (a driver quirk): retry through sqlite3 below
+        try:
+            cur = self.con.execute(sql)
+            names = [d[0] for d in cur.description]
+            rows = cur.fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise _corrupt(self.path, exc) from exc
+        if not rows:
+            return pa.table({n: pa.array([], pa.int64()) for n in names})
+        cols = list(zip(*rows))
+        return pa.table({n: pa.array(c) for n, c in zip(names, cols)})
+
+
+def _corrupt(path: Path, exc: Exception) -> InputError:
+    return InputError(f"{path} is corrupt or truncated ({str(exc).splitlines()[0]}): export the capture again")
+
+
+# --------------------------------------------------------------------------------------------------
+# Strings and ids
+
+
+class Strings:
+    """``StringIds`` as a lookup from id to string, producing categoricals without per-row Python."""
+
+    def __init__(self, export: Export):
+        if export.has("StringIds"):
+            tbl = export.arrow('SELECT id, value FROM StringIds')
+            self.ids = tbl.column("id").to_numpy().astype(np.int64)
+            self.values = np.asarray(tbl.column("value").to_pylist(), dtype=object)
+        else:
+            self.ids = np.empty(0, np.int64)
+            self.values = np.empty(0, dtype=object)
+        order = np.argsort(self.ids, kind="stable")
+        self.ids, self.values = self.ids[order], self.values[order]
+        self.unresolved = 0
+
+    def lookup(self, ids: np.ndarray) -> np.ndarray:
+        """Strings for a (small) array of ids; -1 (no id) gives '', an unknown id ``<string N>``."""
+        ids = np.asarray(ids, dtype=np.int64)
+        out = np.empty(len(ids), dtype=object)
+        pos = np.searchsorted(self.ids, ids)
+        pos_c = np.minimum(pos, max(len(self.ids) - 1, 0))
+        found = (len(self.ids) > 0) & (self.ids[pos_c] == ids) if len(self.ids) else np.zeros(len(ids), bool)
+        out[:] = ""
+        out[found] = self.values[pos_c[found]]
+        unknown = ~found & (ids >= 0)
+        if unknown.any():
+            self.unresolved += int(unknown.sum())
+            out[unknown] = [f"<string {i}>" for i in ids[unknown]]
+        return out
+
+    def categorical(self, ids: np.ndarray, transform: Callable[[str], str] | None = None) -> pd.Categorical:
+        codes, uniq = pd.factorize(np.asarray(ids, dtype=np.int64))
+        names = self.lookup(uniq)
+        if transform is not None:
+            names = np.asarray([transform(n) for n in names], dtype=object)
+        return categorical_from_codes(codes, names)
+
+
+def categorical_from_codes(codes: np.ndarray, names: np.ndarray) -> pd.Categorical:
+    """Categorical of ``names[codes]`` with duplicate names folded into one category."""
+    if len(names) == 0:
+        return pd.Categorical(np.full(len(codes), "", dtype=object) if len(codes) else [],
+                              categories=pd.Index([""] if len(codes) else [], dtype="str"))
+    c2, uniq2 = pd.factorize(np.asarray(names, dtype=object))
+    final = c2[codes].astype(np.int32) if len(codes) else np.empty(0, np.int32)
+    return pd.Categorical.from_codes(final, categories=pd.Index(uniq2, dtype="str"))
+
+
+def _np(tbl, name: str, dtype=np.int64) -> np.ndarray:
+    col = tbl.column(name)
+    arr = col.to_numpy()
+    return arr if arr.dtype == dtype else arr.astype(dtype)
+
+
+def _nullable(arr: np.ndarray) -> pd.arrays.IntegerArray:
+    """Int64 with NA where the SQL side put the NULL sentinel."""
+    return pd.arrays.IntegerArray(np.where(arr == NULL_INT, 0, arr), arr == NULL_INT)
+
+
+def _enum(values: np.ndarray, mapping: dict[int, str], column: str, fallback: str) -> pd.Categorical:
+    dtype = enum_dtype(column)
+    cats = list(dtype.categories)
+    lut_keys = np.array(sorted(mapping), dtype=np.int64)
+    lut_vals = np.array([cats.index(mapping[k]) for k in lut_keys], dtype=np.int8)
+    codes = np.full(len(values), cats.index(fallback), dtype=np.int8)
+    if len(lut_keys) and len(values):
+        pos = np.clip(np.searchsorted(lut_keys, values), 0, len(lut_keys) - 1)
+        hit = lut_keys[pos] == values
+        codes[hit] = lut_vals[pos[hit]]
+    return pd.Categorical.from_codes(codes, dtype=dtype)
+
+
+# --------------------------------------------------------------------------------------------------
+# Correlation join
+
+
+class ApiIndex:
+    """(process, correlation id) -> row of the API frame, searched with sorted keys."""
+
+    def __init__(self, global_tid: np.ndarray, correlation_id: np.ndarray):
+        proc = global_tid & _PID_MASK
+        self.procs = np.sort(pd.unique(proc))
+        self.keys = self._keys(proc, correlation_id, invalid=-1)
+        if len(self.keys) > 1 and not (self.keys[1:] >= self.keys[:-1]).all():
+            self.order = np.argsort(self.keys, kind="stable")
+            self.sorted = self.keys[self.order]
+        else:
+            self.order = None
+            self.sorted = self.keys
+
+    def _keys(self, proc_raw: np.ndarray, corr: np.ndarray, invalid: int) -> np.ndarray:
+        if len(self.procs) == 0:
+            return np.full(len(proc_raw), invalid, dtype=np.int64)
+        p = np.searchsorted(self.procs, proc_raw)
+        p_c = np.minimum(p, len(self.procs) - 1)
+        ok = (self.procs[p_c] == proc_raw) & (corr >= 0) & (corr < 2**32)
+        return np.where(ok, (p_c.astype(np.int64) << 32) | np.where(ok, corr, 0), invalid)
+
+    def find(self, global_pid: np.ndarray, correlation_id: np.ndarray) -> np.ndarray:
+        """API row per activity, -1 where the activity's call is not in the capture."""
+        if len(self.sorted) == 0 or len(global_pid) == 0:
+            return np.full(len(global_pid), -1, dtype=np.int64)
+        k = self._keys(global_pid & _PID_MASK, correlation_id, invalid=-2)
+        pos = np.minimum(np.searchsorted(self.sorted, k), len(self.sorted) - 1)
+        hit = self.sorted[pos] == k
+        rows = pos if self.order is None else self.order[pos]
+        return np.where(hit, rows, -1)
+
+
+# --------------------------------------------------------------------------------------------------
+# The loader
+
+
+class _Loader:
+    def __init__(self, export: Export, wanted: set[str]):
+        self.x = export
+        self.wanted = wanted
+        self.missing: list[str] = []
+        self.warnings: list[str] = []
+        self.absent_columns: dict[str, list[str]] = {}
+        self.strings = Strings(export)
+        self.api_raw: dict[str, np.ndarray] | None = None
+        self.api_index: ApiIndex | None = None
+        self.api_names: pd.Categorical | None = None
+        self.correlation: dict[str, float] = {}
+
+    # -- helpers
+    def col(self, table: str, name: str, default: str = "-1", *, null: str | None = None) -> str:
+        """SQL for an optional column: coalesced to ``null`` (default: ``default``) or the default."""
+        if name in self.x.columns(table):
+            return f"coalesce({name}, {null if null is not None else default})"
+        self.absent_columns.setdefault(table, []).append(name)
+        return default
+
+    def first_col(self, table: str, names: Iterable[str], default: str = "-1") -> str:
+        present = [n for n in names if n in self.x.columns(table)]
+        if not present:
+            return default
+        return f"coalesce({', '.join(present)}, {default})"
+
+    # -- API calls (always read when activities are wanted: they carry the launching thread)
+    def read_api(self) -> None:
+        if not self.x.has(T_API):
+            self.api_raw = {k: np.empty(0, np.int64) for k in
+                            ("start", "end", "cls", "gtid", "corr", "name")}
+        else:
+            tbl = self.x.arrow(
+                f"SELECT start, end, {self.col(T_API, 'eventClass')} AS cls, "
+                f"{self.col(T_API, 'globalTid')} AS gtid, {self.col(T_API, 'correlationId')} AS corr, "
+                f"{self.col(T_API, 'nameId')} AS name FROM {T_API} "
+                f"WHERE eventClass IN ({_EVENT_CLASS_RUNTIME}, {_EVENT_CLASS_DRIVER})"
+                if "eventClass" in self.x.columns(T_API) else
+                f"SELECT start, end, 0 AS cls, globalTid AS gtid, correlationId AS corr, "
+                f"nameId AS name FROM {T_API}")
+            self.api_raw = {k: _np(tbl, k) for k in ("start", "end", "cls", "gtid", "corr", "name")}
+            del tbl
+        r = self.api_raw
+        self.api_index = ApiIndex(r["gtid"], r["corr"])
+        self.api_names = self.strings.categorical(r["name"], normalise_api_name)
+
+    def api_frame(self) -> pd.DataFrame:
+        r = self.api_raw
+        assert r is not None and self.api_names is not None
+        pid, tid = decode_global_tid(r["gtid"])
+        names = self.api_names
+        cats = np.asarray([api_category(n) for n in names.categories], dtype=object)
+        cat_dtype = enum_dtype("category")
+        cat_codes = np.asarray([list(cat_dtype.categories).index(c) for c in cats], dtype=np.int8)
+        category = pd.Categorical.from_codes(
+            cat_codes[names.codes] if len(names) else np.empty(0, np.int8), dtype=cat_dtype)
+        api_kind = _enum(r["cls"], {0: "runtime", 1: "driver"}, "api", "runtime")
+        return pd.DataFrame({
+            "start_ns": r["start"], "end_ns": r["end"], "pid": pid, "tid": tid, "global_tid": r["gtid"],
+            "correlation_id": r["corr"], "name": names, "api": api_kind, "category": category,
+        })
+
+    def link(self, frame: str, gpid: np.ndarray, corr: np.ndarray, with_name: bool = False) -> dict:
+        """api_tid / api_start_ns / api_end_ns (and api_name) columns for activities."""
+        assert self.api_index is not None and self.api_raw is not None
+        rows = self.api_index.find(gpid, corr)
+        hit = rows >= 0
+        self.correlation[frame] = float(hit.mean()) if len(rows) else 1.0
+        safe = np.where(hit, rows, 0)
+        r = self.api_raw
+        out: dict[str, Any] = {}
+        if len(r["gtid"]):
+            out["api_tid"] = np.where(hit, r["gtid"][safe], -1)
+            out["api_start_ns"] = np.where(hit, r["start"][safe], -1)
+            out["api_end_ns"] = np.where(hit, r["end"][safe], -1)
+        else:
+            out = {k: np.full(len(rows), -1, np.int64) for k in ("api_tid", "api_start_ns", "api_end_ns")}
+        if with_name:
+            names = self.api_names
+            assert names is not None
+            cats = np.asarray(names.categories, dtype=object)
+            if "" not in set(cats):
+                cats = np.append(cats, "")
+            empty = int(np.flatnonzero(cats == "")[0])
+            codes = np.where(hit, names.codes[safe] if len(names) else 0, empty)
+            out["api_name"] = categorical_from_codes(codes, cats)
+        return out
+
+    # -- GPU activities
+    def kernels(self) -> pd.DataFrame:
+        t = T_KERNEL
+        if not self.x.has(t):
+            return empty_frame("kernels")
+        c = self.col
+        tbl = self.x.arrow(
+            f"SELECT start, end, deviceId, {c(t, 'contextId')} AS contextId, streamId, "
+            f"{c(t, 'correlationId')} AS corr, {c(t, 'globalPid')} AS gpid, "
+            f"{self.first_col(t, ('demangledName', 'shortName', 'mangledName'))} AS name, "
+            f"{self.first_col(t, ('shortName', 'demangledName', 'mangledName'))} AS short, "
+            f"{c(t, 'gridX')} AS gx, {c(t, 'gridY')} AS gy, {c(t, 'gridZ')} AS gz, "
+            f"{c(t, 'blockX')} AS bx, {c(t, 'blockY')} AS by_, {c(t, 'blockZ')} AS bz, "
+            f"{c(t, 'registersPerThread')} AS regs, "
+            f"{c(t, 'graphNodeId', str(NULL_INT))} AS gnode, {c(t, 'graphId', str(NULL_INT))} AS gid "
+            f"FROM {t}")
+        gpid, corr = _np(tbl, "gpid"), _np(tbl, "corr")
+        df = pd.DataFrame({
+            "start_ns": _np(tbl, "start"), "end_ns": _np(tbl, "end"),
+            "device_id": _np(tbl, "deviceId", np.int32), "stream_id": _np(tbl, "streamId"),
+            "context_id": _np(tbl, "contextId"), "correlation_id": corr,
+            "pid": decode_global_tid(gpid)[0],
+            "name": self.strings.categorical(_np(tbl, "name")),
+            "short_name": self.strings.categorical(_np(tbl, "short")),
+            "grid_x": _np(tbl, "gx", np.int32), "grid_y": _np(tbl, "gy", np.int32),
+            "grid_z": _np(tbl, "gz", np.int32), "block_x": _np(tbl, "bx", np.int32),
+            "block_y": _np(tbl, "by_", np.int32), "block_z": _np(tbl, "bz", np.int32),
+            "registers_per_thread": _np(tbl, "regs", np.int32),
+            "graph_node_id": _nullable(_np(tbl, "gnode")), "graph_id": _nullable(_np(tbl, "gid")),
+            **self.link("kernels", gpid, corr),
+        })
+        return df
+
+    def memcpy(self) -> pd.DataFrame:
+        t = T_MEMCPY
+        if not self.x.has(t):
+            return empty_frame("memcpy")
+        c = self.col
+        tbl = self.x.arrow(
+            f"SELECT start, end, deviceId, streamId, {c(t, 'correlationId')} AS corr, "
+            f"{c(t, 'globalPid')} AS gpid, bytes, {c(t, 'copyKind')} AS ck, {c(t, 'srcKind')} AS sk, "
+            f"{c(t, 'dstKind')} AS dk FROM {t}")
+        gpid, corr = _np(tbl, "gpid"), _np(tbl, "corr")
+        return pd.DataFrame({
+            "start_ns": _np(tbl, "start"), "end_ns": _np(tbl, "end"),
+            "device_id": _np(tbl, "deviceId", np.int32), "stream_id": _np(tbl, "streamId"),
+            "correlation_id": corr, "pid": decode_global_tid(gpid)[0], "bytes": _np(tbl, "bytes"),
+            "copy_kind": _enum(_np(tbl, "ck"), _COPY_KIND, "copy_kind", "other"),
+            "src_kind": _enum(_np(tbl, "sk"), _MEM_KIND, "src_kind", "unknown"),
+            "dst_kind": _enum(_np(tbl, "dk"), _MEM_KIND, "dst_kind", "unknown"),
+            **self.link("memcpy", gpid, corr, with_name=True),
+        })
+
+    def memset(self) -> pd.DataFrame:
+        t = T_MEMSET
+        if not self.x.has(t):
+            return empty_frame("memset")
+        c = self.col
+        tbl = self.x.arrow(
+            f"SELECT start, end, deviceId, streamId, {c(t, 'correlationId')} AS corr, "
+            f"{c(t, 'globalPid')} AS gpid, bytes FROM {t}")
+        gpid, corr = _np(tbl, "gpid"), _np(tbl, "corr")
+        return pd.DataFrame({
+            "start_ns": _np(tbl, "start"), "end_ns": _np(tbl, "end"),
+            "device_id": _np(tbl, "deviceId", np.int32), "stream_id": _np(tbl, "streamId"),
+            "correlation_id": corr, "pid": decode_global_tid(gpid)[0], "bytes": _np(tbl, "bytes"),
+            **self.link("memset", gpid, corr),
+        })
+
+    def graphs(self) -> pd.DataFrame:
+        t = T_GRAPH
+        if not self.x.has(t):
+            return empty_frame("graphs")
+        c = self.col
+        tbl = self.x.arrow(
+            f"SELECT start, end, deviceId, streamId, {c(t, 'correlationId')} AS corr, "
+            f"{c(t, 'globalPid')} AS gpid, {c(t, 'graphId', str(NULL_INT))} AS gid, "
+            f"{c(t, 'graphExecId', str(NULL_INT))} AS gexec FROM {t}")
+        gpid, corr = _np(tbl, "gpid"), _np(tbl, "corr")
+        return pd.DataFrame({
+            "start_ns": _np(tbl, "start"), "end_ns": _np(tbl, "end"),
+            "device_id": _np(tbl, "deviceId", np.int32), "stream_id": _np(tbl, "streamId"),
+            "correlation_id": corr, "pid": decode_global_tid(gpid)[0],
+            "graph_id": _nullable(_np(tbl, "gid")), "graph_exec_id": _nullable(_np(tbl, "gexec")),
+            **self.link("graphs", gpid, corr),
+        })
+
+    def sync(self) -> pd.DataFrame:
+        t = T_SYNC
+        if not self.x.has(t):
+            return empty_frame("sync")
+        c = self.col
+        tbl = self.x.arrow(
+            f"SELECT start, end, {c(t, 'deviceId')} AS dev, {c(t, 'streamId')} AS stream, "
+            f"{c(t, 'correlationId')} AS corr, {c(t, 'globalPid')} AS gpid, "
+            f"{self.first_col(t, ('syncType', 'deprecatedSyncType'), '0')} AS st FROM {t}")
+        gpid, corr = _np(tbl, "gpid"), _np(tbl, "corr")
+        link = self.link("sync", gpid, corr, with_name=True)
+        # nsys versions disagree on syncType ids (2024.5 records cudaDeviceSynchronize as 1, 2024.6
+        # to 2026.1 cudaStreamSynchronize as 2): the correlated API call names the kind reliably.
+        raw = _enum(_np(tbl, "st"), _SYNC_TYPE, "sync_type", "unknown")
+        api_names = link["api_name"]
+        by_name = np.asarray([_SYNC_NAMES.get(_base_api_name(n), "") for n in api_names.categories],
+                             dtype=object)
+        named = by_name[api_names.codes] if len(api_names) else np.empty(0, dtype=object)
+        kinds = np.where(named != "", named, np.asarray(raw, dtype=object))
+        return pd.DataFrame({
+            "start_ns": _np(tbl, "start"), "end_ns": _np(tbl, "end"), "pid": decode_global_tid(gpid)[0],
+            "correlation_id": corr, "sync_type": pd.Categorical(kinds, dtype=enum_dtype("sync_type")),
+            "device_id": _np(tbl, "dev", np.int32), "stream_id": _np(tbl, "stream"), **link,
+        })
+
+    # -- host side
+    def nvtx(self) -> pd.DataFrame:
+        t = T_NVTX
+        if not self.x.has(t):
+            return empty_frame("nvtx")
+        c = self.col
+        text = "coalesce(text, '')" if "text" in self.x.columns(t) else "''"
+        tbl = self.x.arrow(
+            f"SELECT start, coalesce(end, {NULL_INT}) AS end_, eventType AS et, {text} AS text, "
+            f"{c(t, 'textId')} AS tid_, {c(t, 'domainId', '0')} AS dom, {c(t, 'globalTid')} AS gtid, "
+            f"{c(t, 'endGlobalTid')} AS egtid FROM {t} "
+            f"WHERE eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END}, {NVTX_MARK})")
+        gtid = _np(tbl, "gtid")
+        pid, tid = decode_global_tid(gtid)
+        end = _np(tbl, "end_")
+        et = _np(tbl, "et")
+        unclosed = int(((end == NULL_INT) & (et != NVTX_MARK)).sum())
+        if unclosed:
+            self.warnings.append(f"{unclosed} NVTX range(s) were never closed; they are kept without an end.")
+        self.nvtx_unclosed = unclosed
+        return pd.DataFrame({
+            "start_ns": _np(tbl, "start"), "end_ns": _nullable(end),
+            "name": self._nvtx_names(tbl.column("text"), _np(tbl, "tid_")),
+            "domain": self._nvtx_domains(pid, _np(tbl, "dom")),
+            "event_type": _enum(et, _NVTX_TYPE, "event_type", "mark"),
+            "pid": pid, "tid": tid, "global_tid": gtid, "end_global_tid": _np(tbl, "egtid"),
+        })
+
+    def _nvtx_names(self, text, text_id: np.ndarray) -> pd.Categorical:
+        import pyarrow.compute as pc
+
+        enc = pc.dictionary_encode(text).combine_chunks() if len(text) else None
+        if enc is None:
+            return categorical_from_codes(np.empty(0, np.int64), np.empty(0, dtype=object))
+        t_codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        t_vals = np.asarray(enc.dictionary.to_pylist(), dtype=object)
+        has_id = text_id >= 0
+        if not has_id.any():
+            return categorical_from_codes(t_codes, t_vals)
+        id_codes, id_uniq = pd.factorize(text_id[has_id])
+        codes = t_codes.copy()
+        codes[has_id] = id_codes + len(t_vals)
+        return categorical_from_codes(codes, np.concatenate([t_vals, self.strings.lookup(id_uniq)]))
+
+    def _nvtx_domains(self, pid: np.ndarray, dom: np.ndarray) -> pd.Categorical:
+        names: dict[tuple[int, int], str] = {}
+        for gtid, dom_id, text, text_id in self.x.rows(
+                f"SELECT globalTid, domainId, {'text' if 'text' in self.x.columns(T_NVTX) else 'NULL'}, "
+                f"{'textId' if 'textId' in self.x.columns(T_NVTX) else 'NULL'} FROM {T_NVTX} "
+                f"WHERE eventType = {NVTX_DOMAIN_CREATE}"):
+            if dom_id is None:
+                continue
+            if text is None and text_id is not None:
+                text = self.strings.lookup(np.array([text_id]))[0]
+            names[(int((gtid >> 24) & 0xFFFFFF) if gtid is not None else -1, int(dom_id))] = text or ""
+        key = (pid.astype(np.int64) << 40) ^ dom
+        codes, uniq = pd.factorize(key)
+        unnamed: set[int] = set()
+        labels = []
+        for k in uniq:
+            p, d = int(k >> 40), int(k & ((1 << 40) - 1))
+            if d == 0:
+                labels.append("")
+            elif (p, d) in names:
+                labels.append(names[(p, d)])
+            else:
+                same = [v for (pp, dd), v in names.items() if dd == d]
+                labels.append(same[0] if len(set(same)) == 1 else f"domain {d}")
+                if len(set(same)) != 1:
+                    unnamed.add(d)
+        if unnamed:
+            self.warnings.append(
+                f"NVTX domain id(s) {sorted(unnamed)} have no name in the export (no domain-create event); "
+                f"they are shown as 'domain N'.")
+        return categorical_from_codes(codes, np.asarray(labels, dtype=object))
+
+    def osrt(self) -> pd.DataFrame:
+        t = T_OSRT
+        if not self.x.has(t):
+            return empty_frame("osrt")
+        tbl = self.x.arrow(f"SELECT start, end, {self.col(t, 'nameId')} AS name, "
+                           f"{self.col(t, 'globalTid')} AS gtid FROM {t}")
+        gtid = _np(tbl, "gtid")
+        pid, tid = decode_global_tid(gtid)
+        return pd.DataFrame({
+            "start_ns": _np(tbl, "start"), "end_ns": _np(tbl, "end"),
+            "name": self.strings.categorical(_np(tbl, "name")), "pid": pid, "tid": tid, "global_tid": gtid,
+        })
+
+    # -- metadata
+    def versions(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"nsys_version": None, "schema_version": None}
+        for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
+            if self.x.has(table) and {"name", "value"} <= set(self.x.columns(table)):
+                kv = dict(self.x.rows(f"SELECT name, value FROM {table} WHERE name IN "
+                                      f"('EXPORT_PRODUCT_VERSION', 'EXPORT_SCHEMA_VERSION')"))
+                out["nsys_version"] = kv.get("EXPORT_PRODUCT_VERSION")
+                out["schema_version"] = kv.get("EXPORT_SCHEMA_VERSION")
+                break
+        if out["nsys_version"] is None:
+            self.missing.append("The export has no version table (META_DATA_EXPORT / EXPORT_META_DATA): "
+                                "the nsys version is unknown.")
+        return out
+
+    def gpus(self, device_ids: Iterable[int]) -> list[dict[str, Any]]:
+        wanted = {"id": "device_id", "name": "name", "smCount": "sm_count", "totalMemory": "memory_bytes",
+                  "busLocation": "bus_location", "cuDevice": "cuda_device", "clockRate": "clock_hz",
+                  "memoryBandwidth": "memory_bandwidth_bytes_per_s", "l2CacheSize": "l2_cache_bytes",
+                  "computeMajor": "compute_major", "computeMinor": "compute_minor", "uuid": "uuid",
+                  "chipName": "chip_name"}
+        gpus: list[dict[str, Any]] = []
+        if self.x.has("TARGET_INFO_GPU"):
+            cols = [c for c in wanted if c in self.x.columns("TARGET_INFO_GPU")]
+            for row in self.x.rows(f"SELECT {', '.join(cols)} FROM TARGET_INFO_GPU ORDER BY id"):
+                gpus.append({wanted[c]: v for c, v in zip(cols, row)})
+        elif self.x.has("TARGET_INFO_CUDA_DEVICE"):
+            cols = self.x.columns("TARGET_INFO_CUDA_DEVICE")
+            sel = ["gpuId", "cudaId"] + (["numMultiprocessors"] if "numMultiprocessors" in cols else [])
+            seen: set[int] = set()
+            for row in self.x.rows(f"SELECT {', '.join(sel)} FROM TARGET_INFO_CUDA_DEVICE"):
+                if row[0] in seen:
+                    continue
+                seen.add(row[0])
+                gpus.append({"device_id": row[0], "name": None, "cuda_device": row[1],
+                             "sm_count": row[2] if len(row) > 2 else None, "memory_bytes": None})
+        known = {g.get("device_id") for g in gpus}
+        extra = sorted(set(int(d) for d in device_ids) - known)
+        for d in extra:
+            gpus.append({"device_id": d, "name": None, "sm_count": None, "memory_bytes": None})
+        if gpus and not self.x.has("TARGET_INFO_GPU"):
+            self.missing.append("The export has no GPU description (TARGET_INFO_GPU): GPU names, "
+                                "SM counts and memory sizes are unknown.")
+        return gpus
+
+    def capture_window(self, trace_span: tuple[int | None, int | None]) -> tuple[int | None, int | None]:
+        lo, hi = trace_span
+        if self.x.has("ANALYSIS_DETAILS") and "duration" in self.x.columns("ANALYSIS_DETAILS"):
+            duration = self.x.scalar("SELECT max(duration) FROM ANALYSIS_DETAILS")
+            if duration is not None:
+                # event times count from the session start, so the capture spans [0, duration]
+                lo = 0 if lo is None else min(0, lo)
+                hi = int(duration) if hi is None else max(int(duration), hi)
+        return lo, hi
+
+    def processes(self, pids: set[int]) -> list[dict[str, Any]]:
+        names: dict[int, str] = {}
+        if self.x.has("PROCESSES") and {"pid", "name"} <= set(self.x.columns("PROCESSES")):
+            for pid, name in self.x.rows("SELECT pid, name FROM PROCESSES"):
+                if pid is not None and name:
+                    names[int(pid)] = name
+        return [{"pid": p, "name": names.get(p)} for p in sorted(pids)]
+
+
+_LOADERS = {
+    "kernels": "kernels", "memcpy": "memcpy", "memset": "memset", "graphs": "graphs",
+    "sync": "sync", "nvtx": "nvtx", "osrt": "osrt",
+}
+_ACTIVITY = ("kernels", "memcpy", "memset", "graphs", "sync")
+
+
+def load_trace(path: str | os.PathLike, *, tables: Iterable[str] | None = None) -> Trace:
+    """Load an nsys export (``.sqlite``, or ``.nsys-rep`` exported with nsys) into a :class:`Trace`.
+
+    ``tables`` restricts which frames are read (names from ``FRAMES``); the others stay empty.
+    Raises :class:`~profiler.errors.InputError` with one sentence for a missing, corrupt or
+    non-nsys file. What the export lacks is listed in ``trace.meta['missing']``.
+    """
+    path = Path(path)
+    wanted = set(FRAMES) if tables is None else set(tables)
+    unknown = wanted - set(FRAMES)
+    if unknown:
+        raise ValueError(f"unknown Trace frames {sorted(unknown)}; choose from {list(FRAMES)}")
+    if path.suffix == ".nsys-rep" or path.suffix == ".qdrep":
+        from profiler.capture.nsysrep import export_sqlite
+
+        source = path
+        path = export_sqlite(path)
+    else:
+        source = path
+    check_sqlite_file(path)
+    with Export(path) as export:
+        if not any(export.has(t) for t in _NSYS_MARKERS):
+            raise InputError(f"{path} is an SQLite database but not an Nsight Systems export "
+                             f"(no StringIds, META_DATA_EXPORT or CUPTI tables)")
+        try:
+            return _load(export, wanted, source)
+        except sqlite3.DatabaseError as exc:
+            raise _corrupt(path, exc) from exc
+
+
+def _load(export: Export, wanted: set[str], source: Path) -> Trace:
+    ld = _Loader(export, wanted)
+    meta: dict[str, Any] = {"source_path": str(source), "reader": export.reader, **ld.versions()}
+    frames: dict[str, pd.DataFrame] = {}
+    if wanted & (set(_ACTIVITY) | {"api"}):
+        ld.read_api()
+    for name in FRAMES:
+        if name not in wanted:
+            continue
+        frames[name] = ld.api_frame() if name == "api" else getattr(ld, _LOADERS[name])()
+    if "api" in frames and ld.api_raw is not None:
+        ld.api_raw = None  # free the raw arrays; the frame holds them now
+
+    has_gpu = any(export.count(t) for t in (T_KERNEL, T_MEMCPY, T_MEMSET, T_GRAPH))
+    if not has_gpu:
+        ld.missing.append("The export has no CUDA GPU activity (no kernel, memcpy, memset or graph-launch "
+                          "rows): it was captured without CUDA tracing (nsys profile --trace=cuda) or the "
+                          "program did no GPU work.")
+    if not export.count(T_API):
+        ld.missing.append("The export has no CUDA API calls (CUPTI_ACTIVITY_KIND_RUNTIME): GPU work cannot "
+                          "be tied to the threads and NVTX ranges that launched it.")
+    if not export.count(T_NVTX):
+        ld.missing.append("The export has no NVTX ranges (NVTX_EVENTS): the whole capture is one window.")
+    if not export.count(T_OSRT):
+        ld.missing.append("The export has no OS runtime calls (OSRT_API; capture with --trace=osrt): "
+                          "host-side stalls cannot be named.")
+    if "api" in frames and "graphs" in frames and "kernels" in frames:
+        graph_launches = int((frames["api"]["category"] == "graph_launch").sum())
+        if graph_launches and not len(frames["graphs"]) and not frames["kernels"]["graph_node_id"].notna().any():
+            ld.missing.append(f"The capture made {graph_launches} CUDA graph launch(es) but holds no graph "
+                              f"activity (graph trace off): GPU work of the graphs is missing.")
+    if ld.strings.unresolved:
+        ld.warnings.append(f"{ld.strings.unresolved} name id(s) were not found in StringIds.")
+
+    trace = Trace(meta={}, **frames)
+    device_ids: set[int] = set()
+    pids: set[int] = set()
+    for name in FRAMES:
+        df = getattr(trace, name)
+        if "device_id" in df.columns and len(df):
+            device_ids.update(pd.unique(df["device_id"]).tolist())
+        if len(df):
+            pids.update(pd.unique(df["pid"]).tolist())
+    lo, hi = trace.event_span()
+    start, end = ld.capture_window((lo, hi))
+    meta.update({
+        "gpus": ld.gpus(device_ids),
+        "capture_start_ns": start, "capture_end_ns": end,
+        "events_start_ns": lo, "events_end_ns": hi,
+        "processes": ld.processes({int(p) for p in pids}),
+        "missing": ld.missing, "warnings": ld.warnings,
+        "absent_columns": ld.absent_columns, "correlation": ld.correlation,
+        "nvtx_unclosed": getattr(ld, "nvtx_unclosed", 0),
+    })
+    trace.meta = meta
+    Trace.__post_init__(trace)
+    return trace
