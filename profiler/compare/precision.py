@@ -1,0 +1,198 @@
+"""Precision localisation: where in the network an FP16 or INT8 variant starts to diverge from FP32.
+
+Both models are run by ONNX Runtime on the same inputs with every intermediate tensor exposed as an
+output. Tensors are matched by name (the FP16 converter and the Q/DQ quantizer keep the names of the
+original node outputs), compared in the FP32 model's topological order, and each node gets its
+*amplification*: its output error over the largest error of its inputs. The first nodes whose error
+jumps (amplification >= ``jump_factor`` with an error above ``floor``) are where precision is lost.
+
+``verify`` then rebuilds the variant with those nodes kept in FP32 (for a strongly typed engine that
+means editing the ONNX model) and measures the accuracy and latency that buys.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: An error below this relative L2 is treated as rounding noise.
+DEFAULT_FLOOR = 1e-3
+#: A node whose error is this many times its inputs' worst error is where precision is lost.
+DEFAULT_JUMP = 4.0
+
+
+def _expose_all(model_path: str | Path, out_path: Path) -> list[str]:
+    """Save a copy of the model with every float node output as a graph output; returns their names."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    model = onnx.load(str(model_path))
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+        types = {vi.name: vi.type.tensor_type.elem_type
+                 for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
+    except Exception:
+        types = {}
+    existing = {o.name for o in model.graph.output}
+    floats = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16)
+    names = []
+    for node in model.graph.node:
+        if node.op_type in ("Constant", "QuantizeLinear"):
+            continue
+        for out in node.output:
+            if not out or out in existing:
+                continue
+            t = types.get(out)
+            if t is not None and t not in floats:
+                continue
+            model.graph.output.append(helper.make_tensor_value_info(out, t or TensorProto.FLOAT, None)
+                                      if t else helper.make_empty_tensor_value_info(out))
+            existing.add(out)
+            names.append(out)
+    onnx.save(model, str(out_path))
+    return names
+
+
+def _run_all(model_path: str | Path, feeds: list[dict[str, np.ndarray]], tmp: Path) -> list[dict[str, np.ndarray]]:
+    """Every float tensor of the model (graph outputs included), each stored in its declared type.
+
+    ONNX Runtime's CPU provider runs float16 nodes in float32 and removes the casts between
+    consecutive nodes, so a float16 model's final outputs never see float16 rounding or overflow in
+    between. Exposing every node output forces each one to be materialised in float16, which is what a
+    GPU float16 engine does (fp32 accumulation, fp16 storage).
+    """
+    import onnxruntime as ort
+
+    exposed = tmp / (Path(model_path).stem + ".all.onnx")
+    _expose_all(model_path, exposed)
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # keep every node
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(str(exposed), opts, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    results = []
+    for f in feeds:
+        vals = sess.run(names, f)
+        results.append({n: v for n, v in zip(names, vals)
+                        if isinstance(v, np.ndarray) and v.dtype.kind == "f"})
+    return results
+
+
+def faithful_outputs(model_path: str | Path, feeds: list[dict[str, np.ndarray]],
+                     work_dir: str | Path | None = None) -> list[dict[str, np.ndarray]]:
+    """The model's graph outputs with every intermediate stored in its declared precision (see
+    ``_run_all``): the accuracy of a float16 or Q/DQ model as a GPU engine would compute it."""
+    import onnx
+
+    names = [o.name for o in onnx.load(str(model_path), load_external_data=False).graph.output]
+    with tempfile.TemporaryDirectory(dir=work_dir) as d:
+        runs = _run_all(model_path, feeds, Path(d))
+    return [{n: r[n] for n in names if n in r} for r in runs]
+
+
+def _rel_l2(ref: np.ndarray, cand: np.ndarray) -> tuple[float, float]:
+    r = ref.astype(np.float64).ravel()
+    c = cand.astype(np.float64).ravel()
+    if not np.all(np.isfinite(c)):
+        return float("inf"), float("nan")
+    nr = np.linalg.norm(r)
+    err = float(np.linalg.norm(c - r) / nr) if nr > 0 else float(np.linalg.norm(c - r))
+    nc = np.linalg.norm(c)
+    cos = float(r @ c / (nr * nc)) if nr > 0 and nc > 0 else float("nan")
+    return err, cos
+
+
+def localize(reference_model: str | Path, variant_model: str | Path, feeds: list[dict[str, np.ndarray]], *,
+             jump_factor: float = DEFAULT_JUMP, floor: float = DEFAULT_FLOOR, top: int = 5) -> dict[str, Any]:
+    """The error curve through the network and the first nodes where the error jumps."""
+    import onnx
+
+    model = onnx.load(str(reference_model), load_external_data=False)
+    with tempfile.TemporaryDirectory() as d:
+        ref_runs = _run_all(reference_model, feeds, Path(d))
+        var_runs = _run_all(variant_model, feeds, Path(d))
+    err: dict[str, float] = {}
+    curve: list[dict[str, Any]] = []
+    for index, node in enumerate(model.graph.node):
+        if node.op_type == "Constant":
+            continue
+        in_errs = [err[i] for i in node.input if i in err]
+        worst_in = max(in_errs) if in_errs else 0.0
+        for out in node.output:
+            pairs = [(r[out], v[out]) for r, v in zip(ref_runs, var_runs) if out in r and out in v
+                     and r[out].shape == v[out].shape]
+            if not pairs:
+                continue
+            errs = [_rel_l2(r, v) for r, v in pairs]
+            e = float(max(x[0] for x in errs))
+            cos = float(min(x[1] for x in errs))
+            err[out] = e
+            amp = e / max(worst_in, floor) if np.isfinite(e) else float("inf")
+            curve.append({"index": index, "node": node.name or f"{node.op_type}_{index}", "op": node.op_type,
+                          "tensor": out, "rel_l2": e, "cosine": cos, "input_rel_l2": worst_in,
+                          "amplification": amp})
+            break  # one point per node: its first float output
+    # unnamed nodes are named "{op}_{index}", as the fp16 converter names them, so verify() can keep them
+    jumps = [c for c in curve if c["rel_l2"] > floor and c["amplification"] >= jump_factor]
+    largest = sorted(jumps, key=lambda c: -c["amplification"])[:top]
+    final = curve[-1]["rel_l2"] if curve else float("nan")
+    return {"nodes_compared": len(curve), "final_rel_l2": final, "curve": curve, "first_jumps": jumps[:top],
+            "largest_jumps": largest, "jump_factor": jump_factor, "floor": floor}
+
+
+def _median_latency_ms(model_path: str | Path, feeds: dict[str, np.ndarray], runs: int = 20) -> float:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    sess = ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
+    sess.run(None, feeds)
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter_ns()
+        sess.run(None, feeds)
+        times.append((time.perf_counter_ns() - t0) / 1e6)
+    return float(np.median(times))
+
+
+def verify(reference_model: str | Path, precision: str, keep_nodes: list[str], feeds: list[dict[str, np.ndarray]],
+           *, variant_model: str | Path | None = None, work_dir: str | Path | None = None,
+           latency_runs: int = 20, **prepare_kwargs) -> dict[str, Any]:
+    """Rebuild the variant with ``keep_nodes`` in FP32 and measure accuracy and latency against the
+    plain variant (ONNX Runtime on this machine; the accuracy numbers carry over to any backend)."""
+    from profiler.accuracy import compare_batches
+
+    work = Path(work_dir or tempfile.mkdtemp(prefix="trtprof-verify-"))
+    work.mkdir(parents=True, exist_ok=True)
+    kept_path = work / f"{Path(reference_model).stem}.{precision}.kept.onnx"
+    if precision == "fp16":
+        from profiler.variants.fp16 import convert_fp16
+
+        convert_fp16(Path(reference_model), kept_path, keep_fp32_nodes=keep_nodes)
+        if variant_model is None:
+            variant_model = work / f"{Path(reference_model).stem}.fp16.onnx"
+            convert_fp16(Path(reference_model), Path(variant_model))
+    elif precision == "int8":
+        from profiler.variants.int8 import quantize_int8
+
+        quantize_int8(Path(reference_model), kept_path, exclude_nodes=keep_nodes, **prepare_kwargs)
+        if variant_model is None:
+            variant_model = work / f"{Path(reference_model).stem}.int8.onnx"
+            quantize_int8(Path(reference_model), Path(variant_model), **prepare_kwargs)
+    else:
+        raise ValueError(f"precision localisation is for fp16 and int8, not {precision}")
+
+    def outputs(path):
+        return faithful_outputs(path, feeds, work)
+
+    ref = outputs(reference_model)
+    rows = {}
+    for label, path in (("fp32", reference_model), (precision, variant_model), (f"{precision}+kept", kept_path)):
+        acc = compare_batches(ref, outputs(path)) if label != "fp32" else None
+        rows[label] = {"model": str(path), "accuracy": acc,
+                       "latency_ms": _median_latency_ms(path, feeds[0], latency_runs)}
+    return {"precision": precision, "kept_fp32": list(keep_nodes), "variants": rows}
