@@ -1,0 +1,556 @@
+"""``trtprof sweep`` as a library: engine variants of one ONNX model, timed, checked against FP32, stored.
+
+    from profiler.sweep import SweepConfig, run_sweep
+    summary = run_sweep(SweepConfig(model="model.onnx", precisions=["fp32", "fp16"], streams=[1, 2]),
+                        store=Store.open("trtprof.db"), progress=print)
+
+The sweep is the product of the axes (precision x workspace x streams x CUDA graph); combinations the
+backend cannot run are listed as ``skipped`` with the reason. Each variant goes: prepare the model
+(fp16 conversion, int8 calibration) -> build (a ``BuildError`` marks it ``failed`` and the sweep goes
+on) -> time it with the harness -> compare its outputs with the FP32 reference on the same inputs ->
+per-layer profile in a separate pass. Every finished variant is stored at once, so Ctrl-C loses nothing
+already measured: the run is marked ``interrupted`` and ``resume_sweep`` (``--resume RUN``) runs only
+the variants not yet done.
+
+The returned summary is summary.json: ``{"run": {...}, "variants": [...], "findings": [...]}``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import os
+import platform
+import socket
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from profiler import __version__
+from profiler.backends.base import PRECISIONS, Backend, BuildError, VariantSpec
+from profiler.errors import InputError, UsageError
+from profiler.findings import Finding, json_safe, sort_findings
+from profiler.harness.nvtx import ranges, variant_range_name
+from profiler.harness.runner import HarnessConfig, run_queries, summarize_timings
+
+Progress = Callable[[str], None]
+
+#: the variant fields of summary.json, in order (more keys follow them)
+VARIANT_KEYS = ("key", "precision", "workspace_bytes", "streams", "cuda_graph", "backend", "status", "error",
+                "latency_ms", "enqueue_ms", "throughput_qps", "accuracy")
+ACCURACY_SAMPLES = 4  # seeded random inputs for the accuracy check when no data is given
+HOLDOUT_FRACTION = 0.2  # of --calib, kept out of calibration for the accuracy check
+
+
+@dataclass
+class SweepConfig:
+    """Everything a sweep needs; stored with the run so ``--resume`` can continue it."""
+
+    model: str | None = None  # None: the bundled default model
+    precisions: list[str] = field(default_factory=lambda: ["fp32"])
+    workspaces: list[int | None] = field(default_factory=lambda: [None])  # bytes; None = backend default
+    streams: list[int] = field(default_factory=lambda: [1])
+    cuda_graph: list[bool] = field(default_factory=lambda: [False])
+    shapes: dict[str, list[int]] = field(default_factory=dict)
+    calib: str | None = None
+    calib_method: str = "entropy"
+    inputs: str | None = None
+    iterations: int = 10
+    duration_s: float = 3.0
+    warmup_ms: float = 200.0
+    backend: str = "auto"
+    label: str | None = None
+    thresholds: dict[str, dict[str, float]] = field(default_factory=dict)  # {"fp16": {"cosine_min": .999}}
+    rule_thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)  # {"sweep.jitter": {...}}
+    layers: bool = True
+    layer_iterations: int = 10
+    cache_dir: str | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        bad = [p for p in self.precisions if p not in PRECISIONS]
+        if bad:
+            raise UsageError(f"unknown precision {bad[0]!r}; choose from {', '.join(PRECISIONS)}")
+        if not self.precisions or not self.workspaces or not self.streams or not self.cuda_graph:
+            raise UsageError("every sweep axis needs at least one value")
+        if any(int(s) < 1 for s in self.streams):
+            raise UsageError("--streams values must be at least 1")
+        if self.iterations < 1:
+            raise UsageError("--iterations must be at least 1")
+        if self.duration_s < 0 or self.warmup_ms < 0:
+            raise UsageError("--duration and --warmup cannot be negative")
+
+    def to_dict(self) -> dict[str, Any]:
+        return json_safe(asdict(self))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "SweepConfig":
+        keys = cls.__dataclass_fields__.keys()
+        return cls(**{k: v for k, v in d.items() if k in keys})
+
+    @property
+    def harness(self) -> HarnessConfig:
+        return HarnessConfig(iterations=int(self.iterations), duration_s=float(self.duration_s),
+                             warmup_ms=float(self.warmup_ms))
+
+    def cache_root(self) -> Path:
+        if self.cache_dir:
+            return Path(self.cache_dir)
+        from profiler.variants.cache import default_cache_dir
+
+        return default_cache_dir().parent
+
+
+@dataclass
+class PlannedVariant:
+    spec: VariantSpec
+    skip_reason: str | None = None
+
+
+def plan_variants(config: SweepConfig, backend: Backend,
+                  shapes: dict[str, tuple[int, ...]] | None = None) -> list[PlannedVariant]:
+    """The axes' product in a stable order; what the backend cannot run carries its skip reason."""
+    shape_items = tuple(sorted((k, tuple(int(d) for d in v)) for k, v in (shapes or {}).items()))
+    out: list[PlannedVariant] = []
+    uses_ws = getattr(backend, "uses_workspace", True)
+    first_ws = config.workspaces[0]
+    for prec, ws, streams, graph in itertools.product(dict.fromkeys(config.precisions),
+                                                      dict.fromkeys(config.workspaces),
+                                                      dict.fromkeys(int(s) for s in config.streams),
+                                                      dict.fromkeys(bool(g) for g in config.cuda_graph)):
+        spec = VariantSpec(prec, ws, streams, graph, shape_items)
+        reason = backend.unsupported(spec)
+        if reason is None and not uses_ws and ws != first_ws:
+            same = VariantSpec(prec, first_ws, streams, graph, shape_items)
+            reason = (f"{backend.name} has no workspace setting: this variant would be the same engine as "
+                      f"{same.key}, which is measured")
+        out.append(PlannedVariant(spec, reason))
+    return out
+
+
+# -- accuracy (profiler.accuracy) ---------------------------------------------------------------
+def _accuracy(key: str, precision: str, ref: list[dict[str, np.ndarray]], out: list[dict[str, np.ndarray]],
+              overrides: dict[str, Any], calibration: dict | None) -> tuple[dict[str, dict[str, Any]], list[Finding]]:
+    """Per-output metrics against FP32 over every input sample, each marked passed or not against its
+    precision's thresholds, and the ``precision_regression`` findings of the breaches."""
+    from profiler import accuracy as acc
+
+    thresholds = acc.merge_thresholds(overrides)
+    per_output = acc.compare_batches(ref, out)
+    _, breaches = acc.evaluate(per_output, precision, thresholds)
+    failed = {b["output"] for b in breaches}
+    limits = dict(thresholds.get(precision, {}))
+    for name, metrics in per_output.items():
+        metrics["passed"] = name not in failed
+        metrics["threshold"] = limits
+    findings = acc.accuracy_findings(key, precision, per_output, thresholds, calibration=calibration)
+    return per_output, findings
+
+
+def gate_failures(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The findings that fail the accuracy gate (exit 1): precision regressions that mean something.
+
+    A breach by an int8 variant calibrated on random inputs is reported (severity info) but does not
+    fail the gate: its accuracy numbers mean nothing.
+    """
+    return [f for f in findings if f.get("rule") == "precision_regression" and f.get("severity") != "info"]
+
+
+# -- the sweep ------------------------------------------------------------------------------------
+class Sweep:
+    """One sweep run; ``run()`` measures every planned variant not yet done and returns the summary."""
+
+    def __init__(self, config: SweepConfig, *, store: Any = None, backend: Backend | None = None,
+                 progress: Progress | None = None, run_id: int | None = None,
+                 previous: list[dict[str, Any]] | None = None,
+                 previous_layers: dict[str, list[dict]] | None = None):
+        self.config = config
+        self.store = store
+        self.progress = progress or (lambda _msg: None)
+        self.run_id = run_id
+        self.backend = backend
+        self.backend_reason = ""
+        self.variants: list[dict[str, Any]] = list(previous or [])
+        self.layers: dict[str, list[dict]] = dict(previous_layers or {})
+        self.accuracy_findings: list[Finding] = []
+        self.notes: list[str] = []
+        self.started_at = dt.datetime.now(dt.timezone.utc).isoformat()
+        self.status = "running"
+
+    # -- setup -------------------------------------------------------------------------------
+    def _say(self, msg: str) -> None:
+        self.progress(msg)
+
+    def _resolve_backend(self) -> Backend:
+        if self.backend is not None:
+            self.backend_reason = self.backend_reason or "given by the caller"
+            return self.backend
+        from profiler.backends import choose_auto, get_backend
+
+        name = self.config.backend
+        if name == "auto":
+            name, self.backend_reason = choose_auto()
+        else:
+            self.backend_reason = f"--backend {name}"
+        try:
+            self.backend = get_backend(name)
+        except (ImportError, BuildError) as exc:
+            raise InputError(f"backend {name!r} is not usable here: {exc}") from exc
+        return self.backend
+
+    def _inputs(self, info: Any, shapes: dict[str, tuple[int, ...]]) -> tuple[list[dict], str]:
+        """(accuracy inputs, where they came from): --inputs, else held-out --calib, else seeded random."""
+        from profiler.models import load_samples, make_inputs, split_holdout
+
+        c = self.config
+        if c.inputs:
+            return make_inputs(info, shapes, source=c.inputs), f"--inputs {c.inputs}"
+        if c.calib:
+            calib_part, held = split_holdout(load_samples(c.calib, info, shapes), HOLDOUT_FRACTION)
+            if held:
+                return held, f"held-out {len(held)} sample(s) of --calib {c.calib}"
+            return calib_part[:ACCURACY_SAMPLES], f"--calib {c.calib} (too few samples to hold any out)"
+        return (make_inputs(info, shapes, seed=c.seed, count=ACCURACY_SAMPLES),
+                f"{ACCURACY_SAMPLES} seeded random sample(s) (seed {c.seed})")
+
+    def _environment(self, backend: Backend) -> dict[str, Any]:
+        d = dict(backend.describe())
+        d.update({"python": platform.python_version(), "platform": platform.platform(),
+                  "trtprof_version": __version__, "host": socket.gethostname(),
+                  "backend_reason": self.backend_reason})
+        return d
+
+    # -- one variant -------------------------------------------------------------------------------
+    def _record(self, spec: VariantSpec, backend: Backend, status: str, error: str | None = None,
+                **extra: Any) -> dict[str, Any]:
+        rec: dict[str, Any] = {"key": spec.key, "precision": spec.precision,
+                               "workspace_bytes": spec.workspace_bytes, "streams": spec.streams,
+                               "cuda_graph": spec.cuda_graph, "backend": backend.name, "status": status,
+                               "error": error, "latency_ms": None, "enqueue_ms": None, "throughput_qps": None,
+                               "accuracy": {}}
+        rec["shapes"] = {k: list(v) for k, v in spec.shapes}
+        rec.update(extra)
+        return rec
+
+    def _run_variant(self, spec: VariantSpec, backend: Backend, model_path: Path,
+                     shapes: dict[str, tuple[int, ...]], feeds: list[dict[str, np.ndarray]],
+                     reference: list[dict[str, np.ndarray]] | None) -> tuple[dict[str, Any], list[dict], list[dict]]:
+        """Measure one variant: (summary record, samples, layers). Build failures become a failed record."""
+        from profiler.variants import RANDOM_CALIBRATION_WARNING, prepare
+
+        c = self.config
+        key = spec.key
+        notes: list[str] = []
+        t_prepare = time.perf_counter()
+        try:
+            prepared = prepare(model_path, spec.precision, shapes=shapes, calib=c.calib,
+                               calib_method=c.calib_method, cache_dir=str(c.cache_root() / "variants"),
+                               progress=lambda m: self._say(f"  {key}: {m}"), seed=c.seed,
+                               holdout_fraction=HOLDOUT_FRACTION if (c.calib and not c.inputs) else 0.0)
+        except (BuildError, InputError) as exc:
+            return self._record(spec, backend, "failed", f"preparing the {spec.precision} model failed: {exc}"), [], []
+        prepare_s = time.perf_counter() - t_prepare
+        pinfo = dict(prepared.info)
+        if prepared.calibration_meaningless:
+            notes.append(RANDOM_CALIBRATION_WARNING)
+            self._say(f"  WARNING {key}: {RANDOM_CALIBRATION_WARNING}")
+
+        self._say(f"  {key}: building on {backend.name}")
+        engine = None
+        contexts: list[Any] = []
+        try:
+            try:
+                engine = backend.build(str(prepared.path), spec, str(c.cache_root() / "engines"))
+            except BuildError as exc:
+                self._say(f"  {key}: build failed: {exc}")
+                return self._record(spec, backend, "failed", str(exc), prepare=pinfo,
+                                    notes=notes), [], []
+            einfo = dict(engine.info)
+            notes.extend(einfo.pop("notes", []) or [])
+            contexts = [engine.create_context(i) for i in range(spec.streams)]
+            for ctx in contexts:
+                ctx.set_inputs(feeds[0])
+            graph_fallback = None
+            if spec.cuda_graph:
+                for ctx in contexts:
+                    reason = ctx.enable_cuda_graph()
+                    if reason:
+                        graph_fallback = reason
+                if graph_fallback:
+                    notes.append(f"CUDA graph capture fell back to plain enqueue: {graph_fallback}")
+            self._say(f"  {key}: timing (warm-up {c.warmup_ms:g} ms, >= {c.iterations} iterations, "
+                      f">= {c.duration_s:g} s, {spec.streams} stream(s))")
+            m = run_queries(contexts, c.harness, key=key)
+            timing = summarize_timings(m.timings)
+            rss_after_run = _rss()
+
+            # accuracy: the same inputs through this variant and through fp32
+            per_output: dict[str, dict[str, Any]] = {}
+            if reference is not None and spec.precision != "fp32":
+                outs = []
+                for sample in feeds:
+                    contexts[0].set_inputs(sample)
+                    contexts[0].query()
+                    outs.append(contexts[0].outputs())
+                contexts[0].set_inputs(feeds[0])
+                per_output, found = _accuracy(key, spec.precision, reference, outs, c.thresholds,
+                                              pinfo.get("calibration"))
+                self.accuracy_findings.extend(found)
+
+            layers: list[dict] = []
+            if c.layers:
+                self._say(f"  {key}: per-layer profile ({c.layer_iterations} iterations, separate pass)")
+                try:
+                    layers = engine.profile_layers(feeds[0], iterations=c.layer_iterations)
+                except Exception as exc:  # a profile is a bonus; the timing stands without it
+                    notes.append(f"per-layer profile failed: {type(exc).__name__}: {exc}")
+        except BuildError as exc:  # binding or running failed: the engine is unusable
+            return self._record(spec, backend, "failed", str(exc), prepare=pinfo, notes=notes), [], []
+        finally:
+            for ctx in contexts:
+                ctx.close()
+            if engine is not None:
+                engine.close()
+
+        memory = {
+            "engine_size_bytes": einfo.get("engine_size_bytes"),
+            "activation_bytes_per_context": einfo.get("activation_bytes_per_context"),
+            "build_memory_bytes": einfo.get("build_memory_bytes"),
+            "rss_before_build_bytes": einfo.get("rss_before_build_bytes"),
+            "rss_after_build_bytes": einfo.get("rss_after_build_bytes"),
+            "rss_after_run_bytes": rss_after_run,
+            "device_memory": (einfo.get("checklist") or {}).get("device_memory") or einfo.get("device_memory"),
+        }
+        rec = self._record(
+            spec, backend, "ok", None,
+            latency_ms=timing["latency_ms"], enqueue_ms=timing["enqueue_ms"],
+            throughput_qps=timing["throughput_qps"], accuracy=per_output,
+            compute_ms=timing["compute_ms"], h2d_ms=timing["h2d_ms"], d2h_ms=timing["d2h_ms"],
+            count=timing["count"], span_ms=timing.get("span_ms"), warmup_dropped=m.warmup_dropped,
+            per_stream_count=m.per_stream_count, synchronous_enqueue=bool(einfo.get("synchronous_enqueue")),
+            cuda_graph_fallback=graph_fallback, fingerprint=einfo.get("fingerprint"),
+            build_time_s=einfo.get("build_time_s") or (einfo.get("checklist") or {}).get("build_time_s"),
+            prepare_s=prepare_s, memory=memory, model_path=str(prepared.path), model_hash=prepared.model_hash,
+            prepare=pinfo, engine=einfo, notes=notes, layer_count=len(layers),
+        )
+        return rec, m.samples(), layers
+
+    # -- the whole run -----------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        from profiler.models import default_model_path, inspect_model, resolve_shapes
+
+        c = self.config
+        model_path = Path(c.model) if c.model else default_model_path()
+        self._say(f"model {model_path}")
+        info = inspect_model(model_path)
+        shapes = resolve_shapes(info, {k: tuple(v) for k, v in (c.shapes or {}).items()})
+        backend = self._resolve_backend()
+        self._say(f"backend {backend.name}: {self.backend_reason}")
+        env = self._environment(backend)
+        plan = plan_variants(c, backend, shapes)
+        feeds, feeds_source = self._inputs(info, shapes)
+        self.model_info = info
+        self.inputs_source = feeds_source
+
+        if self.store is not None and self.run_id is None:
+            self.run_id = self.store.create_run(
+                kind="sweep", source=str(model_path), source_hash=info.model_hash, model=model_path.name,
+                label=c.label, backend=backend.name, host=env.get("host"),
+                gpu=env.get("device") if backend.name != "onnxruntime" or "CUDA" in str(env.get("provider")) else None,
+                tensorrt_version=env.get("version") if backend.name == "tensorrt" else None,
+                driver_version=env.get("driver_version"), cuda_version=env.get("cuda_version"),
+                config=c.to_dict(), environment=env)
+        elif self.store is not None:
+            self.store.update_run(self.run_id, status="running")
+        self.environment = env
+        self.model_path = model_path
+        done = {v["key"] for v in self.variants}
+        todo = [p for p in plan if p.spec.key not in done]
+        self._say(f"{len(plan)} variant(s): {sum(p.skip_reason is None for p in plan)} to run, "
+                  f"{sum(p.skip_reason is not None for p in plan)} skipped, {len(plan) - len(todo)} already done")
+
+        try:
+            reference = self._reference(backend, model_path, shapes, feeds, plan) if todo else None
+            nv = ranges()
+            for i, p in enumerate(todo, 1):
+                spec = p.spec
+                if p.skip_reason:
+                    self._say(f"[{i}/{len(todo)}] {spec.key}: skipped ({p.skip_reason})")
+                    self._store_variant(self._record(spec, backend, "skipped", p.skip_reason), [], [])
+                    continue
+                self._say(f"[{i}/{len(todo)}] {spec.key}")
+                with nv.range(variant_range_name(spec.key)):
+                    rec, samples, layers = self._run_variant(spec, backend, model_path, shapes, feeds, reference)
+                if rec["status"] == "ok":
+                    lat = rec["latency_ms"]
+                    self._say(f"  {spec.key}: median {lat['median']:.3f} ms, p99 {lat['p99']:.3f} ms, "
+                              f"{rec['throughput_qps']:.1f} qps over {rec['count']} queries")
+                self._store_variant(rec, samples, layers)
+        except KeyboardInterrupt:
+            self.status = "interrupted"
+            summary = self.summary()
+            if self.store is not None and self.run_id is not None:
+                self.store.finish_run(self.run_id, status="interrupted", summary=summary)
+            self._say(f"interrupted: {len(self.variants)} variant(s) stored"
+                      + (f"; continue with: trtprof sweep --resume {self.run_id}" if self.run_id else ""))
+            raise
+        ran = [v for v in self.variants if v["status"] != "skipped"]
+        self.status = "failed" if ran and all(v["status"] == "failed" for v in ran) else "ok"
+        summary = self.summary()
+        if self.store is not None and self.run_id is not None:
+            self.store.add_findings(self.run_id, [Finding.from_dict(f) for f in summary["findings"]])
+            self.store.finish_run(self.run_id, status=self.status, summary=summary)
+        return summary
+
+    def _reference(self, backend: Backend, model_path: Path, shapes: dict[str, tuple[int, ...]],
+                   feeds: list[dict[str, np.ndarray]], plan: list[PlannedVariant]) -> list[dict[str, np.ndarray]] | None:
+        """FP32 outputs on the accuracy inputs, from an fp32 engine of the same backend."""
+        if not any(p.skip_reason is None and p.spec.precision != "fp32" for p in plan):
+            return None
+        self._say("fp32 reference outputs for the accuracy check")
+        spec = VariantSpec("fp32", None, 1, False, tuple(sorted(shapes.items())))
+        try:
+            engine = backend.build(str(model_path), spec, str(self.config.cache_root() / "engines"))
+        except BuildError as exc:
+            self.notes.append(f"no fp32 reference (its build failed: {exc}); accuracy not checked")
+            self._say(f"  no fp32 reference: {exc}")
+            return None
+        try:
+            ctx = engine.create_context(0)
+            outs = []
+            for sample in feeds:
+                ctx.set_inputs(sample)
+                ctx.query()
+                outs.append(ctx.outputs())
+            ctx.close()
+        finally:
+            engine.close()
+        return outs
+
+    def _store_variant(self, rec: dict[str, Any], samples: list[dict], layers: list[dict]) -> None:
+        rec = json_safe(rec)
+        self.variants.append(rec)
+        if layers:
+            self.layers[rec["key"]] = json_safe(layers)
+        if self.store is None or self.run_id is None:
+            return
+        row = {k: v for k, v in rec.items() if k != "accuracy"}
+        acc_rows = [{"output": name, **metrics} for name, metrics in (rec.get("accuracy") or {}).items()]
+        self.store.add_variant(self.run_id, row, samples=samples, layers=layers, accuracy=acc_rows)
+
+    def findings(self) -> list[Finding]:
+        from profiler.rules.sweep import sweep_findings
+
+        found = sweep_findings(self.variants, getattr(self, "environment", {}), self.config.rule_thresholds)
+        return sort_findings(found + list(self.accuracy_findings))
+
+    def summary(self) -> dict[str, Any]:
+        """summary.json: the run, every variant (in plan order), the findings."""
+        c = self.config
+        info = getattr(self, "model_info", None)
+        run = {
+            "id": self.run_id, "kind": "sweep", "label": c.label, "status": self.status,
+            "model": str(getattr(self, "model_path", c.model or "")),
+            "model_hash": info.model_hash if info is not None else None,
+            "model_info": info.to_dict() if info is not None else None,
+            "backend": self.backend.name if self.backend is not None else c.backend,
+            "backend_reason": self.backend_reason,
+            "environment": getattr(self, "environment", {}),
+            "config": c.to_dict(), "inputs_source": getattr(self, "inputs_source", None),
+            "started_at": self.started_at, "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+            "notes": list(self.notes),
+            "skipped": [{"key": v["key"], "reason": v.get("error")} for v in self.variants
+                        if v["status"] == "skipped"],
+        }
+        variants = sorted(self.variants, key=_plan_order(c))
+        return json_safe({"run": run, "variants": variants,
+                          "findings": [f.to_dict() for f in self.findings()]})
+
+
+def _plan_order(c: SweepConfig) -> Callable[[dict[str, Any]], tuple]:
+    """Sort key putting variants in the axes' order (precision, workspace, streams, graph)."""
+    precs = list(dict.fromkeys(c.precisions))
+    wss = list(dict.fromkeys(c.workspaces))
+    strs = list(dict.fromkeys(int(s) for s in c.streams))
+
+    def key(v: dict[str, Any]) -> tuple:
+        def idx(seq: list, val: Any) -> int:
+            return seq.index(val) if val in seq else len(seq)
+        return (idx(precs, v.get("precision")), idx(wss, v.get("workspace_bytes")),
+                idx(strs, v.get("streams")), bool(v.get("cuda_graph")))
+
+    return key
+
+
+def _rss() -> int | None:
+    from profiler.backends.onnxruntime import rss_bytes
+
+    return rss_bytes()
+
+
+def run_sweep(config: SweepConfig, *, store: Any = None, backend: Backend | None = None,
+              progress: Progress | None = None) -> dict[str, Any]:
+    """Run a new sweep (stored when ``store`` is given) and return summary.json's dict."""
+    return Sweep(config, store=store, backend=backend, progress=progress).run()
+
+
+def stored_variant_record(row: dict[str, Any]) -> dict[str, Any]:
+    """A stored variant (``Store.run_dict``) back in summary.json's variant form."""
+    metrics = dict(row.get("metrics") or {})
+    rec = {k: row.get(k) for k in ("key", "precision", "workspace_bytes", "streams", "cuda_graph", "backend",
+                                   "status", "error", "latency_ms", "throughput_qps", "fingerprint")}
+    rec.update(metrics)
+    if not rec.get("latency_ms"):
+        rec["latency_ms"] = None
+    rec.setdefault("enqueue_ms", None)
+    acc = {}
+    for a in row.get("accuracy") or []:
+        acc[a["output"]] = {k: v for k, v in a.items() if k not in ("id", "variant_id", "output")}
+    rec["accuracy"] = acc
+    return rec
+
+
+def resume_sweep(store: Any, run_ref: int | str, *, backend: Backend | None = None,
+                 progress: Progress | None = None) -> dict[str, Any]:
+    """Continue an interrupted (or failed) sweep: only the variants not yet stored are run."""
+    run = store.run_dict(run_ref)
+    if run.get("kind") != "sweep":
+        raise UsageError(f"run {run['id']} is a {run.get('kind')} run, not a sweep; --resume continues sweeps")
+    if run.get("status") == "ok":
+        raise UsageError(f"run {run['id']} finished already; there is nothing to resume")
+    config = SweepConfig.from_dict(run.get("config") or {})
+    if backend is None and run.get("backend"):
+        config.backend = run["backend"]  # the backend that measured the stored variants
+    previous = [stored_variant_record(v) for v in run["variants"]]
+    layers = {v["key"]: [{k: x for k, x in layer.items() if k not in ("id", "variant_id")}
+                         for layer in v.get("layers") or []]
+              for v in run["variants"] if v.get("layers")}
+    sweep = Sweep(config, store=store, backend=backend, progress=progress, run_id=run["id"],
+                  previous=previous, previous_layers=layers)
+    old = (run.get("summary") or {}).get("run") or {}
+    sweep.started_at = old.get("started_at") or run.get("created_at") or sweep.started_at
+    # accuracy findings of stored variants are rebuilt from their stored metrics
+    sweep.accuracy_findings = _stored_accuracy_findings(previous, config)
+    return sweep.run()
+
+
+def _stored_accuracy_findings(previous: list[dict[str, Any]], config: SweepConfig) -> list[Finding]:
+    from profiler import accuracy as acc
+
+    out: list[Finding] = []
+    thresholds = acc.merge_thresholds(config.thresholds)
+    for v in previous:
+        if v.get("status") == "ok" and v.get("precision") != "fp32" and v.get("accuracy"):
+            per_output = {name: {k: x for k, x in m.items() if k not in ("passed", "threshold")}
+                          for name, m in v["accuracy"].items()}
+            out.extend(acc.accuracy_findings(v["key"], v["precision"], per_output, thresholds,
+                                             calibration=(v.get("prepare") or {}).get("calibration")))
+    return out
+
+
+__all__ = ["PlannedVariant", "Sweep", "SweepConfig", "VARIANT_KEYS", "gate_failures", "plan_variants",
+           "resume_sweep", "run_sweep", "stored_variant_record"]
