@@ -1,0 +1,196 @@
+"""`trtprof import`: trtexec exports (profile, layer info, times, logs) -> a stored run, JSON and report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from profiler.cli.options import db_option, open_store
+from profiler.errors import UsageError
+
+
+def _variant_keys(sets: list, names: tuple[str, ...]) -> list[str]:
+    """Variant keys: --variant names in order, else the prefix (its directory when prefixes repeat)."""
+    if names:
+        if len(names) != len(sets):
+            raise UsageError(f"--variant given {len(names)} time(s) but {len(sets)} export set(s) were found: "
+                             + ", ".join(str(s.directory / s.prefix) for s in sets))
+        return list(names)
+    stems = [s.prefix.replace(".onnx.engine", "").replace(".engine", "").replace(".plan", "") for s in sets]
+    dirs = [Path(s.directory).resolve().parts for s in sets]
+    for depth in range(0, max(len(d) for d in dirs) + 1):
+        keys = ["/".join(list(d[len(d) - depth:] if depth else []) + [st]) for d, st in zip(dirs, stems)]
+        if len(set(keys)) == len(keys):
+            return keys
+    return [str(Path(s.directory) / s.prefix) for s in sets]
+
+
+def build_import(paths: list[str], variant_names: tuple[str, ...] = (), label: str | None = None
+                 ) -> tuple[dict[str, Any], list]:
+    """Read every export set under ``paths``; returns (the --json dict, the EngineExports)."""
+    from profiler.findings import Finding
+    from profiler.layers import align as al
+    from profiler.layers import frame as lf
+    from profiler.layers import trtexec as tx
+    from profiler.rules.layers import LayerVariant, run_layer_rules
+
+    sets = tx.find_export_sets(paths)
+    keys = _variant_keys(sets, variant_names)
+    exports = [tx.load_export(s, k) for s, k in zip(sets, keys)]
+    variants, layers, lvars, warnings = [], [], [], []
+    for key, e in zip(keys, exports):
+        summ = e.summary or {}
+        trt = e.trtexec or {}
+        lat = summ.get("latency_ms") or trt.get("latency_ms") or {}
+        gpu = summ.get("gpu_compute_ms") or trt.get("gpu_compute_ms") or {}
+        tot = lf.layer_totals(e.layers)
+        med = gpu.get("median")
+        opts = trt.get("inference_options") or {}
+        v = {
+            "key": key, "kind": "export", "backend": "tensorrt", "precision": e.precision, "model": e.model,
+            "status": "ok", "source": str(Path(e.directory) / e.prefix),
+            "streams": int(opts["Streams"]) if str(opts.get("Streams", "")).isdigit() else None,
+            "cuda_graph": {"Enabled": True, "Disabled": False}.get(opts.get("CUDA Graph")),
+            "latency_ms": lat, "gpu_compute_ms": gpu,
+            "enqueue_ms": summ.get("enqueue_ms") or trt.get("enqueue_ms") or {},
+            "h2d_ms": summ.get("h2d_ms") or trt.get("h2d_ms") or {},
+            "d2h_ms": summ.get("d2h_ms") or trt.get("d2h_ms") or {},
+            "throughput_qps": summ.get("throughput_qps", trt.get("throughput_qps")),
+            "walltime_s": summ.get("walltime_s", trt.get("walltime_s")),
+            "queries": summ.get("queries"), "warmup_queries": summ.get("warmup_queries"),
+            "timestamp_resolution_ms": summ.get("timestamp_resolution_ms"),
+            "layer_count": tot["layers"], "layer_sum_ms": tot["layer_sum_ms"],
+            "per_layer_overhead_ms": (tot["layer_sum_ms"] - med) if med is not None and tot["layers"] else None,
+            "reformat_layers": tot["reformat_layers"], "reformat_ms": tot["reformat_ms"],
+            "profiled_iterations": e.profile_count,
+            "precision_mix_pct": lf.precision_mix(e.layers),
+            "time_by_type": lf.to_records(lf.time_by_type(e.layers)) if len(e.layers) else [],
+            "trtexec_summary": {k: v for k, v in trt.items() if k not in ("source",)},
+            "trtexec_match": tx.compare_with_trtexec(summ, trt) if summ and trt else {},
+            "tensorrt_version": e.tensorrt_version, "gpu": e.device.get("Selected Device"),
+            "files": e.files, "messages": e.messages,
+        }
+        if tot["layers"] and med is not None:
+            v["note"] = (f"Per-layer times sum to {tot['layer_sum_ms']:.4f} ms per iteration against a "
+                         f"{med:.4f} ms median GPU compute time: profiling each layer adds event overhead, "
+                         "so the layer sum exceeds the end-to-end latency.")
+        variants.append(v)
+        layers.extend(lf.to_records(e.layers))
+        warnings.extend(f"{key}: {m}" for m in e.messages)
+        lvars.append(LayerVariant(key=key, layers=e.layers, precision=e.precision, summary=e.summary,
+                                  trtexec=trt, tensorrt_version=e.tensorrt_version))
+    findings: list[Finding] = run_layer_rules(lvars)
+    alignment = []
+    by_model: dict[str, list[int]] = {}
+    for i, e in enumerate(exports):
+        if len(e.layers) and e.layers["time_avg_ms"].notna().any():
+            by_model.setdefault(e.model or e.prefix, []).append(i)
+    for model, idx in by_model.items():
+        idx.sort(key=lambda i: lf.PRECISION_RANK.get(exports[i].precision or "", 99))
+        for j in range(1, len(idx)):
+            # each lower-precision variant against the closest higher-precision one
+            higher = [i for i in idx[:j] if lf.PRECISION_RANK.get(exports[i].precision or "", 99)
+                      < lf.PRECISION_RANK.get(exports[idx[j]].precision or "", 99)]
+            ia = higher[-1] if higher else idx[j - 1]
+            ib = idx[j]
+            groups = al.align(exports[ia].layers, exports[ib].layers)
+            s = al.summary(groups)
+            ga = (variants[ia]["gpu_compute_ms"] or {}).get("median")
+            gb = (variants[ib]["gpu_compute_ms"] or {}).get("median")
+            if ga is not None and gb is not None:
+                s["latency_delta_ms"] = gb - ga
+            alignment.append({"model": model, "a": keys[ia], "b": keys[ib], "summary": s,
+                              "groups": lf.to_records(groups)})
+    gpus = sorted({v["gpu"] for v in variants if v.get("gpu")})
+    versions = sorted({v["tensorrt_version"] for v in variants if v.get("tensorrt_version")})
+    models = sorted({v["model"] for v in variants if v.get("model")})
+    run = {"kind": "import", "source": " ".join(str(p) for p in paths), "label": label, "backend": "tensorrt",
+           "gpu": ", ".join(gpus) or None, "tensorrt_version": ", ".join(versions) or None,
+           "model": ", ".join(models) or None, "warnings": warnings,
+           "note": "Per-layer times come from a separate profiling pass with an event pair per layer; their "
+                   "sum exceeds the end-to-end latency, which comes from the un-profiled timing pass."}
+    data = {"run": run, "variants": variants, "layers": layers, "alignment": alignment,
+            "findings": [f.to_dict() for f in findings]}
+    from profiler.findings import json_safe
+
+    return json_safe(data), exports
+
+
+def store_import(store, data: dict[str, Any], exports: list) -> int:
+    """Write the import as one run (kind 'import'); returns the run id."""
+    from profiler.layers import frame as lf
+
+    run = data["run"]
+    rid = store.create_run(kind="import", source=run["source"], label=run.get("label"), gpu=run.get("gpu"),
+                           tensorrt_version=run.get("tensorrt_version"), backend="tensorrt", model=run.get("model"),
+                           config={"paths": run["source"].split(" ")})
+    for v, e in zip(data["variants"], exports):
+        vd = {k: val for k, val in v.items() if k not in ("time_by_type",)}
+        vd["metrics"] = {k: v.get(k) for k in ("gpu_compute_ms", "enqueue_ms", "h2d_ms", "d2h_ms", "walltime_s",
+                                               "layer_sum_ms", "per_layer_overhead_ms", "precision_mix_pct")}
+        samples = e.samples if e.samples is not None else None
+        rows = []
+        for r in lf.store_records(e.layers):
+            extra = {k: r.pop(k) for k in list(r) if k in ("fused_nodes", "weights_bytes", "activation_bytes")}
+            rows.append({**r, "extra": extra} if extra else r)
+        store.add_variant(rid, vd, samples=samples, layers=rows)
+    store.add_findings(rid, data["findings"])
+    store.finish_run(rid, "ok", summary={k: data[k] for k in ("run", "alignment")})
+    return rid
+
+
+@click.command(name="import")
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the import (run, variants, layers, alignment, findings) as JSON here ('-' for stdout).")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the per-layer HTML report here.")
+@click.option("--label", default=None, help="Label the stored run (to find it later by name).")
+@click.option("--variant", "variant_names", multiple=True, metavar="NAME",
+              help="Name the variant of each export set, in the order they are found (repeatable).")
+@click.option("--no-store", is_flag=True, help="Do not write the run store.")
+@db_option
+@click.pass_context
+def command(ctx: click.Context, paths: tuple[str, ...], json_path: str | None, report_path: str | None,
+            label: str | None, variant_names: tuple[str, ...], no_store: bool, db: str | None) -> None:
+    """Import trtexec exports: PATHs are files or directories (files grouped by name prefix:
+    *.profile.json from --exportProfile, *.graph.json / layer info from --exportLayerInfo, *.timing.json
+    from --exportTimes, trtexec logs). Stores a run with its variants, layers, samples and findings."""
+    data, exports = build_import(list(paths), variant_names, label)
+    if not no_store:
+        store = open_store(ctx, db)
+        try:
+            data["run"]["id"] = store_import(store, data, exports)
+        finally:
+            close = getattr(store, "close", None)
+            if close:
+                close()
+    if json_path:
+        text = json.dumps(data, indent=2)
+        if json_path == "-":
+            click.echo(text)
+        else:
+            Path(json_path).write_text(text)
+    if report_path:
+        try:
+            from profiler.report import write_layers_report
+        except ImportError:
+            click.echo("trtprof: the HTML report is not available in this build", err=True)
+        else:
+            write_layers_report(data, report_path, cdn=False)
+    for w in data["run"]["warnings"]:
+        click.echo(f"warning: {w}", err=True)
+    if json_path != "-":
+        for v in data["variants"]:
+            g = v.get("gpu_compute_ms") or {}
+            med = g.get("median")
+            med_s = f"{med:.4f} ms" if isinstance(med, (int, float)) else "n/a"
+            click.echo(f"{v['key']}: {v['layer_count']} layers, GPU compute median {med_s}, "
+                       f"layer sum {v['layer_sum_ms']:.4f} ms, precision {v.get('precision') or '?'}")
+        for f in data["findings"]:
+            click.echo(f"[{f['severity']}] {f['rule']}: {f['title']}")
+        if data["run"].get("id") is not None:
+            click.echo(f"stored run {data['run']['id']}")
