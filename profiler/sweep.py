@@ -31,7 +31,7 @@ from typing import Any, Callable
 import numpy as np
 
 from profiler import __version__
-from profiler.backends.base import PRECISIONS, Backend, BuildError, VariantSpec
+from profiler.backends.base import PRECISIONS, Backend, BuildError, UnsupportedOp, VariantSpec
 from profiler.errors import InputError, UsageError
 from profiler.findings import Finding, json_safe, sort_findings
 from profiler.harness.nvtx import ranges, variant_range_name
@@ -160,6 +160,57 @@ def gate_failures(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [f for f in findings if f.get("rule") == "precision_regression" and f.get("severity") != "info"]
 
 
+def _checklist(spec: VariantSpec, pinfo: dict[str, Any], einfo: dict[str, Any] | None,
+               rec: dict[str, Any] | None, failed: tuple[str, str] | None = None) -> dict[str, Any]:
+    """The build-and-run chain of one variant: parsed, optimized, calibrated, serialized, executed.
+
+    Each step is ``{"status": ok|warn|failed|n/a|not reached, ...details}``; a failure marks its step and
+    leaves the later ones "not reached".
+    """
+    steps = ("parsed", "optimized", "calibrated", "serialized", "executed")
+    out: dict[str, Any] = {}
+    einfo = einfo or {}
+    trt = einfo.get("checklist") or {}
+    if failed is not None:
+        at = steps.index(failed[0])
+        for i, step in enumerate(steps):
+            if i < at:
+                out[step] = {"status": "ok"}
+            elif i == at:
+                out[step] = {"status": "failed", "error": failed[1]}
+            else:
+                out[step] = {"status": "not reached"}
+        if spec.precision != "int8" and failed[0] != "calibrated":
+            out["calibrated"] = {"status": "n/a"}
+        return out
+    warns = list(trt.get("parser_warnings") or [])
+    out["parsed"] = {"status": "warn" if warns else "ok", "parser_warnings": warns,
+                     **({"layers": trt["parsed"].get("layers")} if isinstance(trt.get("parsed"), dict) else {})}
+    out["optimized"] = {"status": "ok", "workspace_bytes": spec.workspace_bytes,
+                        "shapes": {k: list(v) for k, v in spec.shapes},
+                        "build_time_s": einfo.get("build_time_s") or trt.get("build_time_s"),
+                        "build_memory_bytes": einfo.get("build_memory_bytes"),
+                        "device_memory": trt.get("device_memory")}
+    if spec.precision == "int8":
+        cal = pinfo.get("calibration") or {}
+        out["calibrated"] = {"status": "warn" if cal.get("meaningless") else "ok",
+                             "data": cal.get("source"), "method": cal.get("method"), "samples": cal.get("samples"),
+                             "cache_reused": cal.get("cache_hit")}
+    else:
+        out["calibrated"] = {"status": "n/a"}
+    out["serialized"] = {"status": "ok", "engine_size_bytes": einfo.get("engine_size_bytes"),
+                         "fingerprint": einfo.get("fingerprint"),
+                         "cache_reused": einfo.get("cache_hit", trt.get("plan_cache_hit")),
+                         "bound_to": einfo.get("device") or trt.get("device"),
+                         "backend_version": einfo.get("backend_version") or trt.get("tensorrt_version")}
+    if rec is not None:
+        acc = rec.get("accuracy") or {}
+        bad = [o for o, m in acc.items() if m.get("passed") is False]
+        out["executed"] = {"status": "warn" if bad else "ok", "queries": rec.get("count"),
+                           "outputs_checked": len(acc), "outputs_outside_threshold": bad}
+    return out
+
+
 # -- the sweep ------------------------------------------------------------------------------------
 class Sweep:
     """One sweep run; ``run()`` measures every planned variant not yet done and returns the summary."""
@@ -176,6 +227,7 @@ class Sweep:
         self.backend_reason = ""
         self.variants: list[dict[str, Any]] = list(previous or [])
         self.layers: dict[str, list[dict]] = dict(previous_layers or {})
+        self.samples_ms: dict[str, list[float]] = {}  # latency per kept query, for the report's distributions
         self.accuracy_findings: list[Finding] = []
         self.notes: list[str] = []
         self.started_at = dt.datetime.now(dt.timezone.utc).isoformat()
@@ -252,23 +304,30 @@ class Sweep:
                                progress=lambda m: self._say(f"  {key}: {m}"), seed=c.seed,
                                holdout_fraction=HOLDOUT_FRACTION if (c.calib and not c.inputs) else 0.0)
         except (BuildError, InputError) as exc:
-            return self._record(spec, backend, "failed", f"preparing the {spec.precision} model failed: {exc}"), [], []
+            err = f"preparing the {spec.precision} model failed: {exc}"
+            step = "calibrated" if spec.precision == "int8" else "parsed"
+            return self._record(spec, backend, "failed", err,
+                                checklist=_checklist(spec, {}, None, None, failed=(step, err))), [], []
         prepare_s = time.perf_counter() - t_prepare
-        pinfo = dict(prepared.info)
+        pinfo = {k: v for k, v in prepared.info.items() if k != "op_block_list"}
+        notes.extend(w for w in prepared.warnings if w not in notes)
         if prepared.calibration_meaningless:
-            notes.append(RANDOM_CALIBRATION_WARNING)
+            if RANDOM_CALIBRATION_WARNING not in notes:
+                notes.append(RANDOM_CALIBRATION_WARNING)
             self._say(f"  WARNING {key}: {RANDOM_CALIBRATION_WARNING}")
 
         self._say(f"  {key}: building on {backend.name}")
         engine = None
+        einfo: dict[str, Any] = {}
         contexts: list[Any] = []
         try:
             try:
                 engine = backend.build(str(prepared.path), spec, str(c.cache_root() / "engines"))
             except BuildError as exc:
                 self._say(f"  {key}: build failed: {exc}")
-                return self._record(spec, backend, "failed", str(exc), prepare=pinfo,
-                                    notes=notes), [], []
+                step = "parsed" if isinstance(exc, UnsupportedOp) else "optimized"
+                return self._record(spec, backend, "failed", str(exc), prepare=pinfo, notes=notes,
+                                    checklist=_checklist(spec, pinfo, None, None, failed=(step, str(exc)))), [], []
             einfo = dict(engine.info)
             notes.extend(einfo.pop("notes", []) or [])
             contexts = [engine.create_context(i) for i in range(spec.streams)]
@@ -309,7 +368,8 @@ class Sweep:
                 except Exception as exc:  # a profile is a bonus; the timing stands without it
                     notes.append(f"per-layer profile failed: {type(exc).__name__}: {exc}")
         except BuildError as exc:  # binding or running failed: the engine is unusable
-            return self._record(spec, backend, "failed", str(exc), prepare=pinfo, notes=notes), [], []
+            return self._record(spec, backend, "failed", str(exc), prepare=pinfo, notes=notes,
+                                checklist=_checklist(spec, pinfo, einfo, None, failed=("executed", str(exc)))), [], []
         finally:
             for ctx in contexts:
                 ctx.close()
@@ -337,6 +397,7 @@ class Sweep:
             prepare_s=prepare_s, memory=memory, model_path=str(prepared.path), model_hash=prepared.model_hash,
             prepare=pinfo, engine=einfo, notes=notes, layer_count=len(layers),
         )
+        rec["checklist"] = _checklist(spec, pinfo, einfo, rec)
         return rec, m.samples(), layers
 
     # -- the whole run -----------------------------------------------------------------------------
@@ -434,6 +495,8 @@ class Sweep:
     def _store_variant(self, rec: dict[str, Any], samples: list[dict], layers: list[dict]) -> None:
         rec = json_safe(rec)
         self.variants.append(rec)
+        if samples:
+            self.samples_ms[rec["key"]] = [s["latency_ms"] for s in samples]
         if layers:
             self.layers[rec["key"]] = json_safe(layers)
         if self.store is None or self.run_id is None:
@@ -441,6 +504,23 @@ class Sweep:
         row = {k: v for k, v in rec.items() if k != "accuracy"}
         acc_rows = [{"output": name, **metrics} for name, metrics in (rec.get("accuracy") or {}).items()]
         self.store.add_variant(self.run_id, row, samples=samples, layers=layers, accuracy=acc_rows)
+
+    def _warnings(self) -> list[str]:
+        out = list(self.notes)
+        for v in self.variants:
+            for w in list((v.get("prepare") or {}).get("warnings") or []):
+                if w not in out:
+                    out.append(w)
+            if v.get("cuda_graph_fallback"):
+                out.append(f"{v['key']}: CUDA graph capture fell back to plain enqueue: {v['cuda_graph_fallback']}")
+        return out
+
+    def report_data(self, summary: dict[str, Any]) -> tuple[dict[str, Any], list[dict]]:
+        """(summary with per-query latencies added, per-layer records tagged by variant) for the report."""
+        variants = [{**v, "samples_ms": self.samples_ms.get(v["key"])} if self.samples_ms.get(v["key"]) else v
+                    for v in summary["variants"]]
+        layers = [{"variant": key, **rec} for key, recs in self.layers.items() for rec in recs]
+        return {**summary, "variants": variants}, layers
 
     def findings(self) -> list[Finding]:
         from profiler.rules.sweep import sweep_findings
@@ -463,6 +543,9 @@ class Sweep:
             "config": c.to_dict(), "inputs_source": getattr(self, "inputs_source", None),
             "started_at": self.started_at, "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(),
             "notes": list(self.notes),
+            "warnings": self._warnings(),
+            "random_calibration": any(((v.get("prepare") or {}).get("calibration") or {}).get("meaningless")
+                                      for v in self.variants),
             "skipped": [{"key": v["key"], "reason": v.get("error")} for v in self.variants
                         if v["status"] == "skipped"],
         }
@@ -517,7 +600,13 @@ def stored_variant_record(row: dict[str, Any]) -> dict[str, Any]:
 def resume_sweep(store: Any, run_ref: int | str, *, backend: Backend | None = None,
                  progress: Progress | None = None) -> dict[str, Any]:
     """Continue an interrupted (or failed) sweep: only the variants not yet stored are run."""
-    run = store.run_dict(run_ref)
+    return open_resume(store, run_ref, backend=backend, progress=progress).run()
+
+
+def open_resume(store: Any, run_ref: int | str, *, backend: Backend | None = None,
+                progress: Progress | None = None) -> Sweep:
+    """A Sweep that continues stored run ``run_ref`` (its config, its finished variants) when run."""
+    run = store.run_dict(run_ref, with_samples=True)
     if run.get("kind") != "sweep":
         raise UsageError(f"run {run['id']} is a {run.get('kind')} run, not a sweep; --resume continues sweeps")
     if run.get("status") == "ok":
@@ -531,11 +620,13 @@ def resume_sweep(store: Any, run_ref: int | str, *, backend: Backend | None = No
               for v in run["variants"] if v.get("layers")}
     sweep = Sweep(config, store=store, backend=backend, progress=progress, run_id=run["id"],
                   previous=previous, previous_layers=layers)
+    sweep.samples_ms = {v["key"]: [x["latency_ms"] for x in v["samples"]] for v in run["variants"]
+                        if v.get("samples")}
     old = (run.get("summary") or {}).get("run") or {}
     sweep.started_at = old.get("started_at") or run.get("created_at") or sweep.started_at
     # accuracy findings of stored variants are rebuilt from their stored metrics
     sweep.accuracy_findings = _stored_accuracy_findings(previous, config)
-    return sweep.run()
+    return sweep
 
 
 def _stored_accuracy_findings(previous: list[dict[str, Any]], config: SweepConfig) -> list[Finding]:
@@ -552,5 +643,5 @@ def _stored_accuracy_findings(previous: list[dict[str, Any]], config: SweepConfi
     return out
 
 
-__all__ = ["PlannedVariant", "Sweep", "SweepConfig", "VARIANT_KEYS", "gate_failures", "plan_variants",
+__all__ = ["PlannedVariant", "Sweep", "SweepConfig", "VARIANT_KEYS", "gate_failures", "open_resume", "plan_variants",
            "resume_sweep", "run_sweep", "stored_variant_record"]

@@ -1,0 +1,232 @@
+"""`trtprof sweep [MODEL]`: engine variants of an ONNX model, timed like trtexec, checked against FP32.
+
+Writes ``--out/summary.json`` and ``--out/report.html`` and stores the run (unless ``--no-store``).
+Exit codes: 0 done, 1 an accuracy threshold was breached (the gate), 2 usage, 3 bad input.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from profiler.cli.options import db_option, open_store
+from profiler.errors import GateFailed, UsageError
+
+
+def _split_list(text: str, option: str) -> list[str]:
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise UsageError(f"{option} needs at least one value")
+    return items
+
+
+def parse_workspaces(text: str) -> list[int | None]:
+    """'64M,256M,1G' -> bytes; 'default' -> None (the backend's own default)."""
+    from profiler.backends.base import parse_bytes
+
+    out: list[int | None] = []
+    for item in _split_list(text, "--workspace"):
+        if item.lower() == "default":
+            out.append(None)
+            continue
+        try:
+            out.append(parse_bytes(item))
+        except ValueError as exc:
+            raise UsageError(f"--workspace: {exc}") from None
+    return out
+
+
+def parse_streams(text: str) -> list[int]:
+    out = []
+    for item in _split_list(text, "--streams"):
+        if not item.isdigit() or int(item) < 1:
+            raise UsageError(f"--streams values are positive integers, not {item!r}")
+        out.append(int(item))
+    return out
+
+
+def parse_cuda_graph(text: str) -> list[bool]:
+    table = {"off": False, "on": True, "false": False, "true": True, "0": False, "1": True}
+    out = []
+    for item in _split_list(text, "--cuda-graph"):
+        if item.lower() not in table:
+            raise UsageError(f"--cuda-graph values are off and on, not {item!r}")
+        out.append(table[item.lower()])
+    return out
+
+
+def parse_thresholds(args: tuple[str, ...]) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, Any]]]:
+    """Split --threshold values into accuracy limits (``fp16.cosine_min=0.9999``) and rule thresholds
+    (``jitter.cov_pct=3``, ``launch_overhead.enqueue_over_compute=0.5``)."""
+    from profiler.accuracy import parse_threshold_args
+    from profiler.backends.base import PRECISIONS
+    from profiler.rules import registry
+
+    accuracy_args, rules_out = [], {}
+    sweep_rules = {s.id: s for s in registry("sweep")}
+    for raw in args:
+        key, sep, value = raw.partition("=")
+        head, dot, name = key.strip().partition(".")
+        if head in PRECISIONS:
+            accuracy_args.append(raw)
+            continue
+        rid = head if head in sweep_rules else f"sweep.{head}"
+        if not sep or not dot or rid not in sweep_rules:
+            raise UsageError(f"--threshold {raw!r} is neither PRECISION.METRIC_min/max=X (e.g. fp16.cosine_min=0.999) "
+                             f"nor RULE.NAME=X for a sweep rule ({', '.join(s[6:] for s in sorted(sweep_rules))})")
+        if name not in sweep_rules[rid].defaults:
+            have = ", ".join(sweep_rules[rid].defaults) or "none"
+            raise UsageError(f"--threshold {raw!r}: rule {head!r} has no threshold {name!r} (it has: {have})")
+        try:
+            rules_out.setdefault(rid, {})[name] = float(value)
+        except ValueError:
+            raise UsageError(f"--threshold {raw!r}: {value!r} is not a number") from None
+    return parse_threshold_args(accuracy_args), rules_out
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    return "-" if not isinstance(x, (int, float)) else f"{x:.{digits}f}"
+
+
+def format_table(summary: dict[str, Any]) -> str:
+    """One line per variant: status, median/p99 latency, throughput, accuracy verdict."""
+    header = ("variant", "status", "median ms", "p99 ms", "qps", "accuracy")
+    rows = []
+    for v in summary["variants"]:
+        lat = v.get("latency_ms") or {}
+        acc = v.get("accuracy") or {}
+        flags = [m.get("passed") for m in acc.values()]
+        verdict = "-" if not flags else ("ok" if all(flags) else "BREACH")
+        status = v["status"]
+        if status != "ok" and v.get("error"):
+            err = str(v["error"])
+            status = f"{status}: {err[:40]}" + ("..." if len(err) > 40 else "")
+        rows.append((v["key"], status, _fmt(lat.get("median")), _fmt(lat.get("p99")),
+                     _fmt(v.get("throughput_qps"), 1), verdict))
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def write_outputs(sweep: Any, summary: dict[str, Any], out_dir: Path, cdn: bool, store: Any) -> list[Path]:
+    """summary.json always; report.html when the report package is available."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    path = out_dir / "summary.json"
+    path.write_text(json.dumps(summary, indent=2, sort_keys=False))
+    written.append(path)
+    try:
+        from profiler.report import write_sweep_report
+    except ImportError:
+        write_sweep_report = None
+    if write_sweep_report is not None:
+        data, layers = sweep.report_data(summary)
+        report = Path(write_sweep_report(data, out_dir / "report.html", cdn=cdn, layers=layers))
+        written.append(report)
+    if store is not None and sweep.run_id is not None:
+        for p in written:
+            store.add_artifact(sweep.run_id, "report" if p.suffix == ".html" else "summary", p.resolve())
+    return written
+
+
+@click.command(name="sweep")
+@click.argument("model", required=False)
+@click.option("--precision", "precision", default="fp32,fp16", show_default=True,
+              help="Precisions to build, comma-separated: fp32, fp16, int8.")
+@click.option("--workspace", default="default", show_default=True,
+              help="Workspace sizes, comma-separated (64M,256M,1G; 'default' = the backend's).")
+@click.option("--streams", default="1", show_default=True, help="Concurrent streams (contexts), e.g. 1,2,4.")
+@click.option("--cuda-graph", "cuda_graph", default="off", show_default=True, help="CUDA graph: off, on or off,on.")
+@click.option("--shape", "shapes", multiple=True, metavar="NAME:DIMS",
+              help="Concrete shape of a dynamic input, e.g. x:1x3x224x224 (repeatable).")
+@click.option("--calib", default=None, metavar="DATA", help="INT8 calibration data: .npz keyed by input name, or a directory.")
+@click.option("--calib-method", default="entropy", show_default=True,
+              type=click.Choice(["entropy", "minmax", "percentile"]), help="INT8 calibration method.")
+@click.option("--inputs", default=None, metavar="DATA", help="Inputs for timing and the accuracy check (.npz or directory).")
+@click.option("--iterations", default=10, show_default=True, type=click.IntRange(min=1),
+              help="At least this many timed queries per stream (trtexec --iterations).")
+@click.option("--duration", default=3.0, show_default=True, type=click.FloatRange(min=0),
+              help="At least this many seconds of timed queries (trtexec --duration).")
+@click.option("--warmup", default=200.0, show_default=True, type=click.FloatRange(min=0),
+              help="Warm-up in milliseconds; queries starting inside it are dropped (trtexec --warmUp).")
+@click.option("--backend", default="auto", show_default=True,
+              type=click.Choice(["auto", "onnxruntime", "tensorrt", "cuda"]), help="Which backend builds and runs.")
+@click.option("--out", "out_dir", default="trtprof-sweep", show_default=True, type=click.Path(file_okay=False),
+              help="Directory for summary.json and report.html.")
+@click.option("--label", default=None, help="A label for the stored run (e.g. nightly, pr-123).")
+@db_option
+@click.option("--no-store", is_flag=True, help="Do not store the run in the database.")
+@click.option("--resume", default=None, metavar="RUN", help="Continue an interrupted sweep (run id or label).")
+@click.option("--threshold", "thresholds", multiple=True, metavar="KEY=VALUE",
+              help="Accuracy limit (fp16.cosine_min=0.9999, int8.rel_l2_max=0.1) or rule threshold "
+                   "(jitter.cov_pct=3); repeatable.")
+@click.option("--no-layers", is_flag=True, help="Skip the per-layer profiling pass.")
+@click.option("--cache-dir", default=None, type=click.Path(file_okay=False),
+              help="Cache of transformed models and engines (default $TRTPROF_CACHE_DIR or ~/.cache/trtprof).")
+@click.option("--nsys", is_flag=True, help="Capture the sweep with Nsight Systems (not implemented here yet).")
+@click.option("--cdn", is_flag=True, help="Load plotly from a CDN instead of embedding it in report.html.")
+@click.pass_context
+def command(ctx: click.Context, model: str | None, precision: str, workspace: str, streams: str, cuda_graph: str,
+            shapes: tuple[str, ...], calib: str | None, calib_method: str, inputs: str | None, iterations: int,
+            duration: float, warmup: float, backend: str, out_dir: str, label: str | None, db: str | None,
+            no_store: bool, resume: str | None, thresholds: tuple[str, ...], no_layers: bool,
+            cache_dir: str | None, nsys: bool, cdn: bool) -> None:
+    """Build and time engine variants of MODEL (default: the bundled tiny model on onnxruntime), compare each
+    with FP32 on the same inputs, store the run and write summary.json and report.html."""
+    from profiler.models import parse_shape_args
+    from profiler.sweep import Sweep, SweepConfig, gate_failures, open_resume
+
+    if nsys:
+        raise UsageError("--nsys is not implemented here yet; run the sweep under `nsys profile` yourself "
+                         "(the NVTX ranges in domain trtprof name every variant and iteration)")
+    say = lambda msg: click.echo(msg, err=True)  # noqa: E731 - progress goes to stderr
+    store = None
+    if resume is not None:
+        if no_store:
+            raise UsageError("--resume continues a stored run; it cannot be combined with --no-store")
+        store = open_store(ctx, db)
+        sweep = open_resume(store, resume, progress=say)
+        say(f"resuming run {sweep.run_id}: {len(sweep.variants)} variant(s) already stored "
+            "(MODEL and axis options come from the stored run)")
+    else:
+        acc_limits, rule_limits = parse_thresholds(thresholds)
+        config = SweepConfig(
+            model=model, precisions=_split_list(precision, "--precision"), workspaces=parse_workspaces(workspace),
+            streams=parse_streams(streams), cuda_graph=parse_cuda_graph(cuda_graph),
+            shapes={k: list(v) for k, v in parse_shape_args(shapes).items()}, calib=calib,
+            calib_method=calib_method, inputs=inputs, iterations=iterations, duration_s=duration,
+            warmup_ms=warmup, backend=backend, label=label, thresholds=acc_limits, rule_thresholds=rule_limits,
+            layers=not no_layers, cache_dir=cache_dir)
+        if not no_store:
+            store = open_store(ctx, db)
+        sweep = Sweep(config, store=store, progress=say)
+    out = Path(out_dir)
+    try:
+        summary = sweep.run()
+    except KeyboardInterrupt:
+        if sweep.variants:
+            write_outputs(sweep, sweep.summary(), out, cdn, None)
+            say(f"partial results written to {out}")
+        raise
+    written = write_outputs(sweep, summary, out, cdn, store)
+    click.echo(format_table(summary))
+    findings = summary["findings"]
+    if findings:
+        click.echo("")
+        for f in findings:
+            click.echo(f"[{f['severity']}] {f['rule']}: {f['title']}")
+    click.echo("")
+    for p in written:
+        click.echo(f"wrote {p}")
+    if sweep.run_id is not None:
+        click.echo(f"stored run {sweep.run_id}")
+    if store is not None:
+        store.close()
+    failed = gate_failures(findings)
+    if failed:
+        raise GateFailed(f"accuracy gate: {len(failed)} output(s) breach their FP32 thresholds "
+                         f"({', '.join(sorted({f.get('variant') or '?' for f in failed}))})")
