@@ -7,13 +7,14 @@ from pathlib import Path
 
 import click
 
+from profiler.cli.options import db_option, open_store
 from profiler.errors import GateFailed
 
 
 @click.command(name="compare")
 @click.argument("baseline")
 @click.argument("candidate")
-@click.option("--db", "db_url", default=None, metavar="URL", help="Run store (default: the group's --db).")
+@db_option
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the comparison as JSON ('-' = stdout).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Write the HTML comparison report.")
 @click.option("--alpha", type=float, default=None, help="Significance level of the Mann-Whitney test (default 0.01).")
@@ -21,7 +22,7 @@ from profiler.errors import GateFailed
 @click.option("--floor-us", type=float, default=None, help="Absolute change that matters, microseconds (default 5).")
 @click.option("--cdn", is_flag=True, help="Reference plotly.js from a CDN instead of embedding it.")
 @click.pass_context
-def command(ctx, baseline, candidate, db_url, json_path, report_path, alpha, threshold_pct, floor_us, cdn):
+def command(ctx, baseline, candidate, db, json_path, report_path, alpha, threshold_pct, floor_us, cdn):
     """Compare CANDIDATE against BASELINE (run ids or labels). Exit 1 when anything regressed.
 
     A latency regression needs all three: statistically significant (Mann-Whitney p < alpha and a
@@ -29,9 +30,7 @@ def command(ctx, baseline, candidate, db_url, json_path, report_path, alpha, thr
     and larger than --floor-us. An accuracy regression is an output that passed its threshold in the
     baseline and fails it in the candidate.
     """
-    from profiler.cli import obj_db_url
     from profiler.compare import compare_runs
-    from profiler.store import Store
 
     rule = {}
     if alpha is not None:
@@ -40,7 +39,7 @@ def command(ctx, baseline, candidate, db_url, json_path, report_path, alpha, thr
         rule["rel_threshold"] = threshold_pct / 100
     if floor_us is not None:
         rule["abs_floor_ms"] = floor_us / 1000
-    store = Store.open(db_url or obj_db_url(ctx))
+    store = open_store(ctx, db)
     result = compare_runs(store, baseline, candidate, rule)
     _print(result)
     if json_path:

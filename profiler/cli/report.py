@@ -1,0 +1,44 @@
+"""`trtprof report RUN`: write the HTML report of a stored run (or of a saved --json file)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from profiler.cli.options import db_option, open_store
+from profiler.errors import InputError
+
+
+@click.command(name="report")
+@click.argument("run")
+@click.option("-o", "--out", "out_path", type=click.Path(dir_okay=False), default=None,
+              help="HTML file to write (default: report-<run>.html).")
+@click.option("--cdn", is_flag=True, help="Reference plotly.js from a CDN instead of embedding it.")
+@db_option
+@click.pass_context
+def command(ctx, run, out_path, cdn, db):
+    """Write the report of RUN: a run id or label from the store, or a JSON file written by
+    `analyze --json`, `sweep` (summary.json), `import --json` or `compare --json`."""
+    from profiler.report import write_report
+
+    path = Path(run)
+    if path.suffix == ".json" and path.exists():
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno}") from exc
+        default_name = path.with_suffix(".html").name
+    else:
+        store = open_store(ctx, db)
+        rid = store.resolve_run(run)
+        stored = store.run_dict(rid)
+        data = stored.get("summary") or {}
+        if not data:
+            raise InputError(f"run {rid} has no stored results to report (status {stored.get('status')})")
+        data.setdefault("kind", stored.get("kind"))
+        default_name = f"report-{rid}.html"
+    out = Path(out_path or default_name)
+    write_report(data, out, cdn=cdn)
+    click.echo(f"report: {out} ({out.stat().st_size / 1e6:.1f} MB)")
