@@ -1,0 +1,128 @@
+"""Layer rules and trtexec timing warnings on the real exports, plus synthetic edge cases."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from profiler.layers import frame as lf
+from profiler.layers import trtexec as tx
+from profiler.rules import registry
+from profiler.rules import layers as rl
+
+SETS = {"a100-fp32": "pytorch/resnet/A100/fp32", "a100-fp16": "pytorch/resnet/A100/fp16",
+        "a100-qat": "pytorch/resnet/A100/qat", "a100-qgap": "pytorch/resnet/A100/qat-residual-qgap",
+        "3090-fp32": "tensorflow/resnet/RTX-3090/fp32", "mobilenet-qat": "tests/inputs/mobilenet.qat",
+        "mobilenet-v2-qat": "tests/inputs/mobilenet_v2_residuals.qat"}
+
+
+@pytest.fixture(scope="module")
+def findings(trtexec_fixtures):
+    out = {}
+    for key, rel in SETS.items():
+        p = trtexec_fixtures / rel
+        sets = tx.find_export_sets([p if p.is_dir() else p.parent])
+        (s,) = [x for x in sets if p.is_dir() or x.prefix.startswith(p.name + ".onnx")]
+        e = tx.load_export(s)
+        v = rl.LayerVariant(key, e.layers, e.precision, e.summary, e.trtexec, e.tensorrt_version)
+        out[key] = {f.rule: f for f in rl.run_layer_rules([v])}
+    return out
+
+
+def test_registered_in_layers_scope():
+    ids = {s.id for s in registry("layers")}
+    assert {"layers.layer_hotspot", "layers.unfused_reformat", "layers.precision_fallback", "layers.tiny_layers",
+            "layers.no_tensor_cores", "layers.channel_alignment", "layers.launch_overhead",
+            "layers.transfer_bound", "layers.jitter"} <= ids
+
+
+def test_a100_fp16(findings):
+    f = findings["a100-fp16"]
+    assert set(f) == {"layer_hotspot", "unfused_reformat"}
+    assert f["layer_hotspot"].range == "Conv_0 + Relu_1"
+    assert f["layer_hotspot"].evidence["top_share_pct"] == pytest.approx(10.9768, abs=1e-3)
+    assert f["unfused_reformat"].evidence["costly_layers"] == 2
+    assert f["unfused_reformat"].evidence["share_pct"] == pytest.approx(8.66, abs=0.01)
+
+
+def test_a100_fp32_first_conv_without_tensor_cores(findings):
+    f = findings["a100-fp32"]["no_tensor_cores"]
+    (layer,) = f.evidence["layers"]
+    assert layer["name"] == "Conv_0 + Relu_1" and "scudnn" in layer["tactic"]
+    assert f.evidence["share_pct"] == pytest.approx(24.59, abs=0.01)
+
+
+def test_a100_qat(findings):
+    f = findings["a100-qat"]
+    ev = f["unfused_reformat"].evidence
+    assert f["unfused_reformat"].severity == "high"
+    assert ev["reformat_layers"] == 14 and ev["costly_layers"] == 12 and ev["share_pct"] == pytest.approx(25.42, abs=0.01)
+    pf = f["precision_fallback"].evidence
+    assert pf["requested"] == "int8" and sum(pf["layers_by_precision"].values()) == 2
+    assert "MaxPool_12" in [x["name"] for x in pf["layers"]]
+    assert f["no_tensor_cores"].evidence["layers"][0]["tactic"].startswith("ampere_fp32_icudnn_int8x4")
+    assert "jitter" not in f and "launch_overhead" not in f and "transfer_bound" not in f
+
+
+def test_qat_residual_qgap_has_fewest_reformats(findings):
+    assert findings["a100-qgap"]["unfused_reformat"].evidence["costly_layers"] == 1
+    assert "precision_fallback" not in findings["a100-qgap"]
+
+
+def test_3090_fp32_tensor_core_heuristic(findings):
+    f = findings["3090-fp32"]["no_tensor_cores"]
+    assert f.evidence["count"] == 13  # 10 scudnn + 3 xmma kernels with pure fp32 math
+    tactics = [x["tactic"] for x in f.evidence["layers"]]
+    assert any("f32f32_f32f32" in t for t in tactics) and any("scudnn" in t for t in tactics)
+
+
+def test_mobilenet_tiny_layers_jitter_and_alignment(findings):
+    f = findings["mobilenet-qat"]
+    assert f["tiny_layers"].evidence["tiny_layers"] == 61 and f["tiny_layers"].evidence["timed_layers"] == 72
+    assert f["jitter"].evidence["compute_cov_pct"] == pytest.approx(2.56, abs=0.01)
+    assert f["jitter"].threshold["cov_pct"] == 1.0 and "before 8.6" in f["jitter"].threshold["why"]
+    assert f["channel_alignment"].evidence["count"] == 8
+    assert f["unfused_reformat"].evidence["costly_layers"] == 18
+    assert findings["mobilenet-v2-qat"]["jitter"].severity == "medium"  # CoV 11.2% > 4 x 1.0%
+
+
+def test_tensor_core_kind_examples():
+    k = rl.tensor_core_kind
+    assert k("sm80_xmma_fprop_implicit_gemm_f16f16_f16f16_f16_nhwckrsc_nhwc_tilesize128x128x32") == "tensor-core"
+    assert k("ampere_h16816cudnn_128x64_sliced1x2_ldg8_relu_exp_small_nhwc_tn_v1") == "tensor-core"
+    assert k("sm80_xmma_fprop_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc") == "tensor-core"
+    assert k("ampere_scudnn_128x64_relu_xregs_large_nn_v1") == "no-tensor-core"
+    assert k("sm80_xmma_fprop_implicit_gemm_f32f32_f32f32_f32_nhwckrsc_nchw") == "no-tensor-core"
+    assert k("volta_int8x4_icudnn_int8x4_128x32_relu_xregs_medium_c32_nn_v1") == "no-tensor-core"
+    assert k("sm70_xmma_fprop_conv1x1_i8f32_f32_f32_nchw_vect_c_4kcrs_vect_c_4_nchw_simt_small_batch") == "no-tensor-core"
+    assert k(None) == "unknown"
+
+
+def _timing_variant(version=None, enq=0.005, comp=1.0, h2d=0.0, d2h=0.0, cov=0.5, trt=True):
+    summ = {"gpu_compute_ms": {"median": comp, "cov_pct": cov, "count": 100}, "enqueue_ms": {"median": enq},
+            "h2d_ms": {"median": h2d}, "d2h_ms": {"median": d2h}}
+    printed = {"enqueue_ms": {"median": enq}, "gpu_compute_ms": {"median": comp}} if trt else {}
+    return rl.LayerVariant("v", lf.empty_frame(), None, summ, printed, version)
+
+
+def test_timing_warnings_thresholds():
+    assert rl.launch_overhead(_timing_variant(enq=0.81, comp=1.0))[0].evidence["source"] == "trtexec summary"
+    assert rl.launch_overhead(_timing_variant(enq=0.80, comp=1.0)) == []
+    assert rl.transfer_bound(_timing_variant(h2d=1.0, comp=1.0))[0].title.startswith("v is transfer-bound: H2D")
+    assert rl.transfer_bound(_timing_variant(d2h=0.99, comp=1.0)) == []
+    assert rl.jitter(_timing_variant("8.6.1", cov=1.2))[0].threshold["cov_pct"] == 1.0
+    assert rl.jitter(_timing_variant("10.13.0", cov=1.2))
+    assert rl.jitter(_timing_variant("10.14.1", cov=1.2)) == []
+    assert rl.jitter(_timing_variant("10.14.1", cov=2.6))[0].threshold["cov_pct"] == 2.5
+    assert "8.4.1" in rl.jitter_limit("8.4.1")[1] and rl.jitter_limit("8.4.1")[0] == 1.0
+
+
+def test_hotspot_threshold_override():
+    f = lf.make_frame([{"name": f"L{i}", "type": "CaskConvolution", "time_avg_ms": t, "time_total_ms": t}
+                       for i, t in enumerate([5.0, 3.0, 2.0])])
+    v = rl.LayerVariant("v", f)
+    got = rl.run_layer_rules([v], overrides={"layers.layer_hotspot": {"share_pct": 40.0}})
+    hs = [x for x in got if x.rule == "layer_hotspot"]
+    assert len(hs) == 1 and [x["name"] for x in hs[0].evidence["layers"]] == ["L0"]
+    assert hs[0].severity == "medium" and hs[0].threshold == {"share_pct": 40.0}
+    assert pd.isna(lf.make_frame([])["share_pct"]).all()
