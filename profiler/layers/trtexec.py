@@ -51,7 +51,8 @@ def read_json(path: str | Path) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        what = "truncated" if exc.pos >= len(text.rstrip()) else "invalid"
+        tail = text.rstrip()[-1:]
+        what = "truncated" if exc.pos >= len(text.rstrip()) or tail not in ("]", "}") else "invalid"
         raise InputError(f"{p} is not valid JSON ({what} at line {exc.lineno}, column {exc.colno}, "
                          f"character {exc.pos} of {len(text)}: {exc.msg})") from exc
 
