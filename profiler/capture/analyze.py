@@ -1,0 +1,264 @@
+"""Diagnose a capture: series statistics, GPU busy projection, idle gaps, then the capture rules.
+
+    from profiler.capture.analyze import analyze, analyze_path
+    result = analyze_path("capture.sqlite")          # or analyze(trace) on a loaded Trace
+    result.findings                                  # profiler.findings.Finding objects
+    json.dump(result.to_json(), open("out.json", "w"))
+
+``AnalysisResult.to_json()`` is the ``trtprof analyze --json`` document::
+
+    {"kind": "analyze",
+     "capture": {source_path, nsys_version, schema_version, gpus, processes, capture_start_ns,
+                 duration_ms, counts: {kernels, memcpy, ...}, missing: [...], warnings: [...]},
+     "ranges": [{"name", "domain", "count", "wall_ms": {min, mean, median, p90, p95, p99, max, cov_pct},
+                 "gpu_busy_ms": {...}, "gpu_busy_fraction", "outliers": [{index, wall_ms, excess_ms,
+                 cause, detail}], "outlier_count", per-instance host figures (api_ms_per_instance,
+                 launches_per_instance, sync_calls_per_instance, compute_ms_per_instance,
+                 copy_ms_per_instance, osrt_ms_per_instance, total_wall_ms, ...),
+                 "instances": {"start_ms", "wall_ms", "gpu_busy_ms"}}, ...],   # biggest total wall first
+     "findings": [{rule, severity, title, range, evidence, threshold, recommendation}, ...],
+     "top_kernels": [{name, short_name, count, total_ms, mean_ms, median_ms, min_ms, max_ms, share_pct}],
+     "gap_histogram": [{device, edges_us, counts, active_ms, busy_ms, idle_ms, busy_fraction,
+                        gap_count, gaps_over_threshold, min_gap_us}],
+     "sync_summary": [{name, count, total_ms, max_ms}],
+     "thresholds": {rule id: {threshold: value}}}
+
+``instances.start_ms`` is relative to the capture start. Per-instance arrays are limited to
+``AnalysisOptions.max_instances`` per series (``instances_truncated`` says when).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from profiler.capture import series as S
+from profiler.findings import Finding, json_safe
+
+GAP_EDGES_US = (0.0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 100_000, 1_000_000,
+                float("inf"))
+
+
+@dataclass
+class AnalysisOptions:
+    """What ``analyze`` computes and the thresholds the rules use.
+
+    ``thresholds`` maps a rule id to threshold overrides (see each rule's defaults in
+    ``profiler.rules.capture``); ``min_gap_us`` is a shortcut for ``gpu_idle.min_gap_us``.
+    """
+
+    min_gap_us: float | None = None
+    thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)
+    rules: list[str] | None = None
+    max_outliers: int = 50
+    max_instances: int = 20_000
+    top_kernels: int = 50
+
+    def rule_overrides(self) -> dict[str, dict[str, Any]]:
+        out = {k: dict(v) for k, v in (self.thresholds or {}).items()}
+        if self.min_gap_us is not None:
+            out.setdefault("gpu_idle", {})["min_gap_us"] = float(self.min_gap_us)
+        return out
+
+
+@dataclass
+class CaptureContext:
+    """What the capture rules see: the trace, its series table, range summaries and device gaps."""
+
+    trace: Any
+    table: S.SeriesTable
+    ranges: list[dict[str, Any]]  # series_summary() rows, indexed by series_id
+    devices: list[S.DeviceGaps]
+    outliers: pd.DataFrame  # explain_outliers() rows
+    capture_start_ns: int
+    thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def label(self, series_id: int) -> str:
+        r = self.ranges[series_id]
+        return f"{r['domain']}:{r['name']}" if r["domain"] else r["name"]
+
+    def gpu_names(self) -> dict[int, str]:
+        gpus = (getattr(self.trace, "meta", None) or {}).get("gpus") or []
+        out = {}
+        for i, g in enumerate(gpus):
+            if isinstance(g, dict):
+                dev = g.get("device_id", g.get("id", i))
+                out[int(dev) if isinstance(dev, (int, np.integer)) else i] = str(g.get("name", ""))
+        return out
+
+
+@dataclass
+class AnalysisResult:
+    """The analysis of one capture (``to_json()`` is the ``--json`` document)."""
+
+    capture: dict[str, Any]
+    ranges: list[dict[str, Any]]
+    findings: list[Finding]
+    extra: dict[str, Any]
+    context: CaptureContext | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return json_safe({"kind": "analyze", "capture": self.capture, "ranges": self.ranges,
+                          "findings": [f.to_dict() for f in self.findings], **self.extra})
+
+
+def analyze_path(path: str | os.PathLike, options: AnalysisOptions | None = None) -> AnalysisResult:
+    """Load a capture (.sqlite export or .nsys-rep) and analyse it."""
+    from profiler.capture.loader import load_trace
+
+    return analyze(load_trace(path), options)
+
+
+def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResult:
+    """Series statistics, GPU busy projection, idle gaps and the capture rules' findings."""
+    from profiler.rules import run_rules
+
+    options = options or AnalysisOptions()
+    table = S.build_series(trace)
+    summaries = S.series_summary(table)
+    outl = S.explain_outliers(table)
+    devices = S.device_gaps(table.activity, None if table.window else S.attributed_activity(table))
+    meta = dict(getattr(trace, "meta", None) or {})
+    start_ns = meta.get("capture_start_ns")
+    if start_ns is None:
+        start_ns = int(table.instances["start_ns"].min()) if len(table.instances) else 0
+    ctx = CaptureContext(trace=trace, table=table, ranges=summaries, devices=devices, outliers=outl,
+                         capture_start_ns=int(start_ns))
+    findings = run_rules("capture", ctx, only=options.rules, overrides=options.rule_overrides())
+    capture = _capture_info(trace, meta, table)
+    ranges = _ranges_json(ctx, options)
+    extra = {
+        "top_kernels": top_kernels(trace, options.top_kernels),
+        "gap_histogram": _gap_histograms(ctx),
+        "sync_summary": sync_summary(table),
+        "thresholds": ctx.thresholds,
+    }
+    return AnalysisResult(capture=capture, ranges=ranges, findings=findings, extra=extra, context=ctx)
+
+
+# ----------------------------------------------------------------------------- JSON pieces
+
+def _capture_info(trace: Any, meta: dict[str, Any], table: S.SeriesTable) -> dict[str, Any]:
+    counts = {name: int(len(getattr(trace, name, None) if getattr(trace, name, None) is not None else []))
+              for name in ("kernels", "memcpy", "memset", "graphs", "api", "sync", "nvtx", "osrt")}
+    counts["nvtx_range_instances"] = 0 if table.window else int(len(table.instances))
+    start, end = meta.get("capture_start_ns"), meta.get("capture_end_ns")
+    warnings = list(meta.get("warnings") or []) + list(table.notes)
+    missing = list(meta.get("missing") or [])
+    if table.window and counts["nvtx"] == 0:
+        missing.append("no NVTX ranges: the whole capture is analysed as one window")
+    elif table.window:
+        missing.append("no closed NVTX ranges: the whole capture is analysed as one window")
+    if not any(counts[k] for k in ("kernels", "memcpy", "memset", "graphs")):
+        missing.append("no GPU activity (kernels, copies, memsets, graph launches): GPU busy time is zero")
+    return {
+        "source_path": meta.get("source_path"),
+        "nsys_version": meta.get("nsys_version"),
+        "schema_version": meta.get("schema_version"),
+        "gpus": meta.get("gpus") or [],
+        "processes": meta.get("processes") or [],
+        "capture_start_ns": start,
+        "capture_end_ns": end,
+        "duration_ms": (end - start) / 1e6 if start is not None and end is not None else None,
+        "counts": counts,
+        "window_only": table.window,
+        "missing": missing,
+        "warnings": warnings,
+    }
+
+
+def _round(values: np.ndarray) -> list[float]:
+    return np.round(np.asarray(values, dtype=np.float64), 6).tolist()
+
+
+def _ranges_json(ctx: CaptureContext, options: AnalysisOptions) -> list[dict[str, Any]]:
+    inst = ctx.table.instances
+    start, wall, busy = (inst[c].to_numpy() for c in ("start_ns", "wall_ns", "gpu_busy_ns"))
+    outl = ctx.outliers
+    o_sid = outl["series_id"].to_numpy().astype(np.int64)
+    o_idx, o_wall, o_exc = (outl[c].to_numpy() for c in ("idx", "wall_ms", "excess_ms"))
+    o_cause, o_detail = outl["cause"].to_numpy(dtype=object), outl["detail"].to_numpy(dtype=object)
+    bounds = np.searchsorted(o_sid, np.arange(len(ctx.ranges) + 1))  # outliers come in series order
+    out = []
+    for r in ctx.ranges:
+        sid = r["series_id"]
+        pos = np.arange(bounds[sid], bounds[sid + 1])
+        if len(pos) > options.max_outliers:
+            pos = np.sort(pos[np.argsort(-o_exc[pos], kind="stable")[: options.max_outliers]])
+        rj = {k: v for k, v in r.items() if k not in ("series_id", "outlier_indices") and not k.startswith("_")}
+        rj["outliers"] = [{"index": int(o_idx[i]), "wall_ms": float(o_wall[i]), "excess_ms": float(o_exc[i]),
+                           "cause": o_cause[i], "detail": o_detail[i]} for i in pos]
+        rj["outlier_count"] = len(r["outlier_indices"])
+        sl = ctx.table.rows_of(sid)
+        keep = slice(sl.start, min(sl.stop, sl.start + options.max_instances))
+        rj["instances"] = {
+            "start_ms": _round((start[keep] - ctx.capture_start_ns) / 1e6),
+            "wall_ms": _round(wall[keep] / 1e6),
+            "gpu_busy_ms": _round(busy[keep] / 1e6),
+        }
+        if sl.stop > keep.stop:
+            rj["instances_truncated"] = True
+        out.append(rj)
+    out.sort(key=lambda r: (-(r["total_wall_ms"] or 0.0), r["domain"], r["name"]))
+    return out
+
+
+def top_kernels(trace: Any, limit: int = 50) -> list[dict[str, Any]]:
+    """Kernels grouped by name, most total GPU time first (what ``nsys stats -r cuda_gpu_kern_sum`` lists)."""
+    k = getattr(trace, "kernels", None)
+    if k is None or len(k) == 0:
+        return []
+    codes, names = S.factor(k, "name")
+    scode, short = S.factor(k, "short_name")
+    dur = S.i64(k, "end_ns", 0) - S.i64(k, "start_ns", 0)
+    df = pd.DataFrame({"c": codes, "d": dur, "s": scode})
+    g = df.groupby("c")["d"]
+    agg = pd.DataFrame({"n": g.size(), "tot": g.sum(), "avg": g.mean(), "med": g.median(),
+                        "lo": g.min(), "hi": g.max(), "s": df.groupby("c")["s"].first()})
+    total_all = float(dur.sum()) or 1.0
+    agg = agg.sort_values("tot", ascending=False).head(limit)
+    return [{"name": names[c], "short_name": short[int(s)], "count": int(n), "total_ms": tot / 1e6,
+             "mean_ms": avg / 1e6, "median_ms": med / 1e6, "min_ms": lo / 1e6, "max_ms": hi / 1e6,
+             "share_pct": 100.0 * tot / total_all}
+            for c, n, tot, avg, med, lo, hi, s in zip(agg.index, agg["n"], agg["tot"], agg["avg"], agg["med"],
+                                                      agg["lo"], agg["hi"], agg["s"])]
+
+
+def _gap_histograms(ctx: CaptureContext) -> list[dict[str, Any]]:
+    from profiler.rules import thresholds
+
+    min_gap_us = float(thresholds(ctx, "gpu_idle")["min_gap_us"])
+    names = ctx.gpu_names()
+    out = []
+    for d in ctx.devices:
+        gaps_us = d.gap_ns / 1e3
+        counts, _ = np.histogram(gaps_us, bins=np.array(GAP_EDGES_US))
+        edges = list(GAP_EDGES_US[:-1]) + [max(float(gaps_us.max()) * 1.01 if len(gaps_us) else 0.0,
+                                               GAP_EDGES_US[-2] * 10)]
+        big = d.gap_ns[d.gap_ns >= min_gap_us * 1e3]
+        label = f"GPU {d.device_id}" + (f" ({names[d.device_id]})" if names.get(d.device_id) else "")
+        out.append({
+            "device": label, "device_id": d.device_id, "edges_us": edges, "counts": counts.tolist(),
+            "active_ms": d.active_ns / 1e6, "busy_ms": d.busy_ns / 1e6,
+            "idle_ms": float(d.gap_ns.sum()) / 1e6,
+            "busy_fraction": d.busy_ns / d.active_ns if d.active_ns > 0 else float("nan"),
+            "gap_count": int(len(d.gap_ns)), "gaps_over_threshold": int(len(big)),
+            "idle_over_threshold_ms": float(big.sum()) / 1e6, "min_gap_us": min_gap_us,
+        })
+    return out
+
+
+def sync_summary(table: S.SeriesTable) -> list[dict[str, Any]]:
+    """Blocking synchronisation API calls of the whole capture by name (``nsys analyze cuda_api_sync``'s list)."""
+    api = table.api
+    m = api.blocking_sync
+    if not m.any():
+        return []
+    df = pd.DataFrame({"n": api.name_code[m], "d": (api.end_ns - api.start_ns)[m]})
+    g = df.groupby("n")["d"].agg(["size", "sum", "max"]).sort_values("sum", ascending=False)
+    return [{"name": api.names[n], "count": int(r["size"]), "total_ms": r["sum"] / 1e6, "max_ms": r["max"] / 1e6}
+            for n, r in g.iterrows()]

@@ -1,0 +1,900 @@
+"""NVTX range series: the iterations of a capture and what each one cost.
+
+Every NVTX range instance (push/pop or start/end) is one iteration; instances with the same
+(domain, normalised name) form a *series*. A capture without NVTX ranges is one window covering all
+of its CUDA work. For each instance this module measures, all in integer nanoseconds:
+
+- ``wall_ns``: end - start of the range;
+- ``gpu_busy_ns``: the *union* of the GPU intervals (kernels, memcpy, memset, graph launches) whose
+  launch API calls were made from inside the instance on its own thread (``api_tid`` equal to the
+  range's thread, ``api_start_ns`` within [start, end]). This is not the span from the first to the
+  last of them: on a launch-bound loop the span covers nearly the whole iteration while the GPU
+  works for a small part of it. ``compute_ns`` (kernels, graphs, memsets) and ``copy_ns`` (memcpy)
+  are the same union restricted to one kind of work;
+- host side: ``api_ns`` (top-level CUDA API calls on the thread), ``launch_api_ns`` and
+  ``launches`` (kernel and graph launches), ``sync_ns`` / ``sync_count``, ``memcpy_api_ns``,
+  ``osrt_ns`` (OS runtime calls such as ``clock_nanosleep`` or ``pthread_mutex_lock``).
+
+All joins of ranges with activity are sort-and-sweep per thread: (thread, time) pairs become one
+order-preserving int64 key, so a single ``numpy.searchsorted`` attributes millions of rows without a
+Python loop over rows or threads.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from profiler import stats
+from profiler.capture import intervals
+
+WINDOW_NAME = "(capture)"
+"""Series name of the single window used when a capture has no NVTX ranges."""
+
+WINDOW_TID = -2
+"""Thread id given to the window instance: it owns the work of every thread."""
+
+KIND_NAMES = ("kernel", "memcpy", "memset", "graph")
+KERNEL, MEMCPY, MEMSET, GRAPH = range(4)
+COPY_KINDS = ("other", "HtoD", "DtoH", "DtoD", "HtoH", "PtoP")
+API_CATEGORIES = ("other", "launch", "graph_launch", "sync", "memcpy", "memset")
+DEVICE_SYNC_NAMES = frozenset({"cudaDeviceSynchronize", "cuCtxSynchronize", "cudaThreadSynchronize"})
+
+OUTLIER_MEDIAN_RATIO = 1.5
+"""An instance is an outlier when its wall time exceeds this multiple of the series median ..."""
+OUTLIER_IQR_FENCE = 3.0
+"""... and also exceeds Q3 + this many interquartile ranges (so a wide distribution is not all outliers)."""
+OUTLIER_MIN_COUNT = 5
+"""Series with fewer instances get no outliers: there is no typical instance to compare with."""
+
+# PyTorch's NVTX text carries unique tokens (torch/csrc/profiler: "name, seq = N, op_id = N,
+# sizes = [...], input_op_ids = [...]"): without stripping them every op call is its own series.
+_PYTORCH_TOKENS = (
+    re.compile(r", (?:stashed )?seq = -?\d+"),
+    re.compile(r", op_id = \d+"),
+    re.compile(r", input_op_ids = \[.*\]$"),
+)
+
+
+def normalize_range_name(name: str) -> str:
+    """A range name without per-call unique tokens (PyTorch's ``seq = N``, ``op_id = N``, ...)."""
+    if " = " not in name:
+        return name
+    for pattern in _PYTORCH_TOKENS:
+        name = pattern.sub("", name)
+    return name
+
+
+# ----------------------------------------------------------------------------- frame access
+
+def _frame(trace: Any, attr: str) -> pd.DataFrame:
+    df = getattr(trace, attr, None)
+    return df if isinstance(df, pd.DataFrame) else pd.DataFrame()
+
+
+def i64(df: pd.DataFrame, col: str, fill: int = -1) -> np.ndarray:
+    """A column as int64 with missing values (absent column, NA, NaN) replaced by ``fill``."""
+    if col not in df.columns:
+        return np.full(len(df), fill, dtype=np.int64)
+    s = df[col]
+    if s.dtype == np.int64:
+        return s.to_numpy()
+    try:
+        return s.to_numpy(dtype=np.int64, na_value=fill)
+    except (TypeError, ValueError):
+        return pd.to_numeric(s, errors="coerce").fillna(fill).to_numpy(dtype=np.int64)
+
+
+def factor(df: pd.DataFrame, col: str, fill: str = "") -> tuple[np.ndarray, np.ndarray]:
+    """(codes, values) of a string column without materialising one Python string per row.
+
+    Categorical columns use their codes; others are factorised. Missing values get the code of
+    ``fill`` (appended to ``values``), so ``values[codes]`` is always a valid string.
+    """
+    if col not in df.columns or len(df) == 0:
+        return np.zeros(len(df), dtype=np.int64), np.array([fill], dtype=object)
+    s = df[col]
+    if isinstance(s.dtype, pd.CategoricalDtype):
+        codes = s.cat.codes.to_numpy().astype(np.int64)
+        values = np.asarray(s.cat.categories.astype(object), dtype=object)
+    else:
+        codes, uniq = pd.factorize(s, use_na_sentinel=True)
+        codes = codes.astype(np.int64)
+        values = np.asarray(pd.Index(uniq).astype(object), dtype=object)
+    values = np.array([str(v) for v in values] + [fill], dtype=object)
+    codes = np.where(codes < 0, len(values) - 1, codes)
+    return codes, values
+
+
+def _codes(df: pd.DataFrame, col: str, vocabulary: tuple[str, ...]) -> np.ndarray:
+    """Small-integer codes of a string column's values in ``vocabulary`` (unknown or missing -> 0)."""
+    codes, values = factor(df, col)
+    lookup = {v: i for i, v in enumerate(vocabulary)}
+    table = np.array([lookup.get(v, 0) for v in values], dtype=np.int8)
+    return table[codes]
+
+
+def is_value(df: pd.DataFrame, col: str, value: str) -> np.ndarray:
+    """Boolean mask of rows whose ``col`` equals ``value`` (False where the column is absent)."""
+    if col not in df.columns:
+        return np.zeros(len(df), dtype=bool)
+    return (df[col] == value).to_numpy(dtype=bool, na_value=False)
+
+
+# ----------------------------------------------------------------------------- thread keys
+
+class ThreadKeys:
+    """Order-preserving int64 keys for (thread, time) pairs.
+
+    key = thread_code << shift | (time - t0): sorting by key sorts by thread then time, and a
+    per-thread search becomes one global ``searchsorted``. When threads x time span would not fit
+    in 62 bits, times are replaced by their rank among every time given at construction (so the
+    queries must be among them), which keeps the order and the sweep exact.
+    """
+
+    def __init__(self, tids: Iterable[np.ndarray], times: Iterable[np.ndarray]):
+        tids = [np.asarray(t, dtype=np.int64) for t in tids]
+        times = [np.asarray(t, dtype=np.int64) for t in times]
+        all_tids = np.concatenate(tids) if tids else np.zeros(0, np.int64)
+        self.utids = np.unique(all_tids)
+        nonempty = [t for t in times if len(t)]
+        self._ranks: np.ndarray | None = None
+        if not nonempty:
+            self.t0, self.shift = 0, 1
+            return
+        t0 = min(int(t.min()) for t in nonempty)
+        t1 = max(int(t.max()) for t in nonempty)
+        shift = max(int(t1 - t0 + 1).bit_length(), 1)
+        if shift + max(len(self.utids), 1).bit_length() > 62:
+            self._ranks = np.unique(np.concatenate(nonempty))
+            t0, shift = 0, max(len(self._ranks).bit_length(), 1)
+        self.t0, self.shift = t0, shift
+
+    def code(self, tid: np.ndarray) -> np.ndarray:
+        tid = np.asarray(tid, dtype=np.int64)
+        c = np.searchsorted(self.utids, tid)
+        return c.astype(np.int64)
+
+    def key(self, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
+        t = np.asarray(t, dtype=np.int64)
+        rel = np.searchsorted(self._ranks, t).astype(np.int64) if self._ranks is not None else t - self.t0
+        return (self.code(tid) << self.shift) + rel
+
+
+@dataclass
+class Sorted:
+    """Rows of one table sorted by (thread, start), with their keys and the permutation used."""
+
+    order: np.ndarray
+    key: np.ndarray
+
+    def window(self, qkey_lo: np.ndarray, qkey_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Positions [lo, hi) of the rows whose key lies in [qkey_lo, qkey_hi]."""
+        return (np.searchsorted(self.key, qkey_lo, "left"), np.searchsorted(self.key, qkey_hi, "right"))
+
+
+def expand(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(query index, position) pairs for every position in each [lo, hi) window."""
+    n = np.maximum(hi - lo, 0)
+    total = int(n.sum())
+    if total == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    q = np.repeat(np.arange(len(lo), dtype=np.int64), n)
+    first = np.cumsum(n) - n
+    pos = np.arange(total, dtype=np.int64) - np.repeat(first - lo, n)
+    return q, pos
+
+
+# ----------------------------------------------------------------------------- tables
+
+@dataclass
+class Activity:
+    """GPU work (kernels, memcpy, memset, graph launches) as parallel arrays."""
+
+    kind: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    device_id: np.ndarray
+    stream_id: np.ndarray
+    pid: np.ndarray
+    api_tid: np.ndarray
+    api_start_ns: np.ndarray
+    correlation_id: np.ndarray
+    bytes: np.ndarray
+    copy_kind: np.ndarray  # index into COPY_KINDS
+    pageable: np.ndarray  # bool: a host side in pageable memory
+    is_launch: np.ndarray  # bool: first activity of a kernel / graph launch call
+    row: np.ndarray  # row number in the trace frame of its kind
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+
+def build_activity(trace: Any) -> Activity:
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in Activity.__dataclass_fields__}
+    for code, attr in enumerate(("kernels", "memcpy", "memset", "graphs")):
+        df = _frame(trace, attr)
+        n = len(df)
+        if n == 0:
+            continue
+        start = i64(df, "start_ns", 0)
+        parts["kind"].append(np.full(n, code, dtype=np.int8))
+        parts["start_ns"].append(start)
+        parts["end_ns"].append(np.maximum(i64(df, "end_ns", 0), start))
+        for col in ("device_id", "stream_id", "pid", "api_tid", "correlation_id"):
+            parts[col].append(i64(df, col, -1))
+        parts["api_start_ns"].append(i64(df, "api_start_ns", np.iinfo(np.int64).min))
+        parts["bytes"].append(np.maximum(i64(df, "bytes", 0), 0))
+        if code == MEMCPY:
+            parts["copy_kind"].append(_codes(df, "copy_kind", COPY_KINDS))
+            parts["pageable"].append(is_value(df, "src_kind", "pageable") | is_value(df, "dst_kind", "pageable"))
+        else:
+            parts["copy_kind"].append(np.zeros(n, dtype=np.int8))
+            parts["pageable"].append(np.zeros(n, dtype=bool))
+        parts["is_launch"].append(np.full(n, code in (KERNEL, GRAPH)))
+        parts["row"].append(np.arange(n, dtype=np.int64))
+    if not parts["kind"]:
+        empty = {k: np.zeros(0, dtype=np.int64) for k in parts}
+        empty["kind"] = np.zeros(0, dtype=np.int8)
+        empty["pageable"] = empty["is_launch"] = np.zeros(0, dtype=bool)
+        return Activity(**empty)
+    act = Activity(**{k: np.concatenate(v) for k, v in parts.items()})
+    # Kernels of one graph launch (node-level tracing) share its correlation id: one launch.
+    launch = np.flatnonzero(act.is_launch)
+    known = act.correlation_id[launch] >= 0
+    dup = pd.DataFrame({"p": act.pid[launch][known], "c": act.correlation_id[launch][known]}).duplicated()
+    act.is_launch[launch[known][dup.to_numpy()]] = False
+    return act
+
+
+@dataclass
+class HostCalls:
+    """Host-side intervals of one kind (CUDA API calls or OS runtime calls)."""
+
+    tid: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    name_code: np.ndarray  # index into ``names``
+    names: np.ndarray  # object array of distinct names
+    category: np.ndarray  # index into API_CATEGORIES (0 for OS runtime)
+    top_level: np.ndarray  # bool: not nested inside another call of the same thread
+    _blocking: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.tid)
+
+    def name_of(self, rows: np.ndarray) -> np.ndarray:
+        return self.names[self.name_code[rows]]
+
+    @property
+    def blocking_sync(self) -> np.ndarray:
+        """Synchronisation calls that block the host (``*Synchronize``); ``cudaStreamWaitEvent`` and
+        queries are GPU-side dependencies or polls, not host waits."""
+        if self._blocking is None:
+            names = np.array(["Synchronize" in str(n) for n in self.names], dtype=bool)
+            self._blocking = (self.category == 3) & (names[self.name_code] if len(self.name_code) else
+                                                     np.zeros(0, dtype=bool))
+        return self._blocking
+
+    def named(self, names: Iterable[str]) -> np.ndarray:
+        """Boolean mask of the calls whose name is in ``names``."""
+        wanted = np.isin(self.names, list(names))
+        return wanted[self.name_code] if len(self.name_code) else np.zeros(0, dtype=bool)
+
+
+def build_host_calls(trace: Any, attr: str) -> HostCalls:
+    df = _frame(trace, attr)
+    tid = i64(df, "global_tid", -1)
+    if "global_tid" not in df.columns and "tid" in df.columns:
+        tid = i64(df, "tid", -1)
+    start = i64(df, "start_ns", 0)
+    end = np.maximum(i64(df, "end_ns", 0), start)
+    cat = _codes(df, "category", API_CATEGORIES)
+    code, names = factor(df, "name")
+    return HostCalls(tid=tid, start_ns=start, end_ns=end, name_code=code, names=names, category=cat,
+                     top_level=np.ones(len(df), dtype=bool))
+
+
+def _mark_top_level(calls: HostCalls, srt: Sorted, keys: ThreadKeys) -> None:
+    """Flag calls nested inside an earlier call of the same thread (a runtime call's driver calls)."""
+    if len(calls) == 0:
+        return
+    o = srt.order
+    end_key = keys.key(calls.tid[o], calls.end_ns[o])
+    prev = np.maximum.accumulate(end_key)
+    nested = np.zeros(len(o), dtype=bool)
+    nested[1:] = end_key[1:] <= prev[:-1]
+    top = np.ones(len(calls), dtype=bool)
+    top[o[nested]] = False
+    calls.top_level = top
+
+
+def _sort(keys: ThreadKeys, tid: np.ndarray, t: np.ndarray, tiebreak: np.ndarray | None = None) -> Sorted:
+    key = keys.key(tid, t)
+    order = np.lexsort((tiebreak, key)) if tiebreak is not None else np.argsort(key, kind="stable")
+    return Sorted(order=order, key=key[order])
+
+
+# ----------------------------------------------------------------------------- ranges
+
+@dataclass
+class Ranges:
+    """Closed NVTX ranges (one row per instance) plus what had to be left out."""
+
+    frame: pd.DataFrame  # domain, name, raw_name (codes), start_ns, end_ns, tid
+    never_closed: int = 0
+    negative: int = 0
+    cross_thread: int = 0
+    domains: np.ndarray = field(default_factory=lambda: np.array([""], dtype=object))
+    names: np.ndarray = field(default_factory=lambda: np.array([WINDOW_NAME], dtype=object))
+
+
+def extract_ranges(trace: Any) -> Ranges:
+    """Closed push/pop and start/end ranges with normalised names (codes, never per-row strings)."""
+    nvtx = _frame(trace, "nvtx")
+    cols = ["domain", "name", "start_ns", "end_ns", "tid"]
+    if nvtx.empty or "event_type" not in nvtx.columns:
+        return Ranges(pd.DataFrame({c: np.zeros(0, np.int64) for c in cols}))
+    is_range = (is_value(nvtx, "event_type", "push_pop") | is_value(nvtx, "event_type", "start_end"))
+    r = nvtx.loc[is_range]
+    end_na = r["end_ns"].isna().to_numpy() if "end_ns" in r.columns else np.ones(len(r), bool)
+    start = i64(r, "start_ns", 0)
+    end = i64(r, "end_ns", 0)
+    negative = (~end_na) & (end < start)
+    keep = ~end_na & ~negative
+    tid = i64(r, "global_tid", -1)
+    end_tid = i64(r, "end_global_tid", -1)
+    cross = int(np.count_nonzero(keep & (end_tid >= 0) & (tid >= 0) & (end_tid != tid)))
+    dcode, dvalues = factor(r, "domain")
+    ncode, nvalues = factor(r, "name")
+    norm_codes, norm_values = pd.factorize(pd.Index([normalize_range_name(v) for v in nvalues], dtype=object))
+    frame = pd.DataFrame({
+        "domain": dcode[keep], "name": norm_codes[ncode[keep]].astype(np.int64),
+        "raw_name": ncode[keep], "start_ns": start[keep], "end_ns": end[keep], "tid": tid[keep],
+    })
+    return Ranges(frame, never_closed=int(end_na.sum()), negative=int(negative.sum()), cross_thread=cross,
+                  domains=dvalues, names=np.asarray(norm_values, dtype=object))
+
+
+# ----------------------------------------------------------------------------- the series table
+
+INSTANCE_METRICS = ("wall_ns", "gpu_busy_ns", "compute_ns", "copy_ns", "kernel_sum_ns", "copy_sum_ns",
+                    "copy_bytes", "pageable_copies", "kernels", "launches", "activities", "api_ns",
+                    "launch_api_ns", "launch_calls", "sync_ns", "sync_count", "device_sync_count",
+                    "memcpy_api_ns", "osrt_ns", "osrt_count")
+
+
+@dataclass
+class SeriesTable:
+    """Series (one row each) and their instances (one row each, metrics in ns) for one capture.
+
+    ``instances`` columns: series_id, idx (0-based in start order within the series), tid,
+    start_ns, end_ns, the metrics in ``INSTANCE_METRICS``, ``outlier`` (bool), and the [lo, hi)
+    windows into the sorted activity / API / OS runtime rows (``act_lo`` ...) that
+    :meth:`members` expands.
+    """
+
+    series: pd.DataFrame
+    instances: pd.DataFrame
+    activity: Activity
+    api: HostCalls
+    osrt: HostCalls
+    act_sorted: Sorted
+    api_sorted: Sorted
+    osrt_sorted: Sorted
+    window: bool
+    notes: list[str] = field(default_factory=list)
+
+    def rows_of(self, series_id: int) -> slice:
+        """Row positions of a series' instances (they are contiguous, in start order)."""
+        first = int(self.series["first_row"].iat[series_id])
+        return slice(first, first + int(self.series["count"].iat[series_id]))
+
+    def instances_of(self, series_id: int) -> pd.DataFrame:
+        return self.instances.iloc[self.rows_of(series_id)]
+
+    def ancestor_share(self, series_id: int) -> dict[int, float]:
+        """Other series enclosing this one's instances: series id -> share of its instances inside one."""
+        sid = self.instances["series_id"].to_numpy()
+        parent = self.instances["parent"].to_numpy()
+        rows = np.flatnonzero(sid == series_id)
+        if not len(rows):
+            return {}
+        pairs = []
+        cur, who = parent[rows], np.arange(len(rows))
+        while len(cur):
+            ok = cur >= 0
+            cur, who = cur[ok], who[ok]
+            pairs.append(who * (len(self.series) + 1) + sid[cur])
+            cur = parent[cur]
+        if not pairs:
+            return {}
+        uniq = np.unique(np.concatenate(pairs)) % (len(self.series) + 1)
+        anc, counts = np.unique(uniq, return_counts=True)
+        return {int(a): c / len(rows) for a, c in zip(anc, counts) if a != series_id}
+
+    def members(self, instances: pd.DataFrame, table: str) -> tuple[np.ndarray, np.ndarray]:
+        """(instance row position in ``instances``, row index into the ``table`` arrays) pairs.
+
+        ``table`` is 'activity', 'api' or 'osrt'. The window instance owns every row of every thread
+        that starts within it.
+        """
+        srt = {"activity": self.act_sorted, "api": self.api_sorted, "osrt": self.osrt_sorted}[table]
+        lo = instances[f"{_PREFIX[table]}_lo"].to_numpy()
+        hi = instances[f"{_PREFIX[table]}_hi"].to_numpy()
+        q, pos = expand(lo, hi)
+        return q, srt.order[pos]
+
+
+_PREFIX = {"activity": "act", "api": "api", "osrt": "osrt"}
+
+
+def build_series(trace: Any) -> SeriesTable:
+    """Series and per-instance metrics of a trace (see the module docstring)."""
+    act = build_activity(trace)
+    api = build_host_calls(trace, "api")
+    osrt = build_host_calls(trace, "osrt")
+    ranges = extract_ranges(trace)
+    notes: list[str] = []
+    if ranges.never_closed:
+        notes.append(f"{ranges.never_closed} NVTX range(s) were never closed and are left out")
+    if ranges.negative:
+        notes.append(f"{ranges.negative} NVTX range(s) end before they start and are left out")
+    if ranges.cross_thread:
+        notes.append(f"{ranges.cross_thread} NVTX start/end range(s) end on another thread; "
+                     "their GPU work is attributed to the thread that started them")
+
+    rf = ranges.frame
+    domains, names = ranges.domains, ranges.names
+    window = rf.empty
+    if window:
+        # No NVTX ranges: one window from the first launch (or activity) to the last activity end.
+        known_api = act.api_start_ns[act.api_start_ns > np.iinfo(np.int64).min]
+        if len(act):
+            w_start = int(min(act.start_ns.min(), known_api.min() if len(known_api) else act.start_ns.min()))
+            w_end = int(act.end_ns.max())
+        elif len(api):
+            w_start, w_end = int(api.start_ns.min()), int(api.end_ns.max())
+        else:
+            w_start = w_end = 0
+        has_work = bool(len(act) or len(api))
+        n = 1 if has_work else 0
+        domains, names = np.array([""], dtype=object), np.array([WINDOW_NAME], dtype=object)
+        rf = pd.DataFrame({"domain": np.zeros(n, np.int64), "name": np.zeros(n, np.int64),
+                           "raw_name": np.zeros(n, np.int64), "start_ns": np.full(n, w_start, np.int64),
+                           "end_ns": np.full(n, w_end, np.int64), "tid": np.full(n, WINDOW_TID, np.int64)})
+
+    # Series ids in (domain, name) order, instances in start order within each series.
+    pair = rf["domain"].to_numpy() * (len(names) + 1) + rf["name"].to_numpy()
+    upair, inv = np.unique(pair, return_inverse=True)
+    s_dom, s_name = domains[upair // (len(names) + 1)], names[upair % (len(names) + 1)]
+    rank = np.lexsort((s_name.astype(str), s_dom.astype(str))) if len(upair) else np.zeros(0, np.int64)
+    series_of_pair = np.empty(len(upair), dtype=np.int64)
+    series_of_pair[rank] = np.arange(len(upair))
+    sid = series_of_pair[inv.reshape(-1)] if len(rf) else np.zeros(0, np.int64)
+    order = np.lexsort((rf["end_ns"].to_numpy(), rf["start_ns"].to_numpy(), sid))
+    inst = pd.DataFrame({
+        "series_id": sid[order],
+        "tid": rf["tid"].to_numpy()[order].astype(np.int64),
+        "start_ns": rf["start_ns"].to_numpy()[order].astype(np.int64),
+        "end_ns": rf["end_ns"].to_numpy()[order].astype(np.int64),
+    })
+    counts = np.bincount(sid, minlength=len(upair)).astype(np.int64)
+    first_of_series = np.concatenate([[0], np.cumsum(counts)[:-1]]) if len(counts) else np.zeros(0, np.int64)
+    inst["idx"] = np.arange(len(inst), dtype=np.int64) - np.repeat(first_of_series, counts)
+    inst["wall_ns"] = inst["end_ns"] - inst["start_ns"]
+    raw_distinct = pd.DataFrame({"s": sid, "r": rf["raw_name"].to_numpy()}).drop_duplicates()["s"]
+    series = pd.DataFrame({
+        "series_id": np.arange(len(upair), dtype=np.int64),
+        "domain": s_dom[rank].astype(object) if len(upair) else np.zeros(0, dtype=object),
+        "name": s_name[rank].astype(object) if len(upair) else np.zeros(0, dtype=object),
+        "count": counts,
+        "raw_names": np.bincount(raw_distinct.to_numpy(), minlength=len(upair)).astype(np.int64),
+        "first_row": first_of_series.astype(np.int64),
+    })
+
+    # One key space for every (thread, time) pair the sweeps compare.
+    itid = inst["tid"].to_numpy()
+    istart, iend = inst["start_ns"].to_numpy(), inst["end_ns"].to_numpy()
+    act_t = np.where(act.api_start_ns == np.iinfo(np.int64).min, 0, act.api_start_ns)
+    keys = ThreadKeys([act.api_tid, api.tid, osrt.tid, itid],
+                      [act_t, api.start_ns, api.end_ns, osrt.start_ns, istart, iend])
+    act_sorted = _sort(keys, act.api_tid, act_t)
+    api_sorted = _sort(keys, api.tid, api.start_ns, tiebreak=-api.end_ns)
+    osrt_sorted = _sort(keys, osrt.tid, osrt.start_ns, tiebreak=-osrt.end_ns)
+    _mark_top_level(api, api_sorted, keys)
+    _mark_top_level(osrt, osrt_sorted, keys)
+    # Activity whose launching thread is unknown can be attributed to the window only.
+    unknown = (act.api_tid < 0) | (act.api_start_ns == np.iinfo(np.int64).min)
+    if len(act) and unknown.any() and not window:
+        notes.append(f"{int(unknown.sum())} GPU activities have no known launching thread and are "
+                     "attributed to no NVTX range")
+
+    qlo, qhi = keys.key(itid, istart), keys.key(itid, iend)
+    is_window = itid == WINDOW_TID
+    for prefix, srt, n in (("act", act_sorted, len(act)), ("api", api_sorted, len(api)),
+                           ("osrt", osrt_sorted, len(osrt))):
+        lo, hi = srt.window(qlo, qhi)
+        lo = np.where(is_window, 0, np.where(itid < 0, 0, lo))
+        hi = np.where(is_window, n, np.where(itid < 0, 0, hi))
+        inst[f"{prefix}_lo"], inst[f"{prefix}_hi"] = lo.astype(np.int64), hi.astype(np.int64)
+    inst["depth"], inst["parent"] = nesting(keys, itid, istart, iend)
+    _activity_metrics(inst, act, act_sorted, unknown)
+    _host_metrics(inst, api, api_sorted, osrt, osrt_sorted)
+    inst["outlier"] = mark_outliers(inst)
+    return SeriesTable(series=series, instances=inst, activity=act, api=api, osrt=osrt,
+                       act_sorted=act_sorted, api_sorted=api_sorted, osrt_sorted=osrt_sorted,
+                       window=window, notes=notes)
+
+
+def nesting(keys: ThreadKeys, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Depth (0 = outermost on its thread) and parent instance (-1 = none) of each range instance.
+
+    NVTX exports do not store nesting; it is rebuilt per thread from start/end by one sweep over
+    start/end events (ends before starts at the same time, outer starts before inner ones).
+    """
+    n = len(tid)
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    ks, ke = keys.key(tid, start), keys.key(tid, end)
+    ev_key = np.concatenate([ks, ke])
+    zero = ke == ks
+    ev_type = np.concatenate([np.ones(n, np.int64), np.where(zero, 2, 0)])  # 0 end, 1 start, 2 end of empty
+    ev_tie = np.concatenate([-(end - start), np.zeros(n, np.int64)])
+    ev_inst = np.concatenate([np.arange(n), np.arange(n)])
+    order = np.lexsort((ev_inst, ev_tie, ev_type, ev_key))
+    step = np.where(ev_type[order] == 1, 1, -1)
+    before = np.cumsum(step) - step
+    is_start = ev_type[order] == 1
+    pos = np.flatnonzero(is_start)
+    inst_of = ev_inst[order][is_start]
+    depth_at = before[is_start]
+    depth = np.empty(n, np.int64)
+    depth[inst_of] = depth_at
+    m = len(order) + 1
+    key2 = depth_at * m + pos
+    srt = np.argsort(key2, kind="stable")
+    j = np.searchsorted(key2[srt], (depth_at - 1) * m + pos) - 1
+    ok = (depth_at > 0) & (j >= 0)
+    jj = srt[np.clip(j, 0, None)]
+    ok &= depth_at[jj] == depth_at - 1
+    parent = np.full(n, -1, np.int64)
+    parent[inst_of[ok]] = inst_of[jj[ok]]
+    return np.maximum(depth, 0), parent
+
+
+def _window_sums(values: np.ndarray, srt: Sorted, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Sum of ``values`` (in original row order) over the sorted positions [lo, hi) of each query."""
+    cs = np.zeros(len(srt.order) + 1, dtype=np.int64)
+    if len(srt.order):
+        np.cumsum(values[srt.order].astype(np.int64), out=cs[1:])
+    return cs[hi] - cs[lo]
+
+
+_PAIR_CHUNK = 4_000_000
+
+
+def _activity_metrics(inst: pd.DataFrame, act: Activity, srt: Sorted, unknown: np.ndarray) -> None:
+    lo, hi = inst["act_lo"].to_numpy(), inst["act_hi"].to_numpy()
+    dur = act.end_ns - act.start_ns
+    is_kernel = act.kind == KERNEL
+    is_copy = act.kind == MEMCPY
+    inst["kernel_sum_ns"] = _window_sums(np.where(is_kernel, dur, 0), srt, lo, hi)
+    inst["copy_sum_ns"] = _window_sums(np.where(is_copy, dur, 0), srt, lo, hi)
+    inst["copy_bytes"] = _window_sums(np.where(is_copy, act.bytes, 0), srt, lo, hi)
+    inst["pageable_copies"] = _window_sums((is_copy & act.pageable).astype(np.int64), srt, lo, hi)
+    inst["kernels"] = _window_sums(is_kernel.astype(np.int64), srt, lo, hi)
+    inst["launches"] = _window_sums(act.is_launch.astype(np.int64), srt, lo, hi)
+    inst["activities"] = hi - lo
+    n = len(inst)
+    busy = np.zeros(n, np.int64)
+    compute = np.zeros(n, np.int64)
+    copy = np.zeros(n, np.int64)
+    # Unions need the member rows themselves: expand windows in chunks of whole instances.
+    cum = np.concatenate([[0], np.cumsum(np.maximum(hi - lo, 0))])
+    start_i = 0
+    while start_i < n:
+        stop = int(np.searchsorted(cum, cum[start_i] + _PAIR_CHUNK, "right")) - 1
+        stop = min(max(stop, start_i + 1), n)
+        q, pos = expand(lo[start_i:stop], hi[start_i:stop])
+        rows = srt.order[pos]
+        s, e, k = act.start_ns[rows], act.end_ns[rows], act.kind[rows]
+        m = stop - start_i
+        busy[start_i:stop] = intervals.union_length_by_group(q, s, e, m)
+        c = k != MEMCPY
+        compute[start_i:stop] = intervals.union_length_by_group(q[c], s[c], e[c], m)
+        copy[start_i:stop] = intervals.union_length_by_group(q[~c], s[~c], e[~c], m)
+        start_i = stop
+    inst["gpu_busy_ns"], inst["compute_ns"], inst["copy_ns"] = busy, compute, copy
+
+
+def _host_metrics(inst: pd.DataFrame, api: HostCalls, api_srt: Sorted, osrt: HostCalls, osrt_srt: Sorted) -> None:
+    lo, hi = inst["api_lo"].to_numpy(), inst["api_hi"].to_numpy()
+    top = api.top_level
+    dur = np.where(top, api.end_ns - api.start_ns, 0)
+    launch = top & np.isin(api.category, (1, 2))
+    sync = top & api.blocking_sync
+    device_sync = sync & api.named(DEVICE_SYNC_NAMES)
+    inst["api_ns"] = _window_sums(dur, api_srt, lo, hi)
+    inst["launch_api_ns"] = _window_sums(np.where(launch, dur, 0), api_srt, lo, hi)
+    inst["launch_calls"] = _window_sums(launch.astype(np.int64), api_srt, lo, hi)
+    inst["sync_ns"] = _window_sums(np.where(sync, dur, 0), api_srt, lo, hi)
+    inst["sync_count"] = _window_sums(sync.astype(np.int64), api_srt, lo, hi)
+    inst["device_sync_count"] = _window_sums(device_sync.astype(np.int64), api_srt, lo, hi)
+    inst["memcpy_api_ns"] = _window_sums(np.where(top & (api.category == 4), dur, 0), api_srt, lo, hi)
+    olo, ohi = inst["osrt_lo"].to_numpy(), inst["osrt_hi"].to_numpy()
+    odur = np.where(osrt.top_level, osrt.end_ns - osrt.start_ns, 0)
+    inst["osrt_ns"] = _window_sums(odur, osrt_srt, olo, ohi)
+    inst["osrt_count"] = _window_sums(osrt.top_level.astype(np.int64), osrt_srt, olo, ohi)
+
+
+def mark_outliers(inst: pd.DataFrame, median_ratio: float = OUTLIER_MEDIAN_RATIO,
+                  iqr_fence: float = OUTLIER_IQR_FENCE, min_count: int = OUTLIER_MIN_COUNT) -> np.ndarray:
+    """Outlier flags: wall time above both median x ``median_ratio`` and Q3 + ``iqr_fence`` x IQR."""
+    if inst.empty:
+        return np.zeros(0, dtype=bool)
+    sid = inst["series_id"].to_numpy()
+    g = inst["wall_ns"].astype(np.float64).groupby(sid)
+    med = g.median().reindex(sid).to_numpy()
+    q1 = g.quantile(0.25).reindex(sid).to_numpy()
+    q3 = g.quantile(0.75).reindex(sid).to_numpy()
+    n = g.size().reindex(sid).to_numpy()
+    limit = np.maximum(med * median_ratio, q3 + iqr_fence * (q3 - q1))
+    return (n >= min_count) & (inst["wall_ns"].to_numpy(dtype=float) > limit)
+
+
+# ----------------------------------------------------------------------------- summaries
+
+def ms(values_ns: np.ndarray) -> np.ndarray:
+    return np.asarray(values_ns, dtype=np.float64) / 1e6
+
+
+def series_summary(table: SeriesTable) -> list[dict[str, Any]]:
+    """One dict per series: count, wall and GPU-busy statistics (ms), busy fraction, host time.
+
+    ``_totals`` (sums of every ``INSTANCE_METRICS`` column over the series, ns) is for the rules and
+    is not part of the JSON output.
+    """
+    out: list[dict[str, Any]] = []
+    inst = table.instances
+    if inst.empty:
+        return out
+    first = table.series["first_row"].to_numpy()
+    cols = {m: inst[m].to_numpy() for m in INSTANCE_METRICS}
+    sums = {m: np.add.reduceat(v, first) for m, v in cols.items()}
+    wall, busy = cols["wall_ns"], cols["gpu_busy_ns"]
+    idx, outlier, depth, tid = (inst[c].to_numpy() for c in ("idx", "outlier", "depth", "tid"))
+    for row in table.series.itertuples(index=False):
+        sid = int(row.series_id)
+        sl = slice(int(row.first_row), int(row.first_row) + int(row.count))
+        totals = {m: int(sums[m][sid]) for m in INSTANCE_METRICS}
+        wall_total = float(totals["wall_ns"])
+        count = int(row.count)
+        out.append({
+            "series_id": sid,
+            "name": row.name,
+            "domain": row.domain,
+            "count": count,
+            "wall_ms": stats.summarize(ms(wall[sl])),
+            "gpu_busy_ms": stats.summarize(ms(busy[sl])),
+            "gpu_busy_fraction": float(totals["gpu_busy_ns"]) / wall_total if wall_total > 0 else float("nan"),
+            "total_wall_ms": wall_total / 1e6,
+            "total_gpu_busy_ms": float(totals["gpu_busy_ns"]) / 1e6,
+            "api_ms_per_instance": float(totals["api_ns"]) / 1e6 / count,
+            "launches_per_instance": float(totals["launches"]) / count,
+            "kernels_per_instance": float(totals["kernels"]) / count,
+            "sync_calls_per_instance": float(totals["sync_count"]) / count,
+            "compute_ms_per_instance": float(totals["compute_ns"]) / 1e6 / count,
+            "copy_ms_per_instance": float(totals["copy_ns"]) / 1e6 / count,
+            "osrt_ms_per_instance": float(totals["osrt_ns"]) / 1e6 / count,
+            "threads": int(len(np.unique(tid[sl]))),
+            "top_level_share": float((depth[sl] == 0).mean()),
+            "distinct_raw_names": int(row.raw_names),
+            "outlier_indices": idx[sl][outlier[sl]].tolist(),
+            "_totals": totals,
+        })
+    return out
+    groups = inst.groupby("series_id", sort=True)
+    sums = groups[list(INSTANCE_METRICS)].sum()
+    for row in table.series.itertuples(index=False):
+        sid = int(row.series_id)
+        g = inst.iloc[groups.indices[sid]]
+        s = sums.loc[sid]
+        wall_total = float(s["wall_ns"])
+        count = int(row.count)
+        outl = g.loc[g["outlier"].to_numpy(), "idx"].to_numpy()
+        out.append({
+            "series_id": sid,
+            "name": row.name,
+            "domain": row.domain,
+            "count": count,
+            "wall_ms": stats.summarize(ms(g["wall_ns"].to_numpy())),
+            "gpu_busy_ms": stats.summarize(ms(g["gpu_busy_ns"].to_numpy())),
+            "gpu_busy_fraction": float(s["gpu_busy_ns"]) / wall_total if wall_total > 0 else float("nan"),
+            "total_wall_ms": wall_total / 1e6,
+            "total_gpu_busy_ms": float(s["gpu_busy_ns"]) / 1e6,
+            "api_ms_per_instance": float(s["api_ns"]) / 1e6 / count,
+            "launches_per_instance": float(s["launches"]) / count,
+            "kernels_per_instance": float(s["kernels"]) / count,
+            "sync_calls_per_instance": float(s["sync_count"]) / count,
+            "compute_ms_per_instance": float(s["compute_ns"]) / 1e6 / count,
+            "copy_ms_per_instance": float(s["copy_ns"]) / 1e6 / count,
+            "osrt_ms_per_instance": float(s["osrt_ns"]) / 1e6 / count,
+            "threads": int(g["tid"].nunique()),
+            "top_level_share": float((g["depth"].to_numpy() == 0).mean()),
+            "distinct_raw_names": int(row.raw_names),
+            "outlier_indices": outl.tolist(),
+        })
+    return out
+
+
+# ----------------------------------------------------------------------------- devices and gaps
+
+@dataclass
+class DeviceGaps:
+    """GPU activity of one device: its active window, busy union and every idle gap in it."""
+
+    device_id: int
+    active_start_ns: int
+    active_end_ns: int
+    busy_ns: int
+    gap_start_ns: np.ndarray
+    gap_end_ns: np.ndarray
+    launch_tids: np.ndarray  # threads that launched work on this device
+
+    @property
+    def active_ns(self) -> int:
+        return self.active_end_ns - self.active_start_ns
+
+    @property
+    def gap_ns(self) -> np.ndarray:
+        return self.gap_end_ns - self.gap_start_ns
+
+
+def attributed_activity(table: SeriesTable) -> np.ndarray:
+    """Boolean mask over ``table.activity``: launched from inside at least one range instance."""
+    n = len(table.activity)
+    inst = table.instances
+    if n == 0 or inst.empty:
+        return np.zeros(n, dtype=bool)
+    diff = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(diff, inst["act_lo"].to_numpy(), 1)
+    np.add.at(diff, inst["act_hi"].to_numpy(), -1)
+    covered_sorted = np.cumsum(diff[:-1]) > 0
+    out = np.zeros(n, dtype=bool)
+    out[table.act_sorted.order[covered_sorted]] = True
+    return out
+
+
+def device_gaps(act: Activity, focus: np.ndarray | None = None) -> list[DeviceGaps]:
+    """Idle gaps of each device between its first and last GPU activity (all kinds, all streams).
+
+    With ``focus`` (a mask of activities, e.g. those launched inside NVTX ranges), a device's active
+    window is narrowed to the span of its focused activities, so start-up (module loading, warm-up
+    before the first range) does not count as idleness of the measured region.
+    """
+    out = []
+    for dev in np.unique(act.device_id):
+        m = act.device_id == dev
+        s, e = act.start_ns[m], act.end_ns[m]
+        a0, a1 = int(s.min()), int(e.max())
+        if focus is not None and focus[m].any():
+            a0, a1 = int(s[focus[m]].min()), int(e[focus[m]].max())
+        gs, ge = intervals.gaps(s, e, a0, a1)
+        tids = np.unique(act.api_tid[m])
+        out.append(DeviceGaps(int(dev), a0, a1, int(a1 - a0 - int((ge - gs).sum())), gs, ge, tids[tids >= 0]))
+    return out
+
+
+def overlap_by_name(gap_start: np.ndarray, gap_end: np.ndarray, start: np.ndarray, end: np.ndarray,
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(gap index, interval index, overlap ns) for every interval overlapping a gap.
+
+    ``gap_*`` must be sorted and disjoint (as :func:`profiler.capture.intervals.gaps` returns them).
+    """
+    lo = np.searchsorted(gap_end, start, "right")
+    hi = np.searchsorted(gap_start, end, "left")
+    q, g = expand(lo, hi)
+    ov = np.minimum(end[q], gap_end[g]) - np.maximum(start[q], gap_start[g])
+    keep = ov > 0
+    return g[keep], q[keep], ov[keep]
+
+
+# ----------------------------------------------------------------------------- outlier causes
+
+CAUSES = {
+    "host_stall": "an OS runtime call (sleep, lock, I/O) inside the range",
+    "slow_gpu": "a slower GPU phase (more kernel time than usual)",
+    "memory_copy": "a memory copy that took longer than usual",
+    "synchronization": "a synchronisation call that blocked longer than the GPU work explains",
+    "host_code": "host code outside CUDA and OS runtime calls",
+    "unknown": "nothing in the capture accounts for it",
+}
+CAUSE_MIN_SHARE = 0.3
+"""A component explains an outlier when it grew by at least this share of the wall-time excess."""
+
+
+def explain_outliers(table: SeriesTable, min_share: float = CAUSE_MIN_SHARE) -> pd.DataFrame:
+    """The outlier instances with their cause: which measured component grew the most over its median.
+
+    Components: OS runtime time (``host_stall``), kernel/graph GPU time (``slow_gpu``), copy time
+    (``memory_copy``: GPU copy union or memcpy API time, whichever is larger), synchronisation time
+    beyond what slower GPU work or copies explain (``synchronization``), and the rest of the host
+    time outside any CUDA or OS runtime call (``host_code``). The detail names the largest call.
+    """
+    inst = table.instances
+    cols = ["series_id", "idx", "wall_ms", "excess_ms", "cause", "detail"]
+    if inst.empty or not inst["outlier"].any():
+        return pd.DataFrame({c: [] for c in cols})
+    sid = inst["series_id"].to_numpy()
+    copy_ns = np.maximum(inst["copy_ns"].to_numpy(), inst["memcpy_api_ns"].to_numpy())
+    host_ns = np.maximum(inst["wall_ns"].to_numpy() - inst["api_ns"].to_numpy() - inst["osrt_ns"].to_numpy(), 0)
+    comp = pd.DataFrame({"wall": inst["wall_ns"].to_numpy(), "osrt": inst["osrt_ns"].to_numpy(),
+                         "gpu": inst["compute_ns"].to_numpy(), "copy": copy_ns,
+                         "sync": inst["sync_ns"].to_numpy(), "host": host_ns}, dtype=np.float64)
+    med = comp.groupby(sid).transform("median")
+    exc = comp - med
+    out_mask = inst["outlier"].to_numpy()
+    e = exc[out_mask]
+    sync_adj = e["sync"] - e["gpu"].clip(lower=0) - e["copy"].clip(lower=0)
+    cand = pd.DataFrame({"host_stall": e["osrt"], "slow_gpu": e["gpu"], "memory_copy": e["copy"],
+                         "synchronization": sync_adj, "host_code": e["host"]})
+    best = cand.idxmax(axis=1).to_numpy(dtype=object)
+    best_val = cand.max(axis=1).to_numpy()
+    wall_exc = e["wall"].to_numpy()
+    cause = np.where(best_val >= min_share * np.maximum(wall_exc, 1), best, "unknown")
+    sub = inst[out_mask].reset_index(drop=True)
+    details = _cause_details(table, sub, cause, exc[out_mask].reset_index(drop=True), med[out_mask].reset_index(drop=True))
+    return pd.DataFrame({"series_id": sub["series_id"].to_numpy(), "idx": sub["idx"].to_numpy(),
+                         "wall_ms": ms(sub["wall_ns"].to_numpy()), "excess_ms": wall_exc / 1e6,
+                         "cause": cause, "detail": details})
+
+
+def _largest_call(table: SeriesTable, sub: pd.DataFrame, which: str, mask_rows: np.ndarray | None = None,
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Per instance of ``sub``: (name, duration ns) of the longest top-level call of ``which``."""
+    calls = table.osrt if which == "osrt" else table.api
+    q, rows = table.members(sub, which)
+    keep = calls.top_level[rows]
+    if mask_rows is not None:
+        keep &= mask_rows[rows]
+    q, rows = q[keep], rows[keep]
+    names = np.full(len(sub), "", dtype=object)
+    durs = np.zeros(len(sub), dtype=np.int64)
+    if len(q):
+        d = calls.end_ns[rows] - calls.start_ns[rows]
+        o = np.lexsort((d, q))
+        last = np.ones(len(o), dtype=bool)
+        last[:-1] = q[o][1:] != q[o][:-1]
+        names[q[o][last]] = calls.name_of(rows[o][last])
+        durs[q[o][last]] = d[o][last]
+    return names, durs
+
+
+def _cause_details(table: SeriesTable, sub: pd.DataFrame, cause: np.ndarray, exc: pd.DataFrame,
+                   med: pd.DataFrame) -> list[dict[str, Any]]:
+    osrt_name, osrt_dur = _largest_call(table, sub, "osrt")
+    sync_name, sync_dur = _largest_call(table, sub, "api", table.api.blocking_sync)
+    copy_name, copy_dur = _largest_call(table, sub, "api", table.api.category == 4)
+    out = []
+    for i, c in enumerate(cause):
+        d: dict[str, Any] = {"description": CAUSES[c]}
+        if c == "host_stall":
+            d.update(call=osrt_name[i], call_ms=osrt_dur[i] / 1e6, os_runtime_ms=sub["osrt_ns"].iat[i] / 1e6,
+                     typical_os_runtime_ms=med["osrt"].iat[i] / 1e6)
+        elif c == "slow_gpu":
+            d.update(gpu_compute_ms=sub["compute_ns"].iat[i] / 1e6, typical_gpu_compute_ms=med["gpu"].iat[i] / 1e6)
+        elif c == "memory_copy":
+            d.update(call=copy_name[i], call_ms=copy_dur[i] / 1e6, copy_ms=float(exc["copy"].iat[i] + med["copy"].iat[i]) / 1e6,
+                     typical_copy_ms=med["copy"].iat[i] / 1e6, copy_bytes=int(sub["copy_bytes"].iat[i]))
+        elif c == "synchronization":
+            d.update(call=sync_name[i], call_ms=sync_dur[i] / 1e6, sync_ms=sub["sync_ns"].iat[i] / 1e6,
+                     typical_sync_ms=med["sync"].iat[i] / 1e6)
+        elif c == "host_code":
+            d.update(host_ms=float(exc["host"].iat[i] + med["host"].iat[i]) / 1e6, typical_host_ms=med["host"].iat[i] / 1e6)
+        out.append(d)
+    return out

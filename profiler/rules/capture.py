@@ -1,0 +1,579 @@
+"""Capture rules: diagnoses of an nsys capture's NVTX range series, GPU gaps and copies.
+
+Each rule is a pure function of a :class:`profiler.capture.analyze.CaptureContext` and returns
+findings whose ``evidence`` carries the numbers and ``threshold`` the limits they were compared with.
+The defaults below are the module constants; every one can be overridden per run
+(``AnalysisOptions.thresholds = {"jitter": {"max_cov_pct": 5}}``).
+
+Rule ids are public: ``launch_overhead``, ``gpu_idle``, ``jitter``, ``sync_api``, ``pageable_memcpy``,
+``transfer_bound``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from profiler.capture import series as S
+from profiler.findings import Finding
+from profiler.rules import rule, thresholds
+
+# ---- launch_overhead
+LAUNCH_MAX_BUSY_FRACTION = 0.5
+"""Fire only when the GPU is busy for less than this share of the range's wall time."""
+LAUNCH_MIN_LAUNCHES = 10
+"""... with at least this many kernel / graph launches per instance (a graph replay is one) ..."""
+LAUNCH_MAX_KERNEL_TO_CALL = 2.0
+"""... kernels no longer than this multiple of their launch calls (median against median) ..."""
+LAUNCH_MIN_SAVING_PCT = 10.0
+"""... and a CUDA graph estimated to save at least this share of the wall time."""
+GRAPH_NODE_OVERHEAD_US = 1.0
+"""Assumed GPU-side cost per kernel node of a replayed CUDA graph, for the saving estimate."""
+
+# ---- gpu_idle
+IDLE_MIN_GAP_US = 50.0
+"""A gap shorter than this is launch latency, not idleness (nsys's own 500 ms is far too coarse)."""
+IDLE_MIN_FRACTION = 0.10
+"""Fire when gaps of at least ``min_gap_us`` add up to this share of the device's active window."""
+IDLE_TOP_GAPS = 5
+INIT_API_PREFIXES = ("cuInit", "cuCtxCreate", "cuDevicePrimaryCtxRetain", "cuLibraryLoad", "cuLibraryGet",
+                     "cuModuleLoad", "cuModuleGet", "cuKernelGet", "cudaSetDevice", "cudaFree")
+"""One-off start-up work (context creation, lazy module loading): a gap spent mostly in these calls is
+warm-up, reported apart and not counted as idleness. ``cudaFree(0)`` is the customary context init."""
+
+# ---- jitter
+JITTER_MIN_COUNT = 10
+JITTER_MIN_MEDIAN_US = 50.0
+"""Shorter ranges (single tensor ops) are dominated by timer noise; not a latency the user serves."""
+JITTER_MAX_COV_PCT = 10.0
+JITTER_MAX_TAIL_RATIO = 1.5
+"""p99 / median above this is an unstable tail."""
+
+# ---- sync_api
+SYNC_MIN_FRACTION = 0.10
+"""Fire when synchronisation calls block for at least this share of the range's wall time ..."""
+SYNC_MAX_PER_INSTANCE = 1.0
+"""... and there are more stream/event syncs per instance than this (one wait for the result is
+normal) or any device-wide synchronisation."""
+
+# ---- pageable_memcpy
+PAGEABLE_MIN_TOTAL_US = 50.0
+"""Ignore captures whose pageable copies add up to less GPU time than this."""
+PAGEABLE_HIGH_SHARE = 0.10
+"""High severity when pageable copies take this share of the active GPU window (or are 2x slower)."""
+
+# ---- transfer_bound
+TRANSFER_MIN_COPY_TO_COMPUTE = 1.0
+"""Fire when a range's copy time is at least this multiple of its compute time ..."""
+TRANSFER_MIN_COPY_FRACTION = 0.10
+"""... and copies take at least this share of its wall time."""
+
+MAX_FINDINGS_PER_RULE = 5
+"""Per-range rules report at most this many ranges (the costliest), so nested series do not flood."""
+
+
+def _pct(x: float) -> float:
+    return round(100.0 * x, 1)
+
+
+def _median(a: np.ndarray) -> float:
+    return float(np.median(a)) if len(a) else float("nan")
+
+
+def _ranges(ctx: Any, min_count: int = 1) -> list[dict[str, Any]]:
+    return [r for r in ctx.ranges if r["count"] >= min_count]
+
+
+NESTED_SHARE = 0.5
+"""A candidate range is dropped when at least this share of its instances sit inside another candidate
+of the same rule: the outer range already carries the finding (PyTorch op ranges nest deeply)."""
+
+
+def _outermost(ctx: Any, cands: list[tuple], limit: int) -> list[tuple]:
+    """Candidates (cost, range dict, evidence) without those nested in another candidate; costliest first."""
+    ids = {c[1]["series_id"] for c in cands}
+    kept = []
+    for c in sorted(cands, key=lambda c: -c[0]):
+        anc = ctx.table.ancestor_share(c[1]["series_id"]) if len(ids) > 1 else {}
+        if any(share >= NESTED_SHARE for a, share in anc.items() if a in ids):
+            continue
+        kept.append(c)
+    return kept[:limit]
+
+
+# ----------------------------------------------------------------------------- launch_overhead
+
+@rule("launch_overhead", scope="capture", defaults={
+    "max_busy_fraction": LAUNCH_MAX_BUSY_FRACTION, "min_launches_per_instance": LAUNCH_MIN_LAUNCHES,
+    "max_kernel_to_launch_ratio": LAUNCH_MAX_KERNEL_TO_CALL, "min_saving_pct": LAUNCH_MIN_SAVING_PCT,
+    "graph_node_overhead_us": GRAPH_NODE_OVERHEAD_US, "max_findings": MAX_FINDINGS_PER_RULE})
+def launch_overhead(ctx: Any) -> list[Finding]:
+    """Ranges paced by launching many short kernels rather than by GPU work."""
+    t = thresholds(ctx, "launch_overhead")
+    table = ctx.table
+    cands = []
+    for r in _ranges(ctx):
+        busy = r["gpu_busy_fraction"]
+        if not (busy < t["max_busy_fraction"]) or r["launches_per_instance"] < t["min_launches_per_instance"]:
+            continue
+        inst = table.instances_of(r["series_id"])
+        q, rows = table.members(inst, "activity")
+        kern = table.activity.kind[rows] == S.KERNEL
+        kernel_ns = (table.activity.end_ns - table.activity.start_ns)[rows][kern]
+        qa, arows = table.members(inst, "api")
+        launch = table.api.top_level[arows] & np.isin(table.api.category[arows], (1, 2))
+        call_ns = (table.api.end_ns - table.api.start_ns)[arows][launch]
+        med_kernel_us = _median(kernel_ns) / 1e3
+        med_call_us = _median(call_ns) / 1e3
+        if len(call_ns) and len(kernel_ns) and med_kernel_us > t["max_kernel_to_launch_ratio"] * med_call_us:
+            continue
+        if not len(kernel_ns):
+            continue
+        wall_med_ms = r["wall_ms"]["median"]
+        busy_med_ms = r["gpu_busy_ms"]["median"]
+        launches = r["launches_per_instance"]
+        graphed_ms = max(busy_med_ms + launches * t["graph_node_overhead_us"] / 1e3,
+                         (med_call_us / 1e3) if np.isfinite(med_call_us) else 0.0)
+        saving_ms = max(wall_med_ms - graphed_ms, 0.0)
+        saving_pct = 100.0 * saving_ms / wall_med_ms if wall_med_ms > 0 else 0.0
+        if saving_pct < t["min_saving_pct"]:
+            continue
+        launch_api_ms = float(inst["launch_api_ns"].sum()) / 1e6 / len(inst)
+        cands.append((saving_ms * r["count"], r, {
+            "gpu_busy_fraction": busy,
+            "launches_per_instance": launches,
+            "kernels_per_instance": r["kernels_per_instance"],
+            "median_kernel_us": med_kernel_us,
+            "median_launch_call_us": med_call_us,
+            "launch_call_ms_per_instance": launch_api_ms,
+            "wall_ms_median": wall_med_ms,
+            "gpu_busy_ms_median": busy_med_ms,
+            "instances": r["count"],
+            "graph_wall_ms_estimate": graphed_ms,
+            "graph_saving_ms_per_instance": saving_ms,
+            "graph_saving_pct": saving_pct,
+            "graph_saving_ms_total": saving_ms * r["count"],
+            "graph_saving_method": (
+                "replayed as one CUDA graph, an instance would take about its GPU busy time plus "
+                f"{t['graph_node_overhead_us']:g} us per kernel node (or one launch call, if longer); "
+                "saving = median wall - that estimate. At least the launch-call time per instance is removed "
+                "from the host (launch_call_ms_per_instance)"),
+        }))
+    out = []
+    for _, r, ev in _outermost(ctx, cands, int(t["max_findings"])):
+        sev = "high" if ev["graph_saving_pct"] >= 50 else "medium" if ev["graph_saving_pct"] >= 25 else "low"
+        out.append(Finding(
+            rule="launch_overhead", severity=sev, range=ctx.label(r["series_id"]),
+            title=(f"Launch-bound: the GPU is busy {_pct(ev['gpu_busy_fraction'])}% of the range while the host "
+                   f"issues {ev['launches_per_instance']:.0f} launches per instance"),
+            evidence=ev,
+            threshold={k: t[k] for k in ("max_busy_fraction", "min_launches_per_instance",
+                                         "max_kernel_to_launch_ratio", "min_saving_pct", "graph_node_overhead_us")},
+            recommendation=(
+                "Capture the range's work once as a CUDA graph and replay it (torch.cuda.CUDAGraph / "
+                "torch.compile mode='reduce-overhead', cudaStreamBeginCapture + cudaGraphLaunch, TensorRT "
+                "with --useCudaGraph); or fuse the short kernels (larger batch, fused ops) so each launch "
+                "carries more work."),
+        ))
+    return out
+
+
+# ----------------------------------------------------------------------------- gpu_idle
+
+def _host_during(ctx: Any, d: S.DeviceGaps, gs: np.ndarray, ge: np.ndarray) -> tuple[dict, list[dict]]:
+    """Where the launching threads were during the gaps: API, OS runtime and NVTX time overlapping them."""
+    table = ctx.table
+    total = float((ge - gs).sum())
+    agg: dict[str, Any] = {}
+    per_gap: list[dict[str, dict[str, float]]] = [{} for _ in range(len(gs))]
+    covered_s, covered_e = [], []
+    for label, calls in (("cuda_api", table.api), ("os_runtime", table.osrt)):
+        m = calls.top_level & np.isin(calls.tid, d.launch_tids)
+        idx = np.flatnonzero(m)
+        g, q, ov = S.overlap_by_name(gs, ge, calls.start_ns[idx], calls.end_ns[idx])
+        rows = idx[q]
+        names = calls.name_of(rows) if len(rows) else np.zeros(0, dtype=object)
+        if len(rows):
+            s = pd.Series(ov, index=names).groupby(level=0).sum().sort_values(ascending=False)
+            agg[label] = {str(k): v / 1e6 for k, v in s.head(8).items()}
+            for gi, n, o in zip(g, names, ov):
+                per_gap[gi].setdefault(label, {})
+                per_gap[gi][label][n] = per_gap[gi][label].get(n, 0.0) + o / 1e6
+            covered_s.append(np.maximum(calls.start_ns[rows], gs[g]))
+            covered_e.append(np.minimum(calls.end_ns[rows], ge[g]))
+        else:
+            agg[label] = {}
+    inst = table.instances
+    if not table.window and len(inst):
+        m = np.isin(inst["tid"].to_numpy(), d.launch_tids)
+        sub = inst[m]
+        g, q, ov = S.overlap_by_name(gs, ge, sub["start_ns"].to_numpy(), sub["end_ns"].to_numpy())
+        if len(q):
+            labels = np.array([ctx.label(int(x)) for x in sub["series_id"].to_numpy()[q]], dtype=object)
+            s = pd.Series(ov, index=labels).groupby(level=0).sum().sort_values(ascending=False)
+            agg["nvtx"] = {str(k): v / 1e6 for k, v in s.head(8).items()}
+    from profiler.capture import intervals
+
+    in_calls = intervals.union_length(np.concatenate(covered_s), np.concatenate(covered_e)) if covered_s else 0
+    agg["outside_cuda_and_os_calls_ms"] = max(total - in_calls, 0.0) / 1e6
+    return agg, per_gap
+
+
+@rule("gpu_idle", scope="capture", defaults={
+    "min_gap_us": IDLE_MIN_GAP_US, "min_idle_fraction": IDLE_MIN_FRACTION, "top_gaps": IDLE_TOP_GAPS})
+def gpu_idle(ctx: Any) -> list[Finding]:
+    """Idle gaps on a device inside its active window, and where the host was meanwhile."""
+    t = thresholds(ctx, "gpu_idle")
+    min_gap_ns = float(t["min_gap_us"]) * 1e3
+    names = ctx.gpu_names()
+    out = []
+    api = ctx.table.api
+    is_init = np.array([str(n).startswith(INIT_API_PREFIXES) for n in api.names], dtype=bool)
+    init_calls = np.flatnonzero(is_init[api.name_code]) if len(api) else np.zeros(0, np.int64)
+    for d in ctx.devices:
+        if d.active_ns <= 0:
+            continue
+        big = d.gap_ns >= min_gap_ns
+        # gaps spent mostly in start-up calls on the launching threads are warm-up, not idleness
+        rows = init_calls[np.isin(api.tid[init_calls], d.launch_tids)]
+        g, _, ov = S.overlap_by_name(d.gap_start_ns, d.gap_end_ns, api.start_ns[rows], api.end_ns[rows])
+        init_ns = np.bincount(g, weights=ov, minlength=len(d.gap_ns)) if len(g) else np.zeros(len(d.gap_ns))
+        init_gap = big & (init_ns >= 0.5 * d.gap_ns)
+        big &= ~init_gap
+        active_ns = d.active_ns - float(d.gap_ns[init_gap].sum())
+        idle_ns = float(d.gap_ns[big].sum())
+        frac = idle_ns / active_ns if active_ns > 0 else 0.0
+        if frac < t["min_idle_fraction"] or not big.any():
+            continue
+        gs, ge = d.gap_start_ns[big], d.gap_end_ns[big]
+        host, per_gap = _host_during(ctx, d, gs, ge)
+        top = np.argsort(-(ge - gs), kind="stable")[: int(t["top_gaps"])]
+        top_gaps = []
+        for i in top:
+            where = per_gap[i]
+            top_gaps.append({
+                "start_ms": (gs[i] - ctx.capture_start_ns) / 1e6, "duration_ms": (ge[i] - gs[i]) / 1e6,
+                "host": {k: dict(sorted(v.items(), key=lambda kv: -kv[1])[:3]) for k, v in where.items()},
+            })
+        dominant = _dominant_host(host, idle_ns / 1e6)
+        sev = "high" if frac >= 0.5 else "medium" if frac >= 0.25 else "low"
+        dev_label = f"GPU {d.device_id}" + (f" ({names[d.device_id]})" if names.get(d.device_id) else "")
+        out.append(Finding(
+            rule="gpu_idle", severity=sev, range=None,
+            title=(f"{dev_label} idle {_pct(frac)}% of its active window in {int(big.sum())} gaps of "
+                   f"{t['min_gap_us']:g} us or more; meanwhile the host was mostly {dominant[1]}"),
+            evidence={
+                "device_id": d.device_id, "active_window_ms": active_ns / 1e6, "busy_ms": d.busy_ns / 1e6,
+                "initialization_gaps": int(init_gap.sum()),
+                "initialization_gaps_ms": float(d.gap_ns[init_gap].sum()) / 1e6,
+                "idle_ms": idle_ns / 1e6, "idle_fraction": frac, "gaps": int(big.sum()),
+                "largest_gap_ms": float((ge - gs).max()) / 1e6, "median_gap_us": float(np.median(ge - gs)) / 1e3,
+                "host_during_gaps_ms": host, "top_gaps": top_gaps,
+            },
+            threshold={"min_gap_us": t["min_gap_us"], "min_idle_fraction": t["min_idle_fraction"]},
+            recommendation=_idle_advice(dominant[0]),
+        ))
+    return out
+
+
+def _dominant_host(host: dict, idle_ms: float) -> tuple[str, str]:
+    """(kind, phrase) of what the launching threads did most while the GPU waited."""
+    best = ("code", "running code outside CUDA and OS runtime calls", host.get("outside_cuda_and_os_calls_ms", 0.0))
+    for kind in ("os_runtime", "cuda_api"):
+        for name, v in (host.get(kind) or {}).items():
+            if v > best[2]:
+                best = (kind if kind == "os_runtime" else ("sync" if "ynchron" in name else "api"),
+                        f"in {name}", v)
+            break
+    return best[0], f"{best[1]} ({best[2]:.3g} of {idle_ms:.3g} ms)"
+
+
+def _idle_advice(kind: str) -> str:
+    if kind == "os_runtime":
+        return ("The launching thread sleeps, waits on a lock or does I/O while the GPU has nothing queued: move "
+                "that work off the thread that feeds the GPU, or queue the next batch's work before it.")
+    if kind == "sync":
+        return ("The host waits for the GPU and only then issues more work: queue the next iteration before "
+                "synchronising (double buffering, a second stream), or replace the host-side wait with "
+                "cudaStreamWaitEvent.")
+    if kind == "api":
+        return ("CUDA API calls other than launches fill the gaps (allocation, copies): preallocate buffers, use "
+                "pinned memory with async copies, keep them out of the loop.")
+    return ("The host runs its own code (Python, pre/post-processing) between GPU work: overlap it with GPU work "
+            "(a producer thread, a second stream), batch requests, or capture the GPU part as a CUDA graph.")
+
+
+# ----------------------------------------------------------------------------- jitter
+
+@rule("jitter", scope="capture", defaults={
+    "min_count": JITTER_MIN_COUNT, "min_median_us": JITTER_MIN_MEDIAN_US, "max_cov_pct": JITTER_MAX_COV_PCT,
+    "max_tail_ratio": JITTER_MAX_TAIL_RATIO, "max_findings": MAX_FINDINGS_PER_RULE})
+def jitter(ctx: Any) -> list[Finding]:
+    """Unstable latency: CoV and tail ratios, with the outlier instances and their causes."""
+    t = thresholds(ctx, "jitter")
+    outl = ctx.outliers
+    cands = []
+    for r in _ranges(ctx, int(t["min_count"])):
+        w = r["wall_ms"]
+        med = w["median"]
+        if not med or med * 1e3 < t["min_median_us"]:
+            continue
+        if r["top_level_share"] < 0.5 and r["launches_per_instance"] == 0 and r["total_gpu_busy_ms"] == 0:
+            continue  # a nested host-only helper, not a latency anyone serves
+        tail = w["p99"] / med
+        cov = w["cov_pct"]
+        if cov < t["max_cov_pct"] and tail < t["max_tail_ratio"]:
+            continue
+        o = outl[outl["series_id"].to_numpy() == r["series_id"]] if len(outl) else outl
+        causes = o["cause"].value_counts().to_dict() if len(o) else {}
+        excess = float(o["excess_ms"].sum()) if len(o) else 0.0
+        listed = o.nlargest(20, "excess_ms").sort_values("idx") if len(o) else o
+        cands.append((max(excess, (w["mean"] - med) * r["count"]), r, {
+            "count": r["count"], "median_ms": med, "p90_ms": w["p90"], "p99_ms": w["p99"], "max_ms": w["max"],
+            "cov_pct": cov, "p99_over_median": tail, "max_over_median": w["max"] / med,
+            "outlier_count": int(len(o)), "outlier_excess_ms": excess, "outlier_causes": causes,
+            "outliers": [{"index": int(x.idx), "wall_ms": float(x.wall_ms), "excess_ms": float(x.excess_ms),
+                          "cause": x.cause, **{k: v for k, v in x.detail.items() if k != "description"}}
+                         for x in listed.itertuples(index=False)],
+        }))
+    out = []
+    for _, r, ev in _outermost(ctx, cands, int(t["max_findings"])):
+        tail, cov = ev["p99_over_median"], ev["cov_pct"]
+        sev = "high" if tail >= 3 or cov >= 50 else "medium" if tail >= 2 or cov >= 25 else "low"
+        main = max(ev["outlier_causes"].items(), key=lambda kv: kv[1])[0] if ev["outlier_causes"] else None
+        idx = [o["index"] for o in ev["outliers"]]
+        shown = ", ".join(map(str, idx[:10])) + (" ..." if len(idx) > 10 else "")
+        title = f"Unstable latency: CoV {cov:.1f}%, p99 {tail:.2f}x the median"
+        if idx:
+            title += f"; outlier instances {shown}" + (f" (mostly {main.replace('_', ' ')})" if main else "")
+        out.append(Finding(
+            rule="jitter", severity=sev, range=ctx.label(r["series_id"]), title=title, evidence=ev,
+            threshold={k: t[k] for k in ("min_count", "min_median_us", "max_cov_pct", "max_tail_ratio")},
+            recommendation=_jitter_advice(main),
+        ))
+    return out
+
+
+def _jitter_advice(cause: str | None) -> str:
+    return {
+        "host_stall": ("Outliers coincide with OS runtime calls (sleep, locks, I/O) inside the range: keep them off "
+                       "the serving thread, avoid contended locks, pin the thread to a core."),
+        "slow_gpu": ("Outliers are slower GPU phases: lock GPU clocks for measurement (nvidia-smi -lgc), check for "
+                     "other work sharing the GPU, thermal or power throttling, and input-dependent kernels."),
+        "memory_copy": ("Outliers are slower copies: use pinned host buffers, avoid pageable memory and "
+                        "allocation inside the loop, keep copies off contended PCIe links."),
+        "synchronization": ("Outliers block longer in synchronisation than their GPU work explains: look for "
+                            "other streams or processes the sync waits for; sync on an event of this stream."),
+        "host_code": ("Outliers spend longer in host code outside CUDA calls (Python, garbage collection, "
+                      "pre/post-processing): profile the host side (py-spy), disable GC in the loop, preallocate."),
+    }.get(cause or "", "Latency varies between instances: warm up longer, lock clocks, isolate the process, and "
+                       "trace the OS runtime (nsys -t osrt) so the capture shows host-side causes.")
+
+
+# ----------------------------------------------------------------------------- sync_api
+
+@rule("sync_api", scope="capture", defaults={
+    "min_fraction": SYNC_MIN_FRACTION, "max_syncs_per_instance": SYNC_MAX_PER_INSTANCE,
+    "max_findings": MAX_FINDINGS_PER_RULE})
+def sync_api(ctx: Any) -> list[Finding]:
+    """Synchronisation calls that block the host inside hot ranges."""
+    t = thresholds(ctx, "sync_api")
+    table = ctx.table
+    cands = []
+    for r in _ranges(ctx):
+        tot = r["_totals"]
+        wall, sync = float(tot["wall_ns"]), float(tot["sync_ns"])
+        if wall <= 0 or not tot["sync_count"]:
+            continue
+        frac = sync / wall
+        per = tot["sync_count"] / r["count"]
+        dev = tot["device_sync_count"] / r["count"]
+        if frac < t["min_fraction"] or (per <= t["max_syncs_per_instance"] and dev == 0):
+            continue
+        inst = table.instances_of(r["series_id"])
+        q, rows = table.members(inst, "api")
+        m = table.api.top_level[rows] & table.api.blocking_sync[rows]
+        rows = rows[m]
+        df = pd.DataFrame({"n": table.api.name_of(rows), "d": (table.api.end_ns - table.api.start_ns)[rows]})
+        calls = {str(n): {"count": int(g.size), "total_ms": float(g.sum()) / 1e6, "median_us": float(g.median()) / 1e3}
+                 for n, g in df.groupby("n")["d"]}
+        cands.append((sync, r, {
+            "sync_fraction": frac, "sync_calls_per_instance": per, "device_syncs_per_instance": dev,
+            "sync_ms_per_instance": sync / 1e6 / len(inst), "wall_ms_median": r["wall_ms"]["median"],
+            "instances": r["count"], "calls": calls,
+        }))
+    out = []
+    for _, r, ev in _outermost(ctx, cands, int(t["max_findings"])):
+        frac, per, dev = ev["sync_fraction"], ev["sync_calls_per_instance"], ev["device_syncs_per_instance"]
+        sev = "high" if frac >= 0.3 and (dev > 0 or per >= 2) else "medium" if frac >= 0.1 else "low"
+        names = ", ".join(sorted(ev["calls"], key=lambda n: -ev["calls"][n]["total_ms"]))
+        out.append(Finding(
+            rule="sync_api", severity=sev, range=ctx.label(r["series_id"]),
+            title=(f"The host blocks in synchronisation {_pct(frac)}% of the range ({per:.1f} calls per instance"
+                   f"{f', {dev:.1f} device-wide' if dev else ''}: {names})"),
+            evidence=ev,
+            threshold={"min_fraction": t["min_fraction"], "max_syncs_per_instance": t["max_syncs_per_instance"]},
+            recommendation=(
+                "Synchronise once per iteration, on the stream (or an event) that produces the result, not the "
+                "whole device; replace intermediate syncs with cudaStreamWaitEvent between streams, and avoid "
+                "implicit ones (.item(), .cpu(), pageable copies, cudaMalloc/cudaFree in the loop)."),
+        ))
+    return out
+
+
+# ----------------------------------------------------------------------------- pageable_memcpy
+
+@rule("pageable_memcpy", scope="capture", defaults={
+    "min_total_us": PAGEABLE_MIN_TOTAL_US, "high_share": PAGEABLE_HIGH_SHARE})
+def pageable_memcpy(ctx: Any) -> list[Finding]:
+    """Copies from or to pageable host memory, against pinned copies of the same size."""
+    t = thresholds(ctx, "pageable_memcpy")
+    act = ctx.table.activity
+    copy = act.kind == S.MEMCPY
+    pg = copy & act.pageable
+    dur = act.end_ns - act.start_ns
+    total_ns = float(dur[pg].sum())
+    if not pg.any() or total_ns < t["min_total_us"] * 1e3:
+        return []
+    memcpy = getattr(ctx.trace, "memcpy", None)
+    pinned_side = np.zeros(len(act), dtype=bool)
+    if memcpy is not None and len(memcpy):
+        rows = act.row[copy]
+        pin = S.is_value(memcpy, "src_kind", "pinned") | S.is_value(memcpy, "dst_kind", "pinned")
+        pinned_side[np.flatnonzero(copy)] = pin[rows]
+    pinned = copy & pinned_side & ~act.pageable
+    df = pd.DataFrame({"dir": np.asarray(S.COPY_KINDS, dtype=object)[act.copy_kind], "bytes": act.bytes,
+                       "ns": dur, "pg": pg, "pin": pinned})
+    by_dir = {}
+    compare = []
+    saving_ns = 0.0
+    for direction, g in df[df["pg"]].groupby("dir"):
+        by_dir[direction] = {"count": int(len(g)), "bytes": int(g["bytes"].sum()), "gpu_ms": float(g["ns"].sum()) / 1e6,
+                             "gbps": float(g["bytes"].sum() / max(g["ns"].sum(), 1))}
+        pin = df[df["pin"] & (df["dir"] == direction)]
+        for size, gs in g.groupby("bytes"):
+            same = pin[pin["bytes"] == size]
+            if not len(same) or size <= 0:
+                continue
+            pg_bw = size / max(float(gs["ns"].median()), 1.0)
+            pin_bw = size / max(float(same["ns"].median()), 1.0)
+            extra = float(gs["ns"].sum()) - len(gs) * float(same["ns"].median())
+            saving_ns += max(extra, 0.0)
+            compare.append({"direction": direction, "bytes": int(size), "pageable_count": int(len(gs)),
+                            "pinned_count": int(len(same)), "pageable_gbps": pg_bw, "pinned_gbps": pin_bw,
+                            "pinned_speedup": pin_bw / pg_bw if pg_bw > 0 else float("nan"),
+                            "pageable_median_us": float(gs["ns"].median()) / 1e3,
+                            "pinned_median_us": float(same["ns"].median()) / 1e3})
+    compare.sort(key=lambda c: -c["pageable_count"] * c["bytes"])
+    active = sum(d.active_ns for d in ctx.devices) or 1
+    share = total_ns / active
+    # API time of the pageable copies (async copies from pageable memory block the host).
+    api_ms = None
+    n_async = None
+    if memcpy is not None and len(memcpy) and "api_start_ns" in memcpy.columns:
+        rows = act.row[pg]
+        a0 = S.i64(memcpy, "api_start_ns", -1)[rows]
+        a1 = S.i64(memcpy, "api_end_ns", -1)[rows]
+        ok = (a0 >= 0) & (a1 >= a0) & (S.i64(memcpy, "api_tid", -1)[rows] >= 0)
+        api_ms = float((a1 - a0)[ok].sum()) / 1e6 if ok.any() else None
+        if "api_name" in memcpy.columns:
+            codes, names = S.factor(memcpy, "api_name")
+            is_async = np.array(["Async" in str(n) for n in names], dtype=bool)
+            n_async = int(is_async[codes[rows]].sum())
+    # Which ranges hold them.
+    inst = ctx.table.instances
+    per_range = {}
+    if not ctx.table.window and len(inst):
+        s = inst.groupby("series_id")["pageable_copies"].sum()
+        for sid, n in s[s > 0].sort_values(ascending=False).head(5).items():
+            per_range[ctx.label(int(sid))] = int(n)
+    top_range = None
+    if per_range:
+        first = next(iter(per_range))
+        if per_range[first] * 2 >= int(pg.sum()):
+            top_range = first
+    slow = max((c["pinned_speedup"] for c in compare), default=float("nan"))
+    sev = "high" if share >= t["high_share"] or (np.isfinite(slow) and slow >= 2) else "medium" if share >= 0.01 else "low"
+    evidence = {
+        "copies": int(pg.sum()), "bytes": int(act.bytes[pg].sum()), "gpu_ms": total_ns / 1e6,
+        "share_of_active_gpu_time": share, "by_direction": by_dir, "api_ms": api_ms,
+        "async_calls_made_synchronous": n_async, "ranges": per_range,
+        "pinned_comparison": compare[:10],
+        "estimated_saving_ms": saving_ns / 1e6 if compare else None,
+    }
+    if compare:
+        c = compare[0]
+        cmp = (f"; {c['bytes']:,} B {c['direction']} copies run at {c['pageable_gbps']:.1f} GB/s from pageable "
+               f"memory against {c['pinned_gbps']:.1f} GB/s pinned")
+    else:
+        cmp = "; no pinned copy of the same size in the capture to compare with"
+    return [Finding(
+        rule="pageable_memcpy", severity=sev, range=top_range,
+        title=f"{int(pg.sum())} copies touch pageable host memory ({total_ns / 1e6:.3g} ms of GPU copy time){cmp}",
+        evidence=evidence,
+        threshold={"min_total_us": t["min_total_us"], "high_share": t["high_share"]},
+        recommendation=("Allocate host buffers as pinned memory (cudaHostAlloc / cudaMallocHost, "
+                        "tensor.pin_memory(), cudaHostRegister for existing buffers) and copy with "
+                        "cudaMemcpyAsync on a stream: pageable copies are staged through a driver buffer, "
+                        "run slower and block the host even when asynchronous."),
+    )]
+
+
+# ----------------------------------------------------------------------------- transfer_bound
+
+@rule("transfer_bound", scope="capture", defaults={
+    "min_copy_to_compute": TRANSFER_MIN_COPY_TO_COMPUTE, "min_copy_fraction": TRANSFER_MIN_COPY_FRACTION,
+    "max_findings": MAX_FINDINGS_PER_RULE})
+def transfer_bound(ctx: Any) -> list[Finding]:
+    """Ranges whose copies take as long as their compute."""
+    t = thresholds(ctx, "transfer_bound")
+    table = ctx.table
+    cands = []
+    for r in _ranges(ctx):
+        tot = r["_totals"]
+        copy, compute, wall = float(tot["copy_ns"]), float(tot["compute_ns"]), float(tot["wall_ns"])
+        if copy <= 0 or wall <= 0 or compute <= 0:
+            continue  # a copy-only range (a staging step) has no compute to be bound against
+        ratio = copy / compute
+        frac = copy / wall
+        if ratio < t["min_copy_to_compute"] or frac < t["min_copy_fraction"]:
+            continue
+        inst = table.instances_of(r["series_id"])
+        q, rows = table.members(inst, "activity")
+        m = table.activity.kind[rows] == S.MEMCPY
+        rows = rows[m]
+        act = table.activity
+        dirs = {}
+        for code in np.unique(act.copy_kind[rows]):
+            rr = rows[act.copy_kind[rows] == code]
+            ns = float((act.end_ns - act.start_ns)[rr].sum())
+            b = float(act.bytes[rr].sum())
+            dirs[S.COPY_KINDS[code]] = {"copies_per_instance": len(rr) / len(inst), "bytes_per_instance": b / len(inst),
+                                        "gpu_ms_per_instance": ns / 1e6 / len(inst), "gbps": b / ns if ns > 0 else None}
+        busy = float(tot["gpu_busy_ns"])
+        cands.append((copy, r, {
+            "copy_ms_per_instance": copy / 1e6 / len(inst), "compute_ms_per_instance": compute / 1e6 / len(inst),
+            "copy_to_compute": ratio, "copy_fraction_of_wall": frac,
+            "overlap_ms_per_instance": max(copy + compute - busy, 0.0) / 1e6 / len(inst),
+            "bytes_per_instance": tot["copy_bytes"] / len(inst),
+            "pageable_copies": int(tot["pageable_copies"]), "by_direction": dirs,
+            "wall_ms_median": r["wall_ms"]["median"], "instances": r["count"],
+        }))
+    out = []
+    for _, r, ev in _outermost(ctx, cands, int(t["max_findings"])):
+        ratio, frac = ev["copy_to_compute"], ev["copy_fraction_of_wall"]
+        sev = "high" if ratio >= 2 and frac >= 0.5 else "medium" if ratio >= 1 and frac >= 0.25 else "low"
+        out.append(Finding(
+            rule="transfer_bound", severity=sev, range=ctx.label(r["series_id"]),
+            title=(f"Transfer-bound: copies take {ev['copy_ms_per_instance']:.3g} ms per instance, {ratio:.2f}x its "
+                   f"{ev['compute_ms_per_instance']:.3g} ms of compute (median wall {ev['wall_ms_median']:.3g} ms)"),
+            evidence=ev,
+            threshold={"min_copy_to_compute": t["min_copy_to_compute"], "min_copy_fraction": t["min_copy_fraction"]},
+            recommendation=(
+                "Move less data: keep tensors on the GPU between steps, send compact inputs (uint8 images, "
+                "FP16) and decode/normalise on the GPU; overlap copies with compute (pinned buffers, "
+                "cudaMemcpyAsync on a second stream, double buffering); batch to amortise per-copy cost."),
+        ))
+    return out
