@@ -224,7 +224,7 @@ def build_analysis_page(result: dict) -> dict[str, Any]:
     capture = result.get("capture") if isinstance(result.get("capture"), dict) else {}
     ranges = [r for r in (result.get("ranges") or []) if isinstance(r, dict)]
     findings = result.get("findings") or []
-    source = capture.get("path") or capture.get("source") or capture.get("file") or ""
+    source = capture.get("source_path") or capture.get("path") or capture.get("source") or capture.get("file") or ""
     page = new_page("analysis", "trtprof capture analysis", str(source))
 
     # ---- summary
@@ -239,8 +239,9 @@ def build_analysis_page(result: dict) -> dict[str, Any]:
     for w in result.get("warnings") or capture.get("warnings") or []:
         page["banners"].append({"level": "medium", "text": str(w)})
     for k in ("missing", "degraded"):
-        if capture.get(k):
-            page["banners"].append({"level": "medium", "text": f"{k}: {fmt_value(k, capture[k])}"})
+        items = capture.get(k)
+        for item in items if isinstance(items, list) else ([items] if items else []):
+            page["banners"].append({"level": "medium", "text": f"{k}: {item}" if k == "degraded" else str(item)})
 
     blocks = section(page, "summary", "Summary", "The capture, and each NVTX range series at a glance.")
     items = scalar_items(capture, skip=("warnings", "missing", "degraded"))
@@ -258,7 +259,7 @@ def build_analysis_page(result: dict) -> dict[str, Any]:
                 stat(r.get("gpu_busy_ms"), "median"),
                 cell(fmt_pct(finite(r.get("gpu_busy_fraction")) * 100) if finite(r.get("gpu_busy_fraction"))
                      is not None else "—"),
-                len(outs),
+                r["outlier_count"] if is_number(r.get("outlier_count")) else len(outs),
             ])
         blocks.append(table(["range", "count", "median ms", "p90 ms", "p99 ms", "max ms", "CoV",
                              "GPU busy median ms", "GPU busy fraction", "outliers"], rows,
@@ -270,6 +271,12 @@ def build_analysis_page(result: dict) -> dict[str, Any]:
     blocks = section(page, "findings", "Findings", "Each diagnosis with the numbers that prove it, the threshold "
                                                    "it was held to and what to do.")
     blocks.append(findings_block(findings))
+    sync = [x for x in result.get("sync_summary") or [] if isinstance(x, dict)]
+    if sync:
+        blocks.append({"type": "heading", "text": "Synchronisation calls"})
+        blocks.append(table(["call", "count", "total ms", "max ms"],
+                            [[str(x.get("name", "?")), x.get("count"), finite(x.get("total_ms")),
+                              finite(x.get("max_ms"))] for x in sync], numeric=[False, True, True, True]))
 
     # ---- latency distribution
     blocks = section(page, "distribution", "Latency distribution per series",

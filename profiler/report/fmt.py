@@ -97,6 +97,8 @@ def fmt_value(key: str, value: Any) -> str:
         return fmt_us(value)
     if k.endswith("_ns"):
         return f"{fmt_num(value)} ns"
+    if k.endswith("_s"):
+        return f"{fmt_num(value)} s"
     if k.endswith("_pct") or k.endswith("percent"):
         return fmt_pct(value)
     if k.endswith("fraction"):
@@ -104,6 +106,16 @@ def fmt_value(key: str, value: Any) -> str:
     return fmt_num(value)
 
 
-def humanize_key(key: str) -> str:
-    """'gpu_busy_fraction' -> 'gpu busy fraction'."""
-    return str(key).replace("_", " ")
+UNIT_SUFFIXES = ("_bytes", "_ms", "_us", "_ns", "_s", "_pct")
+
+
+def humanize_key(key: str, strip_unit: bool = False) -> str:
+    """'gpu_busy_fraction' -> 'gpu busy fraction'; with ``strip_unit`` 'workspace_bytes' -> 'workspace'
+    (for places where :func:`fmt_value` already prints the unit)."""
+    key = str(key)
+    if strip_unit:
+        for suffix in UNIT_SUFFIXES:
+            if key.endswith(suffix) and len(key) > len(suffix):
+                key = key[: -len(suffix)]
+                break
+    return key.replace("_", " ")

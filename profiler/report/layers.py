@@ -110,9 +110,9 @@ def _align_time_keys(rows: Sequence[dict]) -> list[str]:
 
 
 def _align_label(r: dict, i: int) -> str:
-    for k in ("name", "group", "label", "baseline_layers", "a_layers", "layers", "baseline_name", "a_name"):
+    for k in ("name", "label", "nodes", "layers_a", "baseline_layers", "a_layers", "layers", "layers_b", "group"):
         v = r.get(k)
-        if v:
+        if v is not None and v != "" and v != []:
             return ", ".join(map(str, v)) if isinstance(v, list) else str(v)
     return f"group {i}"
 

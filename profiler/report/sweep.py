@@ -37,10 +37,10 @@ def _details_text(value: Any, skip: Iterable[str] = ()) -> str:
             if k in skip or v is None or v == [] or v == {}:
                 continue
             if isinstance(v, dict):
-                v = "; ".join(f"{humanize_key(a)} {fmt_value(a, b)}" for a, b in v.items() if b is not None)
-                parts.append(f"{humanize_key(k)}: {v}")
+                v = "; ".join(f"{humanize_key(a, True)} {fmt_value(a, b)}" for a, b in v.items() if b is not None)
+                parts.append(f"{humanize_key(k, True)}: {v}")
             else:
-                parts.append(f"{humanize_key(k)} {fmt_value(k, v)}")
+                parts.append(f"{humanize_key(k, True)} {fmt_value(k, v)}")
         text = "; ".join(parts)
     elif isinstance(value, (list, tuple)):
         text = "; ".join(str(x) for x in value)

@@ -1,0 +1,603 @@
+"""HTML reports: the plain page data (numbers), escaping, embedding and size; rendering without a browser.
+
+The browser test (real headless Chromium) is tests/test_report_browser.py; it reuses the examples here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import re
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from profiler.errors import InputError
+from profiler.report import (
+    report_kind, write_analysis_report, write_compare_report, write_layers_report, write_report,
+    write_sweep_report,
+)
+from profiler.report.analysis import (
+    box_stats, build_analysis_page, busy_vs_host, gap_histograms, kernel_rows, timeline,
+)
+from profiler.report.compare import (
+    build_compare_page, delta_rows, environment_rows, overlaid_histogram, trend_series, verdict_summary,
+)
+from profiler.report.layers import build_layers_page, layer_sum_vs_latency, precision_mix
+from profiler.report.render import plotly_js, plotly_cdn_url, render_html
+from profiler.report.sweep import (
+    accuracy_vs_speed, build_sweep_page, checklist_step, latency_by_workspace, layer_time_by_type,
+    throughput_by_streams,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+EVIL = "<script>alert(1)</script> & void foo<int>"
+EVIL_ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt; &amp; void foo&lt;int&gt;"
+
+
+# ----------------------------------------------------------------------------- example inputs
+
+def _stats(samples) -> dict:
+    a = np.sort(np.asarray(samples, dtype=float))
+    return {"min": float(a[0]), "mean": float(a.mean()), "median": float(np.median(a)),
+            "p90": float(np.percentile(a, 90)), "p95": float(np.percentile(a, 95)),
+            "p99": float(np.percentile(a, 99)), "max": float(a[-1]), "cov_pct": float(a.std() / a.mean() * 100)}
+
+
+def analysis_example(n: int = 200, name: str = "infer") -> dict:
+    rng = random.Random(7)
+    wall = [round(2.0 + rng.random() * 0.2, 4) for _ in range(n)]
+    wall[13], wall[150] = 9.5, 7.25
+    busy = [round(w * 0.25, 4) for w in wall]
+    return {
+        "kind": "analyze",
+        "capture": {"source_path": "/data/service.sqlite", "nsys_version": "2025.3.1",
+                    "gpus": [{"name": "NVIDIA H200", "memory_bytes": 150_000_000_000}], "duration_ms": 512.5},
+        "ranges": [
+            {"name": name, "domain": "trtprof", "count": n, "wall_ms": _stats(wall), "gpu_busy_ms": _stats(busy),
+             "gpu_busy_fraction": 0.25, "outliers": [13, {"index": 150, "cause": "clock_nanosleep", "wall_ms": 7.25}],
+             "instances": {"wall_ms": wall, "gpu_busy_ms": busy}},
+            {"name": "preprocess", "domain": None, "count": 3,
+             "wall_ms": {"min": 0.1, "median": 0.2, "mean": 0.2, "p99": 0.3, "max": 0.3, "cov_pct": 40.0},
+             "gpu_busy_ms": {"median": 0.05}, "gpu_busy_fraction": 0.2, "outliers": []},
+        ],
+        "findings": [
+            {"rule": "jitter", "severity": "medium", "title": f"{name} latency is unstable", "range": name,
+             "evidence": {"cov_pct": 35.2, "outlier_indices": [13, 150]}, "threshold": {"cov_pct": 10},
+             "recommendation": "Look at host-side stalls inside the range."},
+            {"rule": "launch_overhead", "severity": "high", "title": "launch-bound", "range": name,
+             "evidence": {"busy_fraction": 0.25, "launches_per_instance": 120}, "threshold": {"busy_fraction": 0.5},
+             "recommendation": "Capture the loop as a CUDA graph."},
+        ],
+        "top_kernels": [
+            {"name": "void gemm<float>(float const*)", "count": 400, "total_ns": 8_000_000, "mean_ns": 20_000},
+            {"name": "relu_kernel", "count": 400, "total_ms": 1.5, "mean_ms": 0.00375},
+        ],
+        "gap_histogram": [{"device": "GPU 0", "edges_us": [0, 1, 10, 100, 1000], "counts": [50, 20, 5, 1],
+                           "idle_ms": 3.2}],
+    }
+
+
+def sweep_example(n_variants: int = 6, n_samples: int = 300, seed: int = 3) -> dict:
+    rng = np.random.default_rng(seed)
+    variants, layers = [], []
+    combos = [(p, ws, s, g) for ws in (64 << 20, 1 << 30) for s in (1, 2, 4) for g in (False, True)
+              for p in ("fp32", "fp16", "int8")]
+    for i in range(n_variants):
+        p, ws, s, g = combos[i % len(combos)]
+        base = {"fp32": 4.0, "fp16": 2.0, "int8": 1.4}[p] * (1.1 if ws == 64 << 20 else 1.0)
+        samples = (base * (1 + 0.03 * rng.standard_normal(n_samples))).round(5).tolist()
+        key = f"{p}-ws{'64M' if ws == 64 << 20 else '1G'}-s{s}-{'graph' if g else 'nograph'}"
+        acc = {} if p == "fp32" else {"logits": {"max_abs": 0.01 if p == "fp16" else 0.2, "mean_abs": 0.001,
+                                                 "rel_l2": 0.002 if p == "fp16" else 0.05, "cosine": 0.9999,
+                                                 "top1_agreement": 0.99, "nan_count": 0, "inf_count": 0,
+                                                 "passed": p == "fp16"}}
+        variants.append({
+            "key": key, "precision": p, "workspace_bytes": ws, "streams": s, "cuda_graph": g,
+            "backend": "onnxruntime", "status": "ok", "error": None, "latency_ms": _stats(samples),
+            "enqueue_ms": {"median": 0.02}, "throughput_qps": 1000.0 / base * s * 0.8, "accuracy": acc,
+            "checklist": {"parsed": {"status": "ok", "warnings": []},
+                          "optimized": {"status": "ok", "workspace_bytes": ws, "build_s": 1.5},
+                          "serialized": {"ok": True, "plan_bytes": 1_234_567, "fingerprint": "abc123"}},
+            "memory": {"engine_bytes": 5_000_000, "activation_bytes": 1_000_000 * s},
+            "samples_ms": samples,
+        })
+        for j, typ in enumerate(("Convolution", "Activation", "Pooling", "Reformat")):
+            layers.append({"variant": key, "name": f"layer{j}", "type": typ, "time_total_ms": 10.0 * (j + 1),
+                           "share_pct": 10.0 * (j + 1), "precision_out": p})
+    variants.append({"key": "int8-ws64M-s8-graph", "precision": "int8", "status": "skipped",
+                     "error": "onnxruntime cannot capture CUDA graphs on CPU"})
+    variants.append({"key": "fp16-ws1G-s1-bad", "precision": "fp16", "status": "failed",
+                     "error": "unsupported op GridSample"})
+    return {"run": {"model": "tiny_convnet.onnx", "backend": "onnxruntime", "host": "ci"}, "variants": variants,
+            "findings": [{"rule": "fastest_variant", "severity": "info", "title": "int8 is fastest",
+                          "evidence": {"median_ms": 1.4}}], "layers": layers}
+
+
+def layers_example() -> dict:
+    return {
+        "kind": "import",
+        "run": {"source": "resnet.onnx.engine"},
+        "variants": [{"key": "fp16", "latency_ms": {"median": 4.0}, "gpu_compute_ms": {"median": 3.8},
+                      "enqueue_ms": {"median": 0.01}, "throughput_qps": 250.0},
+                     {"key": "int8", "latency_ms": {"median": 2.0}, "gpu_compute_ms": {"median": 2.0}}],
+        "layers": [
+            {"variant": "fp16", "name": "conv1 + relu", "type": "Convolution", "precision_in": "FP16",
+             "precision_out": "FP16", "time_avg_ms": 3.0, "time_total_ms": 300.0, "share_pct": 75.0},
+            {"variant": "fp16", "name": "Reformatting CopyNode <in>", "type": "Reformat", "precision_in": "Float",
+             "precision_out": "Half", "time_avg_ms": 0.5, "time_total_ms": 50.0, "share_pct": 12.5},
+            {"variant": "fp16", "name": "softmax", "type": "SoftMax", "precision_out": "float",
+             "time_avg_ms": 0.5, "time_total_ms": 50.0, "share_pct": 12.5},
+            {"variant": "int8", "name": "conv1 + relu", "type": "Convolution", "precision_out": "Int8",
+             "time_avg_ms": 1.5, "time_total_ms": 150.0},
+            {"variant": "int8", "name": "softmax", "type": "SoftMax", "precision_out": "fp32",
+             "time_avg_ms": 0.9, "time_total_ms": 90.0},
+        ],
+        "alignment": [{"a": "fp16", "b": "int8", "groups": [
+            {"group": 0, "nodes": ["conv1", "relu"], "layers_a": ["conv1 + relu"], "layers_b": ["conv1 + relu"],
+             "time_a_ms": 3.0, "time_b_ms": 1.5, "delta_ms": -1.5, "precision_a": "fp16", "precision_b": "int8"},
+            {"group": 1, "nodes": ["softmax"], "layers_a": ["softmax"], "layers_b": ["softmax"],
+             "time_a_ms": 0.5, "time_b_ms": 0.9, "delta_ms": 0.4}]}],
+        "findings": [{"rule": "layer_hotspot", "severity": "medium", "title": "conv1 takes 75% of the time",
+                      "variant": "fp16", "evidence": {"share_pct": 75.0}}],
+    }
+
+
+def compare_example(seed: int = 5) -> dict:
+    rng = np.random.default_rng(seed)
+    b = (2.0 + 0.05 * rng.standard_normal(400)).tolist()
+    c = (2.3 + 0.05 * rng.standard_normal(400)).tolist()
+    same = (1.0 + 0.02 * rng.standard_normal(300)).tolist()
+    return {
+        "kind": "compare",
+        "baseline": {"id": 1, "label": "trt10.3", "gpu": "NVIDIA H200", "tensorrt_version": "10.3"},
+        "candidate": {"id": 2, "label": "trt10.5", "gpu": "NVIDIA H200", "tensorrt_version": "10.5"},
+        "variants": [
+            {"key": "fp16-ws1G-s1", "verdict": "regression", "median_ratio": 1.15, "ci_low": 1.13, "ci_high": 1.17,
+             "p_value": 3.2e-40, "baseline_samples_ms": b, "candidate_samples_ms": c,
+             "layer_deltas": [{"name": "conv1", "baseline_ms": 1.0, "candidate_ms": 1.3},
+                              {"name": "fc", "baseline_ms": 0.5, "candidate_ms": 0.45},
+                              {"name": "relu", "baseline_ms": 0.1, "candidate_ms": 0.1}]},
+            {"key": "fp32-ws1G-s1", "verdict": "no_change", "median_ratio": 1.001, "ci_low": 0.99, "ci_high": 1.01,
+             "p_value": 0.61, "baseline_samples_ms": same, "candidate_samples_ms": same[::-1]},
+            {"key": "int8-ws1G-s1", "verdict": "missing"},
+        ],
+        "environment_changes": [{"field": "tensorrt_version", "baseline": "10.3", "candidate": "10.5"}],
+        "findings_appeared": [{"rule": "jitter", "severity": "low", "title": "new jitter"}],
+        "findings_disappeared": [],
+        "trend": {"variant": "fp16-ws1G-s1", "change_index": 3,
+                  "points": [{"label": f"r{i}", "median_ms": 2.0 if i < 3 else 2.3} for i in range(6)]},
+    }
+
+
+def figures_of(html: str) -> dict:
+    """The page's figure JSON, parsed strictly (NaN or Infinity would be a JavaScript error)."""
+    m = re.search(r'<script type="application/json" id="trtprof-figures">(.*?)</script>', html, re.S)
+    assert m, "figure block missing"
+    def no_constants(name):
+        raise AssertionError(f"non-JSON constant {name} in the figure data")
+    return json.loads(m.group(1), parse_constant=no_constants)
+
+
+def chart_ids(html: str) -> list[str]:
+    return re.findall(r'<div class="chart" id="([^"]+)"', html)
+
+
+# ----------------------------------------------------------------------------- analysis data
+
+def test_busy_vs_host_bars_equal_the_range_medians():
+    result = analysis_example()
+    page = build_analysis_page(result)
+    fig = page["figures"]["fig-busy"]
+    wall, busy = fig["data"][0], fig["data"][1]
+    assert wall["y"] == [result["ranges"][0]["wall_ms"]["median"], 0.2]
+    assert busy["y"] == [pytest.approx(result["ranges"][0]["gpu_busy_ms"]["median"], rel=1e-5), 0.05]
+    assert busy["text"] == ["25%", "20%"]
+    bvh = busy_vs_host(result["ranges"])
+    assert bvh["gpu_busy_fraction"] == [0.25, 0.2]
+
+
+def test_timeline_marks_outliers_at_their_indices():
+    r = analysis_example()["ranges"][0]
+    tl = timeline(r)
+    assert tl["index"] == list(range(200)) and tl["total"] == 200
+    assert tl["outlier_index"] == [13, 150]
+    assert tl["outlier_wall_ms"] == [9.5, 7.25]
+    assert tl["outlier_cause"] == ["", "clock_nanosleep"]
+    page = build_analysis_page(analysis_example())
+    trace = next(t for t in page["figures"]["fig-timeline-1"]["data"] if t["name"] == "outlier")
+    assert trace["x"] == [13, 150] and trace["y"] == [9.5, 7.25]
+
+
+def test_timeline_of_a_long_series_keeps_peaks_and_outliers():
+    wall = [1.0] * 50_000
+    wall[12_345] = 30.0  # the slowest instance, not flagged
+    r = {"instances": {"wall_ms": wall, "gpu_busy_ms": [0.5] * 50_000}, "outliers": [{"index": 40_001}]}
+    tl = timeline(r, max_points=1000)
+    assert tl["total"] == 50_000 and tl["shown"] <= 1001
+    assert 12_345 in tl["index"] and 40_001 in tl["index"]
+    assert tl["wall_ms"][tl["index"].index(12_345)] == 30.0
+    assert tl["index"] == sorted(tl["index"])
+
+
+def test_box_stats_are_the_quartiles_and_clipped_fences():
+    samples = list(range(1, 101)) + [1000]
+    b = box_stats(samples)
+    q1, med, q3 = np.percentile(samples, [25, 50, 75])
+    assert (b["q1"], b["median"], b["q3"]) == (q1, med, q3)
+    assert b["upperfence"] == 100  # 1000 lies beyond q3 + 1.5 IQR
+    assert b["lowerfence"] == 1 and b["max"] == 1000
+    assert box_stats([]) is None and box_stats([None]) is None
+
+
+def test_gap_histograms_accept_edges_bins_and_raw_gaps():
+    edges = gap_histograms(analysis_example())
+    assert edges[0]["label"] == "GPU 0" and edges[0]["count"] == [50, 20, 5, 1]
+    assert edges[0]["lo_us"] == [0, 1, 10, 100] and edges[0]["hi_us"] == [1, 10, 100, 1000]
+    assert edges[0]["info"] == {"idle_ms": 3.2}
+    raw = gap_histograms({"gaps": {"gaps_us": [0.5, 3, 3, 7, 12, 400, 2000]}})[0]
+    assert sum(raw["count"]) == 7
+    assert dict(zip(raw["lo_us"], raw["count"]))[2] == 2  # 3 and 3 fall in [2, 5)
+    ns = gap_histograms({"gap_histogram": {"gaps_ns": [500, 3000]}})[0]
+    assert sum(ns["count"]) == 2
+    bins = gap_histograms({"gap_histogram": [{"lo_us": 0, "hi_us": 5, "count": 4}]})[0]
+    assert bins["count"] == [4]
+    assert gap_histograms({}) == []
+
+
+def test_kernel_rows_convert_units_and_sort_by_total():
+    rows = kernel_rows(analysis_example())
+    assert [r["name"] for r in rows] == ["void gemm<float>(float const*)", "relu_kernel"]
+    assert rows[0]["total_ms"] == 8.0 and rows[0]["mean_ms"] == 0.02
+    page = build_analysis_page(analysis_example())
+    fig = page["figures"]["fig-kernels"]["data"][0]
+    assert fig["x"] == [1.5, 8.0]  # smallest first: horizontal bars read top-down
+    assert fig["y"][1] == "void gemm&lt;float&gt;(float const*)"
+
+
+def test_analysis_sections_say_what_the_capture_lacks():
+    page = build_analysis_page({"capture": {}, "ranges": [], "findings": []})
+    texts = [b["text"] for s in page["sections"] for b in s["blocks"] if b["type"] == "missing"]
+    assert sum("not in this capture" in t for t in texts) >= 5
+    assert page["figures"] == {}
+    html = render_html(build_analysis_page({}))
+    assert "not in this capture" in html
+    # stats without per-instance times: percentiles instead of a box, no timeline
+    r = analysis_example()["ranges"][1]
+    page = build_analysis_page({"ranges": [r]})
+    assert page["figures"]["fig-distribution"]["data"][0]["type"] == "scatter"
+    assert page["figures"]["fig-distribution"]["data"][0]["y"] == [0.1, 0.2, 0.2, 0.3, 0.3]
+    assert not any(k.startswith("fig-timeline") for k in page["figures"])
+
+
+def test_analysis_findings_sorted_by_severity_with_evidence():
+    page = build_analysis_page(analysis_example())
+    block = next(b for s in page["sections"] if s["id"] == "findings" for b in s["blocks"] if b["type"] == "findings")
+    assert [f["severity"] for f in block["items"]] == ["high", "medium"]
+    assert ("busy fraction", "0.25 (25%)") in block["items"][0]["evidence"]
+    assert ("outlier indices", "13, 150") in block["items"][1]["evidence"]
+
+
+# ----------------------------------------------------------------------------- sweep data
+
+def test_checklist_steps_recorded_and_derived():
+    s = sweep_example()
+    v = s["variants"][0]
+    assert checklist_step(v, "parsed")["status"] == "ok"
+    opt = checklist_step(v, "optimized")
+    assert opt["cls"] == "ok" and "workspace 64 MiB" in opt["details"] and "build 1.5 s" in opt["details"]
+    assert checklist_step(v, "serialized")["status"] == "ok"
+    assert checklist_step(v, "calibrated")["status"] == "n/a"  # fp32
+    assert checklist_step(v, "executed")["details"] == "the FP32 reference"
+    int8 = next(x for x in s["variants"] if x["precision"] == "int8" and x["status"] == "ok")
+    assert checklist_step(int8, "calibrated")["status"] == "not recorded"
+    ex = checklist_step(int8, "executed")
+    assert ex["status"] == "warn" and "logits" in ex["details"]
+    failed = next(x for x in s["variants"] if x["status"] == "failed")
+    assert checklist_step(failed, "executed") == {"status": "failed", "cls": "bad",
+                                                  "details": "unsupported op GridSample", "recorded": False}
+    skipped = next(x for x in s["variants"] if x["status"] == "skipped")
+    assert checklist_step(skipped, "parsed")["status"] == "skipped"
+    assert checklist_step({"checklist": {"parsed": False}}, "parsed")["cls"] == "bad"
+    assert checklist_step({"checklist": {"calibrated": {"status": "random", "data": "seeded random"}}},
+                          "calibrated")["cls"] == "warn"
+
+
+def test_throughput_by_streams_and_latency_by_workspace_series():
+    s = sweep_example(n_variants=36)
+    ser = throughput_by_streams(s["variants"])
+    by_name = {x["name"]: x for x in ser}
+    fp32 = by_name["fp32 · ws 64 MiB · no graph · onnxruntime"]
+    assert fp32["x"] == [1, 2, 4]
+    assert fp32["y"] == [pytest.approx(1000 / 4.4 * k * 0.8) for k in (1, 2, 4)]
+    lat = latency_by_workspace(s["variants"])
+    one = next(x for x in lat if x["name"] == "fp32 · 1 stream · no graph · onnxruntime")
+    assert one["x"] == [64 << 20, 1 << 30]
+    medians = {v["key"]: v["latency_ms"]["median"] for v in s["variants"] if v["status"] == "ok"}
+    assert one["y"] == [medians["fp32-ws64M-s1-nograph"], medians["fp32-ws1G-s1-nograph"]]
+
+
+def test_accuracy_vs_speed_takes_the_worst_output():
+    v = {"key": "k", "precision": "fp16", "status": "ok", "latency_ms": {"median": 1.0},
+         "accuracy": {"a": {"rel_l2": 0.01, "cosine": 0.99, "passed": True},
+                      "b": {"rel_l2": 0.03, "cosine": 0.95, "max_abs": 2.0, "passed": False}}}
+    (p,) = accuracy_vs_speed([v, {"key": "ref", "status": "ok", "latency_ms": {"median": 2.0}}])
+    assert (p["rel_l2"], p["cosine"], p["max_abs"], p["passed"]) == (0.03, 0.95, 2.0, False)
+
+
+def test_layer_time_by_type_sums_per_variant_and_folds_the_rest():
+    layers = [{"variant": "a", "type": f"T{i}", "time_total_ms": float(i + 1)} for i in range(5)] + \
+             [{"variant": "b", "type": "T4", "time_total_ms": 10.0}]
+    lt = layer_time_by_type(layers, max_types=2)
+    assert lt["variants"] == ["a", "b"] and lt["types"] == ["T4", "T3", "other"]
+    assert lt["ms"]["T4"] == [5.0, 10.0] and lt["ms"]["other"] == [6.0, 0.0]
+    assert sum(lt["ms"][t][0] for t in lt["types"]) == 15.0
+
+
+def test_sweep_page_opens_with_the_checklist_and_marks_failures():
+    s = sweep_example()
+    page = build_sweep_page(s)
+    assert page["sections"][0]["id"] == "checklist"
+    rows = page["sections"][0]["blocks"][0]["rows"]
+    assert len(rows) == len(s["variants"])
+    failed = next(r for r in rows if r[0]["text"] == "fp16-ws1G-s1-bad")
+    assert failed[1]["cls"] == "bad" and failed[0]["sub"] == "unsupported op GridSample"
+    lat = page["figures"]["fig-latency"]["data"]
+    assert len(lat) == 6 and all(t["type"] == "box" for t in lat)
+    assert {v["precision"] for v in s["variants"][:6]} == {"fp32", "fp16", "int8"}
+    assert lat[0]["median"] == [pytest.approx(s["variants"][0]["latency_ms"]["median"], rel=1e-5)]
+    cards = {c["label"]: c for c in page["cards"]}
+    assert cards["variants"]["sub"] == "6 ok, 1 failed, 1 skipped"
+
+
+def test_sweep_random_calibration_banner_and_missing_sections():
+    page = build_sweep_page({"run": {"random_calibration": True}, "variants": [{"key": "x"}]})
+    assert any("random inputs" in b["text"] for b in page["banners"])
+    texts = [b["text"] for s in page["sections"] for b in s["blocks"] if b["type"] == "missing"]
+    assert any("not in this run" in t for t in texts)
+    # latency from stats alone: a median marker with min..p99 whiskers
+    v = {"key": "k", "status": "ok", "latency_ms": {"min": 1.0, "median": 1.5, "p99": 2.5}}
+    t = build_sweep_page({"variants": [v]})["figures"]["fig-latency"]["data"][0]
+    assert t["y"] == [1.5] and t["error_y"]["array"] == [1.0] and t["error_y"]["arrayminus"] == [0.5]
+
+
+# ----------------------------------------------------------------------------- layers data
+
+def test_precision_mix_shares_sum_to_100():
+    mix = precision_mix(layers_example()["layers"])
+    assert mix["fp16"] == pytest.approx({"fp16": 87.5, "fp32": 12.5})  # Half reformat counts as fp16
+    assert mix["int8"] == pytest.approx({"int8": 1.5 / 2.4 * 100, "fp32": 0.9 / 2.4 * 100})
+    for shares in mix.values():
+        assert sum(shares.values()) == pytest.approx(100.0)
+
+
+def test_layer_sum_and_end_to_end_latency_shown_side_by_side():
+    sums = {s["variant"]: s for s in layer_sum_vs_latency(layers_example())}
+    assert sums["fp16"]["layer_sum_ms"] == 4.0 and sums["fp16"]["latency_median_ms"] == 4.0
+    assert sums["fp16"]["overhead_pct"] == pytest.approx((4.0 / 3.8 - 1) * 100)
+    assert sums["int8"]["layer_sum_ms"] == pytest.approx(2.4) and sums["int8"]["overhead_pct"] == pytest.approx(20.0)
+    html = render_html(build_layers_page(layers_example()))
+    assert "per-layer event overhead" in html
+
+
+def test_layers_page_alignment_chart_uses_both_time_columns():
+    page = build_layers_page(layers_example())
+    fig = page["figures"]["fig-alignment-0"]["data"]
+    assert [t["name"] for t in fig] == ["time a ms", "time b ms"]
+    assert fig[0]["y"] == [3.0, 0.5] and fig[1]["y"] == [1.5, 0.9]
+    assert fig[0]["x"] == ["conv1, relu", "softmax"]
+    mix = page["figures"]["fig-precision"]["data"]
+    per_variant = [sum(t["y"][i] for t in mix) for i in range(2)]
+    assert per_variant == [pytest.approx(100.0), pytest.approx(100.0)]
+
+
+def test_layers_report_from_real_trtexec_exports(trtexec_fixtures, tmp_path):
+    """fp32 and fp16 ResNet-50 engines exported by trtexec on an RTX 3090."""
+    trtexec = pytest.importorskip("profiler.layers.trtexec")
+    frame_mod = pytest.importorskip("profiler.layers.frame")
+    align_mod = pytest.importorskip("profiler.layers.align")
+    base = trtexec_fixtures / "tensorflow" / "resnet" / "RTX-3090"
+    frames, variants, raw_avg = {}, [], {}
+    for v in ("fp32", "fp16"):
+        prefix = str(base / v / "resnet.onnx.engine")
+        prof, _, _ = trtexec.parse_profile(prefix + ".profile.json")
+        info, _, _ = trtexec.parse_layer_info(prefix + ".graph.json")
+        frames[v] = frame_mod.make_frame(prof.merge(info.drop(columns=["profile", "base_name"]), on="name",
+                                                    how="left"), variant=v)
+        samples, tinfo = trtexec.parse_times(prefix + ".timing.json")
+        summ = trtexec.timing_summary(samples, tinfo)
+        variants.append({"key": v, **{k: summ[k] for k in ("latency_ms", "gpu_compute_ms", "enqueue_ms",
+                                                         "throughput_qps")}})
+        raw = json.loads(Path(prefix + ".profile.json").read_text())
+        raw_avg[v] = sum(r["averageMs"] for r in raw if "averageMs" in r)
+    data = {"run": {"source": str(base)}, "variants": variants,
+            "layers": frame_mod.to_records(frames["fp32"]) + frame_mod.to_records(frames["fp16"]),
+            "alignment": [{"a": "fp32", "b": "fp16",
+                           "groups": frame_mod.to_records(align_mod.align(frames["fp32"], frames["fp16"]))}]}
+    sums = {s["variant"]: s for s in layer_sum_vs_latency(data)}
+    for v in ("fp32", "fp16"):
+        assert sums[v]["layer_sum_ms"] == pytest.approx(raw_avg[v], rel=1e-9)
+        # profiling every layer costs time: the per-layer sum exceeds the measured GPU compute time
+        assert sums[v]["layer_sum_ms"] > sums[v]["gpu_compute_median_ms"]
+    mix = precision_mix(data["layers"])
+    assert sum(mix["fp16"].values()) == pytest.approx(100.0)
+    assert mix["fp16"]["fp16"] > 50.0 and mix["fp32"]["fp32"] > 99.0
+    out = write_layers_report(data, tmp_path / "layers.html")
+    html = out.read_text()
+    assert "fig-alignment-0" in figures_of(html)
+
+
+# ----------------------------------------------------------------------------- compare data
+
+def test_verdict_first_says_what_regressed_by_how_much_and_how_sure():
+    v = verdict_summary(compare_example())
+    assert v["cls"] == "bad" and v["headline"] == "Regression: 1 of 3 variants slower"
+    assert v["regressions"] == ["fp16-ws1G-s1"] and v["missing"] == ["int8-ws1G-s1"]
+    assert v["lines"][0].startswith("fp16-ws1G-s1: median +15% (95% CI +13% to +17%, p = 3.2e-40)")
+    assert "missing from one run: int8-ws1G-s1" in v["lines"]
+    ok = verdict_summary({"variants": [{"key": "a", "verdict": "no_change"}]})
+    assert ok["cls"] == "ok" and ok["headline"] == "No change beyond noise in 1 variant"
+    html = render_html(build_compare_page(compare_example()))
+    assert html.index('id="verdict"') < html.index('id="distributions"')
+
+
+def test_overlaid_histograms_share_their_bins():
+    v = compare_example()["variants"][0]
+    h = overlaid_histogram(v, bins=30)
+    assert len(h["edges"]) == 31 and len(h["centers"]) == 30
+    assert sum(h["baseline"]) == 400 and sum(h["candidate"]) == 400
+    assert h["edges"][0] == min(v["baseline_samples_ms"] + v["candidate_samples_ms"])
+    assert h["edges"][-1] == max(v["baseline_samples_ms"] + v["candidate_samples_ms"])
+    assert overlaid_histogram({"key": "x"}) is None
+    one = overlaid_histogram({"baseline_samples_ms": [1.0, 1.0], "candidate_samples_ms": [1.0]})
+    assert sum(one["baseline"]) == 2 and sum(one["candidate"]) == 1
+
+
+def test_delta_rows_environment_and_trend():
+    rows = delta_rows(compare_example()["variants"][0]["layer_deltas"])
+    assert [r["name"] for r in rows] == ["conv1", "relu", "fc"]
+    assert rows[0]["delta_ms"] == pytest.approx(0.3) and rows[0]["delta_pct"] == pytest.approx(30.0)
+    assert rows[2]["delta_ms"] == pytest.approx(-0.05)
+    assert environment_rows([{"field": "driver", "baseline": "550", "candidate": "560"}, "clocks locked"]) == \
+        [("driver", "550", "560"), ("clocks locked", None, None)]
+    assert environment_rows({"gpu": ["A100", "H200"], "cuda": {"baseline": "12.4", "candidate": "12.8"}}) == \
+        [("gpu", "A100", "H200"), ("cuda", "12.4", "12.8")]
+    (t,) = trend_series(compare_example()["trend"])
+    assert t["change_index"] == 3 and t["median_ms"][3] == 2.3 and t["labels"][0] == "r0"
+    assert trend_series({"k": [{"run_id": 1, "median_ms": 1.0}]})[0]["title"] == "k"
+    page = build_compare_page(compare_example())
+    star = page["figures"]["fig-trend-0"]["data"][1]
+    assert star["x"] == ["r3"] and star["y"] == [2.3]
+
+
+# ----------------------------------------------------------------------------- escaping, embedding, size
+
+def _evil_everywhere() -> list[tuple[str, dict]]:
+    a = analysis_example(name=EVIL)
+    a["top_kernels"][0]["name"] = EVIL
+    a["findings"][0]["evidence"]["kernel"] = EVIL
+    s = sweep_example(n_variants=2)
+    s["variants"][0]["key"] = EVIL
+    s["layers"][0]["name"] = EVIL
+    s["layers"][0]["variant"] = EVIL
+    s["run"]["model"] = EVIL
+    lay = layers_example()
+    lay["layers"][0]["name"] = EVIL
+    lay["layers"][0]["type"] = EVIL
+    c = compare_example()
+    c["variants"][0]["layer_deltas"][0]["name"] = EVIL
+    c["variants"][0]["key"] = EVIL
+    c["baseline"]["label"] = EVIL
+    return [("analysis", a), ("sweep", s), ("layers", lay), ("compare", c)]
+
+
+@pytest.mark.parametrize("kind", ["analysis", "sweep", "layers", "compare"])
+def test_names_with_markup_are_escaped_and_cannot_break_out(kind, tmp_path):
+    data = dict(_evil_everywhere())[kind]
+    html = write_report(data, tmp_path / "r.html", cdn=True).read_text()
+    assert EVIL not in html
+    assert "<script>alert(1)" not in html
+    assert EVIL_ESCAPED in html  # the HTML text shows the name, escaped
+    # every <script> we open is closed exactly once: no </script> from data ends one early
+    assert html.count("<script") == html.count("</script>") == 3
+    figs = figures_of(html)
+    blob = html[html.index('id="trtprof-figures"'):]
+    blob = blob[: blob.index("</script>")]
+    assert "<" not in blob.split(">", 1)[1]  # the JSON carries no raw '<' at all
+    # plotly reads trace text as HTML: names are entity-escaped there and drawn literally
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; void foo&lt;int&gt;" in json.dumps(figs)
+
+
+def test_plotly_embedded_exactly_once_and_absent_with_cdn(tmp_path):
+    bundle_head = plotly_js()[:300]
+    html = write_analysis_report(analysis_example(), tmp_path / "a.html").read_text()
+    assert html.count(bundle_head) == 1
+    assert len(chart_ids(html)) >= 5  # several charts, one library
+    assert html.count("Plotly.newPlot(") == 1
+    assert "<script src=" not in html
+    cdn = write_analysis_report(analysis_example(), tmp_path / "b.html", cdn=True).read_text()
+    assert bundle_head not in cdn
+    assert cdn.count(f'<script src="{plotly_cdn_url()}"') == 1
+    assert re.fullmatch(r"https://cdn\.plot\.ly/plotly-\d+\.\d+\.\d+\.min\.js", plotly_cdn_url())
+    assert len(cdn) < 200_000 < len(html)
+
+
+def test_a_20_variant_sweep_report_is_under_6_mb(tmp_path):
+    s = sweep_example(n_variants=20, n_samples=5000)
+    out = write_sweep_report(s, tmp_path / "sweep.html", layers=s.pop("layers"))
+    size = out.stat().st_size
+    assert size < 6 * 1024 * 1024, size
+    figs = figures_of(out.read_text())
+    assert len(figs["fig-latency"]["data"]) == 20
+    assert "fig-layers" in figs
+
+
+@pytest.mark.parametrize("data", [
+    {"kind": "analyze"}, {"kind": "sweep"}, {"kind": "import"}, {"kind": "compare"},
+    {"ranges": None, "capture": None}, {"ranges": [{"name": "x", "wall_ms": {"median": float("nan")},
+                                                        "instances": {"wall_ms": [1.0, float("inf"), None]}}]},
+    {"variants": [{}]}, {"variants": [{"key": "k", "status": "ok", "latency_ms": {"median": float("nan")},
+                                       "accuracy": {"o": None}, "checklist": "garbage", "memory": None}]},
+    {"kind": "import", "layers": [{"variant": None, "time_avg_ms": None}], "alignment": "nope"},
+    {"baseline": None, "candidate": {}, "variants": [{"verdict": "regression", "median_ratio": None}],
+     "trend": [1, 2], "environment_changes": None},
+])
+def test_partial_and_odd_inputs_still_render_valid_pages(data, tmp_path):
+    html = write_report(data, tmp_path / "r.html", cdn=True).read_text()
+    figs = figures_of(html)
+    assert set(chart_ids(html)) == set(figs)
+    assert "<!DOCTYPE html>" in html
+
+
+def test_report_kind_dispatch():
+    assert report_kind(analysis_example()) == "analysis"
+    assert report_kind({"ranges": []}) == "analysis"
+    assert report_kind({"run": {"kind": "sweep"}, "variants": []}) == "sweep"
+    assert report_kind({"variants": [], "layers": []}) == "sweep"
+    assert report_kind(layers_example()) == "layers"
+    assert report_kind({"run": {}, "variants": [], "layers": [{"name": "x"}]}) == "layers"
+    assert report_kind({"baseline": {}, "candidate": {}}) == "compare"
+    with pytest.raises(InputError):
+        report_kind({"something": 1})
+    with pytest.raises(InputError):
+        report_kind([1, 2])
+
+
+def test_templates_ship_as_package_data():
+    tpl = resources.files("reports") / "templates"
+    for name in ("base.html.j2", "_blocks.html.j2", "style.css", "analysis.html.j2", "sweep.html.j2",
+                 "layers.html.j2", "compare.html.j2"):
+        assert (tpl / name).is_file(), name
+
+
+def test_every_chart_placed_once_and_every_figure_placed(tmp_path):
+    for kind, data in (("analysis", analysis_example()), ("sweep", sweep_example()),
+                       ("layers", layers_example()), ("compare", compare_example())):
+        html = write_report(data, tmp_path / f"{kind}.html", cdn=True).read_text()
+        ids = chart_ids(html)
+        assert len(ids) == len(set(ids)) and set(ids) == set(figures_of(html)), kind
+
+
+def test_analysis_report_of_a_real_capture(tmp_path):
+    """host_stall: 100 queries, a 5 ms host stall injected in every tenth (indices 7, 17, ... 97)."""
+    cap = ROOT / "sample_traces" / "host_stall.sqlite"
+    if not cap.is_file():
+        pytest.skip(f"{cap} not found")
+    analyze = pytest.importorskip("profiler.capture.analyze")
+    truth = json.loads((ROOT / "sample_traces" / "host_stall.json").read_text())
+    result = analyze.analyze_path(cap).to_json()
+    page = build_analysis_page(result)
+    rng = next(r for r in result["ranges"] if r["name"].endswith("query"))
+    tl = timeline(rng)
+    assert tl["total"] == 100
+    assert set(truth["stalled_indices"]) <= set(tl["outlier_index"])
+    for i in truth["stalled_indices"]:
+        assert tl["outlier_wall_ms"][tl["outlier_index"].index(i)] >= truth["stall_ms"]
+    bvh = busy_vs_host(result["ranges"])
+    k = bvh["names"].index(next(n for n in bvh["names"] if n.endswith("query")))
+    assert bvh["wall_ms_median"][k] == rng["wall_ms"]["median"]
+    html = write_analysis_report(result, tmp_path / "real.html").read_text()
+    assert set(chart_ids(html)) == set(figures_of(html)) == set(page["figures"])
