@@ -30,6 +30,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,8 +110,10 @@ class AnalysisResult:
 def analyze_path(path: str | os.PathLike, options: AnalysisOptions | None = None) -> AnalysisResult:
     """Load a capture (.sqlite export or .nsys-rep) and analyse it."""
     from profiler.capture.loader import load_trace
+    from profiler.capture.trace import FRAMES
 
-    return analyze(load_trace(path), options)
+    # the synchronisation activity frame is not used: blocking calls come from the API frame
+    return analyze(load_trace(path, tables=[f for f in FRAMES if f != "sync"]), options)
 
 
 def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResult:
@@ -144,7 +147,7 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
 
 def _capture_info(trace: Any, meta: dict[str, Any], table: S.SeriesTable) -> dict[str, Any]:
     counts = {name: int(len(getattr(trace, name, None) if getattr(trace, name, None) is not None else []))
-              for name in ("kernels", "memcpy", "memset", "graphs", "api", "sync", "nvtx", "osrt")}
+              for name in ("kernels", "memcpy", "memset", "graphs", "api", "nvtx", "osrt")}
     counts["nvtx_range_instances"] = 0 if table.window else int(len(table.instances))
     start, end = meta.get("capture_start_ns"), meta.get("capture_end_ns")
     warnings = list(meta.get("warnings") or []) + list(table.notes)
@@ -262,3 +265,67 @@ def sync_summary(table: S.SeriesTable) -> list[dict[str, Any]]:
     g = df.groupby("n")["d"].agg(["size", "sum", "max"]).sort_values("sum", ascending=False)
     return [{"name": api.names[n], "count": int(r["size"]), "total_ms": r["sum"] / 1e6, "max_ms": r["max"] / 1e6}
             for n, r in g.iterrows()]
+
+
+# ----------------------------------------------------------------------------- the run store
+
+def file_sha256(path: str | os.PathLike, chunk_bytes: int = 1 << 22) -> str | None:
+    """SHA-256 of a file (the run's ``source_hash``), or None when it cannot be read."""
+    import hashlib
+
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            while block := f.read(chunk_bytes):
+                h.update(block)
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
+def store_analysis(store: Any, result: AnalysisResult, *, source: str | os.PathLike, label: str | None = None,
+                   artifacts: list[tuple[str, str]] | None = None, options: dict[str, Any] | None = None) -> int:
+    """Record an analysis as a run of kind 'analyze': one variant (kind 'range') per series with its
+    per-instance samples (wall and GPU busy time), the findings and the artifacts. Returns the run id."""
+    data = result.to_json()
+    cap = data["capture"]
+    gpus = [g for g in cap.get("gpus") or [] if isinstance(g, dict)]
+    gpu = ", ".join(sorted({str(g.get("name")) for g in gpus if g.get("name")})) or None
+    drivers = sorted({str(g["driver_version"]) for g in gpus if g.get("driver_version")})
+    cuda = sorted({str(g["cuda_version"]) for g in gpus if g.get("cuda_version")})
+    run_id = store.create_run(
+        kind="analyze", source=str(Path(source).resolve()), source_hash=file_sha256(source), label=label,
+        gpu=gpu, nsys_version=cap.get("nsys_version"), driver_version=", ".join(drivers) or None,
+        cuda_version=", ".join(cuda) or None,
+        config={"thresholds": data.get("thresholds"), **(options or {})},
+        environment={"schema_version": cap.get("schema_version"), "gpus": gpus,
+                     "processes": cap.get("processes"), "missing": cap.get("missing")})
+    status = "failed"
+    try:
+        ctx = result.context
+        inst = ctx.table.instances if ctx is not None else None
+        for r in ctx.ranges if ctx is not None else []:
+            sl = ctx.table.rows_of(r["series_id"])
+            g = inst.iloc[sl]
+            samples = pd.DataFrame({
+                "idx": g["idx"].to_numpy(),
+                "start_ms": (g["start_ns"].to_numpy() - ctx.capture_start_ns) / 1e6,
+                "latency_ms": g["wall_ns"].to_numpy() / 1e6,
+                "gpu_busy_ms": g["gpu_busy_ns"].to_numpy() / 1e6,
+                "compute_ms": g["compute_ns"].to_numpy() / 1e6,
+            })
+            metrics = {k: v for k, v in r.items() if k not in ("series_id", "name", "domain", "count", "wall_ms",
+                                                               "outlier_indices") and not k.startswith("_")}
+            metrics["count"] = r["count"]
+            metrics["outlier_indices"] = r["outlier_indices"][:1000]
+            store.add_variant(run_id, {"kind": "range", "key": r["name"], "domain": r["domain"] or None,
+                                       "latency_ms": r["wall_ms"], "metrics": metrics}, samples=samples)
+        store.add_findings(run_id, result.findings)
+        for kind, path in artifacts or []:
+            store.add_artifact(run_id, kind, path)
+        status = "ok"
+    finally:
+        summary = {k: v for k, v in data.items() if k != "ranges"}
+        summary["ranges"] = [{k: v for k, v in r.items() if k != "instances"} for r in data["ranges"]]
+        store.finish_run(run_id, status, summary=summary if status == "ok" else None)
+    return run_id

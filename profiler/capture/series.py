@@ -811,6 +811,7 @@ CAUSES = {
     "slow_gpu": "a slower GPU phase (more kernel time than usual)",
     "memory_copy": "a memory copy that took longer than usual",
     "synchronization": "a synchronisation call that blocked longer than the GPU work explains",
+    "cuda_api": "CUDA API calls other than copies and synchronisation (lazy module loading, allocation, launches)",
     "host_code": "host code outside CUDA and OS runtime calls",
     "unknown": "nothing in the capture accounts for it",
 }
@@ -823,8 +824,9 @@ def explain_outliers(table: SeriesTable, min_share: float = CAUSE_MIN_SHARE) -> 
 
     Components: OS runtime time (``host_stall``), kernel/graph GPU time (``slow_gpu``), copy time
     (``memory_copy``: GPU copy union or memcpy API time, whichever is larger), synchronisation time
-    beyond what slower GPU work or copies explain (``synchronization``), and the rest of the host
-    time outside any CUDA or OS runtime call (``host_code``). The detail names the largest call.
+    beyond what slower GPU work or copies explain (``synchronization``), other CUDA API time
+    (``cuda_api``: lazy module loading on first use, allocation) and the rest of the host time outside
+    any CUDA or OS runtime call (``host_code``). The detail names the largest call.
     """
     inst = table.instances
     cols = ["series_id", "idx", "wall_ms", "excess_ms", "cause", "detail"]
@@ -833,16 +835,18 @@ def explain_outliers(table: SeriesTable, min_share: float = CAUSE_MIN_SHARE) -> 
     sid = inst["series_id"].to_numpy()
     copy_ns = np.maximum(inst["copy_ns"].to_numpy(), inst["memcpy_api_ns"].to_numpy())
     host_ns = np.maximum(inst["wall_ns"].to_numpy() - inst["api_ns"].to_numpy() - inst["osrt_ns"].to_numpy(), 0)
+    other_api = np.maximum(inst["api_ns"].to_numpy() - inst["sync_ns"].to_numpy() - inst["memcpy_api_ns"].to_numpy(), 0)
     comp = pd.DataFrame({"wall": inst["wall_ns"].to_numpy(), "osrt": inst["osrt_ns"].to_numpy(),
                          "gpu": inst["compute_ns"].to_numpy(), "copy": copy_ns,
-                         "sync": inst["sync_ns"].to_numpy(), "host": host_ns}, dtype=np.float64)
+                         "sync": inst["sync_ns"].to_numpy(), "api": other_api, "host": host_ns},
+                        dtype=np.float64)
     med = comp.groupby(sid).transform("median")
     exc = comp - med
     out_mask = inst["outlier"].to_numpy()
     e = exc[out_mask]
     sync_adj = e["sync"] - e["gpu"].clip(lower=0) - e["copy"].clip(lower=0)
     cand = pd.DataFrame({"host_stall": e["osrt"], "slow_gpu": e["gpu"], "memory_copy": e["copy"],
-                         "synchronization": sync_adj, "host_code": e["host"]})
+                         "synchronization": sync_adj, "cuda_api": e["api"], "host_code": e["host"]})
     best = cand.idxmax(axis=1).to_numpy(dtype=object)
     best_val = cand.max(axis=1).to_numpy()
     wall_exc = e["wall"].to_numpy()
@@ -880,6 +884,8 @@ def _cause_details(table: SeriesTable, sub: pd.DataFrame, cause: np.ndarray, exc
     osrt_name, osrt_dur = _largest_call(table, sub, "osrt")
     sync_name, sync_dur = _largest_call(table, sub, "api", table.api.blocking_sync)
     copy_name, copy_dur = _largest_call(table, sub, "api", table.api.category == 4)
+    other = ~table.api.blocking_sync & (table.api.category != 4)
+    api_name, api_dur = _largest_call(table, sub, "api", other)
     out = []
     for i, c in enumerate(cause):
         d: dict[str, Any] = {"description": CAUSES[c]}
@@ -894,6 +900,10 @@ def _cause_details(table: SeriesTable, sub: pd.DataFrame, cause: np.ndarray, exc
         elif c == "synchronization":
             d.update(call=sync_name[i], call_ms=sync_dur[i] / 1e6, sync_ms=sub["sync_ns"].iat[i] / 1e6,
                      typical_sync_ms=med["sync"].iat[i] / 1e6)
+        elif c == "cuda_api":
+            d.update(call=api_name[i], call_ms=api_dur[i] / 1e6,
+                     cuda_api_ms=float(exc["api"].iat[i] + med["api"].iat[i]) / 1e6,
+                     typical_cuda_api_ms=med["api"].iat[i] / 1e6)
         elif c == "host_code":
             d.update(host_ms=float(exc["host"].iat[i] + med["host"].iat[i]) / 1e6, typical_host_ms=med["host"].iat[i] / 1e6)
         out.append(d)

@@ -366,6 +366,9 @@ def _jitter_advice(cause: str | None) -> str:
                         "allocation inside the loop, keep copies off contended PCIe links."),
         "synchronization": ("Outliers block longer in synchronisation than their GPU work explains: look for "
                             "other streams or processes the sync waits for; sync on an event of this stream."),
+        "cuda_api": ("Outliers spend longer in CUDA API calls such as lazy module loading (first use of a kernel) "
+                     "or allocation: warm up every code path before measuring (or set CUDA_MODULE_LOADING=EAGER) "
+                     "and preallocate buffers outside the loop."),
         "host_code": ("Outliers spend longer in host code outside CUDA calls (Python, garbage collection, "
                       "pre/post-processing): profile the host side (py-spy), disable GC in the loop, preallocate."),
     }.get(cause or "", "Latency varies between instances: warm up longer, lock clocks, isolate the process, and "

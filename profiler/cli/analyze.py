@@ -1,0 +1,118 @@
+"""`trtprof analyze CAPTURE`: diagnose an Nsight Systems capture, print a summary, store the run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from profiler.cli.options import db_option, open_store
+
+MAX_RANGES_SHOWN = 15
+
+
+def _fmt(v: Any, spec: str = ".3f") -> str:
+    return format(v, spec) if isinstance(v, (int, float)) and v == v else "-"
+
+
+def summary_lines(data: dict[str, Any], max_ranges: int = MAX_RANGES_SHOWN) -> list[str]:
+    """The terminal summary: capture line, what was missing, the ranges table, the findings."""
+    cap = data["capture"]
+    gpus = ", ".join(sorted({str(g.get("name")) for g in cap.get("gpus") or [] if isinstance(g, dict)})) or "unknown"
+    counts = cap.get("counts") or {}
+    lines = [f"capture: {cap.get('source_path')}  (nsys {cap.get('nsys_version') or '?'}, GPUs: {gpus}, "
+             f"{counts.get('kernels', 0)} kernels, {counts.get('graphs', 0)} graph launches, "
+             f"{counts.get('memcpy', 0)} copies)"]
+    for m in cap.get("missing") or []:
+        lines.append(f"missing: {m}")
+    for w in cap.get("warnings") or []:
+        lines.append(f"warning: {w}")
+    ranges = data["ranges"]
+    if ranges:
+        name_w = min(max(len(_label(r)) for r in ranges[:max_ranges]), 48)
+        lines.append("")
+        lines.append(f"{'range':<{name_w}} {'count':>7} {'median ms':>10} {'p99 ms':>10} {'CoV %':>7} "
+                     f"{'GPU busy':>8} {'launches':>8} {'outliers':>8}")
+        for r in ranges[:max_ranges]:
+            w = r["wall_ms"]
+            frac = r.get("gpu_busy_fraction")
+            lines.append(f"{_label(r)[:name_w]:<{name_w}} {r['count']:>7} {_fmt(w.get('median')):>10} "
+                         f"{_fmt(w.get('p99')):>10} {_fmt(w.get('cov_pct'), '.1f'):>7} "
+                         f"{_fmt(frac * 100 if isinstance(frac, (int, float)) else None, '.1f') + '%':>8} "
+                         f"{_fmt(r.get('launches_per_instance'), '.1f'):>8} {r.get('outlier_count', 0):>8}")
+        if len(ranges) > max_ranges:
+            lines.append(f"... {len(ranges) - max_ranges} more range series (by total wall time) in --json")
+    lines.append("")
+    findings = data["findings"]
+    if not findings:
+        lines.append("findings: none")
+    for f in findings:
+        where = f" [{f['range']}]" if f.get("range") else ""
+        lines.append(f"{f['severity'].upper():<6} {f['rule']}{where}: {f['title']}")
+    return lines
+
+
+def _label(r: dict[str, Any]) -> str:
+    return f"{r['domain']}:{r['name']}" if r.get("domain") else str(r["name"])
+
+
+@click.command(name="analyze")
+@click.argument("capture", type=click.Path(dir_okay=False))
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the analysis (capture, ranges, findings, ...) as JSON here ('-' for stdout).")
+@click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the HTML report here.")
+@click.option("--no-store", is_flag=True, help="Do not record the run in the run store.")
+@click.option("--label", default=None, help="Label the stored run (to find it later by name).")
+@db_option
+@click.option("--min-gap-us", type=click.FloatRange(min=0), default=None,
+              help="Smallest GPU idle gap that counts as idleness, in microseconds (default 50).")
+@click.option("--cdn", is_flag=True, help="Reference plotly.js from a CDN in the report instead of embedding it.")
+@click.pass_context
+def command(ctx: click.Context, capture: str, json_path: str | None, report_path: str | None, no_store: bool,
+            label: str | None, db: str | None, min_gap_us: float | None, cdn: bool) -> None:
+    """Diagnose CAPTURE, an nsys SQLite export or a .nsys-rep (exported with nsys when it is on PATH).
+
+    Each NVTX range name becomes a series of iterations (without NVTX the whole capture is one window);
+    prints the series and the findings of the capture rules (launch_overhead, gpu_idle, jitter,
+    sync_api, pageable_memcpy, transfer_bound) and stores the run unless --no-store.
+    """
+    from profiler.capture.analyze import AnalysisOptions, analyze_path, store_analysis
+
+    result = analyze_path(capture, AnalysisOptions(min_gap_us=min_gap_us))
+    data = result.to_json()
+    artifacts: list[tuple[str, str]] = [("capture", str(Path(capture).resolve()))]
+    if json_path:
+        text = json.dumps(data, indent=1, allow_nan=False)
+        if json_path == "-":
+            click.echo(text)
+        else:
+            Path(json_path).write_text(text)
+            artifacts.append(("summary", str(Path(json_path).resolve())))
+    if report_path:
+        writer = _report_writer()
+        if writer is None:
+            click.echo("trtprof: the HTML report is not available in this build; use --json and "
+                       "'trtprof report' later", err=True)
+        else:
+            writer(data, report_path, cdn=cdn)
+            artifacts.append(("report", str(Path(report_path).resolve())))
+    if not no_store:
+        store = open_store(ctx, db)
+        data["run_id"] = store_analysis(store, result, source=capture, label=label, artifacts=artifacts,
+                                        options={"min_gap_us": min_gap_us})
+    if json_path != "-":
+        for line in summary_lines(data):
+            click.echo(line)
+        if data.get("run_id") is not None:
+            click.echo(f"stored run {data['run_id']}")
+
+
+def _report_writer():
+    try:
+        from profiler import report
+    except ImportError:
+        return None
+    return getattr(report, "write_analysis_report", None)
