@@ -112,6 +112,23 @@ def _insert_samples(session: Session, variant_id: int, cols: list[str], rows: li
         raw_cur.close()
 
 
+def _with_defaults(model, row: dict[str, Any]) -> dict[str, Any]:
+    """Every column of ``model`` present in ``row`` (executemany needs the same keys in each row)."""
+    out = {}
+    for c in model.__table__.columns:
+        if c.name == "id":
+            continue
+        if c.name in row:
+            out[c.name] = row[c.name]
+        elif c.default is not None and c.default.is_callable:
+            out[c.name] = c.default.arg(None)
+        elif c.default is not None:
+            out[c.name] = c.default.arg
+        else:
+            out[c.name] = None
+    return out
+
+
 def _open_error(url: str | None, full: str, exc: BaseException) -> Exception:
     """Map a driver/URL failure to MissingExtra or one-sentence InputError."""
     text = str(exc)
@@ -202,18 +219,21 @@ class Store:
         required; NaN stored as NULL). They are bulk-inserted (COPY on PostgreSQL).
         """
         cols, rows = _sample_table(samples) if samples is not None else ([], [])
+        layer_rows = [_split(r, _LAYER_FIELDS, "extra") for r in layers or ()]
+        acc_rows = [_split(r, _ACC_FIELDS) for r in accuracy or ()]
+        # Core inserts rather than ORM objects: a sweep or a big capture writes many variants, and
+        # the unit of work costs several times more per row than the statement itself.
         with self.write_session() as s, s.begin():
-            v = m.Variant(run_id=run_id, **_split(variant, _VARIANT_FIELDS, "metrics"))
-            s.add(v)
-            s.flush()
-            vid = v.id
+            vid = s.execute(m.Variant.__table__.insert().returning(m.Variant.id),
+                            {**_split(variant, _VARIANT_FIELDS, "metrics"), "run_id": run_id}).scalar_one()
             if rows:
                 _insert_samples(s, vid, cols, rows)
-            layer_rows = [{**_split(r, _LAYER_FIELDS, "extra"), "variant_id": vid} for r in layers or ()]
             if layer_rows:
-                s.add_all(m.Layer(**r) for r in layer_rows)
-            for r in accuracy or ():
-                s.add(m.Accuracy(variant_id=vid, **_split(r, _ACC_FIELDS)))
+                s.execute(m.Layer.__table__.insert(), [_with_defaults(m.Layer, {**r, "variant_id": vid})
+                                                       for r in layer_rows])
+            if acc_rows:
+                s.execute(m.Accuracy.__table__.insert(), [_with_defaults(m.Accuracy, {**r, "variant_id": vid})
+                                                          for r in acc_rows])
         return vid
 
     def add_findings(self, run_id: int, findings: Iterable[Finding | dict]) -> None:
@@ -260,25 +280,22 @@ class Store:
     def list_runs(self, *, kind: str | None = None, label: str | None = None, model: str | None = None,
                   gpu: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
         """Newest first; each run's columns plus ``variant_count``."""
-        counts = (select(m.Variant.run_id, func.count().label("n")).group_by(m.Variant.run_id).subquery())
-        q = (select(m.Run, func.coalesce(counts.c.n, 0))
-             .outerjoin(counts, counts.c.run_id == m.Run.id)
-             .order_by(m.Run.created_at.desc(), m.Run.id.desc()).limit(limit))
+        runs = m.Run.__table__
+        q = select(runs).order_by(runs.c.created_at.desc(), runs.c.id.desc()).limit(limit)
         if kind:
-            q = q.where(m.Run.kind == kind)
+            q = q.where(runs.c.kind == kind)
         if label:
-            q = q.where(m.Run.label == label)
+            q = q.where(runs.c.label == label)
         if model:
-            q = q.where(m.Run.model.contains(model, autoescape=True))
+            q = q.where(runs.c.model.contains(model, autoescape=True))
         if gpu:
-            q = q.where(m.Run.gpu.contains(gpu, autoescape=True))
-        with self.session() as s:
-            out = []
-            for run, n in s.execute(q):
-                d = _row(run)
-                d["variant_count"] = int(n)
-                out.append(d)
-            return out
+            q = q.where(runs.c.gpu.contains(gpu, autoescape=True))
+        newest = q.subquery()  # count variants of the selected runs only, not of the whole history
+        n = (select(func.count()).select_from(m.Variant.__table__)
+             .where(m.Variant.__table__.c.run_id == newest.c.id).scalar_subquery())
+        outer = select(newest, n.label("variant_count")).order_by(newest.c.created_at.desc(), newest.c.id.desc())
+        with self.engine.connect() as c:
+            return [{k: _iso(v) for k, v in row._mapping.items()} for row in c.execute(outer)]
 
     def samples_frame(self, variant_id: int):
         """The samples of one variant as a DataFrame ordered by ``idx``."""
