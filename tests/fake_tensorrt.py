@@ -382,12 +382,15 @@ class FakeTensorRT(types.SimpleNamespace):
 class FakeStream:
     _ids = itertools.count(1)
 
-    def __init__(self):
+    def __init__(self, non_blocking: bool = True, priority: int = 0):
         self.handle = next(self._ids)
-        self.capturing = False
+        self.destroyed = False
 
     def synchronize(self):
         pass
+
+    def destroy(self):
+        self.destroyed = True
 
 
 class FakeEvent:
@@ -401,18 +404,24 @@ class FakeEvent:
     def synchronize(self):
         pass
 
-    def elapsed_ms(self, end: "FakeEvent") -> float:
-        return end.t_ms - self.t_ms
+    def destroy(self):
+        pass
 
 
 class FakeDeviceBuffer:
     def __init__(self, cuda: "FakeCuda", nbytes: int):
-        self.cuda = cuda
+        self.cuda, self.nbytes = cuda, nbytes
         self.ptr = next(cuda._ptrs)
         cuda.memory[self.ptr] = np.zeros(nbytes, np.uint8)
 
     def free(self):
         self.cuda.memory.pop(self.ptr, None)
+
+
+class FakePinnedBuffer(FakeDeviceBuffer):
+    def array(self, dtype, shape):
+        dt = np.dtype(dtype)
+        return self.cuda.memory[self.ptr][: int(np.prod(shape, dtype=np.int64)) * dt.itemsize].view(dt).reshape(shape)
 
 
 class FakeGraph:
@@ -424,12 +433,15 @@ class FakeGraph:
         self.launches += 1
         self.fn()
 
-    def close(self):
+    def destroy(self):
         pass
 
 
 class FakeCuda:
-    """A stand-in for ``profiler.cuda`` whose events read a deterministic clock (test double)."""
+    """A stand-in for ``profiler.cuda`` whose events read a deterministic clock (test double).
+
+    Host and device memory live in one dict keyed by fake addresses; copies move bytes and advance
+    the fake GPU clock by ``copy_ms``, an enqueue advances it by ``compute_ms``."""
 
     def __init__(self, *, copy_ms: float = 0.125, compute_ms: float = 1.5, capture_error: str | None = None):
         self.memory: dict[int, np.ndarray] = {}
@@ -439,35 +451,35 @@ class FakeCuda:
         self.capture_error = capture_error
 
     def device_info(self):
-        return {"name": "Fake GPU (test double)", "driver_version": "0", "runtime_version": "0",
-                "compute_capability": "0.0"}
+        return types.SimpleNamespace(name="Fake GPU (test double)", driver_version="0", runtime_version="0",
+                                     compute_capability="0.0")
 
-    def mem_get_info(self):
+    def mem_info(self):
         used = sum(b.nbytes for b in self.memory.values())
-        return (1 << 30) - used, 1 << 30
+        return types.SimpleNamespace(free_bytes=(1 << 30) - used, total_bytes=1 << 30)
 
     Stream = FakeStream
 
     def Event(self):
         return FakeEvent(self)
 
-    def pinned_empty(self, shape, dtype):
-        return np.zeros(shape, dtype)
+    def PinnedBuffer(self, nbytes):
+        return FakePinnedBuffer(self, nbytes)
 
-    def device_empty(self, nbytes):
+    def DeviceBuffer(self, nbytes):
         return FakeDeviceBuffer(self, nbytes)
 
-    def memcpy_htod_async(self, dev, host, stream):
-        self.now_ms += self.copy_ms
-        self.memory[dev.ptr][: host.nbytes] = np.ascontiguousarray(host).reshape(-1).view(np.uint8)
+    @staticmethod
+    def elapsed_ms(start: FakeEvent, end: FakeEvent) -> float:
+        return end.t_ms - start.t_ms
 
-    def memcpy_dtoh_async(self, host, dev, stream):
+    def memcpy_async(self, dst_ptr, src_ptr, nbytes, kind, stream):
+        assert kind in ("h2d", "d2h"), kind
         self.now_ms += self.copy_ms
-        flat = host.reshape(-1).view(np.uint8)
-        flat[:] = self.memory[dev.ptr][: host.nbytes]
+        self.memory[dst_ptr][:nbytes] = self.memory[src_ptr][:nbytes]
 
-    def capture_graph(self, stream, fn):
+    def try_capture_graph(self, stream, fn):
         if self.capture_error:
-            raise RuntimeError(self.capture_error)
+            return None, self.capture_error
         fn()  # the capture itself runs the work once, as stream capture records it
-        return FakeGraph(fn)
+        return FakeGraph(fn), None

@@ -138,15 +138,27 @@ def test_cuda_graph_capture_and_fallback(model):
     assert ctx2.query().compute_ms == pytest.approx(1.5)  # plain enqueue still works
 
 
-def test_profiler_splits_iterations_when_a_layer_repeats():
-    fake = FakeTensorRT()
-    p = make_profiler(fake)
+def test_profiler_splits_iterations_when_the_first_layer_comes_round():
+    p = make_profiler(FakeTensorRT())
     for _ in range(3):
         for name, ms in (("fc", 0.5), ("bias", 0.1), ("act", 0.2)):
             p.report_layer_time(name, ms)
-    assert len(p.iterations) == 3
-    assert [n for n, _ in p.iterations[1]] == ["fc", "bias", "act"]
-    assert sum(ms for it in p.iterations for _, ms in it) == pytest.approx(2.4)
+    assert len(p.times.iterations) == 3
+    assert [n for n, _ in p.times.iterations[1]] == ["fc", "bias", "act"]
+
+
+def test_profile_layers_is_a_separate_pass_with_layer_times(model):
+    fake, be = _backend()
+    eng = be.build(model, SPEC)
+    timed = eng.create_context()
+    layers = eng.profile_layers({"x": np.ones((2, 4), np.float32)}, iterations=4)
+    assert timed.context.profiler is None  # the timed context never carries the profiler
+    by = {r["name"]: r for r in layers}
+    assert list(by) == ["fc", "bias", "act"]
+    # the fake reports 0.01 ms x (layer index + 1) per iteration
+    assert by["act"]["count"] == 4 and by["act"]["time_avg_ms"] == pytest.approx(0.03)
+    assert by["fc"]["time_total_ms"] == pytest.approx(0.04)
+    assert sum(r["share_pct"] for r in layers) == pytest.approx(100.0)
 
 
 def test_layer_info_is_inspector_json(model):

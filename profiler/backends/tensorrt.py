@@ -175,9 +175,8 @@ class TensorRTBackend(Backend):
         d: dict[str, Any] = {"name": self.name, "version": str(self.trt.__version__)}
         try:
             info = self.cuda.device_info()
-            d.update({"device": info.get("name"), "driver_version": info.get("driver_version"),
-                      "cuda_version": info.get("runtime_version"),
-                      "compute_capability": info.get("compute_capability")})
+            d.update({"device": info.name, "driver_version": info.driver_version,
+                      "cuda_version": info.runtime_version, "compute_capability": info.compute_capability})
         except Exception as exc:  # no GPU: still describable
             d["device"] = None
             d["device_error"] = str(exc)
@@ -291,8 +290,8 @@ class TensorRTBackend(Backend):
 
     def _mem_info(self) -> dict[str, int] | None:
         try:
-            free, total = self.cuda.mem_get_info()
-            return {"free_bytes": int(free), "total_bytes": int(total)}
+            mem = self.cuda.mem_info()
+            return {"free_bytes": int(mem.free_bytes), "total_bytes": int(mem.total_bytes)}
         except Exception:
             return None
 
@@ -329,8 +328,11 @@ class TensorRTEngine(Engine):
         return json.loads(text)
 
     def profile_layers(self, feeds: dict[str, np.ndarray], iterations: int = 10) -> list[dict[str, Any]]:
-        """A separate profiling pass: an IProfiler on its own context (it adds synchronisation)."""
-        from profiler.layers.trt_profiler import records_to_layers
+        """A separate profiling pass: an IProfiler on its own context (it adds synchronisation), joined
+        with the inspector's layer information (types, precisions, tactics, fused ONNX nodes)."""
+        import tempfile
+
+        from profiler.layers.trtexec import parse_layer_info
 
         recorder = make_profiler(self.trt)
         ctx = TensorRTContext(self, stream_index=-1)
@@ -341,7 +343,15 @@ class TensorRTEngine(Engine):
                 ctx.query()
         finally:
             ctx.close()
-        return records_to_layers(recorder.iterations)
+        try:
+            with tempfile.TemporaryDirectory() as d:
+                path = Path(d) / "layers.json"
+                path.write_text(json.dumps(self.layer_info()))
+                info, _messages, _detailed = parse_layer_info(path)
+        except Exception:  # per-layer times are still true without the layer information
+            info = None
+        frame = recorder.times.frame(self.spec.key, info)
+        return frame.to_dict("records")
 
     def close(self) -> None:
         for c in self._contexts:
@@ -350,20 +360,16 @@ class TensorRTEngine(Engine):
 
 
 def make_profiler(trt):
-    """An IProfiler that keeps every layer time of every iteration."""
+    """An IProfiler that forwards every layer time to a ``LayerTimes`` (iterations split as trtexec does)."""
+    from profiler.layers.trt_profiler import LayerTimes
 
     class _RecordingProfiler(trt.IProfiler):
         def __init__(self) -> None:
             trt.IProfiler.__init__(self)
-            self.iterations: list[list[tuple[str, float]]] = [[]]
-            self._seen: set[str] = set()
+            self.times = LayerTimes()
 
         def report_layer_time(self, layer_name, ms):  # noqa: D401 - TensorRT callback
-            if layer_name in self._seen:  # a new iteration starts when a layer repeats
-                self.iterations.append([])
-                self._seen = set()
-            self._seen.add(layer_name)
-            self.iterations[-1].append((str(layer_name), float(ms)))
+            self.times.add(str(layer_name), float(ms))
 
     return _RecordingProfiler()
 
@@ -382,6 +388,7 @@ class TensorRTContext(ExecutionContext):
         self.events = [cu.Event() for _ in range(4)]
         self.graph = None
         self._host: dict[str, np.ndarray] = {}
+        self._pinned: dict[str, Any] = {}
         self._dev: dict[str, Any] = {}
         shapes = engine.spec.shape_dict
         for t in engine.inputs:
@@ -390,8 +397,10 @@ class TensorRTContext(ExecutionContext):
         for t in engine.inputs + engine.outputs:
             shape = tuple(self.context.get_tensor_shape(t.name))
             dtype = np.dtype(t.dtype) if t.dtype in np.sctypeDict else np.dtype(np.uint8)
-            self._host[t.name] = cu.pinned_empty(shape, dtype)
-            self._dev[t.name] = cu.device_empty(self._host[t.name].nbytes)
+            nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            self._pinned[t.name] = cu.PinnedBuffer(nbytes)
+            self._host[t.name] = self._pinned[t.name].array(dtype, shape)
+            self._dev[t.name] = cu.DeviceBuffer(nbytes)
             self.context.set_tensor_address(t.name, int(self._dev[t.name].ptr))
 
     def set_inputs(self, feeds: dict[str, np.ndarray]) -> None:
@@ -412,40 +421,49 @@ class TensorRTContext(ExecutionContext):
         start = time.perf_counter_ns()
         ev[0].record(s)
         for t in self.engine.inputs:
-            cu.memcpy_htod_async(self._dev[t.name], self._host[t.name], s)
+            cu.memcpy_async(self._dev[t.name].ptr, self._pinned[t.name].ptr, self._host[t.name].nbytes, "h2d", s)
         ev[1].record(s)
         e0 = time.perf_counter_ns()
         self._enqueue()
         e1 = time.perf_counter_ns()
         ev[2].record(s)
         for t in self.engine.outputs:
-            cu.memcpy_dtoh_async(self._host[t.name], self._dev[t.name], s)
+            cu.memcpy_async(self._pinned[t.name].ptr, self._dev[t.name].ptr, self._host[t.name].nbytes, "d2h", s)
         ev[3].record(s)
         ev[3].synchronize()
         end = time.perf_counter_ns()
+        el = cu.elapsed_ms
         return QueryTiming(start_ns=start, end_ns=end, enqueue_ms=(e1 - e0) / 1e6,
-                           h2d_ms=ev[0].elapsed_ms(ev[1]), compute_ms=ev[1].elapsed_ms(ev[2]),
-                           d2h_ms=ev[2].elapsed_ms(ev[3]), stream=max(self.stream_index, 0))
+                           h2d_ms=el(ev[0], ev[1]), compute_ms=el(ev[1], ev[2]),
+                           d2h_ms=el(ev[2], ev[3]), stream=max(self.stream_index, 0))
 
     def outputs(self) -> dict[str, np.ndarray]:
         return {t.name: self._host[t.name].copy() for t in self.engine.outputs}
 
     def enable_cuda_graph(self) -> str | None:
         """Capture execute_async_v3 into a CUDA graph after one warm enqueue; the reason on failure."""
-        try:
-            if not self.context.execute_async_v3(self.stream.handle):  # first-run initialisation
-                return "the warm-up enqueue before capture failed"
-            self.stream.synchronize()
-            self.graph = self.cu.capture_graph(self.stream, lambda: self.context.execute_async_v3(self.stream.handle))
-        except Exception as exc:
-            self.graph = None
-            return f"CUDA graph capture failed, running plain enqueues: {exc}"
+        if not self.context.execute_async_v3(self.stream.handle):  # first-run initialisation
+            return "the warm-up enqueue before capture failed"
+        self.stream.synchronize()
+
+        def enqueue() -> None:
+            if not self.context.execute_async_v3(self.stream.handle):
+                raise RuntimeError("execute_async_v3 reported failure during capture")
+
+        self.graph, reason = self.cu.try_capture_graph(self.stream, enqueue)
+        if self.graph is None:
+            return f"CUDA graph capture failed, running plain enqueues: {reason}"
         return None
 
     def close(self) -> None:
-        for d in self._dev.values():
-            d.free()
+        for buf in (*self._dev.values(), *self._pinned.values()):
+            buf.free()
         self._dev.clear()
+        self._pinned.clear()
+        self._host.clear()
         if self.graph is not None:
-            self.graph.close()
+            self.graph.destroy()
             self.graph = None
+        for e in self.events:
+            e.destroy()
+        self.stream.destroy()

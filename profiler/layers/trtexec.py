@@ -141,6 +141,15 @@ def _weights_bytes(layer: dict) -> float | None:
     return total if seen else None
 
 
+def _tensor_format(t: dict) -> str | None:
+    """A tensor's format string: TensorRT 8-10 write one ``Format/Datatype`` field; TensorRT 11's
+    inspector writes ``DataType`` and ``Format`` separately."""
+    if t.get("Format/Datatype"):
+        return str(t["Format/Datatype"])
+    parts = [str(t[k]) for k in ("DataType", "Format") if t.get(k)]
+    return " ".join(parts) or None
+
+
 def parse_layer_info(path: str | Path) -> tuple[pd.DataFrame, list[str], bool]:
     """``--exportLayerInfo`` JSON -> (frame, messages, detailed?).
 
@@ -175,15 +184,15 @@ def parse_layer_info(path: str | Path) -> tuple[pd.DataFrame, list[str], bool]:
         rows.append({
             "name": name, "order": idx, "profile": prof, "base_name": base,
             "type": layer.get("LayerType"),
-            "precision_in": lf.precision_from_format(ins[0].get("Format/Datatype")) if ins else None,
-            "precision_out": lf.precision_from_format(outs[0].get("Format/Datatype")) if outs else None,
+            "precision_in": lf.precision_from_format(_tensor_format(ins[0])) if ins else None,
+            "precision_out": lf.precision_from_format(_tensor_format(outs[0])) if outs else None,
             "tactic": layer.get("TacticName") or None,
             "tactic_value": layer.get("TacticValue"),
             "fused_nodes": nodes, "nodes_from": "metadata" if meta else "name",
             "weights_bytes": _weights_bytes(layer),
             "activation_bytes": float(sum(b for b in tb if b is not None)) if any(b is not None for b in tb) else None,
-            "formats_in": [t.get("Format/Datatype") for t in ins],
-            "formats_out": [t.get("Format/Datatype") for t in outs],
+            "formats_in": [_tensor_format(t) for t in ins],
+            "formats_out": [_tensor_format(t) for t in outs],
             "dims_in": [t.get("Dimensions") for t in ins],
             "dims_out": [t.get("Dimensions") for t in outs],
             "parameter_type": layer.get("ParameterType"),
