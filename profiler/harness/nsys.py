@@ -1,0 +1,176 @@
+"""Nsight Systems in the loop: run a sweep under ``nsys profile``, export SQLite, attach what it shows.
+
+``trtprof sweep ... --nsys DIR`` uses it in three steps:
+
+    cmd = sweep_command(argv_without_nsys, summary_json)            # the same sweep, as a child process
+    capture = profile(cmd, DIR / "sweep")                           # nsys profile + nsys export -> .sqlite
+    attach_capture(summary, capture)                                # per-variant GPU time and findings
+
+The harness wraps every timed query in an NVTX range ``<variant key>/iter`` (domain ``trtprof``), so
+the capture analysis (``profiler.capture``) sees one series per variant; :func:`attach_capture` puts
+that series' projected GPU busy time, wall time, launch count and findings under ``variant["nsys"]``
+and records the capture as an artifact. Without nsys on PATH, :func:`find_nsys` returns None and
+:func:`require_nsys` raises one clear ``InputError``.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from profiler.errors import InputError
+
+DEFAULT_TRACE = "cuda,nvtx,osrt"
+#: where Nsight Systems installs itself when it is not on PATH
+_NSYS_GLOBS = ("/opt/nvidia/nsight-systems/*/bin/nsys", "/opt/nvidia/nsight-systems-cli/*/bin/nsys",
+               "/usr/local/cuda*/bin/nsys", "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys")
+
+
+def find_nsys() -> str | None:
+    """Path of the ``nsys`` CLI: ``$TRTPROF_NSYS``, then PATH, then the usual install folders."""
+    env = os.environ.get("TRTPROF_NSYS")
+    if env and Path(env).is_file():
+        return env
+    found = shutil.which("nsys")
+    if found:
+        return found
+    for pattern in _NSYS_GLOBS:
+        hits = sorted(glob.glob(pattern))
+        if hits:
+            return hits[-1]
+    return None
+
+
+def require_nsys() -> str:
+    nsys = find_nsys()
+    if nsys is None:
+        raise InputError("--nsys needs Nsight Systems' nsys command, which was not found on PATH (install "
+                         "Nsight Systems or set TRTPROF_NSYS to the nsys binary)")
+    return nsys
+
+
+def nsys_version(nsys: str | None = None) -> str | None:
+    nsys = nsys or find_nsys()
+    if not nsys:
+        return None
+    try:
+        out = subprocess.run([nsys, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except Exception:
+        return None
+    return out.strip().split("version")[-1].strip() or out.strip()
+
+
+def profile_args(output_base: str | os.PathLike, *, trace: str = DEFAULT_TRACE,
+                 cuda_graph_trace: str | None = None, extra: Sequence[str] = ()) -> list[str]:
+    """The ``nsys profile`` options trtprof uses: CUDA, NVTX and OS runtime tracing, no sampling."""
+    args = ["profile", "-t", trace, "--sample=none", "--cpuctxsw=none", "--force-overwrite", "true",
+            "-o", str(output_base)]
+    if cuda_graph_trace:
+        args += [f"--cuda-graph-trace={cuda_graph_trace}"]
+    return args + list(extra)
+
+
+def profile(command: Sequence[str], output_base: str | os.PathLike, *, trace: str = DEFAULT_TRACE,
+            cuda_graph_trace: str | None = None, extra: Sequence[str] = (), env: dict[str, str] | None = None,
+            timeout_s: float | None = None) -> Path:
+    """Run ``command`` under ``nsys profile`` and export the report to SQLite; returns the .sqlite path.
+
+    The child's own exit code is checked: a failing sweep is an error here too.
+    """
+    nsys = require_nsys()
+    base = Path(output_base)
+    base.parent.mkdir(parents=True, exist_ok=True)
+    child_env = dict(os.environ if env is None else env)
+    child_env["TRTPROF_UNDER_NSYS"] = "1"  # a child sweep must not start nsys again
+    run = subprocess.run([nsys, *profile_args(base, trace=trace, cuda_graph_trace=cuda_graph_trace, extra=extra),
+                          *command], env=child_env, timeout=timeout_s)
+    rep = base.with_name(base.name + ".nsys-rep")
+    if run.returncode != 0:
+        raise InputError(f"the command profiled by nsys failed with exit code {run.returncode}")
+    if not rep.exists():
+        raise InputError(f"nsys profile wrote no report at {rep}")
+    return export_sqlite(rep, nsys=nsys)
+
+
+def export_sqlite(report: str | os.PathLike, *, nsys: str | None = None) -> Path:
+    """``nsys export --type sqlite`` of a .nsys-rep next to it."""
+    nsys = nsys or require_nsys()
+    rep = Path(report)
+    out = rep.with_suffix(".sqlite")
+    res = subprocess.run([nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(out), str(rep)],
+                         capture_output=True, text=True)
+    if res.returncode != 0 or not out.exists():
+        tail = (res.stderr or res.stdout or "").strip().splitlines()[-1:] or [""]
+        raise InputError(f"nsys export of {rep} failed: {tail[0]}")
+    return out
+
+
+def sweep_command(argv: Sequence[str], summary_json: str | os.PathLike) -> list[str]:
+    """The child command: the same ``trtprof sweep`` arguments (without ``--nsys``), writing summary.json."""
+    return [sys.executable, "-m", "profiler", "sweep", *argv, "--json", str(summary_json)]
+
+
+def under_nsys() -> bool:
+    """True inside a process that :func:`profile` started (so it does not profile itself again)."""
+    return os.environ.get("TRTPROF_UNDER_NSYS") == "1"
+
+
+def variant_series_name(key: str) -> str:
+    from profiler.harness.nvtx import iteration_range_name
+
+    return iteration_range_name(key)
+
+
+def attach_capture(summary: dict[str, Any], capture_path: str | os.PathLike,
+                   analysis: Any = None) -> dict[str, Any]:
+    """Add to each variant of ``summary`` what the capture shows for its timed queries.
+
+    ``variant["nsys"]``: ``count``, ``wall_ms`` and ``gpu_busy_ms`` statistics of the ``<key>/iter``
+    ranges, ``gpu_busy_fraction``, launches, and the capture findings on that series; the harness's
+    own compute median beside the capture's GPU busy median (``compute_vs_gpu_busy``). Adds the capture
+    to ``summary["artifacts"]`` and the capture-wide findings to ``summary["nsys"]``. Returns summary.
+    """
+    if analysis is None:
+        from profiler.capture.analyze import analyze_path
+
+        analysis = analyze_path(capture_path)
+    doc = analysis.to_json() if hasattr(analysis, "to_json") else analysis
+    by_name = {}
+    for r in doc.get("ranges", []):
+        by_name.setdefault(r.get("name"), []).append(r)
+    findings = doc.get("findings", [])
+    used_labels: set[str] = set()
+    for v in summary.get("variants", []):
+        name = variant_series_name(v["key"])
+        cands = by_name.get(name) or []
+        r = next((c for c in cands if c.get("domain") == "trtprof"), cands[0] if cands else None)
+        if r is None:
+            v["nsys"] = {"series": name, "found": False}
+            continue
+        label = f"{r['domain']}:{r['name']}" if r.get("domain") else r["name"]
+        used_labels.add(label)
+        mine = [f for f in findings if f.get("range") in (label, name)]
+        compute = (v.get("compute_ms") or {}).get("median") if isinstance(v.get("compute_ms"), dict) else None
+        busy = (r.get("gpu_busy_ms") or {}).get("median") if isinstance(r.get("gpu_busy_ms"), dict) else None
+        entry = {
+            "series": label, "found": True, "count": r.get("count"), "wall_ms": r.get("wall_ms"),
+            "gpu_busy_ms": r.get("gpu_busy_ms"), "gpu_busy_fraction": r.get("gpu_busy_fraction"),
+            "launches_per_instance": r.get("launches_per_instance"), "findings": mine,
+            "rules": sorted({f.get("rule") for f in mine}),
+        }
+        if compute is not None and busy:
+            entry["compute_vs_gpu_busy"] = {"harness_compute_median_ms": compute, "nsys_gpu_busy_median_ms": busy,
+                                            "ratio": compute / busy}
+        v["nsys"] = entry
+    summary.setdefault("artifacts", []).append({"kind": "nsys_capture", "path": str(capture_path)})
+    summary["nsys"] = {
+        "capture": str(capture_path),
+        "capture_info": doc.get("capture"),
+        "findings": [f for f in findings if f.get("range") not in used_labels],
+    }
+    return summary
