@@ -227,7 +227,10 @@ def build_activity(trace: Any) -> Activity:
         parts["end_ns"].append(np.maximum(i64(df, "end_ns", 0), start))
         for col in ("device_id", "stream_id", "pid", "api_tid", "correlation_id"):
             parts[col].append(i64(df, col, -1))
-        parts["api_start_ns"].append(i64(df, "api_start_ns", np.iinfo(np.int64).min))
+        # a launch whose call is not in the capture has api_tid -1: its api_start_ns means nothing
+        api_start = np.where(i64(df, "api_tid", -1) < 0, np.iinfo(np.int64).min,
+                             i64(df, "api_start_ns", np.iinfo(np.int64).min))
+        parts["api_start_ns"].append(api_start)
         parts["bytes"].append(np.maximum(i64(df, "bytes", 0), 0))
         if code == MEMCPY:
             parts["copy_kind"].append(_codes(df, "copy_kind", COPY_KINDS))
