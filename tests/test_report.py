@@ -479,7 +479,7 @@ def _evil_everywhere() -> list[tuple[str, dict]]:
     a = analysis_example(name=EVIL)
     a["top_kernels"][0]["name"] = EVIL
     a["findings"][0]["evidence"]["kernel"] = EVIL
-    s = sweep_example(n_variants=2)
+    s = sweep_example()
     s["variants"][0]["key"] = EVIL
     s["layers"][0]["name"] = EVIL
     s["layers"][0]["variant"] = EVIL
