@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
+from operator import attrgetter
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -186,11 +187,13 @@ def run_queries(contexts: Sequence[ExecutionContext], config: HarnessConfig, *, 
     per_stream = []
     for i, res in enumerate(results):
         kept, d = res  # type: ignore[misc]
-        for t in kept:
-            t.stream = i
+        if any(t.stream != i for t in kept):  # backends normally stamp their stream already
+            for t in kept:
+                t.stream = i
         merged.extend(kept)
         dropped += d
         per_stream.append(len(kept))
-    merged.sort(key=lambda t: t.start_ns)
+    if len(results) > 1:  # one stream's queries are already in start order
+        merged.sort(key=attrgetter("start_ns"))
     return Measurement(key=key, timings=merged, streams=len(contexts), warmup_dropped=dropped,
                        warmup_ms=config.warmup_ms, per_stream_count=per_stream)
