@@ -78,7 +78,11 @@ class CaptureContext:
     capture_start_ns: int
     thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    def label(self, series_id: int) -> str:
+    def label(self, series_id: int) -> str | None:
+        """A finding's ``range``: 'domain:name' (just the name in the default domain); None for the
+        whole-capture window of a capture without NVTX ranges."""
+        if self.table.window:
+            return None
         r = self.ranges[series_id]
         return f"{r['domain']}:{r['name']}" if r["domain"] else r["name"]
 

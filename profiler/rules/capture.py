@@ -211,7 +211,8 @@ def _host_during(ctx: Any, d: S.DeviceGaps, gs: np.ndarray, ge: np.ndarray) -> t
         sub = inst[m]
         g, q, ov = S.overlap_by_name(gs, ge, sub["start_ns"].to_numpy(), sub["end_ns"].to_numpy())
         if len(q):
-            labels = np.array([ctx.label(int(x)) for x in sub["series_id"].to_numpy()[q]], dtype=object)
+            by_series = np.array([ctx.label(i) for i in range(len(ctx.ranges))], dtype=object)
+            labels = by_series[sub["series_id"].to_numpy()[q]]
             s = pd.Series(ov, index=labels).groupby(level=0).sum().sort_values(ascending=False)
             agg["nvtx"] = {str(k): v / 1e6 for k, v in s.head(8).items()}
     from profiler.capture import intervals

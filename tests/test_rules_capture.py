@@ -1,0 +1,346 @@
+"""Capture rules: the registry, each rule's thresholds on synthetic traces, and the right diagnosis of
+every sample trace (sample_traces/README.md states it), checked against nsys's own analysis."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from profiler.capture.analyze import AnalysisOptions, analyze, analyze_path
+from profiler.capture.trace import Trace
+from profiler.errors import UsageError
+from profiler.rules import get_rule, registry, resolve_thresholds
+from tests.conftest import SAMPLE_TRACES
+from tests.test_capture_analysis import T, api, kernels, ranges
+
+CAPTURE_RULES = {"launch_overhead", "gpu_idle", "jitter", "sync_api", "pageable_memcpy", "transfer_bound"}
+REFERENCE = SAMPLE_TRACES / "reference"
+_CACHE: dict[str, object] = {}
+
+
+def sample(name: str):
+    path = SAMPLE_TRACES / f"{name}.sqlite"
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    if name not in _CACHE:
+        _CACHE[name] = analyze_path(path)
+    return _CACHE[name]
+
+
+def fired(res, rule: str, rng: str | None = "any") -> list:
+    return [f for f in res.findings if f.rule == rule and (rng == "any" or f.range == rng)]
+
+
+# ----------------------------------------------------------------------------- registry
+
+def test_registry_holds_the_six_public_rules_with_documented_defaults():
+    specs = {s.id: s for s in registry("capture")}
+    assert set(specs) == CAPTURE_RULES
+    assert specs["gpu_idle"].defaults["min_gap_us"] == 50.0  # microseconds, never nsys's 500 ms
+    assert all(s.summary for s in specs.values())
+    assert get_rule("jitter").scope == "capture"
+    with pytest.raises(UsageError):
+        get_rule("no_such_rule")
+
+
+def test_threshold_overrides_are_validated_and_reported():
+    t = resolve_thresholds("capture", {"jitter": {"max_cov_pct": 3}})
+    assert t["jitter"]["max_cov_pct"] == 3 and t["jitter"]["max_tail_ratio"] == 1.5
+    with pytest.raises(UsageError, match="unknown capture rule"):
+        resolve_thresholds("capture", {"nope": {}})
+    with pytest.raises(UsageError, match="has no threshold"):
+        resolve_thresholds("capture", {"jitter": {"bogus": 1}})
+    res = analyze(Trace(kernels=kernels((0, 1, 5, 0))), AnalysisOptions(min_gap_us=7, rules=["gpu_idle"]))
+    assert res.to_json()["thresholds"]["gpu_idle"]["min_gap_us"] == 7
+
+
+# ----------------------------------------------------------------------------- synthetic traces
+
+def _eager_loop(kernel_us: float, launch_us: float, iterations: int = 20, per_iter: int = 50):
+    """An eager loop: each launch call takes launch_us on thread 5, its kernel kernel_us on the GPU."""
+    krows, arows, nv = [], [], []
+    t, corr = 0, 1
+    for _ in range(iterations):
+        start = t
+        gpu_free = t
+        for _ in range(per_iter):
+            arows.append(("cudaLaunchKernel", t, t + int(launch_us * T), 5, "launch"))
+            ks = max(t + int(launch_us * T), gpu_free)
+            krows.append((ks, ks + int(kernel_us * T), 5, t, corr))
+            gpu_free = ks + int(kernel_us * T)
+            t += int(launch_us * T) + 1 * T
+            corr += 1
+        t = max(t, gpu_free) + 2 * T
+        nv.append(("iter", start, t, 5))
+        t += 5 * T
+    return Trace(kernels=kernels(*krows), api=api(*arows), nvtx=ranges(*nv))
+
+
+def test_launch_overhead_fires_on_short_kernels_behind_long_launch_calls():
+    res = analyze(_eager_loop(kernel_us=1, launch_us=6))
+    [f] = fired(res, "launch_overhead")
+    ev = f.evidence
+    assert f.range == "iter"
+    assert ev["launches_per_instance"] == 50
+    assert ev["median_kernel_us"] == pytest.approx(1.0)
+    assert ev["median_launch_call_us"] == pytest.approx(6.0)
+    assert ev["gpu_busy_fraction"] < 0.2
+    # a graph would run 50 x (1 us + 1 us node overhead) = 0.1 ms of a ~0.36 ms iteration
+    assert ev["graph_wall_ms_estimate"] == pytest.approx(0.1, rel=0.01)
+    assert ev["graph_saving_ms_per_instance"] == pytest.approx(ev["wall_ms_median"] - 0.1, rel=0.01)
+    assert f.threshold["max_busy_fraction"] == 0.5
+
+
+def test_launch_overhead_silent_when_kernels_dominate_or_thresholds_raised():
+    assert not fired(analyze(_eager_loop(kernel_us=40, launch_us=6)), "launch_overhead")  # GPU-bound
+    assert not fired(analyze(_eager_loop(kernel_us=1, launch_us=6),
+                             AnalysisOptions(thresholds={"launch_overhead": {"min_launches_per_instance": 51}})),
+                     "launch_overhead")
+
+
+def _gappy(gap_us: int, n: int = 20, init_call: str | None = None):
+    krows, arows = [], []
+    t = 0
+    for i in range(n):
+        krows.append((t, t + 20 * T, 5, t - 2 * T, i + 1))
+        if init_call and i == 0:
+            arows.append((init_call, t + 20 * T, t + 20 * T + gap_us * T, 5, "other"))
+        t += (20 + gap_us) * T
+    return Trace(kernels=kernels(*krows), api=api(*arows) if arows else None)
+
+
+def test_gpu_idle_uses_microsecond_thresholds():
+    assert not fired(analyze(_gappy(30)), "gpu_idle")  # 30 us gaps: under the 50 us default
+    [f] = fired(analyze(_gappy(30), AnalysisOptions(min_gap_us=20)), "gpu_idle")
+    assert f.evidence["gaps"] == 19
+    assert f.evidence["idle_fraction"] == pytest.approx(19 * 30 / (20 * 20 + 19 * 30))
+    assert f.threshold["min_gap_us"] == 20
+    [f] = fired(analyze(_gappy(80)), "gpu_idle")
+    assert f.evidence["largest_gap_ms"] == pytest.approx(0.08)
+    assert f.evidence["host_during_gaps_ms"]["outside_cuda_and_os_calls_ms"] == pytest.approx(19 * 0.08)
+
+
+def test_gpu_idle_sets_start_up_gaps_apart():
+    # one 5 ms gap spent in lazy module loading, then 50 us gaps: only the latter count
+    res = analyze(_gappy(5000, n=2, init_call="cuLibraryLoadData"))
+    assert not fired(res, "gpu_idle")
+    trace = _gappy(5000, n=2, init_call="cudaMalloc")  # an allocation is not start-up work
+    [f] = fired(analyze(trace), "gpu_idle")
+    assert f.evidence["host_during_gaps_ms"]["cuda_api"] == {"cudaMalloc": pytest.approx(5.0)}
+    assert "cudaMalloc" in f.title
+
+
+def _sync_loop(syncs: list[str], n: int = 10):
+    arows, krows, nv = [], [], []
+    t = 0
+    for i in range(n):
+        nv.append(("step", t, t + 100 * T, 5))
+        krows.append((t + 2 * T, t + 30 * T, 5, t + 1 * T, i + 1))
+        for j, name in enumerate(syncs):
+            arows.append((name, t + 10 * T + j * 40 * T, t + 45 * T + j * 40 * T, 5, "sync"))
+        t += 200 * T
+    return Trace(kernels=kernels(*krows), api=api(*arows), nvtx=ranges(*nv))
+
+
+def test_sync_api_allows_one_wait_for_the_result_but_not_more():
+    assert not fired(analyze(_sync_loop(["cudaStreamSynchronize"])), "sync_api")
+    assert not fired(analyze(_sync_loop(["cudaStreamWaitEvent", "cudaStreamWaitEvent"])), "sync_api")
+    [f] = fired(analyze(_sync_loop(["cudaStreamSynchronize", "cudaStreamSynchronize"])), "sync_api")
+    assert f.evidence["sync_calls_per_instance"] == 2
+    assert f.evidence["sync_fraction"] == pytest.approx(0.7)
+    [f] = fired(analyze(_sync_loop(["cudaDeviceSynchronize"])), "sync_api")
+    assert f.evidence["device_syncs_per_instance"] == 1 and f.severity == "high"
+
+
+def _copies(copy_us: int, compute_us: int, pageable: bool = False, pinned_twin: bool = False):
+    mc, krows, nv = [], [], []
+    t = 0
+    for i in range(10):
+        nv.append(("step", t, t + 1000 * T, 5))
+        mc.append({"start_ns": t + 5 * T, "end_ns": t + (5 + copy_us) * T, "api_tid": 5, "api_start_ns": t + 1 * T,
+                   "bytes": 1 << 20, "copy_kind": "HtoD", "src_kind": "pageable" if pageable else "pinned",
+                   "dst_kind": "device", "correlation_id": 1000 + i, "device_id": 0, "stream_id": 7, "pid": 1})
+        if pinned_twin:
+            mc.append({"start_ns": t + 600 * T, "end_ns": t + 600 * T + copy_us * T // 4, "api_tid": 9,
+                       "api_start_ns": t + 590 * T, "bytes": 1 << 20, "copy_kind": "HtoD", "src_kind": "pinned",
+                       "dst_kind": "device", "correlation_id": 2000 + i, "device_id": 0, "stream_id": 7, "pid": 1})
+        if compute_us:
+            krows.append((t + (6 + copy_us) * T, t + (6 + copy_us + compute_us) * T, 5, t + 2 * T, i + 1))
+        t += 2000 * T
+    return Trace(kernels=kernels(*krows) if krows else None, memcpy=pd.DataFrame(mc), nvtx=ranges(*nv))
+
+
+def test_transfer_bound_needs_copies_at_least_as_long_as_compute():
+    [f] = fired(analyze(_copies(copy_us=400, compute_us=100)), "transfer_bound")
+    assert f.evidence["copy_to_compute"] == pytest.approx(4.0)
+    assert f.evidence["copy_ms_per_instance"] == pytest.approx(0.4)
+    assert f.evidence["by_direction"]["HtoD"]["gbps"] == pytest.approx((1 << 20) / 400e3)
+    assert not fired(analyze(_copies(copy_us=50, compute_us=100)), "transfer_bound")
+    assert not fired(analyze(_copies(copy_us=400, compute_us=0)), "transfer_bound")  # a copy-only step
+
+
+def test_pageable_memcpy_compares_with_pinned_copies_of_the_same_size():
+    assert not fired(analyze(_copies(400, 100)), "pageable_memcpy")
+    [f] = fired(analyze(_copies(400, 100, pageable=True, pinned_twin=True)), "pageable_memcpy")
+    [c] = f.evidence["pinned_comparison"]
+    assert (c["direction"], c["bytes"], c["pageable_count"], c["pinned_count"]) == ("HtoD", 1 << 20, 10, 10)
+    assert c["pinned_speedup"] == pytest.approx(4.0)
+    assert f.evidence["estimated_saving_ms"] == pytest.approx(10 * 0.3)
+    assert f.range == "step"
+    [f] = fired(analyze(_copies(400, 100, pageable=True)), "pageable_memcpy")
+    assert f.evidence["pinned_comparison"] == [] and "no pinned copy" in f.title
+
+
+def test_jitter_reports_the_outermost_jittery_range_only():
+    nv, t = [], 0
+    for i in range(30):
+        w = 2000 * T if i in (5, 20) else 200 * T
+        nv.append(("outer", t, t + w, 5))
+        nv.append(("inner", t + 1 * T, t + w - 1 * T, 5))
+        t += 5000 * T
+    res = analyze(Trace(kernels=kernels(*[(i * 5000 * T + 5 * T, i * 5000 * T + 9 * T, 5, i * 5000 * T + 2 * T)
+                                          for i in range(30)]), nvtx=ranges(*nv)))
+    [f] = fired(res, "jitter")
+    assert f.range == "outer"
+    assert [o["index"] for o in f.evidence["outliers"]] == [5, 20]
+    assert f.evidence["p99_over_median"] == pytest.approx(10.0)
+
+
+# ----------------------------------------------------------------------------- the sample traces
+
+def test_launch_bound_sample():
+    res = sample("launch_bound")
+    [f] = fired(res, "launch_overhead", "launch_bound.iter")
+    ev = f.evidence
+    assert ev["launches_per_instance"] == 100
+    assert 0.75 < ev["median_kernel_us"] < 1.0          # README: 0.85 us
+    assert 4.0 < ev["median_launch_call_us"] < 8.0      # README: 6.0 us
+    assert ev["gpu_busy_fraction"] < 0.15               # ~85 us of GPU work in a ~1023 us range
+    assert ev["graph_saving_pct"] > 50 and f.severity == "high"
+    for rule in ("sync_api", "pageable_memcpy", "transfer_bound"):
+        assert not fired(res, rule), rule
+
+
+@pytest.mark.parametrize("name", ["graph", "graph_node"])
+def test_graph_replay_is_not_launch_bound(name: str):
+    res = sample(name)
+    assert not fired(res, "launch_overhead")
+    assert [f.rule for f in res.findings if f.range == "graph.iter"] == []
+    r = next(r for r in res.to_json()["ranges"] if r["name"] == "graph.iter")
+    assert r["launches_per_instance"] == 1  # one cudaGraphLaunch per iteration, whatever the tracing mode
+    assert r["gpu_busy_ms"]["median"] == pytest.approx(0.093 if name == "graph" else 0.0986, rel=0.1)
+    if name == "graph":
+        assert r["gpu_busy_fraction"] > 1  # the host runs ahead: the graph's work outlasts the 27 us range
+
+
+def test_host_stall_sample():
+    res = sample("host_stall")
+    stalled = [7, 17, 27, 37, 47, 57, 67, 77, 87, 97]
+    [f] = fired(res, "jitter", "host_stall.query")
+    assert [o["index"] for o in f.evidence["outliers"]] == stalled
+    assert f.evidence["outlier_causes"] == {"host_stall": 10}
+    for o in f.evidence["outliers"]:
+        assert o["call"] == "clock_nanosleep" and o["call_ms"] == pytest.approx(5.0, abs=0.3)
+    r = next(r for r in res.to_json()["ranges"] if r["name"] == "host_stall.query")
+    assert [o["index"] for o in r["outliers"]] == stalled
+    [g] = fired(res, "gpu_idle")
+    assert g.evidence["largest_gap_ms"] == pytest.approx(5.2, abs=0.3)
+    host = g.evidence["host_during_gaps_ms"]["os_runtime"]
+    assert next(iter(host)) == "clock_nanosleep" and host["clock_nanosleep"] > 45  # 10 stalls of ~5 ms
+    assert all("clock_nanosleep" in gap["host"]["os_runtime"] for gap in g.evidence["top_gaps"])
+    assert "clock_nanosleep" in g.title
+    for rule in ("launch_overhead", "pageable_memcpy"):
+        assert not fired(res, rule), rule
+
+
+def test_pageable_vs_pinned_sample():
+    res = sample("pageable_vs_pinned")
+    [f] = fired(res, "pageable_memcpy")
+    ev = f.evidence
+    assert ev["copies"] == 86 and f.range == "copy.pageable"   # 43 H2D + 43 D2H, 3 of each in warm-up
+    assert ev["by_direction"]["HtoD"]["count"] == 43 and ev["by_direction"]["DtoH"]["count"] == 43
+    cmp = {c["direction"]: c for c in ev["pinned_comparison"]}
+    assert cmp["HtoD"]["bytes"] == 16 << 20
+    assert cmp["HtoD"]["pageable_median_us"] == pytest.approx(2190, rel=0.15)  # README: 2.19 ms vs 0.327 ms
+    assert cmp["HtoD"]["pinned_median_us"] == pytest.approx(327, rel=0.15)
+    assert cmp["DtoH"]["pinned_speedup"] > 2
+    assert ev["async_calls_made_synchronous"] >= 43  # dev.copy_(pageable) issues cudaMemcpyAsync
+    assert not fired(res, "launch_overhead")
+
+
+def test_pageable_copies_agree_with_nsys_cuda_memcpy_async():
+    ref = pd.read_csv(REFERENCE / "pageable_vs_pinned_analyze_cuda_memcpy_async.csv")
+    act = sample("pageable_vs_pinned").context.table.activity
+    ours = {(int(s), int(e - s)) for s, e, p in zip(act.start_ns, act.end_ns, act.pageable) if p}
+    theirs = {(int(s), int(d)) for s, d in zip(ref["Start (ns)"], ref["Duration (ns)"])}
+    assert theirs <= ours  # nsys lists (at most 50 of) the same pageable async copies
+
+
+def test_multistream_saturated_sample():
+    res = sample("multistream_saturated")
+    assert not fired(res, "launch_overhead")
+    table = res.context.table
+    for r in res.context.ranges:
+        tot = r["_totals"]
+        # saturating matmuls do not overlap: the union equals the summed kernel time (README: 1794 us)
+        assert tot["compute_ns"] == pytest.approx(tot["kernel_sum_ns"], rel=0.01)
+        assert tot["compute_ns"] / r["count"] / 1e3 == pytest.approx(1794, rel=0.03)
+    assert len(table.series) == 2
+
+
+def test_no_nvtx_sample_is_one_window():
+    res = sample("no_nvtx")
+    data = res.to_json()
+    assert [r["name"] for r in data["ranges"]] == ["(capture)"]
+    [f] = fired(res, "launch_overhead")
+    assert f.range is None
+    assert f.evidence["launches_per_instance"] >= 6000  # 60 x 100 in the loop, plus warm-up
+
+
+def test_sync_heavy_sample_and_nsys_cuda_api_sync():
+    res = sample("sync_heavy")
+    [f] = fired(res, "sync_api", "sync_heavy.step")
+    ev = f.evidence
+    assert ev["device_syncs_per_instance"] == 8 and ev["sync_calls_per_instance"] == 9
+    assert ev["calls"]["cudaDeviceSynchronize"]["count"] == 480
+    assert ev["calls"]["cudaDeviceSynchronize"]["median_us"] == pytest.approx(53, rel=0.2)
+    assert f.severity == "high"
+    summary = {s["name"]: s for s in res.to_json()["sync_summary"]}
+    assert summary["cudaDeviceSynchronize"]["count"] == 482  # README: 482 (two outside the loop)
+    for rule in ("launch_overhead", "pageable_memcpy"):
+        assert not fired(res, rule), rule
+
+
+@pytest.mark.parametrize("name", ["sync_heavy", "host_stall", "graph", "pageable_vs_pinned", "transfer_bound"])
+def test_blocking_sync_calls_agree_with_nsys_cuda_api_sync(name: str):
+    """nsys lists the 50 longest blocking sync calls; they are exactly our 50 longest."""
+    path = REFERENCE / f"{name}_analyze_cuda_api_sync.csv"
+    if not path.exists() or path.stat().st_size == 0:
+        pytest.skip("no nsys reference")
+    ref = pd.read_csv(path)
+    a = sample(name).context.table.api
+    m = a.blocking_sync
+    dur, start = (a.end_ns - a.start_ns)[m], a.start_ns[m]
+    order = np.lexsort((start, -dur))[: len(ref)]
+    ours = sorted(zip(start[order].tolist(), dur[order].tolist()))
+    theirs = sorted(zip(ref["Start (ns)"].tolist(), ref["Duration (ns)"].tolist()))
+    assert ours == theirs
+    if len(ref) < 50:
+        assert int(m.sum()) == len(ref)
+
+
+def test_transfer_bound_sample():
+    res = sample("transfer_bound")
+    [f] = fired(res, "transfer_bound", "transfer_bound.step")
+    assert f.evidence["copy_ms_per_instance"] == pytest.approx(1.22, rel=0.05)
+    assert f.evidence["compute_ms_per_instance"] == pytest.approx(0.027, rel=0.15)
+    assert f.evidence["pageable_copies"] == 0
+    for rule in ("pageable_memcpy", "launch_overhead"):
+        assert not fired(res, rule), rule
+    # the first step is slow because it loads modules lazily: the outlier says so
+    r = next(r for r in res.to_json()["ranges"] if r["name"] == "transfer_bound.step")
+    assert [(o["index"], o["cause"]) for o in r["outliers"]] == [(0, "cuda_api")]
+    assert r["outliers"][0]["detail"]["call"] == "cuLibraryLoadData"
