@@ -66,3 +66,33 @@ def test_localize_on_a_real_model_is_quiet_where_fp16_is_fine(cls_model, tmp_pat
     assert out["nodes_compared"] > 200  # every Conv/BN/activation of the real network
     assert out["final_rel_l2"] < 5e-3
     assert max(c["rel_l2"] for c in out["curve"]) < 5e-2
+
+
+def test_int8_on_a_real_model_error_curve_and_verification(cls_model, tmp_path):
+    """Real pretrained classifier, Q/DQ INT8 (minmax calibration on 4 samples): the error grows through
+    the network; keeping the first jump in FP32 is measured, and the conclusion follows the numbers."""
+    from profiler.compare.precision import keep_candidates
+    from profiler.variants.int8 import quantize_int8
+
+    rng = np.random.default_rng(3)
+    calib = [{"x": rng.uniform(-1, 1, (1, 3, 48, 192)).astype(np.float32)} for _ in range(4)]
+    feeds = [{"x": rng.uniform(-1, 1, (2, 3, 48, 192)).astype(np.float32)}]
+    q = tmp_path / "cls8.onnx"
+    quantize_int8(cls_model, q, calib, method="minmax", keep_fp32=[], work_dir=tmp_path, progress=None)
+    out = localize(cls_model, q, feeds)
+    curve = out["curve"]
+    assert out["nodes_compared"] > 100
+    assert 1e-3 < out["final_rel_l2"] < 1.0  # measurable, not broken
+    assert curve[-1]["rel_l2"] > curve[0]["rel_l2"]  # error accumulates
+    # BatchNormalization folded into its Conv by the quantizer: attributed to the variant's Conv
+    assert any(c["op"] == "BatchNormalization" and c["variant_node"] and c["variant_node"] != c["node"]
+               for c in curve)
+    keep = keep_candidates(out)
+    assert keep
+    res = verify(cls_model, "int8", keep, feeds, variant_model=q, work_dir=tmp_path / "v", calib_samples=calib,
+                 calib_method="minmax", latency_runs=3)
+    plain = res["variants"]["int8"]["accuracy"]["save_infer_model/scale_0.tmp_1"]["rel_l2"]
+    kept = res["variants"]["int8+kept"]["accuracy"]["save_infer_model/scale_0.tmp_1"]["rel_l2"]
+    share = res["conclusion"]["error_removed"]
+    assert share == pytest.approx(max(0.0, 1 - kept / plain))
+    assert res["conclusion"]["localised"] == (share >= 0.5)

@@ -94,6 +94,33 @@ def faithful_outputs(model_path: str | Path, feeds: list[dict[str, np.ndarray]],
     return [{n: r[n] for n in names if n in r} for r in runs]
 
 
+def _producers(model_path: str | Path) -> dict[str, str]:
+    """Tensor name -> name of the node that produces it in this model (Q/DQ nodes skipped)."""
+    import onnx
+
+    model = onnx.load(str(model_path), load_external_data=False)
+    out = {}
+    for i, node in enumerate(model.graph.node):
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear", "Cast"):
+            continue
+        for t in node.output:
+            out[t] = node.name or f"{node.op_type}_{i}"
+    return out
+
+
+def keep_candidates(result: dict[str, Any], top: int = 3) -> list[str]:
+    """Node names to keep in FP32 for ``verify``: the variant's own node at each first jump (after
+    fusion that is the fused node, e.g. the Conv that absorbed a BatchNormalization)."""
+    names: list[str] = []
+    for c in result.get("first_jumps", []):
+        name = c.get("variant_node") or c["node"]
+        if name not in names:
+            names.append(name)
+        if len(names) >= top:
+            break
+    return names
+
+
 def _rel_l2(ref: np.ndarray, cand: np.ndarray) -> tuple[float, float]:
     r = ref.astype(np.float64).ravel()
     c = cand.astype(np.float64).ravel()
@@ -112,6 +139,7 @@ def localize(reference_model: str | Path, variant_model: str | Path, feeds: list
     import onnx
 
     model = onnx.load(str(reference_model), load_external_data=False)
+    producer = _producers(variant_model)
     with tempfile.TemporaryDirectory() as d:
         ref_runs = _run_all(reference_model, feeds, Path(d))
         var_runs = _run_all(variant_model, feeds, Path(d))
@@ -122,21 +150,25 @@ def localize(reference_model: str | Path, variant_model: str | Path, feeds: list
             continue
         in_errs = [err[i] for i in node.input if i in err]
         worst_in = max(in_errs) if in_errs else 0.0
+        compared = False
         for out in node.output:
             pairs = [(r[out], v[out]) for r, v in zip(ref_runs, var_runs) if out in r and out in v
                      and r[out].shape == v[out].shape]
-            if not pairs:
+            if not pairs or compared:
+                # not in the variant (fused away, e.g. a Conv whose BatchNormalization was folded into
+                # it): it inherits its inputs' error, so the fused unit's jump shows at its last node
+                err.setdefault(out, worst_in)
                 continue
             errs = [_rel_l2(r, v) for r, v in pairs]
             e = float(max(x[0] for x in errs))
             cos = float(min(x[1] for x in errs))
             err[out] = e
             amp = e / max(worst_in, floor) if np.isfinite(e) else float("inf")
+            # unnamed nodes are named "{op}_{index}", as the fp16 converter names them, so verify() can keep them
             curve.append({"index": index, "node": node.name or f"{node.op_type}_{index}", "op": node.op_type,
-                          "tensor": out, "rel_l2": e, "cosine": cos, "input_rel_l2": worst_in,
-                          "amplification": amp})
-            break  # one point per node: its first float output
-    # unnamed nodes are named "{op}_{index}", as the fp16 converter names them, so verify() can keep them
+                          "tensor": out, "variant_node": producer.get(out), "rel_l2": e, "cosine": cos,
+                          "input_rel_l2": worst_in, "amplification": amp})
+            compared = True  # one point per node: its first float output
     jumps = [c for c in curve if c["rel_l2"] > floor and c["amplification"] >= jump_factor]
     largest = sorted(jumps, key=lambda c: -c["amplification"])[:top]
     final = curve[-1]["rel_l2"] if curve else float("nan")
@@ -161,7 +193,8 @@ def _median_latency_ms(model_path: str | Path, feeds: dict[str, np.ndarray], run
 
 def verify(reference_model: str | Path, precision: str, keep_nodes: list[str], feeds: list[dict[str, np.ndarray]],
            *, variant_model: str | Path | None = None, work_dir: str | Path | None = None,
-           latency_runs: int = 20, **prepare_kwargs) -> dict[str, Any]:
+           latency_runs: int = 20, calib_samples: list[dict[str, np.ndarray]] | None = None,
+           calib_method: str = "minmax") -> dict[str, Any]:
     """Rebuild the variant with ``keep_nodes`` in FP32 and measure accuracy and latency against the
     plain variant (ONNX Runtime on this machine; the accuracy numbers carry over to any backend)."""
     from profiler.accuracy import compare_batches
@@ -179,10 +212,13 @@ def verify(reference_model: str | Path, precision: str, keep_nodes: list[str], f
     elif precision == "int8":
         from profiler.variants.int8 import quantize_int8
 
-        quantize_int8(Path(reference_model), kept_path, exclude_nodes=keep_nodes, **prepare_kwargs)
+        samples = calib_samples or feeds
+        quantize_int8(Path(reference_model), kept_path, samples, method=calib_method, keep_fp32=list(keep_nodes),
+                      work_dir=work, progress=None)
         if variant_model is None:
             variant_model = work / f"{Path(reference_model).stem}.int8.onnx"
-            quantize_int8(Path(reference_model), Path(variant_model), **prepare_kwargs)
+            quantize_int8(Path(reference_model), Path(variant_model), samples, method=calib_method, keep_fp32=[],
+                          work_dir=work, progress=None)
     else:
         raise ValueError(f"precision localisation is for fp16 and int8, not {precision}")
 
@@ -195,4 +231,30 @@ def verify(reference_model: str | Path, precision: str, keep_nodes: list[str], f
         acc = compare_batches(ref, outputs(path)) if label != "fp32" else None
         rows[label] = {"model": str(path), "accuracy": acc,
                        "latency_ms": _median_latency_ms(path, feeds[0], latency_runs)}
-    return {"precision": precision, "kept_fp32": list(keep_nodes), "variants": rows}
+    return {"precision": precision, "kept_fp32": list(keep_nodes), "variants": rows,
+            "conclusion": _conclude(rows, precision, keep_nodes)}
+
+
+def _conclude(rows: dict[str, Any], precision: str, keep_nodes: list[str]) -> dict[str, Any]:
+    """How much of the error keeping ``keep_nodes`` in FP32 removed, per output (worst output wins)."""
+    plain, kept = rows[precision]["accuracy"] or {}, rows[f"{precision}+kept"]["accuracy"] or {}
+    recovered = []
+    for name, m in plain.items():
+        a, b = m.get("rel_l2"), (kept.get(name) or {}).get("rel_l2")
+        if a is None or b is None:
+            continue
+        if not np.isfinite(a):
+            recovered.append(1.0 if np.isfinite(b) else 0.0)
+        elif a > 0:
+            recovered.append(max(0.0, 1.0 - b / a))
+    share = min(recovered) if recovered else 0.0
+    cost = rows[f"{precision}+kept"]["latency_ms"] / rows[precision]["latency_ms"] - 1.0
+    if share >= 0.5:
+        text = (f"keeping {', '.join(keep_nodes)} in FP32 removes {share * 100:.0f}% of the {precision} error "
+                f"for {cost * 100:+.0f}% latency (ONNX Runtime CPU): the loss is localised there")
+    else:
+        text = (f"keeping {', '.join(keep_nodes) or 'nothing'} in FP32 removes only {share * 100:.0f}% of the "
+                f"{precision} error: the loss is spread through the network, not in a few layers; "
+                + ("try another calibration method or representative calibration data"
+                   if precision == "int8" else "consider keeping whole blocks in FP32 or BF16"))
+    return {"error_removed": share, "latency_change": cost, "localised": share >= 0.5, "text": text}
