@@ -346,6 +346,7 @@ class Sweep:
             m = run_queries(contexts, c.harness, key=key)
             timing = summarize_timings(m.timings)
             rss_after_run = _rss()
+            device_run = _device_memory(backend)  # contexts still alive: what the variant holds
 
             # accuracy: the same inputs through this variant and through fp32
             per_output: dict[str, dict[str, Any]] = {}
@@ -383,7 +384,8 @@ class Sweep:
             "rss_before_build_bytes": einfo.get("rss_before_build_bytes"),
             "rss_after_build_bytes": einfo.get("rss_after_build_bytes"),
             "rss_after_run_bytes": rss_after_run,
-            "device_memory": (einfo.get("checklist") or {}).get("device_memory") or einfo.get("device_memory"),
+            "device_memory_build": (einfo.get("checklist") or {}).get("device_memory") or einfo.get("device_memory"),
+            "device_memory_run": device_run,
         }
         rec = self._record(
             spec, backend, "ok", None,
@@ -567,6 +569,19 @@ def _plan_order(c: SweepConfig) -> Callable[[dict[str, Any]], tuple]:
                 idx(strs, v.get("streams")), bool(v.get("cuda_graph")))
 
     return key
+
+
+def _device_memory(backend: Backend) -> dict[str, int] | None:
+    """Free/used/total device memory from the driver while a GPU variant's contexts are alive."""
+    if backend.name == "onnxruntime" and getattr(backend, "device", "cpu") == "cpu":
+        return None
+    try:
+        from profiler.cuda import mem_info
+
+        mi = mem_info()
+        return {"free_bytes": mi.free_bytes, "used_bytes": mi.used_bytes, "total_bytes": mi.total_bytes}
+    except Exception:
+        return None
 
 
 def _rss() -> int | None:

@@ -375,3 +375,21 @@ def test_real_pretrained_classifier_fp32_and_fp16_on_onnxruntime(cls_model, tmp_
     run = store.run_dict(summary["run"]["id"])
     assert {x["type"] for x in run["variants"][0]["layers"]} >= {"Conv"}
     assert not [f for f in summary["findings"] if f["rule"] == "precision_regression"]
+
+
+def test_cli_resume_continues_an_interrupted_run(tmp_path, capsys):
+    model = conv_model(tmp_path / "conv.onnx")
+    db = tmp_path / "db.sqlite"
+    store = Store.open(str(db))
+    cfg = SweepConfig(model=model, precisions=["fp32", "fp16"], backend="onnxruntime", layers=False, **FAST)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(cfg, store=store, backend=InterruptingBackend("fp16-wsdefault-s1"))
+    run_id = store.list_runs(kind="sweep")[0]["id"]
+    code, stdout, stderr = cli(["sweep", "--db", str(db), "--resume", str(run_id), "--out", str(tmp_path / "o")],
+                               capsys)
+    assert code == 0, stderr
+    assert f"resuming run {run_id}: 1 variant(s) already stored" in stderr
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert [v["key"] for v in summary["variants"]] == ["fp32-wsdefault-s1", "fp16-wsdefault-s1"]
+    assert summary["run"]["id"] == run_id and summary["run"]["status"] == "ok"
+    assert store.run_dict(run_id)["status"] == "ok"
