@@ -184,3 +184,101 @@ def test_profile_json_is_removed_after_parsing(tmp_path, backend, monkeypatch):
         ("matmul0", "MatMul", 3), ("relu0", "Relu", 3), ("softmax0", "Softmax", 3)}
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".json")]
     json.dumps(layers)  # records are plain JSON
+
+
+class FakeOrtValue:
+    """Test double for onnxruntime.OrtValue on a 'cuda' device: a host array standing in for device memory."""
+
+    uploads = 0
+
+    def __init__(self, arr: np.ndarray):
+        self.arr = np.array(arr)
+
+    @classmethod
+    def ortvalue_from_numpy(cls, arr, device, device_id):
+        assert device == "cuda"
+        return cls(arr)
+
+    @classmethod
+    def ortvalue_from_shape_and_type(cls, shape, dtype, device, device_id):
+        assert device == "cuda"
+        return cls(np.zeros(shape, dtype))
+
+    def update_inplace(self, arr):
+        FakeOrtValue.uploads += 1
+        self.arr[...] = arr
+
+    def shape(self):
+        return list(self.arr.shape)
+
+    def numpy(self):
+        return self.arr.copy()
+
+
+class FakeIoBinding:
+    def __init__(self):
+        self.inputs, self.outputs, self.by_device = {}, {}, []
+
+    def bind_ortvalue_input(self, name, val):
+        self.inputs[name] = val
+
+    def bind_output(self, name, device):
+        self.by_device.append(name)
+
+    def bind_ortvalue_output(self, name, val):
+        self.outputs[name] = val
+
+    def get_outputs(self):
+        return [self.outputs[n] for n in self.order]
+
+
+class FakeCudaSession:
+    """Test double for an InferenceSession on the CUDA provider computing y = 2x with I/O binding."""
+
+    class _Arg:
+        def __init__(self, name):
+            self.name = name
+
+    def __init__(self):
+        self.runs = 0
+
+    def get_inputs(self):
+        return [self._Arg("x")]
+
+    def get_outputs(self):
+        return [self._Arg("y")]
+
+    def io_binding(self):
+        return FakeIoBinding()
+
+    def run_with_iobinding(self, b):
+        self.runs += 1
+        y = b.inputs["x"].arr * 2
+        if "y" in b.by_device:
+            b.outputs["y"] = FakeOrtValue(y)
+        else:
+            b.outputs["y"].arr[...] = y
+        b.order = ["y"]
+
+
+def test_cuda_provider_path_times_copies_and_compute_separately(monkeypatch):
+    import onnxruntime
+
+    from profiler.backends.onnxruntime import OrtContext
+
+    monkeypatch.setattr(onnxruntime, "OrtValue", FakeOrtValue)
+    sess = FakeCudaSession()
+    ctx = OrtContext(sess, 1, "cuda")
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    ctx.set_inputs({"x": x})
+    assert sess.runs == 1  # one run to learn the output shapes, then fixed device buffers
+    out_buffer = ctx._out_values[0]
+    t1, t2 = ctx.query(), ctx.query()
+    assert ctx._out_values[0] is out_buffer  # the same device addresses every query (CUDA-graph replay)
+    np.testing.assert_array_equal(ctx.outputs()["y"], 2 * x)
+    for t in (t1, t2):
+        assert t.h2d_ms is not None and t.d2h_ms is not None and t.stream == 1
+        assert t.latency_ms == pytest.approx(t.h2d_ms + t.compute_ms + t.d2h_ms)
+        assert t.h2d_ms + t.compute_ms + t.d2h_ms <= (t.end_ns - t.start_ns) / 1e6 + 1e-9
+    assert FakeOrtValue.uploads >= 2 and sess.runs == 3
+    assert ctx.enable_cuda_graph() is None
