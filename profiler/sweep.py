@@ -303,8 +303,11 @@ class Sweep:
                                calib_method=c.calib_method, cache_dir=str(c.cache_root() / "variants"),
                                progress=lambda m: self._say(f"  {key}: {m}"), seed=c.seed,
                                holdout_fraction=HOLDOUT_FRACTION if (c.calib and not c.inputs) else 0.0)
-        except (BuildError, InputError) as exc:
-            err = f"preparing the {spec.precision} model failed: {exc}"
+        except UsageError:
+            raise
+        except Exception as exc:  # conversion/calibration trouble fails this variant, not the sweep
+            detail = str(exc) if isinstance(exc, (BuildError, InputError)) else f"{type(exc).__name__}: {exc}"
+            err = f"preparing the {spec.precision} model failed: {detail}"
             step = "calibrated" if spec.precision == "int8" else "parsed"
             return self._record(spec, backend, "failed", err,
                                 checklist=_checklist(spec, {}, None, None, failed=(step, err))), [], []
@@ -368,9 +371,11 @@ class Sweep:
                     layers = engine.profile_layers(feeds[0], iterations=c.layer_iterations)
                 except Exception as exc:  # a profile is a bonus; the timing stands without it
                     notes.append(f"per-layer profile failed: {type(exc).__name__}: {exc}")
-        except BuildError as exc:  # binding or running failed: the engine is unusable
-            return self._record(spec, backend, "failed", str(exc), prepare=pinfo, notes=notes,
-                                checklist=_checklist(spec, pinfo, einfo, None, failed=("executed", str(exc)))), [], []
+        except Exception as exc:  # binding or running failed: this engine is unusable, the sweep goes on
+            err = str(exc) if isinstance(exc, BuildError) else f"running failed: {type(exc).__name__}: {exc}"
+            self._say(f"  {key}: {err}")
+            return self._record(spec, backend, "failed", err, prepare=pinfo, notes=notes,
+                                checklist=_checklist(spec, pinfo, einfo, None, failed=("executed", err))), [], []
         finally:
             for ctx in contexts:
                 ctx.close()

@@ -393,3 +393,36 @@ def test_cli_resume_continues_an_interrupted_run(tmp_path, capsys):
     assert [v["key"] for v in summary["variants"]] == ["fp32-wsdefault-s1", "fp16-wsdefault-s1"]
     assert summary["run"]["id"] == run_id and summary["run"]["status"] == "ok"
     assert store.run_dict(run_id)["status"] == "ok"
+
+
+class FailingRunBackend(OnnxRuntimeBackend):
+    """Test double: real ONNX Runtime builds, but queries of multi-stream engines raise as a lost device would."""
+
+    def build(self, model_path, spec, cache_dir=None):
+        engine = super().build(model_path, spec, cache_dir)
+        if spec.streams > 1:
+            make = engine.create_context
+
+            def create_context(i=0):
+                ctx = make(i)
+
+                def query():
+                    raise RuntimeError("CUDA error 999: unspecified launch failure")
+
+                ctx.query = query
+                return ctx
+
+            engine.create_context = create_context
+        return engine
+
+
+def test_a_variant_that_fails_while_running_is_recorded_and_the_sweep_goes_on(tmp_path):
+    model = conv_model(tmp_path / "conv.onnx")
+    summary = run_sweep(SweepConfig(model=model, precisions=["fp32", "fp16"], streams=[2, 1], layers=False, **FAST),
+                        backend=FailingRunBackend(device="cpu"))
+    status = [(v["key"], v["status"]) for v in summary["variants"]]
+    assert status == [("fp32-wsdefault-s2", "failed"), ("fp32-wsdefault-s1", "ok"),
+                      ("fp16-wsdefault-s2", "failed"), ("fp16-wsdefault-s1", "ok")]
+    assert "unspecified launch failure" in summary["variants"][0]["error"]
+    assert summary["variants"][0]["checklist"]["executed"]["status"] == "failed"
+    assert summary["variants"][3]["accuracy"]["probs"]["passed"] is True
