@@ -353,6 +353,11 @@ def test_cli_bad_input_and_usage(tmp_path, capsys):
     assert code == 2
     code, _, stderr = cli(["sweep", "--no-store", "--threshold", "jitter.nope=3"], capsys)
     assert code == 2 and "cov_pct" in stderr
+    model = conv_model(tmp_path / "conv.onnx")
+    np.savez(tmp_path / "calib.npz", x=np.zeros((4, 1, 3, 16, 16), np.float64))
+    code, _, stderr = cli(["sweep", model, "--no-store", "--precision", "fp32,int8", "--calib",
+                           str(tmp_path / "calib.npz")], capsys)
+    assert code == 3 and "'x'" in stderr and "float64" in stderr
 
 
 # -- a real pretrained model ------------------------------------------------------------------------
