@@ -214,6 +214,8 @@ def cmd_nsys_sweep(args: argparse.Namespace) -> None:
              "--graphs", args.graphs]
     if args.model:
         child += ["--model", args.model]
+    if args.report:
+        child += ["--report", args.report]
     t0 = time.time()
     cap = nsys.profile(child, out / args.capture_name)
     t1 = time.time()

@@ -1071,11 +1071,12 @@ class CudaTorchBackend(Backend):
     name = BACKEND_NAME
     uses_workspace = False
 
-    def __init__(self, device_index: int = 0, node_ranges: str = "auto"):
+    def __init__(self, device_index: int = 0, node_ranges: str = "auto", graph_events: bool = True):
         if node_ranges not in ("auto", "on", "off"):
             raise ValueError("node_ranges must be auto, on or off")
         self.device_index = device_index
         self.node_ranges = node_ranges
+        self.graph_events = graph_events
 
     def describe(self) -> dict[str, Any]:
         from profiler import __version__
@@ -1218,6 +1219,57 @@ class CudaTorchEngine(Engine):
         self.program = None  # type: ignore[assignment]
 
 
+class _EventTiming(QueryTiming):
+    """A QueryTiming whose event-timed parts are read from the GPU events when first needed.
+
+    ``cudaEventElapsedTime`` costs about a microsecond of host time per call; reading the three parts
+    right after the wait would put that on every query's critical path. The context instead resolves
+    a query's times while the *next* query runs on the GPU (two alternating event sets), or on first
+    access, whichever comes first.
+    """
+
+    _pending: Any = None
+
+    def _resolve(self) -> None:
+        ctx, events = self._pending
+        self._pending = None
+        el = ctx._rt.cudaEventElapsedTime
+        e0, e1, e2, e3 = events
+        self._h2d = el(e0, e1)[1]
+        self._compute = el(e1, e2)[1]
+        self._d2h = el(e2, e3)[1]
+
+    @property
+    def compute_ms(self) -> float:  # type: ignore[override]
+        if self._pending is not None:
+            self._resolve()
+        return self._compute
+
+    @compute_ms.setter
+    def compute_ms(self, v: float) -> None:
+        self._compute = v
+
+    @property
+    def h2d_ms(self) -> float | None:  # type: ignore[override]
+        if self._pending is not None:
+            self._resolve()
+        return self._h2d
+
+    @h2d_ms.setter
+    def h2d_ms(self, v: float | None) -> None:
+        self._h2d = v
+
+    @property
+    def d2h_ms(self) -> float | None:  # type: ignore[override]
+        if self._pending is not None:
+            self._resolve()
+        return self._d2h
+
+    @d2h_ms.setter
+    def d2h_ms(self, v: float | None) -> None:
+        self._d2h = v
+
+
 class CudaTorchContext(ExecutionContext):
     """One stream: its cuda-python stream, pinned I/O, device inputs, events, optional CUDA graph."""
 
@@ -1229,7 +1281,11 @@ class CudaTorchContext(ExecutionContext):
         self._cuda = cuda
         self.stream = cuda.Stream(non_blocking=True)
         self.ext = t.cuda.ExternalStream(self.stream.ptr, device=engine.device)
-        self.ev = [cuda.Event() for _ in range(4)]
+        self.ev = [cuda.Event() for _ in range(8)]  # two sets of four: see _EventTiming
+        self._set = 0
+        self._handles = {0: tuple(e.handle for e in self.ev[0:4]), 4: tuple(e.handle for e in self.ev[4:8])}
+        self._last: _EventTiming | None = None
+        self._graph_events = False  # True when the compute events are recorded inside the graph
         self.dev_inputs = [t.empty(i.shape, dtype=getattr(t, i.dtype), device=engine.device)
                            for i in self.program.inputs]
         self.pinned_in = [cuda.PinnedBuffer(x.numel() * x.element_size()) for x in self.dev_inputs]
@@ -1284,49 +1340,74 @@ class CudaTorchContext(ExecutionContext):
     def query(self) -> QueryTiming:
         rt = self._rt
         rec, s = rt.cudaEventRecord, self.stream.handle
-        e0, e1, e2, e3 = (e.handle for e in self.ev)
+        k = self._set
+        self._set = 4 - k
+        events = self._handles[k]
+        e0, e1, e2, e3 = events
         t0 = time.perf_counter_ns()
         rec(e0, s)
         self._h2d()
-        rec(e1, s)
         if self.graph is not None:
-            err = rt.cudaGraphLaunch(self.graph.exec_handle, s)[0]
+            in_graph = self._graph_events
+            if not in_graph:
+                rec(e1, s)
+            err = rt.cudaGraphLaunch(self._graph_execs[k], s)[0]
             if err:
                 self._cuda.check((err,), "cudaGraphLaunch")
+            if not in_graph:
+                rec(e2, s)
+            self._d2h_args = self._graph_d2h[k]
         else:
+            rec(e1, s)
             self._compute()
-        rec(e2, s)
+            rec(e2, s)
         self._d2h()
         err = rec(e3, s)[0]
         if err:
             self._cuda.check((err,), "cudaEventRecord")
         t1 = time.perf_counter_ns()
+        last = self._last
+        if last is not None and last._pending is not None:
+            last._resolve()  # the previous query's times, read while this one runs
         err = rt.cudaEventSynchronize(e3)[0]
         t2 = time.perf_counter_ns()
         if err:
             self._cuda.check((err,), "cudaEventSynchronize (the query failed on the GPU)")
-        el = rt.cudaEventElapsedTime
-        return QueryTiming(start_ns=t0, end_ns=t2, enqueue_ms=(t1 - t0) / 1e6, compute_ms=el(e1, e2)[1],
-                           h2d_ms=el(e0, e1)[1], d2h_ms=el(e2, e3)[1], stream=self.stream_index)
+        timing = _EventTiming(t0, t2, (t1 - t0) / 1e6, 0.0, None, None, self.stream_index)
+        timing._pending = (self, events)
+        self._last = timing
+        return timing
 
     def outputs(self) -> dict[str, np.ndarray]:
         return {o.name: h.copy() for o, h in zip(self.program.outputs, self.host_out)}
 
     def enable_cuda_graph(self) -> str | None:
-        """Capture the compute (the steps) with torch.cuda.graph on this context's stream; launch it with
-        cudaGraphLaunch per query. Returns None, or why it fell back to plain enqueue."""
+        """Capture the compute (the steps) with torch.cuda.graph on this context's stream and launch it
+        with cudaGraphLaunch per query. Returns None, or why it fell back to plain enqueue.
+
+        Two graphs are captured, one per event set, each recording its set's compute-start and
+        compute-end events from inside (event-record nodes): a query then enqueues no event around
+        the launch, and the previous query's times can be read while the next one runs."""
         if not self._graph_ok:
             return "CUDA graphs are off for this pass"
         t = torch
+        ev_in_graph = self._event_nodes_ok()
+        captured = []
         try:
             for _ in range(3):  # warm-up on the capture stream: lazy library init stays out of the graph
                 self._h2d()
                 self._compute()
             self.stream.synchronize()
-            g = t.cuda.CUDAGraph()
-            with t.cuda.graph(g, stream=self.ext):
-                outs = self.program.forward(self.dev_inputs, self._plan)
-            self.stream.synchronize()
+            for k in (0, 4):
+                g = t.cuda.CUDAGraph()
+                with t.cuda.graph(g, stream=self.ext):
+                    if ev_in_graph:
+                        self._record_external(self.ev[k + 1].handle)
+                    outs = self.program.forward(self.dev_inputs, self._plan)
+                    if ev_in_graph:
+                        self._record_external(self.ev[k + 2].handle)
+                self.stream.synchronize()
+                captured.append((g, outs))
         except Exception as exc:  # capture failed: say why and keep running eagerly
             try:
                 self._rt.cudaGetLastError()
@@ -1334,19 +1415,37 @@ class CudaTorchContext(ExecutionContext):
             except Exception:
                 pass
             return f"graph capture failed: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-        self._torch_graph = g
-        self.dev_outputs = outs
-        self._d2h_args = [(h.ptr, o.data_ptr(), h.nbytes) for h, o in zip(self.pinned_out, outs)]
         try:
-            exec_handle = g.raw_cuda_graph_exec()
-            self.graph = self._cuda.CudaGraph.from_exec(exec_handle)
+            execs = [g.raw_cuda_graph_exec() for g, _ in captured]
         except Exception as exc:
-            self._torch_graph = None
-            self.graph = None
             return f"the captured graph has no launchable handle: {type(exc).__name__}: {exc}"
+        self._torch_graph = captured
+        self._graph_execs = {0: execs[0], 4: execs[1]}
+        self._graph_d2h = {k: [(h.ptr, o.data_ptr(), h.nbytes) for h, o in zip(self.pinned_out, outs)]
+                           for k, (_, outs) in zip((0, 4), captured)}
+        self.dev_outputs = captured[0][1]
+        self._d2h_args = self._graph_d2h[0]
+        self.graph = self._cuda.CudaGraph.from_exec(execs[0])
+        self._graph_events = ev_in_graph
         return None
 
+    def _event_nodes_ok(self) -> bool:
+        """Event-record nodes (cudaEventRecordExternal) time the compute from inside the graph, so a
+        query launches one graph with no event records of its own around it."""
+        return bool(getattr(self._rt, "cudaEventRecordExternal", None) is not None) and self.engine.backend.graph_events
+
+    def _record_external(self, event: Any) -> None:
+        rt = self._rt
+        self._cuda.check(rt.cudaEventRecordWithFlags(event, self.stream.handle, rt.cudaEventRecordExternal),
+                         "cudaEventRecordWithFlags (inside graph capture)")
+
     def close(self) -> None:
+        last, self._last = self._last, None
+        if last is not None and last._pending is not None and self.ev:
+            try:
+                last._resolve()
+            except Exception:
+                pass
         try:
             if self.graph is not None:
                 self.graph.destroy()

@@ -126,6 +126,27 @@ def variant_series_name(key: str) -> str:
     return iteration_range_name(key)
 
 
+def analyze_iterations(capture_path: str | os.PathLike, options: Any = None) -> Any:
+    """The capture analysis with the sweep's variant ranges (``sweep/<key>``) left out.
+
+    A variant range spans build, warm-up, graph capture, the accuracy pass and the per-layer pass;
+    the capture rules report a range that encloses a qualifying one instead of it, so with the
+    variant ranges present a finding would land on the variant (and an eager per-layer pass would
+    flag a CUDA-graph variant). Without them each timed query's ``<key>/iter`` range is what the rules
+    judge, which is the question the sweep asks.
+    """
+    from profiler.capture.analyze import analyze
+    from profiler.capture.loader import load_trace
+    from profiler.capture.trace import FRAMES
+
+    trace = load_trace(capture_path, tables=[f for f in FRAMES if f != "sync"])
+    nv = trace.nvtx
+    if nv is not None and len(nv):
+        names = nv["name"].astype(str)
+        trace.nvtx = nv[~names.str.startswith("sweep/")].reset_index(drop=True)
+    return analyze(trace, options)
+
+
 def attach_capture(summary: dict[str, Any], capture_path: str | os.PathLike,
                    analysis: Any = None) -> dict[str, Any]:
     """Add to each variant of ``summary`` what the capture shows for its timed queries.
@@ -136,9 +157,7 @@ def attach_capture(summary: dict[str, Any], capture_path: str | os.PathLike,
     to ``summary["artifacts"]`` and the capture-wide findings to ``summary["nsys"]``. Returns summary.
     """
     if analysis is None:
-        from profiler.capture.analyze import analyze_path
-
-        analysis = analyze_path(capture_path)
+        analysis = analyze_iterations(capture_path)
     doc = analysis.to_json() if hasattr(analysis, "to_json") else analysis
     by_name = {}
     for r in doc.get("ranges", []):
