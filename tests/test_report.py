@@ -557,6 +557,7 @@ def test_report_kind_dispatch():
     assert report_kind({"ranges": []}) == "analysis"
     assert report_kind({"run": {"kind": "sweep"}, "variants": []}) == "sweep"
     assert report_kind({"variants": [], "layers": []}) == "sweep"
+    assert report_kind(sweep_example()) == "sweep"  # a sweep summary that carries its layers
     assert report_kind(layers_example()) == "layers"
     assert report_kind({"run": {}, "variants": [], "layers": [{"name": "x"}]}) == "layers"
     assert report_kind({"baseline": {}, "candidate": {}}) == "compare"

@@ -74,7 +74,9 @@ def report_kind(data: Any) -> str:
         return "compare"
     if "ranges" in data or "capture" in data:
         return "analysis"
-    if data.get("layers"):
+    variants = [v for v in data.get("variants") or [] if isinstance(v, dict)]
+    sweep_keys = ("checklist", "streams", "workspace_bytes", "cuda_graph", "accuracy", "samples_ms")
+    if data.get("layers") and not any(k in v for v in variants for k in sweep_keys):
         return "layers"
     if "variants" in data:
         return "sweep"

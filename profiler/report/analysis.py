@@ -17,7 +17,7 @@ from profiler.report.fmt import fmt_ms, fmt_num, fmt_pct, fmt_value, is_number
 
 MAX_DISTRIBUTION_RANGES = 16
 MAX_TIMELINE_RANGES = 8
-MAX_TIMELINE_POINTS = 5000
+MAX_TIMELINE_POINTS = 2000
 MAX_KERNELS = 25
 GAP_EDGES_US = [0.0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 100_000, 1_000_000]
 
@@ -382,10 +382,11 @@ def distribution_figure(ranges: Sequence[dict]) -> dict:
             w = r.get("wall_ms") if isinstance(r.get("wall_ms"), dict) else {}
             keys = [k for k in ("min", "median", "mean", "p90", "p95", "p99", "max") if stat(w, k) is not None]
             if keys:
-                data.append({"type": "scatter", "mode": "markers+text", "name": label,
+                data.append({"type": "scatter", "mode": "markers", "name": label,
                              "x": [label] * len(keys), "y": [rounded(stat(w, k)) for k in keys],
-                             "text": keys, "textposition": "middle right", "marker": {"color": color, "size": 9},
-                             "showlegend": False, "hovertext": [f"{name} {k}" for k in keys]})
+                             "marker": {"color": color, "size": 10, "symbol": "line-ew-open",
+                                        "line": {"width": 2, "color": color}},
+                             "showlegend": False, "hovertext": [f"{name}: {k}" for k in keys]})
     return figure(data, {"yaxis": {"title": {"text": "wall time (ms)"}, "rangemode": "tozero"}})
 
 

@@ -174,7 +174,7 @@ def describe(d: dict) -> str:
     for k, v in d.items():
         if k in ("name", "key") or v is None or isinstance(v, (dict, list)):
             continue
-        parts.append(f"{humanize_key(k)} {fmt_value(k, v)}")
+        parts.append(f"{humanize_key(k, True)} {fmt_value(k, v)}")
     return ", ".join(parts) if parts else DASH
 
 
@@ -248,7 +248,7 @@ def figure(data: list[dict], layout: dict | None = None, *, height: int = 360) -
         "plot_bgcolor": "#ffffff",
         "colorway": PALETTE,
         "hovermode": "closest",
-        "legend": {"orientation": "h", "y": -0.2},
+        "legend": {"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"},
         "xaxis": {"gridcolor": "#eceff3", "zeroline": False, "automargin": True},
         "yaxis": {"gridcolor": "#eceff3", "zeroline": False, "automargin": True},
     }

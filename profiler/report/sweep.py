@@ -342,8 +342,8 @@ def build_sweep_page(summary: dict, *, layers: Sequence[dict] | None = None) -> 
                      "Median latency by workspace size; a falling line means the smaller workspace limited tactics.")
     ser = latency_by_workspace(variants)
     if ser:
-        blocks.append(chart(page, "workspace", line_figure(ser, "workspace (bytes)", "median latency (ms)",
-                                                           xtype="log")))
+        blocks.append(chart(page, "workspace", line_figure(ser, "workspace", "median latency (ms)",
+                                                           xtype="bytes")))
     else:
         blocks.append(missing("Latency by workspace " + NOT_IN_RUN + "."))
 
@@ -433,11 +433,19 @@ def latency_figure(variants: Sequence[dict]) -> dict:
 
 
 def line_figure(series: Sequence[dict], xtitle: str, ytitle: str, *, xtype: str = "linear") -> dict:
-    data = [{"type": "scatter", "mode": "lines+markers", "name": s["name"], "x": rounded_list(s["x"]),
-             "y": rounded_list(s["y"]), "text": s["keys"]} for s in series]
-    xaxis: dict[str, Any] = {"title": {"text": xtitle}, "type": xtype}
-    if xtype == "linear":
-        xaxis["dtick"] = 1
+    """Lines of ``series_by`` output; ``xtype="bytes"`` puts sizes on a category axis as '64 MiB', '1 GiB'."""
+    if xtype == "bytes":
+        sizes = sorted({x for s in series for x in s["x"]})
+        data = [{"type": "scatter", "mode": "lines+markers", "name": s["name"], "x": [fmt_bytes(x) for x in s["x"]],
+                 "y": rounded_list(s["y"]), "text": s["keys"]} for s in series]
+        xaxis: dict[str, Any] = {"title": {"text": xtitle}, "type": "category", "categoryorder": "array",
+                                 "categoryarray": [fmt_bytes(x) for x in sizes]}
+    else:
+        data = [{"type": "scatter", "mode": "lines+markers", "name": s["name"], "x": rounded_list(s["x"]),
+                 "y": rounded_list(s["y"]), "text": s["keys"]} for s in series]
+        xaxis = {"title": {"text": xtitle}, "type": xtype}
+        if xtype == "linear":
+            xaxis["dtick"] = 1
     return figure(data, {"xaxis": xaxis, "yaxis": {"title": {"text": ytitle}, "rangemode": "tozero"}})
 
 
