@@ -599,3 +599,105 @@ def test_trace_from_frames_fills_the_contract():
     assert m.memcpy["copy_kind"].dtype == enum_dtype("copy_kind")
     assert m.gpu_activity()["name"].astype(str).tolist() == ["[memcpy DtoH]"]
     assert empty_frame("api").dtypes.to_dict() == Trace().api.dtypes.to_dict()
+
+
+@needs_fixtures
+@pytest.mark.parametrize("name", [NCCL_FIXTURE, DOMAIN_FIXTURE])
+def test_partitioned_parallel_read_equals_one_scan(nsys_fixtures, name, monkeypatch):
+    from profiler.capture import loader
+
+    monkeypatch.setattr(loader, "PARTITION_MIN_ROWS", 7)
+    monkeypatch.setenv("TRTPROF_READ_THREADS", "3")
+    parallel = load_trace(nsys_fixture_files()[FIXTURES.index(name)])
+    whole = loaded(name)
+    for frame in FRAMES:
+        a, b = getattr(parallel, frame), getattr(whole, frame)
+        pd.testing.assert_frame_equal(
+            a.astype({c: str for c in a.columns if isinstance(a[c].dtype, pd.CategoricalDtype)}),
+            b.astype({c: str for c in b.columns if isinstance(b[c].dtype, pd.CategoricalDtype)}))
+    with loader.Export(nsys_fixture_files()[FIXTURES.index(name)]) as export:
+        n = export.count("CUPTI_ACTIVITY_KIND_RUNTIME")
+        parts = export._partitions("CUPTI_ACTIVITY_KIND_RUNTIME", n)
+    assert len(parts) == 3 and parts[0][0] == 1 and parts[-1][1] == n  # rowids 1..n, three ranges
+    assert all(b + 1 == c for (_, b), (c, _) in zip(parts[:-1], parts[1:]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Our own H200 captures (sample_traces/, nsys 2025.3): facts known by construction
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+needs_samples = pytest.mark.skipif(not (SAMPLES / "launch_bound.sqlite").is_file(),
+                                   reason="sample_traces/ has no captures")
+
+
+@lru_cache(maxsize=None)
+def sample(name: str) -> Trace:
+    return load_trace(SAMPLES / f"{name}.sqlite")
+
+
+@needs_samples
+def test_sample_launch_bound_ranges_and_launches():
+    tr = sample("launch_bound")
+    iters = tr.nvtx[tr.nvtx["name"] == "launch_bound.iter"]
+    assert len(iters) == 100 and set(iters["domain"]) == {""} and iters["end_ns"].notna().all()
+    assert tr.meta["nsys_version"].startswith("2025.3")
+    # every kernel has its launch call, on the thread that opened the ranges, starting before it
+    assert tr.meta["correlation"]["kernels"] == 1.0
+    k = tr.kernels
+    assert (k["api_start_ns"] <= k["start_ns"]).all()
+    loop_tid = int(iters["global_tid"].iloc[0])
+    inside = k[(k["api_tid"] == loop_tid) & (k["api_start_ns"] >= iters["start_ns"].min())
+               & (k["api_start_ns"] <= iters["end_ns"].max())]
+    assert len(inside) == 100 * 100  # 100 iterations x 100 kernels
+    launches = tr.api[tr.api["category"] == "launch"]
+    assert len(launches) == len(k)
+
+
+@needs_samples
+def test_sample_graph_has_graph_launches_not_kernels():
+    tr = sample("graph")
+    assert len(tr.graphs) == 105  # README: 105 graph launches, the graph's kernels absent
+    assert len(tr.kernels) == 303
+    assert (tr.api["category"] == "graph_launch").sum() == 105
+    assert tr.meta["correlation"]["graphs"] == 1.0
+    assert tr.gpu_activity()["kind"].astype(str).value_counts()["graph"] == 105
+    node = sample("graph_node")
+    assert len(node.graphs) == 0 and node.kernels["graph_node_id"].notna().sum() >= 100 * 100
+
+
+@needs_samples
+def test_sample_host_stall_shows_clock_nanosleep_on_the_query_thread():
+    tr = sample("host_stall")
+    q = tr.nvtx[tr.nvtx["name"] == "host_stall.query"].sort_values("start_ns").reset_index(drop=True)
+    assert len(q) == 100
+    sleeps = tr.osrt[(tr.osrt["name"] == "clock_nanosleep")
+                     & (tr.osrt["end_ns"] - tr.osrt["start_ns"] >= 4_900_000)]
+    owner = np.searchsorted(q["start_ns"].to_numpy(), sleeps["start_ns"].to_numpy(), side="right") - 1
+    safe = np.maximum(owner, 0)
+    inside = ((owner >= 0) & (sleeps["end_ns"].to_numpy() <= q["end_ns"].to_numpy(dtype=np.int64)[safe])
+              & (sleeps["global_tid"].to_numpy() == q["global_tid"].to_numpy()[safe]))
+    stalled = sorted(set(owner[inside].tolist()))
+    assert stalled == [7, 17, 27, 37, 47, 57, 67, 77, 87, 97]
+    assert set(tr.sync["sync_type"].astype(str)) == {"stream"}
+
+
+@needs_samples
+def test_sample_pageable_and_pinned_copies():
+    tr = sample("pageable_vs_pinned")
+    m = tr.memcpy
+    h2d = m[m["copy_kind"] == "HtoD"]
+    d2h = m[m["copy_kind"] == "DtoH"]
+    assert (h2d["bytes"] == 16 * 2**20).sum() >= 80 and (d2h["bytes"] == 16 * 2**20).sum() >= 80
+    assert (h2d["src_kind"] == "pageable").sum() == 43 and (h2d["src_kind"] == "pinned").sum() == 43
+    assert (d2h["dst_kind"] == "pageable").sum() == 43 and (d2h["dst_kind"] == "pinned").sum() == 43
+    assert set(m["api_name"].astype(str)) <= {"cudaMemcpyAsync", "cudaMemcpy"}
+
+
+@needs_samples
+def test_sample_without_nvtx_is_one_window():
+    tr = sample("no_nvtx")
+    assert len(tr.nvtx) == 0 and any("no NVTX" in m for m in tr.meta["missing"])
+    assert len(tr.kernels) == 6501
+    sync = sample("sync_heavy")
+    assert int((sync.api["name"] == "cudaDeviceSynchronize").sum()) >= 480
+    assert set(sync.api.loc[sync.api["name"] == "cudaDeviceSynchronize", "category"]) == {"sync"}

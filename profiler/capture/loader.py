@@ -30,6 +30,8 @@ NULL_INT = -(2**63)
 _PID_MASK = -16777216  # 0xFFFFFFFFFF000000 as a signed int64: the process part of a globalTid
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+BATCH_ROWS = 65536
+PARTITION_MIN_ROWS = 250_000  # tables this large are read by several threads
 _NSYS_MARKERS = ("StringIds", "META_DATA_EXPORT", "EXPORT_META_DATA", "CUPTI_ACTIVITY_KIND_RUNTIME",
                  "CUPTI_ACTIVITY_KIND_KERNEL", "NVTX_EVENTS", "TARGET_INFO_SESSION_START_TIME")
 
@@ -142,7 +144,7 @@ class Export:
 
     def __init__(self, path: Path):
         self.path = path
-        uri = f"file:{path.resolve().as_posix()}?mode=ro"
+        uri = self.uri = f"file:{path.resolve().as_posix()}?mode=ro"
         try:
             self.con = sqlite3.connect(uri, uri=True)
             rows = self.con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')").fetchall()
@@ -150,6 +152,7 @@ class Export:
             raise InputError(f"{path} is not a readable SQLite database ({exc})") from exc
         self.tables = {r[0] for r in rows}
         self._columns: dict[str, list[str]] = {}
+        self._counts: dict[tuple[str, str], int] = {}
         self._adbc = None
         dbapi = _adbc_dbapi()
         self.reader = "sqlite3"
@@ -177,15 +180,23 @@ class Export:
     def has(self, table: str) -> bool:
         return table in self.tables
 
+    def nonempty(self, table: str) -> bool:
+        """Whether the table exists and has a row (nsys before 2022.4 created empty tables)."""
+        return self.has(table) and self.scalar(f'SELECT 1 FROM "{table}" LIMIT 1') is not None
+
     def columns(self, table: str) -> list[str]:
         if table not in self._columns:
             self._columns[table] = [r[1] for r in self.con.execute(f'PRAGMA table_info("{table}")')]
         return self._columns[table]
 
     def count(self, table: str, where: str = "") -> int:
+        """Row count (cached): the size to preallocate and what the export lacks."""
         if not self.has(table):
             return 0
-        return int(self.scalar(f'SELECT count(*) FROM "{table}" {where}'))
+        key = (table, where)
+        if key not in self._counts:
+            self._counts[key] = int(self.scalar(f'SELECT count(*) FROM "{table}" {where}'))
+        return self._counts[key]
 
     def scalar(self, sql: str) -> Any:
         try:
@@ -201,31 +212,191 @@ class Export:
             raise _corrupt(self.path, exc) from exc
 
     def arrow(self, sql: str):
-        """Run a query and return a ``pyarrow.Table``."""
+        """Run a query and return a ``pyarrow.Table`` (small queries; big ones use :meth:`fetch`)."""
         import pyarrow as pa
 
-        if self._adbc is not None:
+        batches = list(self.batches(sql))
+        if not batches:
+            return pa.table({})
+        return pa.Table.from_batches(batches)
+
+    def batches(self, sql: str, con=None):
+        """Yield the result of a query as ``pyarrow.RecordBatch`` es (ADBC when present, else sqlite3).
+
+        An empty result yields one zero-row batch, so the column names are always known.
+        """
+        import pyarrow as pa
+
+        con = con if con is not None else self._adbc
+        if con is not None:
             try:
-                cur = self._adbc.cursor()
+                cur = con.cursor()
                 try:
+                    try:
+                        cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": str(BATCH_ROWS)})
+                    except Exception:
+                        pass
                     cur.execute(sql)
-                    return cur.fetch_arrow_table()
+                    reader = cur.fetch_record_batch()
+                    empty = True
+                    for batch in reader:
+                        empty = False
+                        yield batch
+                    if empty:  # keep the column names of an empty result
+                        yield pa.RecordBatch.from_pylist([], schema=reader.schema)
+                    return
                 finally:
                     cur.close()
+            except InputError:
+                raise
             except Exception as exc:  # ADBC errors carry SQLite's message
-                if "malformed" in str(exc) or "not a database" in str(exc) or "corrupt" in str(exc):
+                text = str(exc)
+                if "malformed" in text or "not a database" in text or "corrupt" in text or "disk I/O" in text:
                     raise _corrupt(self.path, exc) from exc
-                # anything else (a driver quirk): retry through sqlite3 below
+                raise
+        yield from self._sqlite3_batches(sql)
+
+    def _sqlite3_batches(self, sql: str):
+        import pyarrow as pa
+
         try:
             cur = self.con.execute(sql)
             names = [d[0] for d in cur.description]
-            rows = cur.fetchall()
+            empty = True
+            while True:
+                rows = cur.fetchmany(BATCH_ROWS)
+                if not rows:
+                    if empty:
+                        yield pa.RecordBatch.from_arrays([pa.array([], pa.int64()) for _ in names], names=names)
+                    break
+                empty = False
+                cols = list(zip(*rows))
+                yield pa.RecordBatch.from_arrays([pa.array(c) for c in cols], names=names)
         except sqlite3.DatabaseError as exc:
             raise _corrupt(self.path, exc) from exc
-        if not rows:
-            return pa.table({n: pa.array([], pa.int64()) for n in names})
-        cols = list(zip(*rows))
-        return pa.table({n: pa.array(c) for n, c in zip(names, cols)})
+
+    def fetch(self, select: str, table: str, *, where: str | None = None, text: tuple[str, ...] = ()
+              ) -> "Columns":
+        """``SELECT ... FROM table [WHERE ...]`` into numpy columns, without holding the Arrow result.
+
+        Integer columns land in int64 arrays preallocated from the table's row count; ``text``
+        columns are dictionary-encoded batch by batch (codes + values). Large tables are read in
+        rowid ranges by several threads, each with its own connection (the reader releases the
+        GIL), and the parts are joined in rowid order, so the result equals one full scan.
+        """
+        n_rows = self.count(table)
+        parts = self._partitions(table, n_rows)
+        base = f"{select} FROM \"{table}\""
+        if len(parts) <= 1:
+            return self._fetch_one(base + (f" WHERE {where}" if where else ""), n_rows, text, self._adbc)
+        from concurrent.futures import ThreadPoolExecutor
+
+        def work(bounds: tuple[int, int]) -> Columns:
+            lo, hi = bounds
+            cond = f"rowid BETWEEN {lo} AND {hi}" + (f" AND ({where})" if where else "")
+            con = _adbc_dbapi().connect(self.uri)  # one connection per thread
+            try:
+                return self._fetch_one(f"{base} WHERE {cond}", min(hi - lo + 1, n_rows), text, con)
+            finally:
+                con.close()
+
+        with ThreadPoolExecutor(len(parts)) as pool:
+            results = list(pool.map(work, parts))
+        return Columns.concat(results)
+
+    def _partitions(self, table: str, n_rows: int) -> list[tuple[int, int]]:
+        """Rowid ranges for a parallel read, or [] to read the table in one scan."""
+        threads = read_threads()
+        if self._adbc is None or threads <= 1 or n_rows < 2 * PARTITION_MIN_ROWS:
+            return []
+        try:
+            lo, hi = self.con.execute(f'SELECT min(rowid), max(rowid) FROM "{table}"').fetchone()
+        except sqlite3.DatabaseError:
+            return []  # e.g. a WITHOUT ROWID table
+        if lo is None or hi - lo + 1 > 4 * n_rows:  # sparse rowids: ranges would be uneven
+            return []
+        k = int(min(threads, n_rows // PARTITION_MIN_ROWS))
+        edges = np.linspace(lo, hi + 1, k + 1).astype(np.int64)
+        return [(int(a), int(b) - 1) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+
+    def _fetch_one(self, sql: str, max_rows: int, text: tuple[str, ...], con) -> "Columns":
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        out: dict[str, np.ndarray] = {}
+        chunks: dict[str, list] = {t: [] for t in text}
+        pos = 0
+        cap = max(int(max_rows), 0)
+        for batch in self.batches(sql, con):
+            m = batch.num_rows
+            if not out:
+                out = {n: np.empty(cap, np.int64) for n in batch.schema.names if n not in text}
+            if pos + m > cap:  # more rows than counted: grow (not expected on a read-only file)
+                cap = max(2 * cap, pos + m)
+                out = {n: np.resize(a, cap) for n, a in out.items()}
+            for i, name in enumerate(batch.schema.names):
+                col = batch.column(i)
+                if name in chunks:
+                    chunks[name].append(pc.dictionary_encode(col))
+                    continue
+                if col.null_count:
+                    col = pc.fill_null(col, NULL_INT)
+                out[name][pos:pos + m] = col.to_numpy(zero_copy_only=False)
+            pos += m
+        result = Columns({n: (a[:pos] if pos * 10 >= len(a) * 9 else a[:pos].copy()) for n, a in out.items()}, pos)
+        for name, parts in chunks.items():
+            if parts:
+                unified = pa.chunked_array(parts).unify_dictionaries()
+                values = np.asarray(unified.chunk(0).dictionary.to_pylist(), dtype=object)
+                codes = np.concatenate([c.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+                                        for c in unified.chunks])
+            else:
+                values, codes = np.empty(0, dtype=object), np.empty(0, np.int64)
+            result.text[name] = (codes, values)
+        return result
+
+
+def read_threads() -> int:
+    """Threads for reading large tables: TRTPROF_READ_THREADS, else up to 8 of the CPUs we may use."""
+    env = os.environ.get("TRTPROF_READ_THREADS")
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            pass
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(8, cpus))
+
+
+class Columns(dict):
+    """Numpy columns of one query (int64), plus dictionary-encoded text columns in ``text``."""
+
+    def __init__(self, arrays: dict[str, np.ndarray], n: int):
+        super().__init__(arrays)
+        self.n = n
+        self.text: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    @classmethod
+    def concat(cls, parts: list["Columns"]) -> "Columns":
+        """Parts of one query in order -> one result (column by column, freeing parts as it goes)."""
+        names = list(parts[0])
+        out = cls({}, sum(p.n for p in parts))
+        for name in names:
+            out[name] = np.concatenate([p.pop(name) for p in parts])
+        for name in list(parts[0].text):
+            values = np.concatenate([p.text[name][1] for p in parts])
+            merged, uniq = pd.factorize(values) if len(values) else (np.empty(0, np.int64), values)
+            codes, offset = [], 0
+            for p in parts:
+                c, v = p.text.pop(name)
+                codes.append(merged[offset:offset + len(v)][c] if len(c) else c)
+                offset += len(v)
+            out.text[name] = (np.concatenate(codes).astype(np.int64),
+                              np.asarray(uniq, dtype=object))
+        return out
 
 
 def _corrupt(path: Path, exc: Exception) -> InputError:
@@ -284,9 +455,9 @@ def categorical_from_codes(codes: np.ndarray, names: np.ndarray) -> pd.Categoric
     return pd.Categorical.from_codes(final, categories=pd.Index(uniq2, dtype="str"))
 
 
-def _np(tbl, name: str, dtype=np.int64) -> np.ndarray:
-    col = tbl.column(name)
-    arr = col.to_numpy()
+def _np(cols: Columns, name: str, dtype=np.int64) -> np.ndarray:
+    """Take a column out of ``cols`` (freeing it there) in the wanted dtype."""
+    arr = cols.pop(name)
     return arr if arr.dtype == dtype else arr.astype(dtype)
 
 
@@ -378,18 +549,16 @@ class _Loader:
 
     # -- API calls (always read when activities are wanted: they carry the launching thread)
     def read_api(self) -> None:
-        if not self.x.has(T_API):
+        if not self.x.nonempty(T_API):
             self.api_raw = {k: np.empty(0, np.int64) for k in
                             ("start", "end", "cls", "gtid", "corr", "name")}
         else:
-            tbl = self.x.arrow(
+            tbl = self.x.fetch(
                 f"SELECT start, end, {self.col(T_API, 'eventClass')} AS cls, "
                 f"{self.col(T_API, 'globalTid')} AS gtid, {self.col(T_API, 'correlationId')} AS corr, "
-                f"{self.col(T_API, 'nameId')} AS name FROM {T_API} "
-                f"WHERE eventClass IN ({_EVENT_CLASS_RUNTIME}, {_EVENT_CLASS_DRIVER})"
-                if "eventClass" in self.x.columns(T_API) else
-                f"SELECT start, end, 0 AS cls, globalTid AS gtid, correlationId AS corr, "
-                f"nameId AS name FROM {T_API}")
+                f"{self.col(T_API, 'nameId')} AS name", T_API,
+                where=(f"eventClass IN ({_EVENT_CLASS_RUNTIME}, {_EVENT_CLASS_DRIVER})"
+                       if "eventClass" in self.x.columns(T_API) else None))
             self.api_raw = {k: _np(tbl, k) for k in ("start", "end", "cls", "gtid", "corr", "name")}
             del tbl
         r = self.api_raw
@@ -407,7 +576,7 @@ class _Loader:
         category = pd.Categorical.from_codes(
             cat_codes[names.codes] if len(names) else np.empty(0, np.int8), dtype=cat_dtype)
         api_kind = _enum(r["cls"], {0: "runtime", 1: "driver"}, "api", "runtime")
-        return pd.DataFrame({
+        return pd.DataFrame(copy=False, data={
             "start_ns": r["start"], "end_ns": r["end"], "pid": pid, "tid": tid, "global_tid": r["gtid"],
             "correlation_id": r["corr"], "name": names, "api": api_kind, "category": category,
         })
@@ -441,10 +610,10 @@ class _Loader:
     # -- GPU activities
     def kernels(self) -> pd.DataFrame:
         t = T_KERNEL
-        if not self.x.has(t):
+        if not self.x.nonempty(t):
             return empty_frame("kernels")
         c = self.col
-        tbl = self.x.arrow(
+        tbl = self.x.fetch(
             f"SELECT start, end, deviceId, {c(t, 'contextId')} AS contextId, streamId, "
             f"{c(t, 'correlationId')} AS corr, {c(t, 'globalPid')} AS gpid, "
             f"{self.first_col(t, ('demangledName', 'shortName', 'mangledName'))} AS name, "
@@ -452,10 +621,9 @@ class _Loader:
             f"{c(t, 'gridX')} AS gx, {c(t, 'gridY')} AS gy, {c(t, 'gridZ')} AS gz, "
             f"{c(t, 'blockX')} AS bx, {c(t, 'blockY')} AS by_, {c(t, 'blockZ')} AS bz, "
             f"{c(t, 'registersPerThread')} AS regs, "
-            f"{c(t, 'graphNodeId', str(NULL_INT))} AS gnode, {c(t, 'graphId', str(NULL_INT))} AS gid "
-            f"FROM {t}")
+            f"{c(t, 'graphNodeId', str(NULL_INT))} AS gnode, {c(t, 'graphId', str(NULL_INT))} AS gid", t)
         gpid, corr = _np(tbl, "gpid"), _np(tbl, "corr")
-        df = pd.DataFrame({
+        df = pd.DataFrame(copy=False, data={
             "start_ns": _np(tbl, "start"), "end_ns": _np(tbl, "end"),
             "device_id": _np(tbl, "deviceId", np.int32), "stream_id": _np(tbl, "streamId"),
             "context_id": _np(tbl, "contextId"), "correlation_id": corr,
@@ -473,15 +641,15 @@ class _Loader:
 
     def memcpy(self) -> pd.DataFrame:
         t = T_MEMCPY
-        if not self.x.has(t):
+        if not self.x.nonempty(t):
             return empty_frame("memcpy")
         c = self.col
-        tbl = self.x.arrow(
+        tbl = self.x.fetch(
             f"SELECT start, end, deviceId, streamId, {c(t, 'correlationId')} AS corr, "
             f"{c(t, 'globalPid')} AS gpid, bytes, {c(t, 'copyKind')} AS ck, {c(t, 'srcKind')} AS sk, "
-            f"{c(t, 'dstKind')} AS dk FROM {t}")
+            f"{c(t, 'dstKind')} AS dk", t)
         gpid, corr = _np(tbl, "gpid"), _np(tbl, "corr")
-        return pd.DataFrame({
+        return pd.DataFrame(copy=False, data={
             "start_ns": _np(tbl, "start"), "end_ns": _np(tbl, "end"),
             "device_id": _np(tbl, "deviceId", np.int32), "stream_id": _np(tbl, "streamId"),
             "correlation_id": corr, "pid": decode_global_tid(gpid)[0], "bytes": _np(tbl, "bytes"),
@@ -493,14 +661,14 @@ class _Loader:
 
     def memset(self) -> pd.DataFrame:
         t = T_MEMSET
-        if not self.x.has(t):
+        if not self.x.nonempty(t):
             return empty_frame("memset")
         c = self.col
-        tbl = self.x.arrow(
+        tbl = self.x.fetch(
             f"SELECT start, end, deviceId, streamId, {c(t, 'correlationId')} AS corr, "
-            f"{c(t, 'globalPid')} AS gpid, bytes FROM {t}")
+            f"{c(t, 'globalPid')} AS gpid, bytes", t)
         gpid, corr = _np(tbl, "gpid"), _np(tbl, "corr")
-        return pd.DataFrame({
+        return pd.DataFrame(copy=False, data={
             "start_ns": _np(tbl, "start"), "end_ns": _np(tbl, "end"),
             "device_id": _np(tbl, "deviceId", np.int32), "stream_id": _np(tbl, "streamId"),
             "correlation_id": corr, "pid": decode_global_tid(gpid)[0], "bytes": _np(tbl, "bytes"),
@@ -509,15 +677,15 @@ class _Loader:
 
     def graphs(self) -> pd.DataFrame:
         t = T_GRAPH
-        if not self.x.has(t):
+        if not self.x.nonempty(t):
             return empty_frame("graphs")
         c = self.col
-        tbl = self.x.arrow(
+        tbl = self.x.fetch(
             f"SELECT start, end, deviceId, streamId, {c(t, 'correlationId')} AS corr, "
             f"{c(t, 'globalPid')} AS gpid, {c(t, 'graphId', str(NULL_INT))} AS gid, "
-            f"{c(t, 'graphExecId', str(NULL_INT))} AS gexec FROM {t}")
+            f"{c(t, 'graphExecId', str(NULL_INT))} AS gexec", t)
         gpid, corr = _np(tbl, "gpid"), _np(tbl, "corr")
-        return pd.DataFrame({
+        return pd.DataFrame(copy=False, data={
             "start_ns": _np(tbl, "start"), "end_ns": _np(tbl, "end"),
             "device_id": _np(tbl, "deviceId", np.int32), "stream_id": _np(tbl, "streamId"),
             "correlation_id": corr, "pid": decode_global_tid(gpid)[0],
@@ -527,13 +695,13 @@ class _Loader:
 
     def sync(self) -> pd.DataFrame:
         t = T_SYNC
-        if not self.x.has(t):
+        if not self.x.nonempty(t):
             return empty_frame("sync")
         c = self.col
-        tbl = self.x.arrow(
+        tbl = self.x.fetch(
             f"SELECT start, end, {c(t, 'deviceId')} AS dev, {c(t, 'streamId')} AS stream, "
             f"{c(t, 'correlationId')} AS corr, {c(t, 'globalPid')} AS gpid, "
-            f"{self.first_col(t, ('syncType', 'deprecatedSyncType'), '0')} AS st FROM {t}")
+            f"{self.first_col(t, ('syncType', 'deprecatedSyncType'), '0')} AS st", t)
         gpid, corr = _np(tbl, "gpid"), _np(tbl, "corr")
         link = self.link("sync", gpid, corr, with_name=True)
         # nsys versions disagree on syncType ids (2024.5 records cudaDeviceSynchronize as 1, 2024.6
@@ -544,7 +712,7 @@ class _Loader:
                              dtype=object)
         named = by_name[api_names.codes] if len(api_names) else np.empty(0, dtype=object)
         kinds = np.where(named != "", named, np.asarray(raw, dtype=object))
-        return pd.DataFrame({
+        return pd.DataFrame(copy=False, data={
             "start_ns": _np(tbl, "start"), "end_ns": _np(tbl, "end"), "pid": decode_global_tid(gpid)[0],
             "correlation_id": corr, "sync_type": pd.Categorical(kinds, dtype=enum_dtype("sync_type")),
             "device_id": _np(tbl, "dev", np.int32), "stream_id": _np(tbl, "stream"), **link,
@@ -553,15 +721,15 @@ class _Loader:
     # -- host side
     def nvtx(self) -> pd.DataFrame:
         t = T_NVTX
-        if not self.x.has(t):
+        if not self.x.nonempty(t):
             return empty_frame("nvtx")
         c = self.col
         text = "coalesce(text, '')" if "text" in self.x.columns(t) else "''"
-        tbl = self.x.arrow(
+        tbl = self.x.fetch(
             f"SELECT start, coalesce(end, {NULL_INT}) AS end_, eventType AS et, {text} AS text, "
             f"{c(t, 'textId')} AS tid_, {c(t, 'domainId', '0')} AS dom, {c(t, 'globalTid')} AS gtid, "
-            f"{c(t, 'endGlobalTid')} AS egtid FROM {t} "
-            f"WHERE eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END}, {NVTX_MARK})")
+            f"{c(t, 'endGlobalTid')} AS egtid", t,
+            where=f"eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END}, {NVTX_MARK})", text=("text",))
         gtid = _np(tbl, "gtid")
         pid, tid = decode_global_tid(gtid)
         end = _np(tbl, "end_")
@@ -570,27 +738,21 @@ class _Loader:
         if unclosed:
             self.warnings.append(f"{unclosed} NVTX range(s) were never closed; they are kept without an end.")
         self.nvtx_unclosed = unclosed
-        return pd.DataFrame({
+        return pd.DataFrame(copy=False, data={
             "start_ns": _np(tbl, "start"), "end_ns": _nullable(end),
-            "name": self._nvtx_names(tbl.column("text"), _np(tbl, "tid_")),
+            "name": self._nvtx_names(*tbl.text["text"], _np(tbl, "tid_")),
             "domain": self._nvtx_domains(pid, _np(tbl, "dom")),
             "event_type": _enum(et, _NVTX_TYPE, "event_type", "mark"),
             "pid": pid, "tid": tid, "global_tid": gtid, "end_global_tid": _np(tbl, "egtid"),
         })
 
-    def _nvtx_names(self, text, text_id: np.ndarray) -> pd.Categorical:
-        import pyarrow.compute as pc
-
-        enc = pc.dictionary_encode(text).combine_chunks() if len(text) else None
-        if enc is None:
-            return categorical_from_codes(np.empty(0, np.int64), np.empty(0, dtype=object))
-        t_codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        t_vals = np.asarray(enc.dictionary.to_pylist(), dtype=object)
+    def _nvtx_names(self, t_codes: np.ndarray, t_vals: np.ndarray, text_id: np.ndarray) -> pd.Categorical:
+        """Names of NVTX events: the registered string (textId) where there is one, else the inline text."""
         has_id = text_id >= 0
         if not has_id.any():
             return categorical_from_codes(t_codes, t_vals)
         id_codes, id_uniq = pd.factorize(text_id[has_id])
-        codes = t_codes.copy()
+        codes = t_codes.copy() if len(t_codes) == len(text_id) else np.zeros(len(text_id), np.int64)
         codes[has_id] = id_codes + len(t_vals)
         return categorical_from_codes(codes, np.concatenate([t_vals, self.strings.lookup(id_uniq)]))
 
@@ -628,13 +790,13 @@ class _Loader:
 
     def osrt(self) -> pd.DataFrame:
         t = T_OSRT
-        if not self.x.has(t):
+        if not self.x.nonempty(t):
             return empty_frame("osrt")
-        tbl = self.x.arrow(f"SELECT start, end, {self.col(t, 'nameId')} AS name, "
-                           f"{self.col(t, 'globalTid')} AS gtid FROM {t}")
+        tbl = self.x.fetch(f"SELECT start, end, {self.col(t, 'nameId')} AS name, "
+                           f"{self.col(t, 'globalTid')} AS gtid", t)
         gtid = _np(tbl, "gtid")
         pid, tid = decode_global_tid(gtid)
-        return pd.DataFrame({
+        return pd.DataFrame(copy=False, data={
             "start_ns": _np(tbl, "start"), "end_ns": _np(tbl, "end"),
             "name": self.strings.categorical(_np(tbl, "name")), "pid": pid, "tid": tid, "global_tid": gtid,
         })
@@ -747,11 +909,11 @@ def _load(export: Export, wanted: set[str], source: Path) -> Trace:
     if wanted & (set(_ACTIVITY) | {"api"}):
         ld.read_api()
     for name in FRAMES:
-        if name not in wanted:
-            continue
-        frames[name] = ld.api_frame() if name == "api" else getattr(ld, _LOADERS[name])()
-    if "api" in frames and ld.api_raw is not None:
-        ld.api_raw = None  # free the raw arrays; the frame holds them now
+        if name in wanted and name != "api":
+            frames[name] = getattr(ld, _LOADERS[name])()
+    if "api" in wanted:
+        frames["api"] = ld.api_frame()  # last: it takes over the raw arrays the joins used
+    ld.api_raw = ld.api_index = None
 
     has_gpu = any(export.count(t) for t in (T_KERNEL, T_MEMCPY, T_MEMSET, T_GRAPH))
     if not has_gpu:

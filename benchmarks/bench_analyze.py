@@ -1,0 +1,387 @@
+#!/usr/bin/env python3
+"""How fast does trtprof read and analyse a large nsys export, against the floor and the peers?
+
+Scales a real capture (rows of every event table replicated with shifted timestamps and correlation
+ids) to about ``--kernels`` kernels, then measures, each in its own subprocess (wall time and that
+process's peak RSS, from ``os.wait4``):
+
+- floor:        the SELECTs ``load_trace`` issues, fetched into Arrow by the fastest reader here
+                (ADBC's SQLite driver, else sqlite3), nothing else;
+- read_sql:     ``pandas.read_sql`` of the same SELECTs through sqlite3;
+- load_trace:   ``profiler.capture.load_trace`` (frames, names, correlation join);
+- analyze:      ``trtprof analyze CAPTURE --json OUT --no-store`` end to end (skipped with a note if
+                the subcommand is not available);
+- the same ``load_trace`` and ``analyze`` on a 10x larger copy, for linearity;
+- with ``nsys`` on PATH: ``nsys stats -r cuda_gpu_kern_sum,cuda_api_sum,nvtx_sum`` and
+  ``nsys analyze -r gpu_gaps,cuda_api_sync`` on the same file.
+
+Prints one table. Needs only python3, the repository and pyarrow (ADBC optional).
+
+    python3 benchmarks/bench_analyze.py                     # ~2.5 M kernels, 5 M API calls
+    python3 benchmarks/bench_analyze.py --scale 0.02        # 2% of that, for a quick run
+    python3 benchmarks/bench_analyze.py capture.sqlite --no-10x
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SCALED_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY",
+                 "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+                 "CUPTI_ACTIVITY_KIND_GRAPH_TRACE", "NVTX_EVENTS", "OSRT_API")
+CORRELATED = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY",
+              "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+              "CUPTI_ACTIVITY_KIND_GRAPH_TRACE")
+DEFAULT_KERNELS = 2_500_000
+
+
+def default_source() -> Path:
+    sample = ROOT / "sample_traces" / "launch_bound.sqlite"
+    if sample.is_file():
+        return sample
+    shared = Path(os.environ.get("TRTPROF_SHARED", ROOT.parent / "shared")) / "fixtures" / "nsys"
+    for name in ("v2026.2.1_nsysai_mfu_2gpu_before.sqlite",):
+        if (shared / name).is_file():
+            return shared / name
+    samples = sorted((ROOT / "sample_traces").glob("*.sqlite"))
+    if samples:
+        return samples[0]
+    raise SystemExit("no capture given and no sample trace or fixture found")
+
+
+# ------------------------------------------------------------------------------------------------
+# Scaling
+
+
+def _tables(con: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def _columns(con: sqlite3.Connection, table: str) -> list[str]:
+    return [r[1] for r in con.execute(f'PRAGMA table_info("{table}")')]
+
+
+def scale_export(src: Path, dst: Path, reps: int) -> None:
+    """Copy ``src`` to ``dst`` with every event table repeated ``reps`` times end to end in time.
+
+    Repetition k shifts start/end by k x (the capture's span + 1 ms) and correlation ids by
+    k x (their count), after renumbering them densely so they stay below 2**32.
+    """
+    tmp = dst.with_suffix(".tmp")
+    if tmp.exists():
+        tmp.unlink()
+    shutil.copyfile(src, tmp)
+    con = sqlite3.connect(tmp)
+    con.execute("PRAGMA journal_mode = OFF")
+    con.execute("PRAGMA synchronous = OFF")
+    con.execute("PRAGMA temp_store = MEMORY")
+    tables = [t for t in SCALED_TABLES if t in _tables(con)]
+    lo, hi = None, None
+    for t in tables:
+        a, b = con.execute(f"SELECT min(start), max(coalesce(end, start)) FROM {t}").fetchone()
+        if a is not None:
+            lo = a if lo is None else min(lo, a)
+            hi = b if hi is None else max(hi, b)
+    if lo is None:
+        raise SystemExit(f"{src} holds no events to scale")
+    shift_ns = (hi - lo) + 1_000_000
+    corr_tables = [t for t in CORRELATED if t in tables]
+    con.execute("CREATE TEMP TABLE cmap (old INTEGER PRIMARY KEY, new INTEGER)")
+    union = " UNION ".join(f"SELECT correlationId FROM {t} WHERE correlationId IS NOT NULL" for t in corr_tables)
+    if union:
+        con.execute(f"INSERT INTO cmap SELECT correlationId, row_number() OVER (ORDER BY correlationId) "
+                    f"FROM ({union})")
+    n_corr = con.execute("SELECT count(*) FROM cmap").fetchone()[0] + 1
+    for t in tables:
+        cols = _columns(con, t)
+        con.execute(f"CREATE TEMP TABLE src_{t} AS SELECT * FROM {t} ORDER BY start")
+        con.execute(f"DELETE FROM {t}")
+        exprs = []
+        for c in cols:
+            if c in ("start", "end"):
+                exprs.append(f"{c} + :shift")
+            elif c == "correlationId" and t in corr_tables:
+                exprs.append("(SELECT new FROM cmap WHERE old = correlationId) + :corr")
+            else:
+                exprs.append(c)
+        sql = f"INSERT INTO {t} ({', '.join(cols)}) SELECT {', '.join(exprs)} FROM temp.src_{t}"
+        for k in range(reps):
+            con.execute(sql, {"shift": k * shift_ns, "corr": k * n_corr})
+        con.execute(f"DROP TABLE temp.src_{t}")
+        con.commit()
+    if "ANALYSIS_DETAILS" in _tables(con):
+        con.execute("UPDATE ANALYSIS_DETAILS SET duration = duration + :d", {"d": (reps - 1) * shift_ns})
+    con.commit()
+    con.close()
+    tmp.replace(dst)
+
+
+def scaled(src: Path, reps: int, workdir: Path) -> Path:
+    dst = workdir / f"{src.stem}_x{reps}.sqlite"
+    if not dst.exists() or dst.stat().st_mtime < src.stat().st_mtime:
+        t0 = time.perf_counter()
+        scale_export(src, dst, reps)
+        print(f"# built {dst} ({dst.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t0:.1f} s",
+              file=sys.stderr)
+    return dst
+
+
+def counts(path: Path) -> dict[str, int]:
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        have = _tables(con)
+        out = {}
+        for key, table in (("kernels", "CUPTI_ACTIVITY_KIND_KERNEL"), ("api", "CUPTI_ACTIVITY_KIND_RUNTIME"),
+                           ("nvtx", "NVTX_EVENTS"), ("osrt", "OSRT_API")):
+            out[key] = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0] if table in have else 0
+        return out
+    finally:
+        con.close()
+
+
+# ------------------------------------------------------------------------------------------------
+# Steps (each runs in a child process: `bench_analyze.py --step NAME FILE`)
+
+
+def loader_queries(path: Path) -> list[str]:
+    """The SELECTs load_trace issues on this file, recorded by running it once."""
+    from profiler.capture import loader
+
+    recorded: list[str] = []
+    original = loader.Export.batches
+
+    def recording(self, sql):
+        recorded.append(sql)
+        return original(self, sql)
+
+    loader.Export.batches = recording  # type: ignore[method-assign]
+    try:
+        loader.load_trace(path)
+    finally:
+        loader.Export.batches = original  # type: ignore[method-assign]
+    return recorded
+
+
+def step(name: str, path: Path, queries_file: Path | None) -> dict:
+    t0 = time.perf_counter()
+    info: dict = {}
+    if name == "floor":
+        queries = json.loads(queries_file.read_text())  # type: ignore[union-attr]
+        try:
+            import adbc_driver_sqlite.dbapi as dbapi
+            con = dbapi.connect(f"file:{path.resolve()}?mode=ro")
+            rows = 0
+            for q in queries:
+                cur = con.cursor()
+                cur.execute(q)
+                rows += cur.fetch_arrow_table().num_rows
+                cur.close()
+            con.close()
+            info["reader"] = "adbc"
+        except ImportError:
+            import pyarrow as pa
+            con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+            rows = 0
+            for q in queries:
+                cur = con.execute(q)
+                names = [d[0] for d in cur.description]
+                data = list(zip(*cur.fetchall()))
+                rows += pa.table({n: pa.array(c) for n, c in zip(names, data)} if data else {}).num_rows
+            info["reader"] = "sqlite3"
+        info["rows"] = rows
+    elif name == "read_sql":
+        import pandas as pd
+        queries = json.loads(queries_file.read_text())  # type: ignore[union-attr]
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        info["rows"] = sum(len(pd.read_sql(q, con)) for q in queries)
+    elif name == "load_trace":
+        from profiler.capture import load_trace
+        tr = load_trace(path)
+        info["rows"] = sum(len(df) for df in tr.frames().values())
+        info["reader"] = tr.meta.get("reader")
+    else:
+        raise SystemExit(f"unknown step {name}")
+    info["wall_s"] = time.perf_counter() - t0
+    return info
+
+
+def run_child(cmd: list[str], timeout_s: float | None = None) -> dict:
+    """Run a command; its wall time and its own peak RSS (os.wait4), plus JSON it prints last."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return {"error": f"timed out after {timeout_s} s"}
+    wall = time.perf_counter() - t0
+    # communicate() reaped the child; its rusage is in RUSAGE_CHILDREN only cumulatively, so the
+    # children run through the helper below, which reports its own peak
+    result: dict = {"wall_s": wall, "rc": proc.returncode, "stderr": err.strip().splitlines()[-3:]}
+    for line in reversed(out.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                result.update(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+            break
+    return result
+
+
+MEASURE = r"""
+import json, os, resource, subprocess, sys, time
+t0 = time.perf_counter()
+p = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+out, err = p.communicate()
+_, status, ru = os.wait4(p.pid, 0) if False else (None, p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN))
+wall = time.perf_counter() - t0
+sys.stderr.write(err.decode(errors="replace")[-2000:])
+last = {}
+for line in reversed(out.decode(errors="replace").strip().splitlines()):
+    if line.startswith("{"):
+        try:
+            last = json.loads(line)
+        except ValueError:
+            pass
+        break
+print(json.dumps({"outer_wall_s": wall, "rc": status, "peak_rss_mb": ru.ru_maxrss / 1024, "inner": last}))
+"""
+
+
+def measured(cmd: list[str], timeout_s: float | None) -> dict:
+    """``cmd`` run under a fresh Python parent that has no other children, so RUSAGE_CHILDREN's
+    ru_maxrss is exactly this command's peak RSS."""
+    res = run_child([sys.executable, "-c", MEASURE, *cmd], timeout_s)
+    inner = res.get("inner") or {}
+    return {
+        "wall_s": inner.get("wall_s", res.get("outer_wall_s")),
+        "process_s": res.get("outer_wall_s"),
+        "peak_rss_mb": res.get("peak_rss_mb"),
+        "rc": res.get("rc"),
+        "info": inner,
+        "stderr": res.get("stderr", []),
+        "error": res.get("error"),
+    }
+
+
+def analyze_available() -> bool:
+    try:
+        import importlib.util
+        return importlib.util.find_spec("profiler.cli.analyze") is not None
+    except Exception:
+        return False
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("capture", nargs="?", type=Path, help="an nsys SQLite export (default: a sample trace)")
+    ap.add_argument("--kernels", type=int, default=DEFAULT_KERNELS, help="target kernel rows at scale 1")
+    ap.add_argument("--scale", type=float, default=1.0, help="fraction of --kernels (e.g. 0.05 for a quick run)")
+    ap.add_argument("--no-10x", action="store_true", help="skip the 10x-size linearity rows")
+    ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "trtprof-bench")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per measured step")
+    ap.add_argument("--step", help=argparse.SUPPRESS)
+    ap.add_argument("--queries", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--json", type=Path, help="also write every number here")
+    args = ap.parse_args()
+
+    if args.step:
+        print(json.dumps(step(args.step, args.capture, args.queries)))
+        return
+
+    src = (args.capture or default_source()).resolve()
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    base = counts(src)
+    if not base["kernels"]:
+        raise SystemExit(f"{src} has no kernels to scale")
+    target = max(1, int(args.kernels * args.scale))
+    reps = max(1, math.ceil(target / base["kernels"]))
+    files = {"1x": scaled(src, reps, args.workdir)}
+    if not args.no_10x:
+        files["10x"] = scaled(src, reps * 10, args.workdir)
+
+    me = [sys.executable, str(Path(__file__).resolve())]
+    results: list[dict] = []
+    have_analyze = analyze_available()
+    nsys = shutil.which("nsys")
+    for size, path in files.items():
+        c = counts(path)
+        mb = path.stat().st_size / 1e6
+        qfile = args.workdir / f"{path.stem}.queries.json"
+        qfile.write_text(json.dumps(loader_queries(path) if size == "1x" else
+                                    json.loads((args.workdir / f"{files['1x'].stem}.queries.json").read_text())))
+        plan: list[tuple[str, list[str] | None, str]] = []
+        if size == "1x":
+            plan += [("floor (Arrow)", me + ["--step", "floor", "--queries", str(qfile), str(path)], ""),
+                     ("pandas.read_sql", me + ["--step", "read_sql", "--queries", str(qfile), str(path)], "")]
+        plan.append(("load_trace", me + ["--step", "load_trace", str(path)], ""))
+        if have_analyze:
+            out_json = args.workdir / f"{path.stem}.analysis.json"
+            plan.append(("trtprof analyze", [sys.executable, "-m", "profiler", "analyze", str(path), "--json",
+                                             str(out_json), "--no-store"], ""))
+        else:
+            plan.append(("trtprof analyze", None, "skipped: profiler.cli.analyze is not in this checkout"))
+        if size == "10x":
+            plan.insert(0, ("floor (Arrow)", me + ["--step", "floor", "--queries", str(qfile), str(path)], ""))
+        if nsys and size == "1x":
+            plan += [("nsys stats kern+api+nvtx", [nsys, "stats", "-r", "cuda_gpu_kern_sum,cuda_api_sum,nvtx_sum",
+                                                   "--format", "csv", "-o", str(args.workdir / "nsys_stats"),
+                                                   "--force-overwrite", "true", str(path)], ""),
+                     ("nsys analyze gaps+sync", [nsys, "analyze", "-r", "gpu_gaps,cuda_api_sync", "--format", "csv",
+                                                 "-o", str(args.workdir / "nsys_analyze"), "--force-overwrite",
+                                                 "true", str(path)], "")]
+        for label, cmd, note in plan:
+            row = {"size": size, "what": label, "file_mb": mb, **c}
+            if cmd is None:
+                row["note"] = note
+            else:
+                print(f"# {size} {label} ...", file=sys.stderr, flush=True)
+                m = measured(cmd, args.timeout)
+                row.update({k: m[k] for k in ("wall_s", "peak_rss_mb", "rc")})
+                if m.get("error") or m.get("rc"):
+                    row["note"] = m.get("error") or f"exit {m['rc']}: {' '.join(m['stderr'])[-160:]}"
+                elif m["info"].get("reader"):
+                    row["note"] = f"reader={m['info']['reader']}"
+            results.append(row)
+
+    floor = {r["size"]: r.get("wall_s") for r in results if r["what"] == "floor (Arrow)"}
+    rs = next((r.get("wall_s") for r in results if r["what"] == "pandas.read_sql"), None)
+    print()
+    print(f"source: {src}  replicated x{reps}" + ("" if args.no_10x else f" and x{reps * 10}"))
+    print(f"{'size':<5} {'what':<26} {'kernels':>10} {'api':>10} {'nvtx':>9} {'osrt':>9} {'MB':>7} "
+          f"{'wall s':>8} {'x floor':>8} {'read_sql/x':>10} {'peak MB':>8}  note")
+    for r in results:
+        w = r.get("wall_s")
+        xf = f"{w / floor[r['size']]:.2f}" if w and floor.get(r["size"]) else ""
+        xr = f"{rs / w:.1f}" if w and rs and r["size"] == "1x" else ""
+        print(f"{r['size']:<5} {r['what']:<26} {r['kernels']:>10} {r['api']:>10} {r['nvtx']:>9} {r['osrt']:>9} "
+              f"{r['file_mb']:>7.0f} {w if w is not None else float('nan'):>8.2f} {xf:>8} {xr:>10} "
+              f"{r.get('peak_rss_mb') or float('nan'):>8.0f}  {r.get('note', '')}")
+    for what in ("load_trace", "trtprof analyze", "floor (Arrow)"):
+        one = next((r.get("wall_s") for r in results if r["size"] == "1x" and r["what"] == what), None)
+        ten = next((r.get("wall_s") for r in results if r["size"] == "10x" and r["what"] == what), None)
+        if one and ten:
+            print(f"linearity {what}: 10x rows took {ten / one:.1f}x the time (target <= 11x)")
+    if args.json:
+        args.json.write_text(json.dumps({"source": str(src), "reps": reps, "results": results}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
