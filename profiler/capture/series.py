@@ -193,19 +193,16 @@ def expand(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass
 class Activity:
-    """GPU work (kernels, memcpy, memset, graph launches) as parallel arrays."""
+    """GPU work (kernels, memcpy, memset, graph launches) as parallel arrays, kernels first."""
 
-    kind: np.ndarray
+    kind: np.ndarray  # int8 index into KIND_NAMES
     start_ns: np.ndarray
     end_ns: np.ndarray
     device_id: np.ndarray
-    stream_id: np.ndarray
-    pid: np.ndarray
     api_tid: np.ndarray
-    api_start_ns: np.ndarray
-    correlation_id: np.ndarray
+    api_start_ns: np.ndarray  # INT64_MIN where the launching call is not in the capture
     bytes: np.ndarray
-    copy_kind: np.ndarray  # index into COPY_KINDS
+    copy_kind: np.ndarray  # int8 index into COPY_KINDS
     pageable: np.ndarray  # bool: a host side in pageable memory
     is_launch: np.ndarray  # bool: first activity of a kernel / graph launch call
     row: np.ndarray  # row number in the trace frame of its kind
@@ -214,44 +211,55 @@ class Activity:
         return len(self.kind)
 
 
+def _first_of_launch(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    """True for the first activity of each (process, correlation id); unknown ids (< 0) always count."""
+    out = np.ones(len(corr), dtype=bool)
+    known = np.flatnonzero(corr >= 0)
+    if len(known) < 2:
+        return out
+    order = known[np.lexsort((known, corr[known], pid[known]))]
+    dup = (corr[order][1:] == corr[order][:-1]) & (pid[order][1:] == pid[order][:-1])
+    out[order[1:][dup]] = False
+    return out
+
+
 def build_activity(trace: Any) -> Activity:
     parts: dict[str, list[np.ndarray]] = {k: [] for k in Activity.__dataclass_fields__}
+    int64_min = np.iinfo(np.int64).min
     for code, attr in enumerate(("kernels", "memcpy", "memset", "graphs")):
         df = _frame(trace, attr)
         n = len(df)
         if n == 0:
             continue
         start = i64(df, "start_ns", 0)
+        tid = i64(df, "api_tid", -1)
         parts["kind"].append(np.full(n, code, dtype=np.int8))
         parts["start_ns"].append(start)
         parts["end_ns"].append(np.maximum(i64(df, "end_ns", 0), start))
-        for col in ("device_id", "stream_id", "pid", "api_tid", "correlation_id"):
-            parts[col].append(i64(df, col, -1))
+        parts["device_id"].append(i64(df, "device_id", -1))
+        parts["api_tid"].append(tid)
         # a launch whose call is not in the capture has api_tid -1: its api_start_ns means nothing
-        api_start = np.where(i64(df, "api_tid", -1) < 0, np.iinfo(np.int64).min,
-                             i64(df, "api_start_ns", np.iinfo(np.int64).min))
-        parts["api_start_ns"].append(api_start)
-        parts["bytes"].append(np.maximum(i64(df, "bytes", 0), 0))
+        parts["api_start_ns"].append(np.where(tid < 0, int64_min, i64(df, "api_start_ns", int64_min)))
         if code == MEMCPY:
+            parts["bytes"].append(np.maximum(i64(df, "bytes", 0), 0))
             parts["copy_kind"].append(_codes(df, "copy_kind", COPY_KINDS))
             parts["pageable"].append(is_value(df, "src_kind", "pageable") | is_value(df, "dst_kind", "pageable"))
         else:
+            parts["bytes"].append(np.maximum(i64(df, "bytes", 0), 0) if code == MEMSET else np.zeros(n, np.int64))
             parts["copy_kind"].append(np.zeros(n, dtype=np.int8))
             parts["pageable"].append(np.zeros(n, dtype=bool))
-        parts["is_launch"].append(np.full(n, code in (KERNEL, GRAPH)))
+        if code in (KERNEL, GRAPH):
+            # kernels of one graph launch (node-level tracing) share its correlation id: one launch
+            parts["is_launch"].append(_first_of_launch(i64(df, "pid", -1), i64(df, "correlation_id", -1)))
+        else:
+            parts["is_launch"].append(np.zeros(n, dtype=bool))
         parts["row"].append(np.arange(n, dtype=np.int64))
     if not parts["kind"]:
         empty = {k: np.zeros(0, dtype=np.int64) for k in parts}
-        empty["kind"] = np.zeros(0, dtype=np.int8)
+        empty["kind"] = empty["copy_kind"] = np.zeros(0, dtype=np.int8)
         empty["pageable"] = empty["is_launch"] = np.zeros(0, dtype=bool)
         return Activity(**empty)
-    act = Activity(**{k: np.concatenate(v) for k, v in parts.items()})
-    # Kernels of one graph launch (node-level tracing) share its correlation id: one launch.
-    launch = np.flatnonzero(act.is_launch)
-    known = act.correlation_id[launch] >= 0
-    dup = pd.DataFrame({"p": act.pid[launch][known], "c": act.correlation_id[launch][known]}).duplicated()
-    act.is_launch[launch[known][dup.to_numpy()]] = False
-    return act
+    return Activity(**{k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in parts.items()})
 
 
 @dataclass
@@ -317,9 +325,17 @@ def _mark_top_level(calls: HostCalls, srt: Sorted, keys: ThreadKeys) -> None:
 
 
 def _sort(keys: ThreadKeys, tid: np.ndarray, t: np.ndarray, tiebreak: np.ndarray | None = None) -> Sorted:
+    """Rows sorted by (thread, time); equal keys ordered by ``tiebreak`` (only the tied rows are re-sorted)."""
     key = keys.key(tid, t)
-    order = np.lexsort((tiebreak, key)) if tiebreak is not None else np.argsort(key, kind="stable")
-    return Sorted(order=order, key=key[order])
+    order = np.argsort(key, kind="stable")
+    ks = key[order]
+    if tiebreak is not None and len(ks) > 1:
+        tie = ks[1:] == ks[:-1]
+        if tie.any():
+            pos = np.flatnonzero(np.concatenate([tie, [False]]) | np.concatenate([[False], tie]))
+            sub = order[pos]
+            order[pos] = sub[np.lexsort((tiebreak[sub], key[sub]))]
+    return Sorted(order=order, key=ks)
 
 
 # ----------------------------------------------------------------------------- ranges
@@ -570,11 +586,12 @@ def nesting(keys: ThreadKeys, tid: np.ndarray, start: np.ndarray, end: np.ndarra
     return np.maximum(depth, 0), parent
 
 
-def _window_sums(values: np.ndarray, srt: Sorted, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Sum of ``values`` (in original row order) over the sorted positions [lo, hi) of each query."""
-    cs = np.zeros(len(srt.order) + 1, dtype=np.int64)
-    if len(srt.order):
-        np.cumsum(values[srt.order].astype(np.int64), out=cs[1:])
+def _window_sums(values: np.ndarray, srt: Sorted | None, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Sum of ``values`` over the sorted positions [lo, hi) of each query. ``values`` are in original
+    row order, or already in sorted order when ``srt`` is None."""
+    cs = np.zeros(len(values) + 1, dtype=np.int64)
+    if len(values):
+        np.cumsum(values if srt is None else values[srt.order], out=cs[1:])
     return cs[hi] - cs[lo]
 
 
@@ -583,15 +600,15 @@ _PAIR_CHUNK = 4_000_000
 
 def _activity_metrics(inst: pd.DataFrame, act: Activity, srt: Sorted, unknown: np.ndarray) -> None:
     lo, hi = inst["act_lo"].to_numpy(), inst["act_hi"].to_numpy()
-    dur = act.end_ns - act.start_ns
-    is_kernel = act.kind == KERNEL
-    is_copy = act.kind == MEMCPY
-    inst["kernel_sum_ns"] = _window_sums(np.where(is_kernel, dur, 0), srt, lo, hi)
-    inst["copy_sum_ns"] = _window_sums(np.where(is_copy, dur, 0), srt, lo, hi)
-    inst["copy_bytes"] = _window_sums(np.where(is_copy, act.bytes, 0), srt, lo, hi)
-    inst["pageable_copies"] = _window_sums((is_copy & act.pageable).astype(np.int64), srt, lo, hi)
-    inst["kernels"] = _window_sums(is_kernel.astype(np.int64), srt, lo, hi)
-    inst["launches"] = _window_sums(act.is_launch.astype(np.int64), srt, lo, hi)
+    o = srt.order  # work on arrays permuted once into (thread, launch time) order
+    kind, dur = act.kind[o], (act.end_ns - act.start_ns)[o]
+    is_kernel, is_copy = kind == KERNEL, kind == MEMCPY
+    inst["kernel_sum_ns"] = _window_sums(np.where(is_kernel, dur, 0), None, lo, hi)
+    inst["copy_sum_ns"] = _window_sums(np.where(is_copy, dur, 0), None, lo, hi)
+    inst["copy_bytes"] = _window_sums(np.where(is_copy, act.bytes[o], 0), None, lo, hi)
+    inst["pageable_copies"] = _window_sums((is_copy & act.pageable[o]).astype(np.int64), None, lo, hi)
+    inst["kernels"] = _window_sums(is_kernel.astype(np.int64), None, lo, hi)
+    inst["launches"] = _window_sums(act.is_launch[o].astype(np.int64), None, lo, hi)
     inst["activities"] = hi - lo
     n = len(inst)
     busy = np.zeros(n, np.int64)
@@ -607,28 +624,34 @@ def _activity_metrics(inst: pd.DataFrame, act: Activity, srt: Sorted, unknown: n
         rows = srt.order[pos]
         s, e, k = act.start_ns[rows], act.end_ns[rows], act.kind[rows]
         m = stop - start_i
-        busy[start_i:stop] = intervals.union_length_by_group(q, s, e, m)
+        busy[start_i:stop] = b = intervals.union_length_by_group(q, s, e, m)
         c = k != MEMCPY
-        compute[start_i:stop] = intervals.union_length_by_group(q[c], s[c], e[c], m)
-        copy[start_i:stop] = intervals.union_length_by_group(q[~c], s[~c], e[~c], m)
+        if c.all():
+            compute[start_i:stop] = b
+        elif not c.any():
+            copy[start_i:stop] = b
+        else:
+            compute[start_i:stop] = intervals.union_length_by_group(q[c], s[c], e[c], m)
+            copy[start_i:stop] = intervals.union_length_by_group(q[~c], s[~c], e[~c], m)
         start_i = stop
     inst["gpu_busy_ns"], inst["compute_ns"], inst["copy_ns"] = busy, compute, copy
 
 
 def _host_metrics(inst: pd.DataFrame, api: HostCalls, api_srt: Sorted, osrt: HostCalls, osrt_srt: Sorted) -> None:
     lo, hi = inst["api_lo"].to_numpy(), inst["api_hi"].to_numpy()
-    top = api.top_level
-    dur = np.where(top, api.end_ns - api.start_ns, 0)
-    launch = top & np.isin(api.category, (1, 2))
-    sync = top & api.blocking_sync
-    device_sync = sync & api.named(DEVICE_SYNC_NAMES)
-    inst["api_ns"] = _window_sums(dur, api_srt, lo, hi)
-    inst["launch_api_ns"] = _window_sums(np.where(launch, dur, 0), api_srt, lo, hi)
-    inst["launch_calls"] = _window_sums(launch.astype(np.int64), api_srt, lo, hi)
-    inst["sync_ns"] = _window_sums(np.where(sync, dur, 0), api_srt, lo, hi)
-    inst["sync_count"] = _window_sums(sync.astype(np.int64), api_srt, lo, hi)
-    inst["device_sync_count"] = _window_sums(device_sync.astype(np.int64), api_srt, lo, hi)
-    inst["memcpy_api_ns"] = _window_sums(np.where(top & (api.category == 4), dur, 0), api_srt, lo, hi)
+    o = api_srt.order  # arrays permuted once into (thread, start) order
+    top, cat = api.top_level[o], api.category[o]
+    dur = np.where(top, (api.end_ns - api.start_ns)[o], 0)
+    launch = top & ((cat == 1) | (cat == 2))
+    sync = top & api.blocking_sync[o]
+    device_sync = sync & api.named(DEVICE_SYNC_NAMES)[o]
+    inst["api_ns"] = _window_sums(dur, None, lo, hi)
+    inst["launch_api_ns"] = _window_sums(np.where(launch, dur, 0), None, lo, hi)
+    inst["launch_calls"] = _window_sums(launch.astype(np.int64), None, lo, hi)
+    inst["sync_ns"] = _window_sums(np.where(sync, dur, 0), None, lo, hi)
+    inst["sync_count"] = _window_sums(sync.astype(np.int64), None, lo, hi)
+    inst["device_sync_count"] = _window_sums(device_sync.astype(np.int64), None, lo, hi)
+    inst["memcpy_api_ns"] = _window_sums(np.where(top & (cat == 4), dur, 0), None, lo, hi)
     olo, ohi = inst["osrt_lo"].to_numpy(), inst["osrt_hi"].to_numpy()
     odur = np.where(osrt.top_level, osrt.end_ns - osrt.start_ns, 0)
     inst["osrt_ns"] = _window_sums(odur, osrt_srt, olo, ohi)
