@@ -109,8 +109,9 @@ def busy_vs_host(ranges: Sequence[dict]) -> dict[str, list]:
     return {"names": names, "wall_ms_median": wall, "gpu_busy_ms_median": busy, "gpu_busy_fraction": frac}
 
 
-def box_stats(samples: Sequence[float | None]) -> dict[str, float] | None:
-    """Quartiles, fences (1.5 IQR, clipped to the data) and mean, for a box drawn from precomputed stats."""
+def box_stats(samples: Sequence[float | None], max_points: int = 300) -> dict[str, Any] | None:
+    """Quartiles, fences (1.5 IQR, clipped to the data), mean, and the samples beyond the fences (at most
+    ``max_points``, the most extreme), for a box drawn from precomputed stats: the page stays small."""
     import numpy as np
 
     a = np.asarray([s for s in samples if s is not None], dtype=float)
@@ -120,8 +121,25 @@ def box_stats(samples: Sequence[float | None]) -> dict[str, float] | None:
     iqr = q3 - q1
     lo = float(a[a >= q1 - 1.5 * iqr].min())
     hi = float(a[a <= q3 + 1.5 * iqr].max())
+    beyond = a[(a < lo) | (a > hi)]
+    if beyond.size > max_points:  # keep the most extreme ones
+        order = np.argsort(np.abs(beyond - med))
+        beyond = beyond[order[-max_points:]]
     return {"q1": q1, "median": med, "q3": q3, "lowerfence": lo, "upperfence": hi, "mean": float(a.mean()),
-            "min": float(a.min()), "max": float(a.max())}
+            "min": float(a.min()), "max": float(a.max()), "beyond": sorted(float(x) for x in beyond)}
+
+
+def box_traces(label: str, b: dict, color: str, hover: str = "") -> list[dict]:
+    """A box drawn from precomputed quartiles and fences, plus the samples beyond the fences as points."""
+    traces = [{"type": "box", "name": label, "x": [label], "q1": [rounded(b["q1"])], "median": [rounded(b["median"])],
+               "q3": [rounded(b["q3"])], "lowerfence": [rounded(b["lowerfence"])],
+               "upperfence": [rounded(b["upperfence"])], "mean": [rounded(b["mean"])], "marker": {"color": color},
+               "showlegend": False, "hovertext": hover or label}]
+    if b["beyond"]:
+        traces.append({"type": "scatter", "mode": "markers", "name": label, "x": [label] * len(b["beyond"]),
+                       "y": rounded_list(b["beyond"]), "marker": {"color": color, "size": 5, "opacity": 0.6},
+                       "showlegend": False, "hovertext": hover or label})
+    return traces
 
 
 def _total_wall(r: dict) -> float:
@@ -373,11 +391,7 @@ def distribution_figure(ranges: Sequence[dict]) -> dict:
         b = box_stats(instances(r)["wall_ms"])
         color = PALETTE[i % len(PALETTE)]
         if b is not None:
-            data.append({"type": "box", "name": label, "x": [label],
-                         "q1": [rounded(b["q1"])], "median": [rounded(b["median"])], "q3": [rounded(b["q3"])],
-                         "lowerfence": [rounded(b["lowerfence"])], "upperfence": [rounded(b["upperfence"])],
-                         "mean": [rounded(b["mean"])], "marker": {"color": color}, "showlegend": False,
-                         "hovertext": name})
+            data.extend(box_traces(label, b, color, name))
         else:
             w = r.get("wall_ms") if isinstance(r.get("wall_ms"), dict) else {}
             keys = [k for k in ("min", "median", "mean", "p90", "p95", "p99", "max") if stat(w, k) is not None]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Iterable, Sequence
 
-from profiler.report.analysis import box_stats
+from profiler.report.analysis import box_stats, box_traces
 from profiler.report.common import (
     NOT_IN_RUN, PALETTE, card, cell, chart, details, figure, findings_block, findings_cards, finite, kv, missing,
     new_page, note, rounded, rounded_list, scalar_items, section, short_label, stat, status_class, table,
@@ -416,10 +416,7 @@ def latency_figure(variants: Sequence[dict]) -> dict:
         color = PRECISION_COLORS.get(str(v.get("precision") or "").lower(), PALETTE[i % len(PALETTE)])
         b = box_stats([finite(s) for s in v.get("samples_ms") or []]) if v.get("samples_ms") else None
         if b is not None:
-            data.append({"type": "box", "name": key, "x": [key], "q1": [rounded(b["q1"])],
-                         "median": [rounded(b["median"])], "q3": [rounded(b["q3"])],
-                         "lowerfence": [rounded(b["lowerfence"])], "upperfence": [rounded(b["upperfence"])],
-                         "mean": [rounded(b["mean"])], "marker": {"color": color}, "showlegend": False})
+            data.extend(box_traces(key, b, color))
         else:
             lat = v.get("latency_ms")
             med, lo, hi = stat(lat, "median"), stat(lat, "min"), stat(lat, "p99")
