@@ -42,6 +42,9 @@ Progress = Callable[[str], None]
 #: the variant fields of summary.json, in order (more keys follow them)
 VARIANT_KEYS = ("key", "precision", "workspace_bytes", "streams", "cuda_graph", "backend", "status", "error",
                 "latency_ms", "enqueue_ms", "throughput_qps", "accuracy")
+FP16_ON_CPU_NOTE = ("fp16 accuracy measured with every intermediate tensor stored in float16: ONNX Runtime's "
+                    "CPU provider otherwise computes float16 models in float32 and would hide float16 "
+                    "rounding and overflow")
 ACCURACY_SAMPLES = 4  # seeded random inputs for the accuracy check when no data is given
 HOLDOUT_FRACTION = 0.2  # of --calib, kept out of calibration for the accuracy check
 
@@ -70,6 +73,7 @@ class SweepConfig:
     layer_iterations: int = 10
     cache_dir: str | None = None
     seed: int = 0
+    localize: bool = True  # on a precision breach, find the nodes where the error starts and verify
 
     def __post_init__(self) -> None:
         bad = [p for p in self.precisions if p not in PRECISIONS]
@@ -130,6 +134,16 @@ def plan_variants(config: SweepConfig, backend: Backend,
                       f"{same.key}, which is measured")
         out.append(PlannedVariant(spec, reason))
     return out
+
+
+def _computes_fp16_in_fp32(backend: Backend) -> bool:
+    """ONNX Runtime's CPU provider runs float16 nodes in float32 and drops the casts between them."""
+    if backend.name != "onnxruntime":
+        return False
+    try:
+        return backend.describe().get("provider") == "CPUExecutionProvider"
+    except Exception:
+        return False
 
 
 # -- accuracy (profiler.accuracy) ---------------------------------------------------------------
@@ -353,16 +367,25 @@ class Sweep:
 
             # accuracy: the same inputs through this variant and through fp32
             per_output: dict[str, dict[str, Any]] = {}
+            localisation: dict[str, Any] | None = None
             if reference is not None and spec.precision != "fp32":
-                outs = []
-                for sample in feeds:
-                    contexts[0].set_inputs(sample)
-                    contexts[0].query()
-                    outs.append(contexts[0].outputs())
-                contexts[0].set_inputs(feeds[0])
+                if spec.precision == "fp16" and _computes_fp16_in_fp32(backend):
+                    from profiler.compare.precision import faithful_outputs
+
+                    outs = faithful_outputs(prepared.path, feeds)
+                    notes.append(FP16_ON_CPU_NOTE)
+                else:
+                    outs = []
+                    for sample in feeds:
+                        contexts[0].set_inputs(sample)
+                        contexts[0].query()
+                        outs.append(contexts[0].outputs())
+                    contexts[0].set_inputs(feeds[0])
                 per_output, found = _accuracy(key, spec.precision, reference, outs, c.thresholds,
                                               pinfo.get("calibration"))
                 self.accuracy_findings.extend(found)
+                if found and c.localize and spec.precision in ("fp16", "int8"):
+                    localisation = self._localize(spec, model_path, Path(prepared.path), feeds)
 
             layers: list[dict] = []
             if c.layers:
@@ -402,7 +425,7 @@ class Sweep:
             cuda_graph_fallback=graph_fallback, fingerprint=einfo.get("fingerprint"),
             build_time_s=einfo.get("build_time_s") or (einfo.get("checklist") or {}).get("build_time_s"),
             prepare_s=prepare_s, memory=memory, model_path=str(prepared.path), model_hash=prepared.model_hash,
-            prepare=pinfo, engine=einfo, notes=notes, layer_count=len(layers),
+            prepare=pinfo, engine=einfo, notes=notes, layer_count=len(layers), localisation=localisation,
         )
         rec["checklist"] = _checklist(spec, pinfo, einfo, rec)
         return rec, m.samples(), layers
@@ -473,6 +496,46 @@ class Sweep:
             self.store.add_findings(self.run_id, [Finding.from_dict(f) for f in summary["findings"]])
             self.store.finish_run(self.run_id, status=self.status, summary=summary)
         return summary
+
+    def _localize(self, spec: VariantSpec, model_path: Path, variant_path: Path,
+                  feeds: list[dict[str, np.ndarray]]) -> dict[str, Any] | None:
+        """Where the precision is lost (per-node error curve) and what keeping those nodes in FP32 buys."""
+        from profiler.compare.precision import keep_candidates, localize, verify
+
+        key = spec.key
+        self._say(f"  {key}: accuracy breached: localising the error node by node against fp32")
+        try:
+            found = localize(model_path, variant_path, feeds[:2])
+            keep = keep_candidates(found)
+            result: dict[str, Any] = {k: found[k] for k in ("nodes_compared", "final_rel_l2", "first_jumps",
+                                                            "largest_jumps", "jump_factor", "floor")}
+            result["curve"] = [{k: c[k] for k in ("index", "node", "op", "rel_l2")} for c in found["curve"]]
+            if keep:
+                self._say(f"  {key}: verifying with {', '.join(keep)} kept in fp32")
+                calib = None
+                if spec.precision == "int8":
+                    from profiler.models import inspect_model, make_inputs
+
+                    info = inspect_model(model_path)
+                    calib = make_inputs(info, spec.shape_dict, source=self.config.calib, seed=self.config.seed,
+                                        count=8) if self.config.calib else feeds
+                check = verify(model_path, spec.precision, keep, feeds[:2], variant_model=variant_path,
+                               work_dir=self.config.cache_root() / "localize" / key, latency_runs=10,
+                               calib_samples=calib, calib_method=self.config.calib_method)
+                result["verification"] = check
+                result["conclusion"] = check["conclusion"]["text"]
+            else:
+                worst = max(found["curve"], key=lambda c: c["rel_l2"], default=None)
+                result["conclusion"] = (
+                    f"no node's error jumps (>= {found['jump_factor']:g}x its inputs' and above "
+                    f"{found['floor']:g}): the error grows gradually to {found['final_rel_l2']:.3g}"
+                    + (f", largest at {worst['node']} ({worst['rel_l2']:.3g})" if worst else "")
+                    + "; tighten thresholds only if this error matters to the application")
+            self._say(f"  {key}: {result['conclusion']}")
+            return json_safe(result)
+        except Exception as exc:  # localisation explains a breach; it must not lose the measurement
+            self._say(f"  {key}: precision localisation failed: {type(exc).__name__}: {exc}")
+            return {"error": f"{type(exc).__name__}: {exc}"}
 
     def _reference(self, backend: Backend, model_path: Path, shapes: dict[str, tuple[int, ...]],
                    feeds: list[dict[str, np.ndarray]], plan: list[PlannedVariant]) -> list[dict[str, np.ndarray]] | None:

@@ -165,6 +165,9 @@ def write_outputs(sweep: Any, summary: dict[str, Any], out_dir: Path, cdn: bool,
               help="Accuracy limit (fp16.cosine_min=0.9999, int8.rel_l2_max=0.1) or rule threshold "
                    "(jitter.cov_pct=3); repeatable.")
 @click.option("--no-layers", is_flag=True, help="Skip the per-layer profiling pass.")
+@click.option("--localize/--no-localize", default=True, show_default=True,
+              help="When an fp16/int8 variant breaches its accuracy threshold, find the nodes where the error "
+                   "starts and measure what keeping them in fp32 buys.")
 @click.option("--cache-dir", default=None, type=click.Path(file_okay=False),
               help="Cache of transformed models and engines (default $TRTPROF_CACHE_DIR or ~/.cache/trtprof).")
 @click.option("--nsys", is_flag=True, help="Capture the sweep with Nsight Systems (not implemented here yet).")
@@ -173,7 +176,7 @@ def write_outputs(sweep: Any, summary: dict[str, Any], out_dir: Path, cdn: bool,
 def command(ctx: click.Context, model: str | None, precision: str, workspace: str, streams: str, cuda_graph: str,
             shapes: tuple[str, ...], calib: str | None, calib_method: str, inputs: str | None, iterations: int,
             duration: float, warmup: float, backend: str, out_dir: str, label: str | None, db: str | None,
-            no_store: bool, resume: str | None, thresholds: tuple[str, ...], no_layers: bool,
+            no_store: bool, resume: str | None, thresholds: tuple[str, ...], no_layers: bool, localize: bool,
             cache_dir: str | None, nsys: bool, cdn: bool) -> None:
     """Build and time engine variants of MODEL (default: the bundled tiny model on onnxruntime), compare each
     with FP32 on the same inputs, store the run and write summary.json and report.html."""
@@ -200,7 +203,7 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
             shapes={k: list(v) for k, v in parse_shape_args(shapes).items()}, calib=calib,
             calib_method=calib_method, inputs=inputs, iterations=iterations, duration_s=duration,
             warmup_ms=warmup, backend=backend, label=label, thresholds=acc_limits, rule_thresholds=rule_limits,
-            layers=not no_layers, cache_dir=cache_dir)
+            layers=not no_layers, cache_dir=cache_dir, localize=localize)
         if not no_store:
             store = open_store(ctx, db)
         sweep = Sweep(config, store=store, progress=say)

@@ -108,16 +108,34 @@ def _producers(model_path: str | Path) -> dict[str, str]:
     return out
 
 
+FP16_MAX = 65504.0
+
+
 def keep_candidates(result: dict[str, Any], top: int = 3) -> list[str]:
     """Node names to keep in FP32 for ``verify``: the variant's own node at each first jump (after
-    fusion that is the fused node, e.g. the Conv that absorbed a BatchNormalization)."""
+    fusion that is the fused node, e.g. the Conv that absorbed a BatchNormalization). When the jump is
+    a float16 overflow (the FP32 tensor exceeds float16's range), the consumers of that tensor are kept
+    too, down to where the values fit float16 again: a float32 producer alone would still hand an
+    out-of-range tensor to a float16 consumer."""
+    by_node = {c["node"]: c for c in result.get("curve", [])}
     names: list[str] = []
-    for c in result.get("first_jumps", []):
-        name = c.get("variant_node") or c["node"]
+
+    def add(name: str) -> None:
         if name not in names:
             names.append(name)
-        if len(names) >= top:
-            break
+
+    for c in result.get("first_jumps", [])[:top]:
+        add(c.get("variant_node") or c["node"])
+        frontier = [c] if c.get("ref_max_abs", 0.0) > FP16_MAX else []
+        while frontier:
+            cur = frontier.pop()
+            for consumer in cur.get("consumers", []):
+                if consumer in names:
+                    continue
+                add(consumer)
+                nxt = by_node.get(consumer)
+                if nxt is not None and nxt.get("ref_max_abs", 0.0) > FP16_MAX:
+                    frontier.append(nxt)
     return names
 
 
@@ -162,12 +180,18 @@ def localize(reference_model: str | Path, variant_model: str | Path, feeds: list
             errs = [_rel_l2(r, v) for r, v in pairs]
             e = float(max(x[0] for x in errs))
             cos = float(min(x[1] for x in errs))
+            ref_max = float(max(np.max(np.abs(r)) if r.size else 0.0 for r, _ in pairs))
             err[out] = e
-            amp = e / max(worst_in, floor) if np.isfinite(e) else float("inf")
+            if np.isfinite(e):
+                amp = e / max(worst_in, floor)
+            else:  # overflow or NaN: a jump where it first appears, inherited after
+                amp = float("inf") if np.isfinite(worst_in) else 1.0
             # unnamed nodes are named "{op}_{index}", as the fp16 converter names them, so verify() can keep them
             curve.append({"index": index, "node": node.name or f"{node.op_type}_{index}", "op": node.op_type,
                           "tensor": out, "variant_node": producer.get(out), "rel_l2": e, "cosine": cos,
-                          "input_rel_l2": worst_in, "amplification": amp})
+                          "input_rel_l2": worst_in, "amplification": amp, "ref_max_abs": ref_max,
+                          "consumers": [c.name or f"{c.op_type}_{j}" for j, c in enumerate(model.graph.node)
+                                        if out in c.input]})
             compared = True  # one point per node: its first float output
     jumps = [c for c in curve if c["rel_l2"] > floor and c["amplification"] >= jump_factor]
     largest = sorted(jumps, key=lambda c: -c["amplification"])[:top]
@@ -240,11 +264,14 @@ def _conclude(rows: dict[str, Any], precision: str, keep_nodes: list[str]) -> di
     plain, kept = rows[precision]["accuracy"] or {}, rows[f"{precision}+kept"]["accuracy"] or {}
     recovered = []
     for name, m in plain.items():
-        a, b = m.get("rel_l2"), (kept.get(name) or {}).get("rel_l2")
-        if a is None or b is None:
-            continue
-        if not np.isfinite(a):
-            recovered.append(1.0 if np.isfinite(b) else 0.0)
+        k = kept.get(name) or {}
+        a, b = m.get("rel_l2"), k.get("rel_l2")
+        plain_broken = a is None or not np.isfinite(a) or (m.get("nan_count") or 0) + (m.get("inf_count") or 0) > 0
+        kept_broken = b is None or not np.isfinite(b) or (k.get("nan_count") or 0) + (k.get("inf_count") or 0) > 0
+        if plain_broken:  # NaN/Inf in the variant: recovered only if the kept version is finite
+            recovered.append(0.0 if kept_broken else 1.0)
+        elif kept_broken:
+            recovered.append(0.0)
         elif a > 0:
             recovered.append(max(0.0, 1.0 - b / a))
     share = min(recovered) if recovered else 0.0

@@ -1,0 +1,40 @@
+"""The sweep finds where an fp16 variant loses precision and verifies the fix, on ONNX Runtime's CPU
+provider, whose fp16 accuracy is measured with float16 storage between nodes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from profiler.sweep import SweepConfig, run_sweep
+from tests.test_precision_localize import _overflow_model
+
+FAST = {"iterations": 5, "duration_s": 0.0, "warmup_ms": 0.0, "layers": False}
+
+
+def test_fp16_overflow_is_caught_localised_and_verified(tmp_path):
+    model = _overflow_model(tmp_path / "overflow.onnx")
+    summary = run_sweep(SweepConfig(model=str(model), precisions=["fp32", "fp16"], backend="onnxruntime",
+                                    cache_dir=str(tmp_path / "cache"), **FAST))
+    fp16 = summary["variants"][1]
+    y = fp16["accuracy"]["y"]
+    # the CPU provider alone would compute this model in float32 and report no error at all
+    assert y["inf_count"] > 0 and y["passed"] is False
+    assert any("stored in float16" in n for n in fp16["notes"])
+    assert [f["rule"] for f in summary["findings"] if f["rule"] == "precision_regression"]
+    loc = fp16["localisation"]
+    assert loc["first_jumps"][0]["node"] == "square"
+    check = loc["verification"]
+    # square overflows float16; its consumer root must stay fp32 too, scale_down gets values in range
+    assert check["kept_fp32"] == ["square", "root"]
+    assert check["conclusion"]["localised"] is True and check["conclusion"]["error_removed"] == pytest.approx(1.0)
+    kept = check["variants"]["fp16+kept"]["accuracy"]["y"]
+    assert kept["inf_count"] == 0 and kept["rel_l2"] < 1e-2
+
+
+def test_localisation_can_be_switched_off(tmp_path):
+    model = _overflow_model(tmp_path / "overflow.onnx")
+    summary = run_sweep(SweepConfig(model=str(model), precisions=["fp32", "fp16"], backend="onnxruntime",
+                                    cache_dir=str(tmp_path / "cache"), localize=False, **FAST))
+    assert summary["variants"][1]["accuracy"]["y"]["passed"] is False
+    assert summary["variants"][1].get("localisation") is None
