@@ -617,3 +617,66 @@ def test_analysis_report_of_a_real_capture(tmp_path):
     assert bvh["wall_ms_median"][k] == rng["wall_ms"]["median"]
     html = write_analysis_report(result, tmp_path / "real.html").read_text()
     assert set(chart_ids(html)) == set(figures_of(html)) == set(page["figures"])
+
+
+def test_compare_report_of_two_stored_runs(tmp_path):
+    """Two runs in a real SQLite store, compared by the library; the report renders what it decided."""
+    runs_mod = pytest.importorskip("profiler.compare.runs")
+    from profiler.store import Store
+
+    store = Store.open(str(tmp_path / "trtprof.db"))
+    rng = np.random.default_rng(11)
+    ids = []
+    for label, scale, trt, rel_l2 in (("base", 1.0, "10.3", 0.001), ("cand", 1.2, "10.5", 0.2)):
+        rid = store.create_run(kind="sweep", source="m.onnx", label=label, tensorrt_version=trt, gpu="H200")
+        for key in ("fp16-s1", "fp32-s1"):
+            factor = scale if key == "fp16-s1" else 1.0
+            lat = (2.0 * factor * (1 + 0.01 * rng.standard_normal(500))).tolist()
+            store.add_variant(rid, {"key": key, "precision": key[:4], "status": "ok", "fingerprint": key,
+                                    "latency_ms": {"median": float(np.median(lat))}, "throughput_qps": 500 / factor},
+                              samples=[{"idx": i, "latency_ms": x} for i, x in enumerate(lat)],
+                              layers=[{"name": "conv<3x3>", "type": "Convolution", "time_avg_ms": 1.0 * factor},
+                                      {"name": "fc", "type": "Gemm", "time_avg_ms": 0.5}],
+                              accuracy=[{"output": "logits", "rel_l2": rel_l2, "passed": rel_l2 < 0.1}])
+        store.finish_run(rid)
+        ids.append(rid)
+    data = runs_mod.compare_runs(store, ids[0], ids[1])
+    v = verdict_summary(data)
+    assert v["cls"] == "bad" and "fp16-s1" in v["regressions"] and "fp32-s1" not in v["regressions"]
+    page = build_compare_page(data)
+    fp16 = next(x for x in data["variants"] if x["key"] == "fp16-s1")
+    assert v["lines"][0].startswith(f"fp16-s1: median {(fp16['median_ratio'] - 1) * 100:+.3g}%")
+    env = next(b for s in page["sections"] if s["id"] == "environment" for b in s["blocks"] if b["type"] == "table")
+    assert ["tensorrt_version", "10.3", "10.5"] == [env["rows"][0][0]["text"], env["rows"][0][1]["text"],
+                                                    env["rows"][0][2]["text"]]
+    deltas = page["figures"]["fig-layers-delta-0"]["data"][0]
+    assert "conv&lt;3x3&gt;" in deltas["y"]
+    html = write_compare_report(data, tmp_path / "compare.html").read_text()
+    assert set(chart_ids(html)) == set(figures_of(html))
+
+
+def test_compare_accuracy_nested_deltas_trend_step_and_kernel_error():
+    data = compare_example()
+    data.pop("trend")
+    data["variants"][0]["trend"] = {"fingerprint": "f", "step": {"index": 2},
+                                    "points": [{"run_id": i, "label": None, "median_ms": m}
+                                               for i, m in enumerate([2.0, 2.0, 2.4, 2.4])]}
+    data["variants"][0]["accuracy"] = {"logits": {"rel_l2": {"baseline": 0.01, "candidate": 0.2, "delta": 0.19},
+                                                  "passed": {"baseline": True, "candidate": False}}}
+    data["variants"][0]["accuracy_verdict"] = "regression"
+    data["variants"][2]["reason"] = "not in the candidate run"
+    data["kernel_deltas"] = [{"error": "kernel deltas unavailable: capture moved"}]
+    v = verdict_summary(data)
+    assert v["accuracy_regressions"] == ["fp16-ws1G-s1"]
+    assert v["headline"] == "Regression: 1 of 3 variants slower; accuracy regressed in 1"
+    assert "missing from one run: int8-ws1G-s1 (not in the candidate run)" in v["lines"]
+    page = build_compare_page(data)
+    (t,) = [s for s in trend_series(data["variants"][0]["trend"])]
+    assert t["change_index"] == 2 and t["labels"] == ["run 0", "run 1", "run 2", "run 3"]
+    assert page["figures"]["fig-trend-0"]["data"][1]["x"] == ["run 2"]
+    acc = next(s for s in page["sections"] if s["id"] == "accuracy")
+    rows = next(b for b in acc["blocks"] if b["type"] == "table")["rows"]
+    assert [r[1]["text"] for r in rows] == ["rel_l2", "passed"]
+    assert rows[1][4]["cls"] == "bad"
+    kern = next(s for s in page["sections"] if s["id"] == "kernels-deltas")
+    assert kern["blocks"][0]["text"] == "kernel deltas unavailable: capture moved"

@@ -62,7 +62,8 @@ def verdict_summary(data: dict) -> dict[str, Any]:
     """
     variants = [v for v in data.get("variants") or [] if isinstance(v, dict)]
     by = {k: [v for v in variants if _verdict(v) == k] for k in VERDICT_ORDER}
-    level = data.get("confidence", data.get("confidence_level", 0.95))
+    rule = data.get("rule") if isinstance(data.get("rule"), dict) else {}
+    level = data.get("confidence", data.get("confidence_level", rule.get("confidence", 0.95)))
     level_text = f"{float(level) * 100:g}% CI" if is_number(level) else "CI"
 
     def line(v: dict) -> str:
@@ -75,9 +76,15 @@ def verdict_summary(data: dict) -> dict[str, Any]:
 
     reg = sorted(by["regression"], key=lambda v: -(finite(v.get("median_ratio")) or 0))
     imp = sorted(by["improvement"], key=lambda v: finite(v.get("median_ratio")) or 0)
+    acc = [str(k) for k in data.get("accuracy_regressions") or []] or \
+        [str(v.get("key", "?")) for v in variants if str(v.get("accuracy_verdict") or "") == "regression"]
     n = len(variants)
     if reg:
         cls, head = "bad", f"Regression: {len(reg)} of {n} variant{'s' if n != 1 else ''} slower"
+        if acc:
+            head += f"; accuracy regressed in {len(acc)}"
+    elif acc:
+        cls, head = "bad", f"Accuracy regression in {len(acc)} of {n} variant{'s' if n != 1 else ''}"
     elif not variants:
         cls, head = "warn", "No variants matched between the two runs"
     elif by["missing"] and not imp and len(by["missing"]) == n:
@@ -89,11 +96,16 @@ def verdict_summary(data: dict) -> dict[str, Any]:
     gate = data.get("gate_failed", data.get("gate"))
     if isinstance(gate, bool) and "gate_failed" in data:
         head += " (gate failed)" if gate else " (gate passed)"
-    lines = [line(v) for v in reg] + [line(v) for v in imp]
+    lines = [line(v) for v in reg]
+    if acc:
+        lines.append("outputs newly outside their accuracy threshold: " + ", ".join(acc))
+    lines += [line(v) for v in imp]
     if by["missing"]:
-        lines.append("missing from one run: " + ", ".join(str(v.get("key", "?")) for v in by["missing"]))
+        lines.append("missing from one run: " + ", ".join(
+            str(v.get("key", "?")) + (f" ({v['reason']})" if v.get("reason") else "") for v in by["missing"]))
     return {"cls": cls, "headline": head, "lines": lines, "regressions": [v.get("key") for v in reg],
-            "improvements": [v.get("key") for v in imp], "missing": [v.get("key") for v in by["missing"]]}
+            "improvements": [v.get("key") for v in imp], "missing": [v.get("key") for v in by["missing"]],
+            "accuracy_regressions": acc}
 
 
 def overlaid_histogram(v: dict, bins: int = 40) -> dict[str, Any] | None:
@@ -148,8 +160,8 @@ def environment_rows(changes: Any) -> list[tuple[str, Any, Any]]:
 def trend_series(trend: Any) -> list[dict[str, Any]]:
     """Trend as ``[{"title", "labels", "median_ms", "change_index"}]``.
 
-    Accepts ``{"points": [{"label"|"run_id"|"run"|"created_at", "median_ms"}], "change_index", "variant"}``,
-    a list of those, or ``{variant: [points]}``.
+    Accepts ``{"points": [{"label"|"run_id"|"run"|"created_at", "median_ms"}], "change_index" (or
+    ``"step": {"index"}``), "variant"}``, a list of those, or ``{variant: [points]}``.
     """
     if trend is None:
         return []
@@ -167,13 +179,44 @@ def trend_series(trend: Any) -> list[dict[str, Any]]:
         pts = [p for p in t["points"] if isinstance(p, dict)]
         labels, ys = [], []
         for i, p in enumerate(pts):
-            lab = p.get("label") or p.get("run_id") or p.get("run") or p.get("created_at") or i
+            lab = p.get("label") or (f"run {p['run_id']}" if p.get("run_id") is not None else None) or \
+                p.get("run") or p.get("created_at") or i
             labels.append(str(lab))
             ys.append(finite(p.get("median_ms", p.get("latency_ms", p.get("value")))))
         ci = t.get("change_index", t.get("step_index"))
+        if ci is None and isinstance(t.get("step"), dict):
+            ci = t["step"].get("index")
         out.append({"title": str(t.get("variant") or t.get("key") or ""), "labels": unique_labels(labels),
                     "median_ms": ys, "change_index": ci if isinstance(ci, int) and 0 <= ci < len(pts) else None})
     return [s for s in out if s["labels"]]
+
+
+def accuracy_rows(acc: Any) -> list[dict[str, Any]]:
+    """Accuracy deltas as ``[{"output", "metric", "baseline", "candidate", "delta"}]``.
+
+    Accepts ``{output: {metric: {"baseline", "candidate", "delta"}}}`` or a list of flat rows.
+    """
+    out = []
+    if isinstance(acc, dict):
+        for output, metrics in acc.items():
+            if not isinstance(metrics, dict):
+                continue
+            for metric, v in metrics.items():
+                if isinstance(v, dict):
+                    out.append({"output": str(output), "metric": str(metric), "baseline": v.get("baseline"),
+                                "candidate": v.get("candidate"), "delta": v.get("delta")})
+    elif isinstance(acc, list):
+        for r in acc:
+            if isinstance(r, dict) and ("baseline" in r or "candidate" in r):
+                out.append({"output": str(r.get("output", "?")), "metric": str(r.get("metric", "?")),
+                            "baseline": r.get("baseline"), "candidate": r.get("candidate"), "delta": r.get("delta")})
+    return out
+
+
+def _num_or_cell(v: Any, cls: str = "") -> Any:
+    if is_number(v) and not cls:
+        return v
+    return cell(fmt_value("", v) if v is not None else DASH, cls=cls)
 
 
 # ----------------------------------------------------------------------------- page
@@ -205,7 +248,8 @@ def build_compare_page(data: dict) -> dict[str, Any]:
         rows = []
         for v in ordered:
             b, c = variant_medians(v)
-            rows.append([str(v.get("key", "?")), cell(_verdict(v).replace("_", " "), cls=VERDICT_CLASSES.get(_verdict(v), "")),
+            rows.append([str(v.get("key", "?")), cell(_verdict(v).replace("_", " "), cls=VERDICT_CLASSES.get(_verdict(v), ""),
+                                                     sub=str(v.get("reason") or "")),
                          b, c, cell(fmt_ratio_pct(v.get("median_ratio"))), cell(ci_text(v)), cell(p_text(v.get("p_value"))),
                          cell(fmt_ratio_pct(v.get("throughput_ratio"))),
                          cell(f"{len(v.get('baseline_samples_ms') or [])} / {len(v.get('candidate_samples_ms') or [])}")])
@@ -231,8 +275,15 @@ def build_compare_page(data: dict) -> dict[str, Any]:
         blocks.append(missing("Per-iteration samples " + NOT_IN_RUN + "."))
 
     # ---- layer deltas (and kernel deltas)
+    top_kernels = data.get("kernel_deltas")
+    kernel_error = next((r.get("error") for r in top_kernels or [] if isinstance(r, dict) and r.get("error")), None)
     for kind, key, label in (("layers", "layer_deltas", "layer"), ("kernels", "kernel_deltas", "kernel")):
         has = [v for v in variants if delta_rows(v.get(key))]
+        if kind == "kernels" and delta_rows([r for r in top_kernels or [] if isinstance(r, dict) and "name" in r]):
+            has = [{"key": "whole capture", key: [r for r in top_kernels if isinstance(r, dict) and "name" in r]}] + has
+        if kind == "kernels" and kernel_error:
+            section(page, "kernels-deltas", "Per-kernel deltas").append(note(str(kernel_error), "warn"))
+            continue
         if kind == "kernels" and not has:
             continue
         blocks = section(page, f"{kind}-deltas", f"Per-{label} deltas",
@@ -257,20 +308,18 @@ def build_compare_page(data: dict) -> dict[str, Any]:
                                 numeric=[False] + [False] * len(extra) + [True] * 4, limit=40))
 
     # ---- accuracy deltas
-    acc = [(v.get("key", "?"), v.get("accuracy_deltas")) for v in variants if v.get("accuracy_deltas")]
+    acc = [(v, accuracy_rows(v.get("accuracy_deltas", v.get("accuracy")))) for v in variants]
+    acc = [(v, rows) for v, rows in acc if rows]
     if acc:
-        blocks = section(page, "accuracy", "Accuracy deltas")
-        for key, a in acc:
-            blocks.append({"type": "heading", "text": str(key)})
-            rows = a if isinstance(a, list) else [{"output": k, **(x if isinstance(x, dict) else {"value": x})}
-                                                  for k, x in a.items()] if isinstance(a, dict) else []
-            rows = [r for r in rows if isinstance(r, dict)]
-            cols: list[str] = []
-            for r in rows:
-                cols += [k for k in r if k not in cols]
-            blocks.append(table([humanize_key(c) for c in cols],
-                                [[r.get(c) if is_number(r.get(c)) else cell(fmt_value(c, r.get(c))) for c in cols]
-                                 for r in rows]))
+        blocks = section(page, "accuracy", "Accuracy deltas", "Each output's error against FP32 in both runs.")
+        for v, rows in acc:
+            bad = str(v.get("accuracy_verdict") or "") == "regression"
+            blocks.append({"type": "heading", "text": f"{v.get('key', '?')}" + (" (accuracy regression)" if bad else "")})
+            blocks.append(table(["output", "metric", "baseline", "candidate", "delta"],
+                                [[r["output"], r["metric"], _num_or_cell(r["baseline"]), _num_or_cell(r["candidate"]),
+                                  _num_or_cell(r["delta"], cls="bad" if r["metric"] == "passed"
+                                               and r["candidate"] is False and r["baseline"] is not False else "")]
+                                 for r in rows], numeric=[False, False, True, True, True], limit=200))
 
     # ---- environment
     blocks = section(page, "environment", "Environment differences",
@@ -308,6 +357,10 @@ def build_compare_page(data: dict) -> dict[str, Any]:
 
     # ---- trend
     series = trend_series(data.get("trend"))
+    for v in variants:
+        for t in trend_series(v.get("trend")):
+            t["title"] = t["title"] if t["title"] and t["title"] != "None" else str(v.get("key", "?"))
+            series.append(t)
     if series:
         blocks = section(page, "trend", "Trend", "Median latency of the runs of the same fingerprint over time; "
                                                  "the star marks the run where the change began.")
