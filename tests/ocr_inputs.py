@@ -1,34 +1,30 @@
 """Real pretrained OCR models (rapidocr-onnxruntime's) and real-looking inputs for them.
 
-The models ship inside the ``rapidocr-onnxruntime`` wheel (a test dependency); they are located
-through the package's import spec without importing it (its ``__init__`` needs OpenCV). Inputs are
+The models ship inside the ``rapidocr-onnxruntime`` wheel (a test dependency; located by
+``tests.conftest.rapidocr_model_path`` without importing the package). Inputs are
 rendered text lines and small pages, normalised as rapidocr does ((pixel / 255 - 0.5) / 0.5, CHW).
 """
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-CLS = "ch_ppocr_mobile_v2.0_cls_infer.onnx"
-DET = "ch_PP-OCRv4_det_infer.onnx"
-REC = "ch_PP-OCRv4_rec_infer.onnx"
+CLS, DET, REC = "cls", "det", "rec"  # keys of tests.conftest.rapidocr_model_path
 
 WORDS = ("invoice", "total", "TensorRT", "2024-06-11", "latency", "GPU", "engine", "batch", "Qty 12",
          "$48.50", "profile", "stream", "ONNX", "order #4471", "kernel", "cache", "warm-up", "INT8")
 
 
 def ocr_model(name: str) -> Path:
-    """Path of one of rapidocr's bundled models; skips when the package is not installed."""
-    spec = importlib.util.find_spec("rapidocr_onnxruntime")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("rapidocr-onnxruntime (test dependency with real OCR models) is not installed")
-    path = Path(list(spec.submodule_search_locations)[0]) / "models" / name
-    if not path.is_file():
-        pytest.skip(f"{name} not found in the rapidocr-onnxruntime package")
+    """Path of one of rapidocr's bundled models (conftest locates it); skips when not installed."""
+    from tests.conftest import rapidocr_model_path
+
+    path = rapidocr_model_path(name)
+    if path is None:
+        pytest.skip("rapidocr-onnxruntime (real pretrained ONNX models) is not installed")
     return path
 
 

@@ -1,0 +1,143 @@
+"""Accuracy metrics, thresholds and precision_regression findings.
+
+Synthetic arrays pin the formulas; the real-model checks (fp16/int8 of rapidocr's models through
+ONNX Runtime) live in test_variants.py, which feeds these same functions.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from profiler.accuracy import (
+    DEFAULT_THRESHOLDS,
+    accuracy_findings,
+    compare_batches,
+    compare_outputs,
+    evaluate,
+    looks_like_class_scores,
+    merge_thresholds,
+    parse_threshold_args,
+)
+from profiler.errors import UsageError
+
+
+def test_metrics_match_hand_computation():
+    r = np.array([[3.0, 4.0, 0.0]], np.float32)
+    c = np.array([[3.0, 4.0, 1.0]], np.float32)
+    m = compare_outputs({"y": r}, {"y": c})["y"]
+    assert m["max_abs"] == pytest.approx(1.0)
+    assert m["mean_abs"] == pytest.approx(1 / 3)
+    assert m["rel_l2"] == pytest.approx(1 / 5)  # ||(0,0,1)|| / ||(3,4,0)||
+    assert m["cosine"] == pytest.approx(25 / (5 * math.sqrt(26)))
+    assert m["top1_agreement"] == 1.0 and m["nan_count"] == 0 and m["inf_count"] == 0
+
+
+def test_identical_outputs_are_perfect_and_zero_reference_is_handled():
+    a = np.random.default_rng(0).normal(size=(4, 10)).astype(np.float32)
+    m = compare_outputs({"y": a}, {"y": a.copy()})["y"]
+    assert (m["max_abs"], m["rel_l2"], m["cosine"], m["top1_agreement"]) == (0.0, 0.0, 1.0, 1.0)
+    z = np.zeros((2, 3), np.float32)
+    assert compare_outputs({"y": z}, {"y": z})["y"]["rel_l2"] == 0.0
+    m = compare_outputs({"y": z}, {"y": z + 1})["y"]
+    assert m["rel_l2"] == math.inf and m["cosine"] == 0.0
+
+
+def test_top1_only_for_class_score_shapes():
+    assert looks_like_class_scores((1, 10)) and looks_like_class_scores((1, 40, 6625))
+    assert not looks_like_class_scores((1, 1, 96, 96))  # a detection map: last axis is a width
+    assert not looks_like_class_scores((10,)) and not looks_like_class_scores((4, 1))
+    r = np.array([[0.1, 0.9], [0.8, 0.2], [0.3, 0.7], [0.6, 0.4]])
+    c = np.array([[0.2, 0.8], [0.4, 0.6], [0.3, 0.7], [0.7, 0.3]])
+    assert compare_outputs({"p": r}, {"p": c})["p"]["top1_agreement"] == 0.75
+    det = np.ones((1, 1, 8, 8))
+    assert compare_outputs({"m": det}, {"m": det})["m"]["top1_agreement"] is None
+
+
+def test_nan_and_inf_are_counted_and_always_breach():
+    r = np.ones((1, 4), np.float32)
+    c = np.array([[1.0, np.nan, np.inf, 1.0]], np.float32)
+    m = compare_outputs({"y": r}, {"y": c})["y"]
+    assert m["nan_count"] == 1 and m["inf_count"] == 1
+    assert m["max_abs"] == 0.0  # the finite elements agree
+    passed, breaches = evaluate({"y": m}, "fp16", {"fp16": {}})  # even with no limits at all
+    assert not passed and {b["metric"] for b in breaches} == {"nan_count", "inf_count"}
+    passed, _ = evaluate({"y": m}, "fp32")
+    assert not passed
+
+
+def test_missing_output_and_shape_mismatch_breach():
+    r = {"a": np.ones((1, 3)), "b": np.ones((1, 3))}
+    res = compare_outputs(r, {"a": np.ones((1, 4))})
+    assert "shape" in res["a"]["error"] and "missing" in res["b"]["error"]
+    passed, breaches = evaluate(res, "fp16")
+    assert not passed and len(breaches) == 2
+
+
+def test_compare_batches_pools_elements():
+    rng = np.random.default_rng(1)
+    refs = [{"y": rng.normal(size=(1, 5))} for _ in range(3)]
+    cands = [{"y": r["y"] + 0.01 * (i + 1)} for i, r in enumerate(refs)]
+    pooled = compare_batches(refs, cands)["y"]
+    one = compare_outputs({"y": np.concatenate([r["y"] for r in refs])},
+                          {"y": np.concatenate([c["y"] for c in cands])})["y"]
+    assert pooled["batches"] == 3
+    for k in ("max_abs", "mean_abs", "rel_l2", "cosine", "top1_agreement"):
+        assert pooled[k] == pytest.approx(one[k])
+    assert pooled["max_abs"] == pytest.approx(0.03)
+    with pytest.raises(ValueError):
+        compare_batches(refs, cands[:2])
+
+
+def test_evaluate_against_defaults_and_overrides():
+    good = {"y": {"cosine": 0.9999, "rel_l2": 0.002, "top1_agreement": 1.0, "nan_count": 0, "inf_count": 0}}
+    assert evaluate(good, "fp16") == (True, [])
+    bad = {"y": {"cosine": 0.995, "rel_l2": 0.05, "top1_agreement": 0.95, "nan_count": 0, "inf_count": 0}}
+    passed, breaches = evaluate(bad, "fp16")
+    assert not passed and {b["metric"] for b in breaches} == {"cosine", "rel_l2", "top1_agreement"}
+    assert evaluate(bad, "int8")[0]  # within int8's looser limits
+    strict = merge_thresholds(parse_threshold_args(["int8.cosine_min=0.999"]))
+    assert strict["int8"]["cosine_min"] == 0.999 and strict["fp16"] == DEFAULT_THRESHOLDS["fp16"]
+    assert not evaluate(bad, "int8", strict)[0]
+    assert evaluate(bad, "int8", {"cosine_min": 0.99})[0]  # limits of one precision directly
+    for text in ["fp16.cosine=0.9", "cosine_min=0.9", "fp16.speed_min=1", "fp16.cosine_min=abc"]:
+        with pytest.raises(UsageError):
+            parse_threshold_args([text])
+
+
+def test_default_thresholds_are_ordered():
+    fp16, int8 = DEFAULT_THRESHOLDS["fp16"], DEFAULT_THRESHOLDS["int8"]
+    assert fp16["cosine_min"] > int8["cosine_min"] and fp16["rel_l2_max"] < int8["rel_l2_max"]
+
+
+def test_accuracy_findings_carry_metrics_limits_and_advice():
+    metrics = {"probs": {"cosine": 0.95, "rel_l2": 0.3, "top1_agreement": 0.8, "max_abs": 0.4,
+                         "nan_count": 0, "inf_count": 0},
+               "aux": {"cosine": 1.0, "rel_l2": 0.0, "top1_agreement": None, "nan_count": 0, "inf_count": 0}}
+    findings = accuracy_findings("int8-wsdefault-s1", "int8", metrics)
+    assert len(findings) == 1
+    f = findings[0]
+    assert f.rule == "precision_regression" and f.variant == "int8-wsdefault-s1" and f.severity == "high"
+    assert f.evidence["output"] == "probs" and f.evidence["cosine"] == 0.95
+    assert set(f.evidence["breaches"]) == {"cosine", "rel_l2", "top1_agreement"}
+    assert f.threshold == DEFAULT_THRESHOLDS["int8"]
+    assert "--calib-method" in f.recommendation and "float32" in f.recommendation
+    assert "cosine 0.95 < 0.99" in f.title
+    d = f.to_dict()
+    assert d["evidence"]["rel_l2"] == 0.3
+    # random calibration: still reported, but as information that the numbers mean nothing
+    f2 = accuracy_findings("int8-wsdefault-s1", "int8", metrics, calibration={"meaningless": True})[0]
+    assert f2.severity == "info" and "random inputs" in f2.recommendation
+    # fp16 advice is about keeping layers in fp32; a mild miss is medium
+    mild = {"y": {"cosine": 0.9985, "rel_l2": 0.005, "top1_agreement": 1.0, "nan_count": 0, "inf_count": 0}}
+    f3 = accuracy_findings("fp16-wsdefault-s1", "fp16", mild)[0]
+    assert f3.severity == "medium" and "block list" in f3.recommendation
+    assert accuracy_findings("fp16-wsdefault-s1", "fp16", {"y": {"cosine": 1.0, "rel_l2": 0.0}}) == []
+
+
+def test_nan_output_finding_is_high_even_for_fp32_limits():
+    m = compare_outputs({"y": np.ones((1, 3))}, {"y": np.array([[1.0, np.nan, 1.0]])})
+    f = accuracy_findings("fp16-ws1G-s1", "fp16", m)
+    assert len(f) == 1 and f[0].severity == "high" and "NaN" in f[0].title

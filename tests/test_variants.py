@@ -1,0 +1,201 @@
+"""Precision variants on real pretrained models, run through ONNX Runtime on CPU.
+
+fp16 and int8 models of rapidocr's OCR networks and the bundled default are checked against fp32
+on rendered text inputs with profiler.accuracy; inputs are small and calibration sets tiny so the
+file stays fast.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from profiler.accuracy import compare_batches, evaluate
+from profiler.errors import InputError, UsageError
+from profiler.models import default_model_path, inspect_model, make_inputs
+from profiler.variants import RANDOM_CALIBRATION_WARNING, prepare
+from profiler.variants.int8 import entropy_threshold
+from tests.ocr_inputs import CLS, DET, REC, cls_batches, det_batches, ocr_model, rec_batches, save_npz
+
+
+def run_all(path, batches):
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return [dict(zip(names, sess.run(None, b))) for b in batches]
+
+
+def accuracy(fp32_path, variant_path, batches):
+    return compare_batches(run_all(fp32_path, batches), run_all(variant_path, batches))
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("variant-cache")
+
+
+# --- fp16 ---------------------------------------------------------------------------------------
+
+def test_fp32_is_the_original_model():
+    p = prepare(default_model_path(), "fp32", shapes=None)
+    assert p.path == default_model_path() and p.info["converter"] is None
+    assert p.model_hash == inspect_model(default_model_path()).model_hash
+
+
+def test_fp16_cls_model_close_but_not_identical(cache):
+    model = ocr_model(CLS)
+    p = prepare(model, "fp16", shapes={"x": (1, 3, 48, 192)}, cache_dir=cache)
+    assert p.info["converter"] == "onnxconverter-common float16" and p.info["converter_version"]
+    assert p.info["ops_kept_fp32"] == {"Softmax": 1}
+    out = inspect_model(p.path)
+    assert out.inputs[0].dtype == "float32" and out.outputs[0].dtype == "float32"  # keep_io_types
+    m = accuracy(model, p.path, cls_batches(6))["save_infer_model/scale_0.tmp_1"]
+    assert 0.9999 < m["cosine"] < 1.0 or (m["cosine"] == 1.0 and m["max_abs"] > 0)
+    assert 0 < m["rel_l2"] < 2e-3 and m["top1_agreement"] == 1.0
+    assert evaluate({"y": m}, "fp16")[0]
+
+
+def test_fp16_rec_model_output_stays_float32_and_top1_agrees(cache):
+    # the recogniser ends in a blocked Softmax; onnxconverter-common leaves that output float16
+    # despite keep_io_types, and prepare() must put it back to float32
+    model = ocr_model(REC)
+    p = prepare(model, "fp16", shapes={"x": (1, 3, 48, 160)}, cache_dir=cache)
+    assert p.info["outputs_recast_fp32"] == ["softmax_11.tmp_0"]
+    assert inspect_model(p.path).outputs[0].dtype == "float32"
+    assert {"ReduceMean", "Pow", "Sqrt", "Softmax"} <= set(p.info["ops_kept_fp32"])
+    m = accuracy(model, p.path, rec_batches(3))["softmax_11.tmp_0"]
+    assert m["top1_rows"] == 3 * 20  # 20 time steps of 6625 classes per line
+    assert m["top1_agreement"] >= 0.95 and m["cosine"] > 0.9999 and 0 < m["rel_l2"] < 1e-2
+
+
+def test_fp16_det_model_keeps_out_of_range_batchnorm_in_fp32(cache):
+    # PP-OCRv4's detector has a BatchNormalization running variance of ~1e8; clamped to float16
+    # the detection map collapses to zero. The node and its constants must stay float32.
+    model = ocr_model(DET)
+    with pytest.raises(UsageError, match="input 'x' has dynamic dimensions"):
+        prepare(model, "fp16", shapes=None, cache_dir=cache)
+    p = prepare(model, "fp16", shapes={"x": (1, 3, 96, 96)}, cache_dir=cache)
+    assert p.info["nodes_kept_fp32_out_of_range"] == ["p2o.BatchNormalization.1"]
+    assert any("exceed float16's range" in w for w in p.warnings)
+    m = accuracy(model, p.path, det_batches(2))["sigmoid_0.tmp_0"]
+    assert m["top1_agreement"] is None  # a map, not class scores
+    assert m["cosine"] > 0.9999 and m["rel_l2"] < 1e-2 and m["nan_count"] == 0
+
+
+def test_fp16_cache_hit_returns_same_file(tmp_path):
+    progress: list[str] = []
+    a = prepare(default_model_path(), "fp16", shapes=None, cache_dir=tmp_path, progress=progress.append)
+    b = prepare(default_model_path(), "fp16", shapes=None, cache_dir=tmp_path, progress=progress.append)
+    assert a.info["cache_hit"] is False and b.info["cache_hit"] is True
+    assert a.path == b.path and a.model_hash == b.model_hash
+    assert "converting" in progress[0] and "reusing cached" in progress[1]
+    c = prepare(default_model_path(), "fp16", shapes=None, cache_dir=tmp_path, keep_fp32=["conv0"])
+    assert c.info["cache_hit"] is False and c.path != a.path and "conv0" in c.info["nodes_kept_fp32"]
+
+
+def test_bad_precision_and_method_are_usage_errors(tmp_path):
+    with pytest.raises(UsageError, match="unknown precision"):
+        prepare(default_model_path(), "bf16", shapes=None, cache_dir=tmp_path)
+    with pytest.raises(UsageError, match="calibration method"):
+        prepare(default_model_path(), "int8", shapes=None, cache_dir=tmp_path, calib_method="kl")
+
+
+def test_corrupt_model_is_input_error(tmp_path):
+    bad = tmp_path / "model.onnx"
+    bad.write_bytes(ocr_model(CLS).read_bytes()[:5000])
+    with pytest.raises(InputError, match="model.onnx"):
+        prepare(bad, "fp16", shapes={"x": (1, 3, 48, 96)}, cache_dir=tmp_path)
+
+
+# --- int8 ---------------------------------------------------------------------------------------
+
+def test_entropy_threshold_clips_a_long_tail():
+    rng = np.random.default_rng(0)
+    x = np.abs(np.concatenate([rng.normal(0, 1, 200_000), [40.0]]))  # one outlier stretches the range
+    hist, edges = np.histogram(x, bins=2048)
+    t = entropy_threshold(hist, edges)
+    assert 3.0 < t < 15.0  # clips the outlier, keeps the bulk of the Gaussian
+    flat_hist, flat_edges = np.histogram(rng.uniform(0, 1, 100_000), bins=2048)
+    assert entropy_threshold(flat_hist, flat_edges) > 0.9  # nothing to clip in a uniform range
+
+
+def test_int8_default_model_entropy_minmax_and_cache(tmp_path):
+    info = inspect_model(default_model_path())
+    calib = tmp_path / "calib.npz"
+    np.savez(calib, input=np.stack([b["input"] for b in make_inputs(info, {}, seed=11, count=8)]))
+    evalb = make_inputs(info, {}, seed=12, count=8)
+    progress: list[str] = []
+    q = prepare(default_model_path(), "int8", shapes=None, calib=calib, cache_dir=tmp_path / "c",
+                progress=progress.append)
+    cal = q.info["calibration"]
+    assert cal == {**cal, "source": str(calib), "samples": 8, "method": "entropy", "cache_hit": False,
+                   "meaningless": False}
+    assert q.info["entropy_bins"] == 2048 and q.info["q_nodes"] > 0 and q.info["per_channel"] is True
+    assert any("sample 8/8" in m for m in progress)
+    ops = inspect_model(q.path).op_types
+    assert ops["QuantizeLinear"] >= 3 and ops["DequantizeLinear"] > ops["QuantizeLinear"]
+    m = accuracy(default_model_path(), q.path, evalb)["probs"]
+    f16 = prepare(default_model_path(), "fp16", shapes=None, cache_dir=tmp_path / "c")
+    m16 = accuracy(default_model_path(), f16.path, evalb)["probs"]
+    assert m["rel_l2"] > 3 * m16["rel_l2"]  # int8 measurably worse than fp16
+    assert m["cosine"] > 0.95
+    # the second call is a cache hit: no calibration progress, same file
+    progress.clear()
+    again = prepare(default_model_path(), "int8", shapes=None, calib=calib, cache_dir=tmp_path / "c",
+                    progress=progress.append)
+    assert again.info["calibration"]["cache_hit"] is True and again.info["cache_hit"] is True
+    assert again.path == q.path and not any("sample" in m for m in progress)
+    mm = prepare(default_model_path(), "int8", shapes=None, calib=calib, cache_dir=tmp_path / "c",
+                 calib_method="minmax")
+    assert mm.path != q.path and mm.info["calibration"]["method"] == "minmax"
+
+
+def test_int8_random_calibration_is_flagged_meaningless(tmp_path):
+    q = prepare(default_model_path(), "int8", shapes=None, cache_dir=tmp_path, calib_method="minmax",
+                random_calib_samples=4)
+    assert q.info["calibration"]["source"] == "random" and q.info["calibration"]["meaningless"] is True
+    assert q.calibration_meaningless and q.warnings[0] == RANDOM_CALIBRATION_WARNING
+    again = prepare(default_model_path(), "int8", shapes=None, cache_dir=tmp_path, calib_method="minmax",
+                    random_calib_samples=4)
+    assert again.info["cache_hit"] and again.warnings[0] == RANDOM_CALIBRATION_WARNING
+
+
+def test_int8_cls_model_real_calibration_beats_random(tmp_path):
+    model = ocr_model(CLS)
+    shapes = {"x": (1, 3, 48, 96)}
+    calib = save_npz(cls_batches(6, seed=1, shape=(48, 96)), tmp_path / "cls.npz")
+    evalb = cls_batches(6, seed=2, shape=(48, 96))
+    real = prepare(model, "int8", shapes=shapes, calib=calib, calib_method="percentile", cache_dir=tmp_path)
+    rand = prepare(model, "int8", shapes=shapes, calib_method="percentile", cache_dir=tmp_path,
+                   random_calib_samples=4)
+    f16 = prepare(model, "fp16", shapes=shapes, cache_dir=tmp_path)
+    assert any("opset upgraded from 11 to 13" in w for w in real.warnings)
+    out = "save_infer_model/scale_0.tmp_1"
+    m_real = accuracy(model, real.path, evalb)[out]
+    m_rand = accuracy(model, rand.path, evalb)[out]
+    m16 = accuracy(model, f16.path, evalb)[out]
+    assert m16["rel_l2"] < m_real["rel_l2"] < m_rand["rel_l2"]
+    assert m_real["cosine"] > m_rand["cosine"]
+    assert rand.calibration_meaningless and not real.calibration_meaningless
+
+
+def test_int8_calib_with_wrong_shape_or_dtype_names_the_input(tmp_path):
+    model = ocr_model(CLS)
+    np.savez(tmp_path / "wrong.npz", x=np.zeros((2, 1, 3, 32, 96), np.float32))
+    with pytest.raises(InputError) as err:
+        prepare(model, "int8", shapes={"x": (1, 3, 48, 96)}, calib=tmp_path / "wrong.npz", cache_dir=tmp_path)
+    assert "input 'x'" in str(err.value) and "1x3x48x96" in str(err.value) and "2x1x3x32x96" in str(err.value)
+    np.savez(tmp_path / "f64.npz", x=np.zeros((1, 3, 48, 96), np.float64))
+    with pytest.raises(InputError, match="input 'x'.*float64"):
+        prepare(model, "int8", shapes={"x": (1, 3, 48, 96)}, calib=tmp_path / "f64.npz", cache_dir=tmp_path)
+    assert not list(tmp_path.glob("int8-*.onnx"))  # nothing half-made was cached
+
+
+def test_int8_holdout_is_not_calibrated_on(tmp_path):
+    info = inspect_model(default_model_path())
+    data = make_inputs(info, {}, seed=3, count=5)
+    np.savez(tmp_path / "c.npz", input=np.stack([b["input"] for b in data]))
+    q = prepare(default_model_path(), "int8", shapes=None, calib=tmp_path / "c.npz", cache_dir=tmp_path,
+                calib_method="minmax", holdout_fraction=0.2)
+    assert q.info["calibration"]["samples"] == 4 and q.info["calibration"]["held_out_samples"] == 1
