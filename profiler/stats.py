@@ -44,14 +44,16 @@ def median(sorted_samples: np.ndarray) -> float:
     return float((np.float32(sorted_samples[m - 1]) + np.float32(sorted_samples[m])) / np.float32(2))
 
 
+def _sequential_sum32(values: np.ndarray) -> np.float32:
+    """Left-to-right float32 sum, as std::accumulate(..., 0.F) adds (np.sum would pairwise-sum)."""
+    return np.add.accumulate(np.asarray(values, dtype=np.float32), dtype=np.float32)[-1]
+
+
 def mean(samples: np.ndarray) -> float:
     """Sequential float32 accumulation, as std::accumulate(..., 0.F) does."""
     if len(samples) == 0:
         return float("nan")
-    acc = np.float32(0)
-    for v in np.asarray(samples, dtype=np.float32):
-        acc = np.float32(acc + v)
-    return float(acc / np.float32(len(samples)))
+    return float(_sequential_sum32(samples) / np.float32(len(samples)))
 
 
 def cov_pct(samples: np.ndarray, mean_value: float | None = None) -> float:
@@ -63,10 +65,7 @@ def cov_pct(samples: np.ndarray, mean_value: float | None = None) -> float:
     if m == 0:
         return float("inf")
     diff = np.asarray(samples, dtype=np.float32) - m
-    acc = np.float32(0)
-    for d in diff * diff:
-        acc = np.float32(acc + d)
-    var = acc / np.float32(n)
+    var = _sequential_sum32(diff * diff) / np.float32(n)
     return float(np.sqrt(var) / m * np.float32(100))
 
 
