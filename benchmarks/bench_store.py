@@ -1,5 +1,5 @@
 """Run store at scale: fill SQLite and a real PostgreSQL with thousands of runs and about a million
-samples through the Store API, then time the queries the comparison and trend views make, with no
+samples through the Store API (after a longer history of runs without samples), then time the queries the comparison and trend views make, with no
 secondary indexes, with the initial schema's indexes (revision 0001), and with the current schema's.
 
     python3 benchmarks/bench_store.py [PG_URL] [--scale 1.0] [--sqlite PATH] [--repeat 30]
@@ -63,6 +63,29 @@ def fill(store: Store, runs: int, samples_per_variant: int, seed: int = 1) -> di
             "fingerprints": [f"m{i}-{k}" for i in range(MODELS) for k in VARIANT_KEYS]}
 
 
+def add_history(store: Store, runs: int, seed: int = 2) -> None:
+    """Older runs without samples (bulk inserted): a long history, as years of nightly and PR jobs leave.
+
+    They are dated before the measured runs, half of them labelled ``nightly``, with one variant each.
+    """
+    if runs <= 0:
+        return
+    rng = np.random.default_rng(seed)
+    t0 = dt.datetime(2021, 1, 1, tzinfo=dt.timezone.utc)
+    step_s = (dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc) - t0).total_seconds() / runs
+    rows = [{"kind": "sweep", "source": "history", "label": "nightly" if i % 2 else f"old-pr-{i % 5000}",
+             "status": "ok", "created_at": t0 + dt.timedelta(seconds=i * step_s + float(rng.uniform(0, 60))),
+             "gpu": "NVIDIA A100", "model": f"m{i % MODELS}", "config": {}, "environment": {}, "summary": {}}
+            for i in range(runs)]
+    runs_t, var_t = m.Run.__table__, m.Variant.__table__
+    with store.engine.begin() as c:
+        c.execute(runs_t.insert(), rows)
+        ids = c.execute(select(runs_t.c.id).where(runs_t.c.source == "history")).scalars().all()
+        c.execute(var_t.insert(), [{"run_id": rid, "kind": "variant", "key": "fp16", "status": "ok",
+                                    "fingerprint": f"old-{rid % 200}", "latency_ms": {"median": 1.0},
+                                    "metrics": {}} for rid in ids])
+
+
 def _index_sets(engine) -> dict[str, dict[str, tuple[str, list[str]]]]:
     """Index name -> (table, columns) at revision 0001 (a scratch SQLite database) and at head."""
     scratch = Path(tempfile.mkdtemp()) / "rev0001.db"
@@ -123,13 +146,14 @@ def queries(store: Store, keys: dict, repeat: int) -> dict[str, float]:
     }
 
 
-def bench_one(name: str, url: str, runs: int, spv: int, repeat: int) -> tuple[dict, dict]:
+def bench_one(name: str, url: str, runs: int, spv: int, repeat: int, history: int) -> tuple[dict, dict]:
     store = Store.open(url)
+    add_history(store, history)
     t = time.perf_counter()
     keys = fill(store, runs, spv)
     fill_s = time.perf_counter() - t
     n_samples = runs * len(VARIANT_KEYS) * spv
-    print(f"{name}: filled {runs} runs, {runs * len(VARIANT_KEYS)} variants, {n_samples:,} samples "
+    print(f"{name}: {history} older runs without samples, then filled {runs} runs, {runs * len(VARIANT_KEYS)} variants, {n_samples:,} samples "
           f"in {fill_s:.1f} s ({n_samples / fill_s:,.0f} samples/s through Store.add_variant)", flush=True)
     sets = _index_sets(store.engine)
     all_names = set().union(*(s.keys() for s in sets.values()))
@@ -150,19 +174,22 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=1.0, help="1.0 = 2000 runs x 4 variants x 125 samples (1M)")
     ap.add_argument("--sqlite", default=None, help="SQLite file to fill (default: a temporary file)")
     ap.add_argument("--repeat", type=int, default=30, help="timed calls per query (median reported)")
+    ap.add_argument("--history", type=int, default=None,
+                    help="older runs without samples added first (default 10x the measured runs)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch PostgreSQL database")
     args = ap.parse_args()
     runs, spv = max(10, int(2000 * args.scale)), 125
+    history = 10 * runs if args.history is None else args.history
 
     results: dict[str, dict] = {}
     sqlite_path = args.sqlite or str(Path(tempfile.mkdtemp()) / "bench.db")
-    results["sqlite"], _ = bench_one("sqlite", sqlite_path, runs, spv, args.repeat)
+    results["sqlite"], _ = bench_one("sqlite", sqlite_path, runs, spv, args.repeat, history)
     if args.pg_url:
         from tests.pg import fresh_database
 
         pg_url = fresh_database(args.pg_url)
         try:
-            results["postgresql"], _ = bench_one("postgresql", pg_url, runs, spv, args.repeat)
+            results["postgresql"], _ = bench_one("postgresql", pg_url, runs, spv, args.repeat, history)
         finally:
             if not args.keep:
                 import psycopg

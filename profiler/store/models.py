@@ -34,7 +34,7 @@ class Run(Base):
     kind: Mapped[str] = mapped_column(String(16))  # analyze | sweep | import
     source: Mapped[str] = mapped_column(Text)  # capture path, model path, export prefix
     source_hash: Mapped[Optional[str]] = mapped_column(String(64))
-    label: Mapped[Optional[str]] = mapped_column(String(200), index=True)
+    label: Mapped[Optional[str]] = mapped_column(String(200))  # indexed with created_at below
     status: Mapped[str] = mapped_column(String(16), default="running")  # running|ok|failed|interrupted
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime(timezone=True))
@@ -57,7 +57,11 @@ class Run(Base):
     artifacts: Mapped[list["Artifact"]] = relationship(back_populates="run", cascade="all, delete-orphan",
                                                        order_by="Artifact.id")
 
-    __table_args__ = (Index("ix_runs_kind_created", "kind", "created_at"),)
+    __table_args__ = (
+        Index("ix_runs_kind_created", "kind", "created_at"),
+        Index("ix_runs_label_created", "label", "created_at"),  # newest run of a label (revision 0002)
+        Index("ix_runs_created", "created_at"),  # the history list, newest first (revision 0002)
+    )
 
 
 class Variant(Base):
