@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import re
 from importlib import resources
@@ -565,6 +566,15 @@ def test_partial_and_odd_inputs_still_render_valid_pages(data, tmp_path):
     figs = figures_of(html)
     assert set(chart_ids(html)) == set(figs)
     assert "<!DOCTYPE html>" in html
+
+
+def test_report_written_atomically_with_normal_permissions(tmp_path):
+    out = write_layers_report(layers_example(), tmp_path / "sub" / "dir" / "r.html", cdn=True)
+    assert out == tmp_path / "sub" / "dir" / "r.html" and out.is_file()
+    umask = os.umask(0)
+    os.umask(umask)
+    assert out.stat().st_mode & 0o777 == 0o666 & ~umask
+    assert [p.name for p in out.parent.iterdir()] == ["r.html"]  # no temporary file left behind
 
 
 def test_report_kind_dispatch():

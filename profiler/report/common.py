@@ -19,7 +19,7 @@ STATUS_CLASSES = {
     "ok": "ok", "passed": "ok", "pass": "ok", "yes": "ok", "true": "ok", "done": "ok", "reused": "ok",
     "warn": "warn", "warning": "warn", "degraded": "warn", "random": "warn",
     "failed": "bad", "fail": "bad", "error": "bad", "false": "bad", "no": "bad",
-    "skipped": "skip", "n/a": "skip", "not applicable": "skip", "not run": "skip",
+    "skipped": "skip", "n/a": "skip", "not applicable": "skip", "not run": "skip", "not reached": "skip",
 }
 PALETTE = ["#2f74c0", "#d9822b", "#2e9e5b", "#c0392b", "#7b5ea7", "#8c6d31", "#d45fa6", "#6b7280",
            "#17a2b8", "#a3b83a"]
@@ -175,7 +175,8 @@ def describe(d: dict) -> str:
         if k in ("name", "key") or v is None or isinstance(v, (dict, list)):
             continue
         parts.append(f"{humanize_key(k, True)} {fmt_value(k, v)}")
-    return ", ".join(parts) if parts else DASH
+    text = ", ".join(parts) if parts else DASH
+    return text if len(text) <= 400 else text[:397] + "..."
 
 
 # ----------------------------------------------------------------------------- findings

@@ -12,7 +12,6 @@ import datetime as dt
 import functools
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -98,9 +97,11 @@ def write_html(page: dict[str, Any], path: str | os.PathLike, *, cdn: bool = Fal
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     html = render_html(page, cdn=cdn)
-    fd, tmp = tempfile.mkstemp(prefix=".report-", suffix=".html", dir=out.parent)
+    # A temporary file beside the target (created with the usual umask, unlike mkstemp's 0600), then an
+    # atomic rename: a reader never sees half a report.
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(html)
         os.replace(tmp, out)
     except BaseException:
