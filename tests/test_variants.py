@@ -164,7 +164,7 @@ def test_int8_random_calibration_is_flagged_meaningless(tmp_path):
 def test_int8_cls_model_real_calibration_beats_random(tmp_path):
     model = ocr_model(CLS)
     shapes = {"x": (1, 3, 48, 96)}
-    calib = save_npz(cls_batches(6, seed=1, shape=(48, 96)), tmp_path / "cls.npz")
+    calib = save_npz(cls_batches(4, seed=1, shape=(48, 96)), tmp_path / "cls.npz")
     evalb = cls_batches(6, seed=2, shape=(48, 96))
     real = prepare(model, "int8", shapes=shapes, calib=calib, calib_method="percentile", cache_dir=tmp_path)
     rand = prepare(model, "int8", shapes=shapes, calib_method="percentile", cache_dir=tmp_path,
@@ -199,3 +199,10 @@ def test_int8_holdout_is_not_calibrated_on(tmp_path):
     q = prepare(default_model_path(), "int8", shapes=None, calib=tmp_path / "c.npz", cache_dir=tmp_path,
                 calib_method="minmax", holdout_fraction=0.2)
     assert q.info["calibration"]["samples"] == 4 and q.info["calibration"]["held_out_samples"] == 1
+
+
+def test_int8_keep_fp32_leaves_layers_unquantized(tmp_path):
+    q = prepare(default_model_path(), "int8", shapes=None, cache_dir=tmp_path, calib_method="minmax",
+                random_calib_samples=2, keep_fp32=["Gemm", "conv0"])
+    assert "Gemm" not in q.info["op_types_quantized"] and q.info["excluded_nodes"] == ["conv0"]
+    assert set(q.info["nodes_kept_fp32"]) == {"fc", "conv0"}  # the head and the first conv stay float

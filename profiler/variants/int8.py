@@ -13,7 +13,7 @@ This is the explicit-quantization model TensorRT's strongly typed builder expect
   ``CalibrationMethod``; data from ``--calib`` or, without it, seeded random inputs, in which case
   the result is flagged meaningless.
 
-The model is first pre-processed by ONNX Runtime's ``quant_pre_process`` (shape inference and
+The model is first pre-processed by ONNX Runtime's ``quant_pre_process`` (ONNX shape inference and
 basic graph optimisation, e.g. folding BatchNormalization into the preceding Conv, as TensorRT
 would). If pre-processing fails the original graph is quantized and a warning says so.
 """
@@ -30,7 +30,7 @@ from typing import Any, Callable
 from profiler.errors import InputError
 
 #: bump when the quantization recipe changes, so cached int8 models are remade
-RECIPE_VERSION = 3
+RECIPE_VERSION = 4
 
 QUANTIZED_OP_TYPES: tuple[str, ...] = (
     "Conv", "ConvTranspose", "Gemm", "MatMul",
@@ -205,20 +205,15 @@ def quantize_int8(src: Path, dst: Path, samples: list[dict], *, method: str,
     if progress:
         progress("int8: pre-processing (shape inference, graph optimisation)")
     try:
-        quant_pre_process(str(src), str(pre), skip_symbolic_shape=False)
+        # symbolic shape inference is skipped: it helps transformers with symbolic dims, fails on
+        # many CNN exports, and on failure drops a temporary model into the working directory
+        quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
         to_quantize = pre
         preprocessed = True
-    except Exception as exc:  # symbolic shape inference fails on some exports
-        try:
-            quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
-            to_quantize = pre
-            preprocessed = True
-            warnings.append(f"int8: symbolic shape inference failed ({type(exc).__name__}); "
-                            "pre-processed with ONNX shape inference only")
-        except Exception as exc2:
-            preprocessed = False
-            warnings.append(f"int8: pre-processing failed ({type(exc2).__name__}: {exc2}); "
-                            "quantizing the original graph (BatchNormalization stays unfused)")
+    except Exception as exc:
+        preprocessed = False
+        warnings.append(f"int8: pre-processing failed ({type(exc).__name__}: {exc}); "
+                        "quantizing the original graph (BatchNormalization stays unfused)")
     opset_note = _ensure_opset(to_quantize, pre, MIN_QDQ_OPSET)
     if opset_note:
         to_quantize = pre
