@@ -270,3 +270,26 @@ def test_samples_need_idx(db_url):
     with pytest.raises(ValueError, match="idx"):
         store.add_variant(rid, {"key": "v"}, samples=[{"latency_ms": 1.0}])
     assert store.run_dict(rid)["variants"] == []  # nothing half-written
+
+
+def test_unversioned_store_is_stamped_and_upgraded(db_url):
+    """A store whose tables predate the revision table (created with create_all) is adopted."""
+    engine = create_engine(db_url)
+    upgrade(engine, "0001")
+    with engine.begin() as conn:
+        conn.execute(text("DROP TABLE alembic_version"))
+        conn.execute(text("INSERT INTO runs (kind, source, status, created_at, config, environment, summary) "
+                          "VALUES ('analyze', 'kept.sqlite', 'ok', CURRENT_TIMESTAMP, '{}', '{}', '{}')"))
+    engine.dispose()
+    store = Store.open(db_url)
+    assert current_revision(store.engine) == head_revision()
+    assert [r["source"] for r in store.list_runs()] == ["kept.sqlite"]
+
+
+def test_store_from_a_newer_trtprof_is_refused(db_url):
+    store = Store.open(db_url)
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+    store.close()
+    with pytest.raises(InputError, match="revision 9999, which this trtprof .* does not know"):
+        Store.open(db_url)

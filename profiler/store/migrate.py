@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import text
+from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection, Engine
+
+from profiler.errors import InputError
 
 MIGRATIONS_DIR = Path(__file__).resolve().with_name("migrations")
 _PG_LOCK_KEY = 0x7472_7470_726F_66  # "trtprof", an arbitrary 64-bit advisory lock key
@@ -50,9 +52,15 @@ def _lock(conn: Connection) -> None:
 
 
 def upgrade(engine: Engine, revision: str = "head") -> str | None:
-    """Apply pending migrations up to ``revision``; returns the revision the database is at after."""
+    """Apply pending migrations up to ``revision``; returns the revision the database is at after.
+
+    Raises InputError when the database was made by a newer trtprof (a revision this one does not
+    know). A database whose tables were created before it had a revision table (same schema as
+    revision 0001) is stamped 0001 and then upgraded.
+    """
     from alembic import command
     from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
 
     from profiler.store.engine import WRITE, configure
 
@@ -60,8 +68,19 @@ def upgrade(engine: Engine, revision: str = "head") -> str | None:
     head = head_revision()
     if revision == "head" and current_revision(engine) == head:  # the common case: nothing to do
         return head
+    cfg = _config()
+    known = {s.revision for s in ScriptDirectory.from_config(cfg).walk_revisions()}
     with engine.connect().execution_options(**WRITE) as conn, conn.begin():
         _lock(conn)
-        if MigrationContext.configure(conn).get_current_revision() != head or revision != "head":
-            command.upgrade(_config(conn), revision)
+        current = MigrationContext.configure(conn).get_current_revision()
+        if current is not None and current not in known:
+            raise InputError(f"the run store is at schema revision {current}, which this trtprof "
+                             f"(newest revision {head}) does not know: upgrade trtprof to use it")
+        if current is None and "runs" in inspect(conn).get_table_names():
+            cfg.attributes["connection"] = conn
+            command.stamp(cfg, "0001")  # an unversioned store from before migrations existed
+            current = "0001"
+        if current != head or revision != "head":
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, revision)
         return MigrationContext.configure(conn).get_current_revision()
