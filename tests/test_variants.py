@@ -19,9 +19,16 @@ from tests.ocr_inputs import CLS, DET, REC, cls_batches, det_batches, ocr_model,
 
 
 def run_all(path, batches):
+    """Outputs of ``path`` with ONNX Runtime's basic optimisations: the model's own arithmetic.
+
+    With all optimisations ONNX Runtime fuses Q/DQ into its int8 CPU kernels, whose u8s8 products
+    saturate on CPUs without VNNI; that is ONNX Runtime's error, not the quantized model's.
+    """
     import onnxruntime as ort
 
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
     return [dict(zip(names, sess.run(None, b))) for b in batches]
 
@@ -139,7 +146,7 @@ def test_int8_default_model_entropy_minmax_and_cache(tmp_path):
     f16 = prepare(default_model_path(), "fp16", shapes=None, cache_dir=tmp_path / "c")
     m16 = accuracy(default_model_path(), f16.path, evalb)["probs"]
     assert m["rel_l2"] > 3 * m16["rel_l2"]  # int8 measurably worse than fp16
-    assert m["cosine"] > 0.95
+    assert m["cosine"] > 0.999 and m["rel_l2"] < 0.05  # but a sound quantization of a small CNN
     # the second call is a cache hit: no calibration progress, same file
     progress.clear()
     again = prepare(default_model_path(), "int8", shapes=None, calib=calib, cache_dir=tmp_path / "c",
