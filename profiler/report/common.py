@@ -186,6 +186,25 @@ def _severity_rank(sev: Any) -> int:
     return SEVERITY_ORDER.index(s) if s in SEVERITY_ORDER else len(SEVERITY_ORDER)
 
 
+EVIDENCE_TABLE_ROWS = 20
+
+
+def _evidence_value(key: str, value: Any) -> Any:
+    """An evidence value for display: a list of records becomes a small table, anything else text."""
+    if isinstance(value, list) and value and all(isinstance(x, dict) for x in value):
+        columns: list[str] = []
+        for rec in value[:EVIDENCE_TABLE_ROWS]:
+            for k in rec:
+                if k not in columns:
+                    columns.append(k)
+        rows = [[cell(fmt_value(k, rec.get(k)) if not isinstance(rec.get(k), (dict, list))
+                      else describe(rec[k]) if isinstance(rec.get(k), dict) else fmt_value(k, rec.get(k)))
+                 for k in columns] for rec in value]
+        return table([humanize_key(k) for k in columns], rows, numeric=[False] * len(columns),
+                     limit=EVIDENCE_TABLE_ROWS)
+    return fmt_value(key, value)
+
+
 def finding_views(findings: Iterable[Any]) -> list[dict[str, Any]]:
     """Findings (dicts or Finding objects) as display records, most severe first."""
     items = []
@@ -202,7 +221,7 @@ def finding_views(findings: Iterable[Any]) -> list[dict[str, Any]]:
             "title": str(f.get("title") or f.get("rule") or ""),
             "range": f.get("range"),
             "variant": f.get("variant"),
-            "evidence": [(humanize_key(k), fmt_value(k, v)) for k, v in (f.get("evidence") or {}).items()]
+            "evidence": [(humanize_key(k), _evidence_value(k, v)) for k, v in (f.get("evidence") or {}).items()]
             if isinstance(f.get("evidence"), dict) else ([("evidence", fmt_value("", f["evidence"]))]
                                                          if f.get("evidence") else []),
             "threshold": [(humanize_key(k), fmt_value(k, v)) for k, v in (f.get("threshold") or {}).items()]

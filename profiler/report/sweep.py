@@ -180,6 +180,8 @@ def accuracy_vs_speed(variants: Sequence[dict]) -> list[dict[str, Any]]:
                     "latency_ms": stat(v.get("latency_ms"), "median"),
                     "rel_l2": max(rel) if rel else None, "max_abs": max(mx) if mx else None,
                     "cosine": min(cos) if cos else None,
+                    "nonfinite": int(sum((a.get("nan_count") or 0) + (a.get("inf_count") or 0)
+                                         for a in outs.values())),
                     "passed": all(a.get("passed") is not False for a in outs.values())})
     return out
 
@@ -311,7 +313,9 @@ def build_sweep_page(summary: dict, *, layers: Sequence[dict] | None = None) -> 
                 stat(v.get("enqueue_ms"), "median"), finite(v.get("throughput_qps")),
                 cell(DASH) if a is None else cell(fmt_num(a["rel_l2"]) if a["rel_l2"] is not None else DASH,
                                                   cls="ok" if a["passed"] else "bad",
-                                                  sub="passed" if a["passed"] else "outside threshold"),
+                                                  sub=(f"{a['nonfinite']} NaN/Inf values, " if a.get("nonfinite")
+                                                       else "") + ("passed" if a["passed"] else "outside threshold"),
+                                                  title="relative L2 over the elements finite in both outputs"),
             ])
         blocks.append(table(["variant", "status", "precision", "workspace", "streams", "CUDA graph", "backend",
                              "median ms", "p99 ms", "CoV", "enqueue median ms", "throughput qps",
@@ -366,6 +370,47 @@ def build_sweep_page(summary: dict, *, layers: Sequence[dict] | None = None) -> 
                                      numeric=[False, False] + [True] * 7 + [False], limit=500)]))
     else:
         blocks.append(missing("Accuracy against FP32 " + NOT_IN_RUN + "."))
+
+    # ---- precision localisation
+    localised = [v for v in variants if isinstance(v.get("localisation"), dict)]
+    if localised:
+        blocks = section(page, "localisation", "Where precision is lost",
+                         "For each variant that breached its accuracy threshold: the error of every node's output "
+                         "against FP32 in topological order, the first nodes whose error jumps, and what "
+                         "keeping them in FP32 buys.")
+        for v in localised:
+            loc = v["localisation"]
+            key = variant_key(v)
+            blocks.append({"type": "heading", "text": key})
+            if loc.get("error"):
+                blocks.append(note(f"localisation failed: {loc['error']}", "warn"))
+                continue
+            if loc.get("conclusion"):
+                blocks.append(note(str(loc["conclusion"]), "info"))
+            curve = loc.get("curve") or []
+            if curve:
+                blocks.append(chart(page, f"loc-{key}", error_curve_figure(loc)))
+            jumps = loc.get("first_jumps") or []
+            if jumps:
+                blocks.append(table(["node", "op", "rel L2", "inputs' rel L2", "amplification", "node in variant"],
+                                    [[str(j.get("node")), str(j.get("op")),
+                                      j.get("rel_l2") if j.get("rel_l2") is not None else cell("inf/NaN (overflow)"),
+                                      j.get("input_rel_l2"),
+                                      j.get("amplification") if j.get("amplification") is not None else cell("inf"),
+                                      str(j.get("variant_node") or DASH)] for j in jumps],
+                                    numeric=[False, False, True, True, True, False]))
+            check = loc.get("verification") or {}
+            rows = []
+            for label, row in (check.get("variants") or {}).items():
+                acc = row.get("accuracy") or {}
+                worst = max((finite(m.get("rel_l2")) or 0.0 for m in acc.values()), default=None) if acc else None
+                broken = sum((m.get("nan_count") or 0) + (m.get("inf_count") or 0) for m in acc.values())
+                rows.append([label, row.get("latency_ms"), worst if worst is not None else cell(DASH),
+                             int(broken) if acc else cell(DASH)])
+            if rows:
+                blocks.append(table(["model", "latency ms (ONNX Runtime CPU)", "worst rel L2", "NaN/Inf values"],
+                                    rows, numeric=[False, True, True, True],
+                                    caption="kept in FP32: " + ", ".join(check.get("kept_fp32") or [])))
 
     # ---- per-layer
     blocks = section(page, "layers", "Per-layer time by variant", "Layer time summed by layer type.")
@@ -460,6 +505,26 @@ def accuracy_figure(points: Sequence[dict]) -> dict:
                                 "symbol": ["circle" if p["passed"] else "x" for p in pts]}})
     return figure(data, {"xaxis": {"title": {"text": "median latency (ms)"}},
                          "yaxis": {"title": {"text": "worst relative L2 error vs FP32"},
+                                   "type": "log" if positive else "linear"}})
+
+
+def error_curve_figure(loc: dict) -> dict:
+    """Relative L2 error of each node's output against FP32, in topological order; jumps marked."""
+    curve = loc.get("curve") or []
+    finite_max = max((finite(c.get("rel_l2")) or 0.0 for c in curve), default=0.0)
+    ys = [finite(c.get("rel_l2")) if finite(c.get("rel_l2")) is not None else finite_max * 10 or 1.0 for c in curve]
+    data = [{"type": "scatter", "mode": "lines+markers", "name": "rel L2 vs FP32",
+             "x": list(range(len(curve))), "y": rounded_list(ys),
+             "text": [f"{c.get('node')} ({c.get('op')})" for c in curve], "marker": {"size": 4}}]
+    jump_names = {j.get("node") for j in loc.get("first_jumps") or []}
+    jx = [i for i, c in enumerate(curve) if c.get("node") in jump_names]
+    if jx:
+        data.append({"type": "scatter", "mode": "markers", "name": "error jumps here", "x": jx,
+                     "y": rounded_list(ys[i] for i in jx), "text": [str(curve[i].get("node")) for i in jx],
+                     "marker": {"size": 12, "symbol": "x", "color": "#c0392b"}})
+    positive = all(y and y > 0 for y in ys)
+    return figure(data, {"xaxis": {"title": {"text": "node (topological order)"}},
+                         "yaxis": {"title": {"text": "relative L2 error vs FP32"},
                                    "type": "log" if positive else "linear"}})
 
 
