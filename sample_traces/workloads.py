@@ -128,11 +128,46 @@ def pageable_vs_pinned(iterations: int = 40, size_bytes: int = 16 << 20) -> dict
             "copies_per_range": {"h2d": 1, "d2h": 1}}
 
 
-def multistream(iterations: int = 40, streams: int = 4, mms_per_stream: int = 16, size: int = 256) -> dict[str, Any]:
-    """Independent matmul chains on ``streams`` streams, against the same work on one stream.
+def multistream(iterations: int = 40, streams: int = 4, kernels_per_stream: int = 4,
+                spin_cycles: int = 200_000) -> dict[str, Any]:
+    """Independent work on ``streams`` streams that overlaps, against the same work on one stream.
 
-    At ``size`` 256 each matmul occupies a few of the GPU's 132 SMs, so the streams overlap; at 1024
-    (``multistream_saturated``) each matmul fills the GPU and the streams cannot overlap."""
+    Each kernel is ``torch.cuda._sleep``: one thread block spinning ``spin_cycles`` clock cycles
+    (~100 us), far longer than its launch and using one SM, so kernels on different streams run
+    side by side; on one stream they run back to back."""
+    ss = [torch.cuda.Stream() for _ in range(streams)]
+    main = torch.cuda.current_stream()
+
+    def work_on(s_list: list) -> None:
+        for s in s_list:
+            s.wait_stream(main)
+            with torch.cuda.stream(s):
+                for _ in range(kernels_per_stream):
+                    torch.cuda._sleep(spin_cycles)
+        for s in s_list:
+            main.wait_stream(s)
+
+    for _ in range(3):
+        work_on(ss)
+        work_on([main] * streams)
+    torch.cuda.synchronize()
+    for _ in range(iterations):
+        _push("multistream.s1")
+        work_on([main] * streams)
+        main.synchronize()
+        _pop()
+        _push(f"multistream.s{streams}")
+        work_on(ss)
+        main.synchronize()
+        _pop()
+    torch.cuda.synchronize()
+    return {"ranges": {"multistream.s1": iterations, f"multistream.s{streams}": iterations},
+            "streams": streams, "kernels_per_stream": kernels_per_stream, "spin_cycles": spin_cycles}
+
+
+def multistream_saturated(iterations: int = 40, streams: int = 4, mms_per_stream: int = 8,
+                          size: int = 1024) -> dict[str, Any]:
+    """Matmul chains on ``streams`` streams that cannot overlap: each 1024x1024 fp32 matmul fills the GPU."""
     mats = [(torch.randn(size, size, device=DEV), torch.randn(size, size, device=DEV),
              torch.empty(size, size, device=DEV)) for _ in range(streams)]
     ss = [torch.cuda.Stream() for _ in range(streams)]
@@ -227,7 +262,7 @@ WORKLOADS: dict[str, Callable[..., dict[str, Any]]] = {
     "host_stall": host_stall,
     "pageable_vs_pinned": pageable_vs_pinned,
     "multistream": multistream,
-    "multistream_saturated": lambda: multistream(mms_per_stream=8, size=1024),
+    "multistream_saturated": multistream_saturated,
     "no_nvtx": no_nvtx,
     "sync_heavy": sync_heavy,
     "transfer_bound": transfer_bound,

@@ -1,0 +1,93 @@
+"""trtprof's own H200 captures (sample_traces/): their known answers hold in the raw data, and a
+capture of a real sweep on the cuda backend attaches to its summary with the right diagnosis."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from tests.conftest import SAMPLE_TRACES
+
+pytestmark = pytest.mark.skipif(not (SAMPLE_TRACES / "README.md").exists(), reason="sample_traces/ is absent")
+
+
+def _ranges(path, name):
+    con = sqlite3.connect(path)
+    rows = con.execute("SELECT n.start, n.end FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
+                       "WHERE COALESCE(n.text, s.value) = ? AND n.end IS NOT NULL ORDER BY n.start", (name,)).fetchall()
+    con.close()
+    return [(e - s) for s, e in rows]
+
+
+def test_manifests_match_their_captures():
+    for manifest in sorted(SAMPLE_TRACES.glob("*.json")):
+        if manifest.name.endswith(".summary.json"):
+            continue
+        info = json.loads(manifest.read_text())
+        capture = manifest.with_suffix(".sqlite")
+        assert capture.exists(), capture
+        for name, count in info["ranges"].items():
+            assert len(_ranges(capture, name)) == count, (manifest.name, name)
+
+
+def test_host_stall_indices_are_the_slow_queries():
+    info = json.loads((SAMPLE_TRACES / "host_stall.json").read_text())
+    walls = _ranges(SAMPLE_TRACES / "host_stall.sqlite", "host_stall.query")
+    slow = [i for i, w in enumerate(walls) if w > 3_000_000]
+    assert slow == info["stalled_indices"] == list(range(7, 100, 10))
+    con = sqlite3.connect(SAMPLE_TRACES / "host_stall.sqlite")
+    sleeps = con.execute("SELECT COUNT(*), MIN(o.end - o.start) FROM OSRT_API o JOIN StringIds s ON s.id = o.nameId "
+                         "WHERE s.value = 'clock_nanosleep' AND o.end - o.start > 4000000").fetchone()
+    assert sleeps[0] == 10 and sleeps[1] >= info["stall_ms"] * 1e6
+
+
+def test_harness_capture_diagnosis_attaches_per_variant():
+    """A real ``cuda`` backend sweep of rapidocr's cls model, eager and CUDA graph, under nsys."""
+    from profiler.harness.nsys import attach_capture
+
+    summary = json.loads((SAMPLE_TRACES / "harness_cls.summary.json").read_text())
+    for v in summary["variants"]:
+        v.pop("nsys", None)
+    summary.pop("artifacts", None)
+    attach_capture(summary, SAMPLE_TRACES / "harness_cls.sqlite")
+    eager, graph = (next(v for v in summary["variants"] if v["key"] == k)
+                    for k in ("fp32-wsdefault-s1", "fp32-wsdefault-s1-graph"))
+    assert eager["nsys"]["series"] == "trtprof:fp32-wsdefault-s1/iter" and eager["nsys"]["count"] == 40
+    assert eager["nsys"]["rules"] == ["launch_overhead"]
+    assert graph["nsys"]["rules"] == []
+    # at least one launch per step (234 ONNX nodes survive folding; a few steps launch two kernels,
+    # and the H2D/D2H copies count as launches too)
+    assert 234 <= eager["nsys"]["launches_per_instance"] < 300
+    assert graph["nsys"]["launches_per_instance"] == 1  # one cudaGraphLaunch
+    assert eager["nsys"]["gpu_busy_fraction"] < 0.1 < 0.7 < graph["nsys"]["gpu_busy_fraction"]
+    # the harness's event-timed compute against the GPU busy time nsys projects (graph: within 15%)
+    ratio = graph["nsys"]["compute_vs_gpu_busy"]["ratio"]
+    assert 1.0 <= ratio < 1.15
+    # the measured speedup agrees with the capture's wall times within 10%
+    med = lambda d: d["median"]  # noqa: E731
+    harness_speedup = med(eager["latency_ms"]) / med(graph["latency_ms"])
+    capture_speedup = med(eager["nsys"]["wall_ms"]) / med(graph["nsys"]["wall_ms"])
+    assert harness_speedup > 5 and abs(harness_speedup / capture_speedup - 1) < 0.10
+    assert summary["artifacts"][-1] == {"kind": "nsys_capture", "path": str(SAMPLE_TRACES / "harness_cls.sqlite")}
+
+
+def test_harness_streams_capture_overlaps():
+    """Two streams with CUDA graphs: the GPU activity of the two contexts overlaps in the capture."""
+    con = sqlite3.connect(SAMPLE_TRACES / "harness_cls_streams.sqlite")
+    its = con.execute("SELECT MIN(n.start), MAX(n.end) FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
+                      "WHERE COALESCE(n.text, s.value) = 'fp32-wsdefault-s2-graph/iter'").fetchone()
+    acts = sorted(con.execute("SELECT start, end, streamId FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE "
+                              "WHERE start >= ? AND end <= ?", its).fetchall())
+    assert len({a[2] for a in acts}) == 2
+    total = sum(e - s for s, e, _ in acts)
+    union, cur_s, cur_e = 0, None, None
+    for s, e, _ in acts:
+        if cur_e is None or s > cur_e:
+            union += 0 if cur_e is None else cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    union += cur_e - cur_s
+    assert total / union > 1.4  # the two streams' graphs run side by side much of the time
