@@ -149,3 +149,16 @@ def test_cli_compare_exit_codes(tmp_path):
     assert run("a", "c", "--threshold-pct", "30").returncode == 0  # the threshold is honoured
     missing = run("a", "nope")
     assert missing.returncode == 3 and "no run with id or label 'nope'" in missing.stderr
+
+
+def test_cli_compare_json_to_stdout_is_pure_json(tmp_path):
+    db = f"sqlite:///{tmp_path / 'h.db'}"
+    store = Store.open(db)
+    rng = np.random.default_rng(7)
+    _store_run(store, "a", rng.normal(1.0, 0.01, 50))
+    _store_run(store, "b", rng.normal(1.0, 0.01, 50))
+    r = subprocess.run([sys.executable, "-m", "profiler", "--db", db, "compare", "a", "b", "--json", "-"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["verdict"] == "no_change"
+    assert "verdict: no_change" in r.stderr

@@ -9,6 +9,7 @@ import click
 
 from profiler.cli.options import db_option, open_store
 from profiler.errors import GateFailed
+from profiler.findings import json_safe
 
 
 @click.command(name="compare")
@@ -41,9 +42,9 @@ def command(ctx, baseline, candidate, db, json_path, report_path, alpha, thresho
         rule["abs_floor_ms"] = floor_us / 1000
     store = open_store(ctx, db)
     result = compare_runs(store, baseline, candidate, rule)
-    _print(result)
+    _print(result, err=json_path == "-")  # keep stdout pure JSON for `--json -`
     if json_path:
-        text = json.dumps(result, indent=2, default=str)
+        text = json.dumps(json_safe(result), indent=2, default=str, allow_nan=False)
         if json_path == "-":
             click.echo(text)
         else:
@@ -58,22 +59,25 @@ def command(ctx, baseline, candidate, db, json_path, report_path, alpha, thresho
         raise GateFailed(f"regression in {len(what)} variant(s): {', '.join(what)}")
 
 
-def _print(result: dict) -> None:
+def _print(result: dict, *, err: bool = False) -> None:
+    def echo(line: str) -> None:
+        click.echo(line, err=err)
+
     b, c = result["baseline"], result["candidate"]
-    click.echo(f"baseline  run {b['id']} {b.get('label') or ''}  ({b.get('created_at')})")
-    click.echo(f"candidate run {c['id']} {c.get('label') or ''}  ({c.get('created_at')})")
-    click.echo(f"{'variant':<36} {'verdict':<12} {'ratio':>7} {'95% CI':>15} {'p':>9}  why")
+    echo(f"baseline  run {b['id']} {b.get('label') or ''}  ({b.get('created_at')})")
+    echo(f"candidate run {c['id']} {c.get('label') or ''}  ({c.get('created_at')})")
+    echo(f"{'variant':<36} {'verdict':<12} {'ratio':>7} {'95% CI':>15} {'p':>9}  why")
     for v in result["variants"]:
         ratio = v.get("median_ratio")
         ci = f"{v['ci_low']:.3f}-{v['ci_high']:.3f}" if v.get("ci_low") is not None else ""
         p = f"{v['p_value']:.2g}" if v.get("p_value") is not None else ""
         verdict = v["verdict"] + ("+acc" if v.get("accuracy_verdict") == "regression" else "")
-        click.echo(f"{v['key'][:36]:<36} {verdict:<12} {ratio if ratio is None else format(ratio, '.3f'):>7} "
+        echo(f"{v['key'][:36]:<36} {verdict:<12} {ratio if ratio is None else format(ratio, '.3f'):>7} "
                    f"{ci:>15} {p:>9}  {v.get('reason', '')}")
     for e in result["environment_changes"]:
-        click.echo(f"changed: {e['field']}: {e['baseline']} -> {e['candidate']}")
+        echo(f"changed: {e['field']}: {e['baseline']} -> {e['candidate']}")
     for f in result["findings_appeared"]:
-        click.echo(f"new finding: [{f['severity']}] {f['rule']}: {f['title']}")
+        echo(f"new finding: [{f['severity']}] {f['rule']}: {f['title']}")
     for f in result["findings_disappeared"]:
-        click.echo(f"gone finding: [{f['severity']}] {f['rule']}: {f['title']}")
-    click.echo(f"verdict: {result['verdict']}")
+        echo(f"gone finding: [{f['severity']}] {f['rule']}: {f['title']}")
+    echo(f"verdict: {result['verdict']}")
