@@ -163,15 +163,21 @@ def loader_queries(path: Path) -> list[str]:
     recorded: list[str] = []
     original = loader.Export.batches
 
-    def recording(self, sql):
+    def recording(self, sql, con=None):
         recorded.append(sql)
-        return original(self, sql)
+        return original(self, sql, con)
 
     loader.Export.batches = recording  # type: ignore[method-assign]
+    threads = os.environ.get("TRTPROF_READ_THREADS")
+    os.environ["TRTPROF_READ_THREADS"] = "1"  # whole-table SELECTs, not rowid ranges
     try:
         loader.load_trace(path)
     finally:
         loader.Export.batches = original  # type: ignore[method-assign]
+        if threads is None:
+            os.environ.pop("TRTPROF_READ_THREADS", None)
+        else:
+            os.environ["TRTPROF_READ_THREADS"] = threads
     return recorded
 
 

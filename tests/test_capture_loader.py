@@ -701,3 +701,12 @@ def test_sample_without_nvtx_is_one_window():
     sync = sample("sync_heavy")
     assert int((sync.api["name"] == "cudaDeviceSynchronize").sum()) >= 480
     assert set(sync.api.loc[sync.api["name"] == "cudaDeviceSynchronize", "category"]) == {"sync"}
+
+
+@needs_fixtures
+def test_paths_with_spaces_and_uri_characters(nsys_fixtures, tmp_path):
+    odd = tmp_path / "my captures #1 ?%" / "run 1.sqlite"
+    odd.parent.mkdir()
+    shutil.copyfile(nsys_fixture_files()[FIXTURES.index(GRAPH_FIXTURE)], odd)
+    tr = load_trace(odd)
+    assert len(tr.graphs) == 2 and tr.meta["reader"] in ("adbc", "sqlite3")

@@ -144,7 +144,9 @@ class Export:
 
     def __init__(self, path: Path):
         self.path = path
-        uri = self.uri = f"file:{path.resolve().as_posix()}?mode=ro"
+        from urllib.parse import quote
+
+        uri = self.uri = f"file:{quote(path.resolve().as_posix())}?mode=ro"
         try:
             self.con = sqlite3.connect(uri, uri=True)
             rows = self.con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')").fetchall()
@@ -275,12 +277,13 @@ class Export:
         except sqlite3.DatabaseError as exc:
             raise _corrupt(self.path, exc) from exc
 
-    def fetch(self, select: str, table: str, *, where: str | None = None, text: tuple[str, ...] = ()
-              ) -> "Columns":
+    def fetch(self, select: str, table: str, *, where: str | None = None, text: tuple[str, ...] = (),
+              small: tuple[str, ...] = ()) -> "Columns":
         """``SELECT ... FROM table [WHERE ...]`` into numpy columns, without holding the Arrow result.
 
-        Integer columns land in int64 arrays preallocated from the table's row count; ``text``
-        columns are dictionary-encoded batch by batch (codes + values). Large tables are read in
+        Integer columns land in int64 arrays (int32 for the ``small`` ones: enums, dimensions)
+        preallocated from the table's row count; ``text`` columns are dictionary-encoded batch by
+        batch (codes + values). Large tables are read in
         rowid ranges by several threads, each with its own connection (the reader releases the
         GIL), and the parts are joined in rowid order, so the result equals one full scan.
         """
@@ -288,7 +291,7 @@ class Export:
         parts = self._partitions(table, n_rows)
         base = f"{select} FROM \"{table}\""
         if len(parts) <= 1:
-            return self._fetch_one(base + (f" WHERE {where}" if where else ""), n_rows, text, self._adbc)
+            return self._fetch_one(base + (f" WHERE {where}" if where else ""), n_rows, text, small, self._adbc)
         from concurrent.futures import ThreadPoolExecutor
 
         def work(bounds: tuple[int, int]) -> Columns:
@@ -296,7 +299,7 @@ class Export:
             cond = f"rowid BETWEEN {lo} AND {hi}" + (f" AND ({where})" if where else "")
             con = _adbc_dbapi().connect(self.uri)  # one connection per thread
             try:
-                return self._fetch_one(f"{base} WHERE {cond}", min(hi - lo + 1, n_rows), text, con)
+                return self._fetch_one(f"{base} WHERE {cond}", min(hi - lo + 1, n_rows), text, small, con)
             finally:
                 con.close()
 
@@ -319,7 +322,8 @@ class Export:
         edges = np.linspace(lo, hi + 1, k + 1).astype(np.int64)
         return [(int(a), int(b) - 1) for a, b in zip(edges[:-1], edges[1:]) if b > a]
 
-    def _fetch_one(self, sql: str, max_rows: int, text: tuple[str, ...], con) -> "Columns":
+    def _fetch_one(self, sql: str, max_rows: int, text: tuple[str, ...], small: tuple[str, ...], con
+                   ) -> "Columns":
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -330,7 +334,8 @@ class Export:
         for batch in self.batches(sql, con):
             m = batch.num_rows
             if not out:
-                out = {n: np.empty(cap, np.int64) for n in batch.schema.names if n not in text}
+                out = {n: np.empty(cap, np.int32 if n in small else np.int64)
+                       for n in batch.schema.names if n not in text}
             if pos + m > cap:  # more rows than counted: grow (not expected on a read-only file)
                 cap = max(2 * cap, pos + m)
                 out = {n: np.resize(a, cap) for n, a in out.items()}
@@ -455,10 +460,28 @@ def categorical_from_codes(codes: np.ndarray, names: np.ndarray) -> pd.Categoric
     return pd.Categorical.from_codes(final, categories=pd.Index(uniq2, dtype="str"))
 
 
-def _np(cols: Columns, name: str, dtype=np.int64) -> np.ndarray:
-    """Take a column out of ``cols`` (freeing it there) in the wanted dtype."""
+def _np(cols: Columns, name: str, dtype=None) -> np.ndarray:
+    """Take a column out of ``cols`` (freeing it there), in ``dtype`` when given."""
     arr = cols.pop(name)
-    return arr if arr.dtype == dtype else arr.astype(dtype)
+    return arr if dtype is None or arr.dtype == dtype else arr.astype(dtype)
+
+
+def release_memory() -> None:
+    """Hand freed heap memory back to the OS (glibc keeps freed blocks below its mmap threshold,
+    which after a few large frees is 32 MB: column-sized arrays would otherwise inflate the RSS)."""
+    global _MALLOC_TRIM
+    if _MALLOC_TRIM is None:
+        try:
+            import ctypes
+
+            _MALLOC_TRIM = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _MALLOC_TRIM = False
+    if _MALLOC_TRIM:
+        _MALLOC_TRIM(0)
+
+
+_MALLOC_TRIM: Any = None
 
 
 def _nullable(arr: np.ndarray) -> pd.arrays.IntegerArray:
@@ -556,7 +579,7 @@ class _Loader:
             tbl = self.x.fetch(
                 f"SELECT start, end, {self.col(T_API, 'eventClass')} AS cls, "
                 f"{self.col(T_API, 'globalTid')} AS gtid, {self.col(T_API, 'correlationId')} AS corr, "
-                f"{self.col(T_API, 'nameId')} AS name", T_API,
+                f"{self.col(T_API, 'nameId')} AS name", T_API, small=("cls",),
                 where=(f"eventClass IN ({_EVENT_CLASS_RUNTIME}, {_EVENT_CLASS_DRIVER})"
                        if "eventClass" in self.x.columns(T_API) else None))
             self.api_raw = {k: _np(tbl, k) for k in ("start", "end", "cls", "gtid", "corr", "name")}
@@ -621,7 +644,8 @@ class _Loader:
             f"{c(t, 'gridX')} AS gx, {c(t, 'gridY')} AS gy, {c(t, 'gridZ')} AS gz, "
             f"{c(t, 'blockX')} AS bx, {c(t, 'blockY')} AS by_, {c(t, 'blockZ')} AS bz, "
             f"{c(t, 'registersPerThread')} AS regs, "
-            f"{c(t, 'graphNodeId', str(NULL_INT))} AS gnode, {c(t, 'graphId', str(NULL_INT))} AS gid", t)
+            f"{c(t, 'graphNodeId', str(NULL_INT))} AS gnode, {c(t, 'graphId', str(NULL_INT))} AS gid", t,
+            small=("deviceId", "gx", "gy", "gz", "bx", "by_", "bz", "regs"))
         gpid, corr = _np(tbl, "gpid"), _np(tbl, "corr")
         df = pd.DataFrame(copy=False, data={
             "start_ns": _np(tbl, "start"), "end_ns": _np(tbl, "end"),
@@ -911,9 +935,11 @@ def _load(export: Export, wanted: set[str], source: Path) -> Trace:
     for name in FRAMES:
         if name in wanted and name != "api":
             frames[name] = getattr(ld, _LOADERS[name])()
+            release_memory()
     if "api" in wanted:
         frames["api"] = ld.api_frame()  # last: it takes over the raw arrays the joins used
     ld.api_raw = ld.api_index = None
+    release_memory()
 
     has_gpu = any(export.count(t) for t in (T_KERNEL, T_MEMCPY, T_MEMSET, T_GRAPH))
     if not has_gpu:
