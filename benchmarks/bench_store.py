@@ -86,6 +86,25 @@ def add_history(store: Store, runs: int, seed: int = 2) -> None:
                                     "metrics": {}} for rid in ids])
 
 
+def bulk_rates(store: Store, n: int) -> dict[str, float]:
+    """Samples/s for one variant of ``n`` samples: Store.add_variant (COPY on PostgreSQL, raw
+    executemany on SQLite) against a plain SQLAlchemy executemany of the same rows."""
+    rng = np.random.default_rng(9)
+    df = pd.DataFrame({"idx": np.arange(n), "start_ms": np.arange(n) * 2.0, "latency_ms": rng.random(n),
+                       "compute_ms": rng.random(n), "gpu_busy_ms": rng.random(n)})
+    rid = store.create_run(kind="analyze", source="bulk")
+    t = time.perf_counter()
+    store.add_variant(rid, {"key": "bulk"}, samples=df)
+    store_rate = n / (time.perf_counter() - t)
+    vid = store.add_variant(rid, {"key": "bulk-plain"})
+    rows = [{**r, "variant_id": vid} for r in df.to_dict("records")]
+    t = time.perf_counter()
+    with store.engine.begin() as c:
+        c.execute(m.Sample.__table__.insert(), rows)
+    plain_rate = n / (time.perf_counter() - t)
+    return {"store": store_rate, "plain": plain_rate}
+
+
 def _index_sets(engine) -> dict[str, dict[str, tuple[str, list[str]]]]:
     """Index name -> (table, columns) at revision 0001 (a scratch SQLite database) and at head."""
     scratch = Path(tempfile.mkdtemp()) / "rev0001.db"
@@ -155,6 +174,9 @@ def bench_one(name: str, url: str, runs: int, spv: int, repeat: int, history: in
     n_samples = runs * len(VARIANT_KEYS) * spv
     print(f"{name}: {history} older runs without samples, then filled {runs} runs, {runs * len(VARIANT_KEYS)} variants, {n_samples:,} samples "
           f"in {fill_s:.1f} s ({n_samples / fill_s:,.0f} samples/s through Store.add_variant)", flush=True)
+    rates = bulk_rates(store, 200_000)
+    print(f"{name}: one variant of 200,000 samples: Store.add_variant {rates['store']:,.0f} samples/s, "
+          f"SQLAlchemy executemany of dicts {rates['plain']:,.0f} samples/s", flush=True)
     sets = _index_sets(store.engine)
     all_names = set().union(*(s.keys() for s in sets.values()))
     results = {}

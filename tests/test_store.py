@@ -293,3 +293,14 @@ def test_store_from_a_newer_trtprof_is_refused(db_url):
     store.close()
     with pytest.raises(InputError, match="revision 9999, which this trtprof .* does not know"):
         Store.open(db_url)
+
+
+def test_samples_non_finite_and_nullable_columns_become_null(db_url):
+    store = Store.open(db_url)
+    rid = store.create_run(kind="analyze", source="x")
+    df = pd.DataFrame({"idx": [0, 1, 2], "latency_ms": [1.5, np.inf, -np.inf],
+                       "stream": pd.array([7, None, 9], dtype="Int64"), "h2d_ms": [np.nan, 0.25, np.nan]})
+    back = store.samples_frame(store.add_variant(rid, {"key": "k"}, samples=df))
+    assert back["latency_ms"].iloc[0] == 1.5 and back["latency_ms"].iloc[1:].isna().all()
+    assert back["stream"].tolist()[0] == 7 and back["stream"].isna().tolist() == [False, True, False]
+    assert back["h2d_ms"].isna().tolist() == [True, False, True] and back["h2d_ms"].iloc[1] == 0.25

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import itertools
 import math
 import os
 from pathlib import Path
@@ -28,7 +29,6 @@ _SAMPLE_ORDER = [c.name for c in m.Sample.__table__.columns if c.name not in ("i
 _LAYER_FIELDS = {c.name for c in m.Layer.__table__.columns} - {"id", "variant_id"}
 _ACC_FIELDS = {c.name for c in m.Accuracy.__table__.columns} - {"id", "variant_id"}
 _FINDING_FIELDS = {c.name for c in m.FindingRow.__table__.columns} - {"id", "run_id"}
-_SAMPLE_CHUNK = 50_000  # rows per executemany call (bounded memory for huge inserts)
 
 
 def resolve_url(url: str | None) -> str:
@@ -63,23 +63,33 @@ def _clean(v: Any) -> Any:
     return v
 
 
-def _sample_table(samples: Any) -> tuple[list[str], list[tuple]]:
-    """Sample rows as (column names, list of tuples) from a DataFrame or an iterable of dicts.
+def _sample_table(samples: Any) -> tuple[list[str], list[list]]:
+    """Sample rows as (column names, one list of plain Python values per column).
 
-    Column-wise conversion for DataFrames (``tolist`` unboxes numpy values in C), so a million rows
-    cost well under a second before they reach the driver. Unknown columns are ignored.
+    DataFrames are converted column by column (numpy finds the NaNs, ``tolist`` unboxes in C), so a
+    million rows cost a fraction of a second before they reach the driver. Unknown columns are
+    ignored; NaN and infinities become NULL.
     """
+    import numpy as np
+
     if hasattr(samples, "columns") and hasattr(samples, "to_dict"):  # a pandas DataFrame
         cols = [c for c in _SAMPLE_ORDER if c in samples.columns]
         if "idx" not in cols:
             raise ValueError("samples need an 'idx' column (0-based iteration index)")
         columns = []
         for c in cols:
-            values = samples[c].tolist()
-            if any(isinstance(x, float) and not math.isfinite(x) for x in values):
-                values = [None if isinstance(x, float) and not math.isfinite(x) else x for x in values]
+            series = samples[c]
+            if series.dtype.kind == "f":
+                arr = series.to_numpy()
+                values = arr.tolist()
+                for i in np.flatnonzero(~np.isfinite(arr)).tolist():
+                    values[i] = None
+            elif series.dtype.kind in "iub":
+                values = series.to_numpy().tolist()
+            else:  # object or nullable extension dtypes
+                values = [_clean(x) for x in series.astype(object).where(series.notna(), None).tolist()]
             columns.append(values)
-        return cols, list(zip(*columns))
+        return cols, columns
     rows = list(samples)
     if not rows:
         return [], []
@@ -89,25 +99,25 @@ def _sample_table(samples: Any) -> tuple[list[str], list[tuple]]:
     cols = [c for c in _SAMPLE_ORDER if c in present]
     if "idx" not in cols:
         raise ValueError("samples need an 'idx' key (0-based iteration index)")
-    return cols, [tuple(_clean(r.get(c)) for c in cols) for r in rows]
+    return cols, [[_clean(r.get(c)) for r in rows] for c in cols]
 
 
-def _insert_samples(session: Session, variant_id: int, cols: list[str], rows: list[tuple]) -> None:
-    """Bulk-insert sample tuples: COPY on PostgreSQL, executemany on SQLite (same transaction)."""
+def _insert_samples(session: Session, variant_id: int, cols: list[str], columns: list[list]) -> None:
+    """Bulk-insert sample columns: COPY on PostgreSQL, executemany on SQLite (same transaction)."""
     conn = session.connection()
     names = ["variant_id", *cols]
+    n = len(columns[0])
     if conn.dialect.name == "postgresql":
         raw = conn.connection.driver_connection  # the psycopg connection inside our transaction
         with raw.cursor() as cur:
             with cur.copy(f"COPY samples ({', '.join(names)}) FROM STDIN") as copy:
-                for r in rows:
-                    copy.write_row((variant_id, *r))
+                for row in zip(itertools.repeat(variant_id, n), *columns):
+                    copy.write_row(row)
         return
     sql = f"INSERT INTO samples ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"
     raw_cur = conn.connection.driver_connection.cursor()
-    try:
-        for start in range(0, len(rows), _SAMPLE_CHUNK):
-            raw_cur.executemany(sql, [(variant_id, *r) for r in rows[start:start + _SAMPLE_CHUNK]])
+    try:  # a generator: the driver pulls rows one by one, no second copy of the data
+        raw_cur.executemany(sql, zip(itertools.repeat(variant_id, n), *columns))
     finally:
         raw_cur.close()
 
@@ -218,7 +228,7 @@ class Store:
         ``samples`` may be a list of dicts or a pandas DataFrame with Sample's column names (``idx``
         required; NaN stored as NULL). They are bulk-inserted (COPY on PostgreSQL).
         """
-        cols, rows = _sample_table(samples) if samples is not None else ([], [])
+        cols, columns = _sample_table(samples) if samples is not None else ([], [])
         layer_rows = [_split(r, _LAYER_FIELDS, "extra") for r in layers or ()]
         acc_rows = [_split(r, _ACC_FIELDS) for r in accuracy or ()]
         # Core inserts rather than ORM objects: a sweep or a big capture writes many variants, and
@@ -226,8 +236,8 @@ class Store:
         with self.write_session() as s, s.begin():
             vid = s.execute(m.Variant.__table__.insert().returning(m.Variant.id),
                             {**_split(variant, _VARIANT_FIELDS, "metrics"), "run_id": run_id}).scalar_one()
-            if rows:
-                _insert_samples(s, vid, cols, rows)
+            if cols and columns[0]:
+                _insert_samples(s, vid, cols, columns)
             if layer_rows:
                 s.execute(m.Layer.__table__.insert(), [_with_defaults(m.Layer, {**r, "variant_id": vid})
                                                        for r in layer_rows])
