@@ -79,15 +79,18 @@ def _sample_table(samples: Any) -> tuple[list[str], list[list]]:
         columns = []
         for c in cols:
             series = samples[c]
-            if series.dtype.kind == "f":
+            numpy_dtype = isinstance(series.dtype, np.dtype)  # not a nullable extension dtype (Int64, ...)
+            if numpy_dtype and series.dtype.kind == "f":
                 arr = series.to_numpy()
                 values = arr.tolist()
                 for i in np.flatnonzero(~np.isfinite(arr)).tolist():
                     values[i] = None
-            elif series.dtype.kind in "iub":
+            elif numpy_dtype and series.dtype.kind in "iub":
                 values = series.to_numpy().tolist()
             else:  # object or nullable extension dtypes
-                values = [_clean(x) for x in series.astype(object).where(series.notna(), None).tolist()]
+                values = [_clean(x) for x in series.tolist()]
+                for i in np.flatnonzero(series.isna().to_numpy()).tolist():
+                    values[i] = None
             columns.append(values)
         return cols, columns
     rows = list(samples)
