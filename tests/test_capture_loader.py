@@ -317,7 +317,8 @@ NVTX_COLS = ("start", "end", "eventType", "text", "globalTid", "endGlobalTid", "
 
 
 def make_export(path: Path, *, strings: dict[int, str] | None = None, kernels=(), runtime=(), nvtx=(),
-                version: str = "2025.3.2.474", kernel_cols=KERNEL_COLS) -> Path:
+                version: str = "2025.3.2.474", kernel_cols=KERNEL_COLS, runtime_cols=RUNTIME_COLS,
+                nvtx_cols=NVTX_COLS) -> Path:
     """Write a minimal nsys-shaped export: rows are dicts keyed by nsys column names."""
     con = sqlite3.connect(path)
     con.execute("CREATE TABLE META_DATA_EXPORT (name TEXT, value TEXT)")
@@ -326,8 +327,8 @@ def make_export(path: Path, *, strings: dict[int, str] | None = None, kernels=()
     con.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)")
     con.executemany("INSERT INTO StringIds VALUES (?, ?)", sorted((strings or {}).items()))
     for table, cols, rows in (("CUPTI_ACTIVITY_KIND_KERNEL", kernel_cols, kernels),
-                              ("CUPTI_ACTIVITY_KIND_RUNTIME", RUNTIME_COLS, runtime),
-                              ("NVTX_EVENTS", NVTX_COLS, nvtx)):
+                              ("CUPTI_ACTIVITY_KIND_RUNTIME", runtime_cols, runtime),
+                              ("NVTX_EVENTS", nvtx_cols, nvtx)):
         if not rows:
             continue  # nsys 2022.4+ creates only non-empty tables
         con.execute(f"CREATE TABLE {table} ({', '.join(c + ' INTEGER' if c != 'text' else c + ' TEXT' for c in cols)})")
@@ -415,6 +416,26 @@ def test_kernel_name_falls_back_to_short_then_mangled(tmp_path):
     assert tr.kernels["name"].astype(str).tolist() == ["demangled(int)", "short", "_Z6mangledi"]
     assert tr.kernels["graph_node_id"].isna().all()
     assert "graphNodeId" in tr.meta["absent_columns"]["CUPTI_ACTIVITY_KIND_KERNEL"]
+
+
+def test_export_with_only_the_oldest_columns(tmp_path):
+    path = make_export(
+        tmp_path / "old.sqlite", strings={1: "k_short", 2: "cudaLaunch"},
+        kernel_cols=("start", "end", "deviceId", "streamId", "correlationId", "globalPid", "shortName"),
+        runtime_cols=("start", "end", "globalTid", "correlationId", "nameId"),
+        nvtx_cols=("start", "end", "eventType", "text", "globalTid"),
+        kernels=[kernel_row(10, 20, 5, 3, 1)],
+        runtime=[dict(start=1, end=4, globalTid=gtid(3, 9), correlationId=5, nameId=2)],
+        nvtx=[dict(start=0, end=30, eventType=59, text="step", globalTid=gtid(3, 9))])
+    tr = load_trace(path)
+    assert tr.kernels["name"].tolist() == ["k_short"] and tr.kernels["short_name"].tolist() == ["k_short"]
+    assert tr.kernels["grid_x"].tolist() == [-1] and tr.kernels["context_id"].tolist() == [-1]
+    assert tr.kernels["api_tid"].tolist() == [gtid(3, 9)]
+    assert tr.api["api"].tolist() == ["runtime"] and tr.api["category"].tolist() == ["launch"]
+    assert tr.nvtx["domain"].tolist() == [""] and tr.nvtx["end_global_tid"].tolist() == [-1]
+    absent = tr.meta["absent_columns"]
+    assert {"gridX", "contextId", "graphNodeId"} <= set(absent["CUPTI_ACTIVITY_KIND_KERNEL"])
+    assert {"textId", "domainId", "endGlobalTid"} <= set(absent["NVTX_EVENTS"])
 
 
 def test_correlation_ids_repeat_across_processes(tmp_path):
@@ -710,3 +731,48 @@ def test_paths_with_spaces_and_uri_characters(nsys_fixtures, tmp_path):
     shutil.copyfile(nsys_fixture_files()[FIXTURES.index(GRAPH_FIXTURE)], odd)
     tr = load_trace(odd)
     assert len(tr.graphs) == 2 and tr.meta["reader"] in ("adbc", "sqlite3")
+
+
+def _nsys_csv(name: str) -> list[dict[str, str]] | None:
+    """Rows of an `nsys stats` CSV in sample_traces/reference (None when absent; [] when empty)."""
+    import csv
+
+    path = SAMPLES / "reference" / name
+    if not path.is_file():
+        return None
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+SAMPLE_NAMES = sorted(p.stem for p in SAMPLES.glob("*.sqlite")) if SAMPLES.is_dir() else []
+
+
+@needs_samples
+@pytest.mark.parametrize("name", SAMPLE_NAMES)
+def test_sample_kernel_api_and_nvtx_sums_equal_nsys_stats(name):
+    """Our frames reproduce `nsys stats` (cuda_gpu_kern_sum, cuda_api_sum, nvtx_sum) on the same export."""
+    tr = sample(name)
+    kern, api, nvtx = (_nsys_csv(f"{name}_stats_{r}.csv") for r in ("cuda_gpu_kern_sum", "cuda_api_sum", "nvtx_sum"))
+    if kern is None or api is None:
+        pytest.skip(f"no nsys stats reference for {name}")
+    k = tr.kernels.assign(d=tr.kernels["end_ns"] - tr.kernels["start_ns"])
+    ours = k.groupby("name", observed=True)["d"].agg(["count", "sum"])
+    theirs = {r["Name"]: (int(r["Instances"]), int(r["Total Time (ns)"])) for r in kern}
+    assert {n: (int(c), int(s)) for n, (c, s) in ours.iterrows()} == theirs
+    a = tr.api.assign(d=tr.api["end_ns"] - tr.api["start_ns"])
+    ours_api = a.groupby("name", observed=True)["d"].agg(["count", "sum"])
+    theirs_api: dict[str, tuple[int, int]] = {}
+    for r in api:
+        # nsys strips 4-digit version suffixes (_v7000) but keeps 5-digit ones (_v10000); we strip all
+        key = normalise_api_name(r["Name"])
+        c0, s0 = theirs_api.get(key, (0, 0))
+        theirs_api[key] = (c0 + int(r["Num Calls"]), s0 + int(r["Total Time (ns)"]))
+    assert {n: (int(c), int(s)) for n, (c, s) in ours_api.iterrows()} == theirs_api
+    assert len(theirs_api) > 3
+    if nvtx is not None:
+        ranges = tr.nvtx[tr.nvtx["event_type"] != "mark"]
+        n = ranges.assign(d=ranges["end_ns"] - ranges["start_ns"], key=ranges["domain"].astype(str) + ":" +
+                          ranges["name"].astype(str))
+        ours_nvtx = n.groupby("key")["d"].agg(["count", "sum"])
+        theirs_nvtx = {r["Range"]: (int(r["Instances"]), int(r["Total Time (ns)"])) for r in nvtx}
+        assert {key: (int(c), int(s)) for key, (c, s) in ours_nvtx.iterrows()} == theirs_nvtx

@@ -405,7 +405,10 @@ class Columns(dict):
 
 
 def _corrupt(path: Path, exc: Exception) -> InputError:
-    return InputError(f"{path} is corrupt or truncated ({str(exc).splitlines()[0]}): export the capture again")
+    first = (str(exc).splitlines() or [type(exc).__name__])[0]
+    if "no such column" in first or "no such table" in first:
+        return InputError(f"{path} does not have the layout of an nsys export this version reads ({first})")
+    return InputError(f"{path} is corrupt or truncated ({first}): export the capture again")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -782,6 +785,9 @@ class _Loader:
 
     def _nvtx_domains(self, pid: np.ndarray, dom: np.ndarray) -> pd.Categorical:
         names: dict[tuple[int, int], str] = {}
+        cols = self.x.columns(T_NVTX)
+        if "domainId" not in cols or "globalTid" not in cols:
+            return categorical_from_codes(np.zeros(len(dom), np.int64), np.array([""], dtype=object))
         for gtid, dom_id, text, text_id in self.x.rows(
                 f"SELECT globalTid, domainId, {'text' if 'text' in self.x.columns(T_NVTX) else 'NULL'}, "
                 f"{'textId' if 'textId' in self.x.columns(T_NVTX) else 'NULL'} FROM {T_NVTX} "
@@ -849,13 +855,16 @@ class _Loader:
         gpus: list[dict[str, Any]] = []
         if self.x.has("TARGET_INFO_GPU"):
             cols = [c for c in wanted if c in self.x.columns("TARGET_INFO_GPU")]
-            for row in self.x.rows(f"SELECT {', '.join(cols)} FROM TARGET_INFO_GPU ORDER BY id"):
+            order = " ORDER BY id" if "id" in cols else ""
+            for row in self.x.rows(f"SELECT {', '.join(cols)} FROM TARGET_INFO_GPU{order}") if cols else []:
                 gpus.append({wanted[c]: v for c, v in zip(cols, row)})
         elif self.x.has("TARGET_INFO_CUDA_DEVICE"):
             cols = self.x.columns("TARGET_INFO_CUDA_DEVICE")
+            if not {"gpuId", "cudaId"} <= set(cols):
+                cols = []
             sel = ["gpuId", "cudaId"] + (["numMultiprocessors"] if "numMultiprocessors" in cols else [])
             seen: set[int] = set()
-            for row in self.x.rows(f"SELECT {', '.join(sel)} FROM TARGET_INFO_CUDA_DEVICE"):
+            for row in self.x.rows(f"SELECT {', '.join(sel)} FROM TARGET_INFO_CUDA_DEVICE") if cols else []:
                 if row[0] in seen:
                     continue
                 seen.add(row[0])
