@@ -213,3 +213,11 @@ def test_int8_keep_fp32_leaves_layers_unquantized(tmp_path):
                 random_calib_samples=2, keep_fp32=["Gemm", "conv0"])
     assert "Gemm" not in q.info["op_types_quantized"] and q.info["excluded_nodes"] == ["conv0"]
     assert set(q.info["nodes_kept_fp32"]) == {"fc", "conv0"}  # the head and the first conv stay float
+    import onnx
+
+    graph = onnx.load(str(q.path)).graph
+    producer = {o: n.op_type for n in graph.node for o in n.output}
+    node = {n.name: n for n in graph.node}
+    assert producer.get(node["conv0"].input[0]) != "DequantizeLinear"  # reads the float input itself
+    assert producer.get(node["fc"].input[0]) != "DequantizeLinear"
+    assert producer[node["conv1"].input[0]] == "DequantizeLinear"  # the rest stays int8

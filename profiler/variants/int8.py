@@ -7,6 +7,8 @@ This is the explicit-quantization model TensorRT's strongly typed builder expect
 - Q/DQ on the inputs of the layers where int8 pays off and TensorRT fuses the pairs: Conv,
   ConvTranspose, Gemm, MatMul, plus pooling and Concat/Add so a quantized tensor can flow between
   them without a round trip to float (``QUANTIZED_OP_TYPES``); everything else stays float32;
+- a layer kept in float32 (``keep_fp32``) reads the float tensor: the quantizer leaves its weights
+  alone but lets it share its siblings' quantized input, which is rewired to the float original;
 - activations the quantizer would fold away (Relu, Clip) are kept explicit
   (``QDQKeepRemovableActivations``), so the graph still says what the network computes;
 - calibration ``entropy`` | ``minmax`` | ``percentile`` (99.999th) mapped to ONNX Runtime's
@@ -30,7 +32,7 @@ from typing import Any, Callable
 from profiler.errors import InputError
 
 #: bump when the quantization recipe changes, so cached int8 models are remade
-RECIPE_VERSION = 4
+RECIPE_VERSION = 5
 
 QUANTIZED_OP_TYPES: tuple[str, ...] = (
     "Conv", "ConvTranspose", "Gemm", "MatMul",
@@ -151,6 +153,22 @@ def _entropy_ranges(model: Path, op_types: list[str], reader, out: Path, work_di
         del calibrator
 
 
+def _unquantize_inputs(model, names: set[str], op_types: set[str]) -> None:
+    """Point the inputs of excluded nodes back at the float tensors their Q/DQ pairs came from."""
+    graph = model.graph
+    producer = {o: n for n in graph.node for o in n.output}
+    for node in graph.node:
+        if node.name not in names and node.op_type not in op_types:
+            continue
+        for k, name in enumerate(node.input):
+            dq = producer.get(name)
+            if dq is None or dq.op_type != "DequantizeLinear":
+                continue
+            q = producer.get(dq.input[0])
+            if q is not None and q.op_type == "QuantizeLinear":
+                node.input[k] = q.input[0]
+
+
 def _make_reader(samples: list[dict], progress: Callable[[str], None] | None, method: str):
     """A CalibrationDataReader over ``samples`` that reports progress as the calibrator consumes it.
 
@@ -260,12 +278,16 @@ def quantize_int8(src: Path, dst: Path, samples: list[dict], *, method: str,
                         "128 histogram bins, which makes it equivalent to minmax")
     calib_s = time.perf_counter() - t0
     quantized = onnx.load(str(dst))
+    if exclude_nodes or exclude_ops:
+        _unquantize_inputs(quantized, set(exclude_nodes), exclude_ops)
+        onnx.save(quantized, str(dst))
     counts: dict[str, int] = {}
     for n in quantized.graph.node:
         counts[n.op_type] = counts.get(n.op_type, 0) + 1
-    dq_inputs = {n.output[0] for n in quantized.graph.node if n.op_type == "DequantizeLinear"}
+    dq_outputs = {n.output[0] for n in quantized.graph.node if n.op_type == "DequantizeLinear"}
     compute = [n for n in quantized.graph.node if n.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul")]
-    kept = [n.name for n in compute if not any(i in dq_inputs for i in n.input[:1])]
+    # a compute layer runs in int8 only when both its data and weight inputs come through Q/DQ
+    kept = [n.name for n in compute if not all(i in dq_outputs for i in n.input[:2])]
     return {
         "converter": "onnxruntime.quantization quantize_static (QDQ)",
         "converter_version": quantizer_version(),
