@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.capture.trace import (
-    FRAMES, SCHEMAS, Trace, decode_global_tid, empty_frame, enum_dtype,
+    FRAMES, Trace, decode_global_tid, empty_frame, enum_dtype,
 )
 from profiler.errors import InputError
 

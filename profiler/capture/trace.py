@@ -235,10 +235,12 @@ class Trace:
         ``[memset]``, ``[graph N]`` for the others). GPU busy time is the union of these intervals:
         under CUDA graphs the graph's kernels are absent from ``kernels`` and only ``graphs`` shows them.
         """
+        from pandas.api.types import union_categoricals
+
         cols = ["start_ns", "end_ns", "device_id", "stream_id", "pid", "api_tid", "api_start_ns",
                 "correlation_id"]
         parts = []
-        names: list[np.ndarray] = []
+        names: list[pd.Categorical] = []
         kinds: list[np.ndarray] = []
         for kind, df in (("kernel", self.kernels), ("memcpy", self.memcpy), ("memset", self.memset),
                          ("graph", self.graphs)):
@@ -247,14 +249,16 @@ class Trace:
             parts.append(df[cols])
             kinds.append(np.full(len(df), GPU_ACTIVITY_KINDS.index(kind), dtype=np.int8))
             if kind == "kernel":
-                names.append(df["name"].astype(object).to_numpy())
+                label = pd.Categorical(df["name"])
             elif kind == "memcpy":
-                names.append(("[memcpy " + df["copy_kind"].astype(str) + "]").to_numpy(dtype=object))
+                label = pd.Categorical(df["copy_kind"]).rename_categories(lambda c: f"[memcpy {c}]")
             elif kind == "memset":
-                names.append(np.full(len(df), "[memset]", dtype=object))
+                label = pd.Categorical.from_codes(np.zeros(len(df), np.int8), categories=["[memset]"])
             else:
-                gid = df["graph_id"].astype("Int64").astype(str).replace("<NA>", "?")
-                names.append(("[graph " + gid + "]").to_numpy(dtype=object))
+                gid = pd.Categorical(df["graph_id"].astype("Int64").astype(str).replace("<NA>", "?"))
+                label = gid.rename_categories(lambda c: f"[graph {c}]")
+            names.append(label.astype(pd.CategoricalDtype(pd.Index(label.categories.astype(str), dtype="str")))
+                         if label.categories.dtype != "str" else label)
         if not parts:
             out = pd.DataFrame({c: pd.Series([], dtype=SCHEMAS["kernels"][c]) for c in cols})
             out.insert(0, "kind", pd.Categorical([], dtype=enum_dtype("kind")))
@@ -262,7 +266,7 @@ class Trace:
             return out
         out = pd.concat(parts, ignore_index=True)
         out.insert(0, "kind", pd.Categorical.from_codes(np.concatenate(kinds), dtype=enum_dtype("kind")))
-        out["name"] = pd.Categorical(np.concatenate(names))
+        out["name"] = union_categoricals(names, ignore_order=True)
         order = np.argsort(out["start_ns"].to_numpy(), kind="stable")
         return out.take(order).reset_index(drop=True)
 
