@@ -221,3 +221,24 @@ def test_int8_keep_fp32_leaves_layers_unquantized(tmp_path):
     assert producer.get(node["conv0"].input[0]) != "DequantizeLinear"  # reads the float input itself
     assert producer.get(node["fc"].input[0]) != "DequantizeLinear"
     assert producer[node["conv1"].input[0]] == "DequantizeLinear"  # the rest stays int8
+
+
+def test_fp16_of_an_fp16_model_is_input_error(tmp_path):
+    first = prepare(default_model_path(), "fp16", shapes=None, cache_dir=tmp_path)
+    with pytest.raises(InputError, match="fp16 conversion of .* failed: ValueError: The model is already"):
+        prepare(first.path, "fp16", shapes=None, cache_dir=tmp_path / "again")
+
+
+def test_int8_det_model_dynamic_dims_survive_quantization(tmp_path):
+    model = ocr_model(DET)
+    calib = save_npz(det_batches(3, seed=1, shape=(64, 64)), tmp_path / "det.npz")
+    q = prepare(model, "int8", shapes={"x": (1, 3, 64, 64)}, calib=calib, calib_method="minmax", cache_dir=tmp_path)
+    f16 = prepare(model, "fp16", shapes={"x": (1, 3, 64, 64)}, cache_dir=tmp_path)
+    info = inspect_model(q.path)
+    assert isinstance(info.inputs[0].shape[2], str)  # still dynamic: other --shape values reuse it
+    assert info.op_types["QuantizeLinear"] > 50
+    evalb = det_batches(2, seed=2, shape=(96, 64))  # another shape than calibrated
+    m8 = accuracy(model, q.path, evalb)["sigmoid_0.tmp_0"]
+    m16 = accuracy(model, f16.path, evalb)["sigmoid_0.tmp_0"]
+    assert m8["nan_count"] == 0 and m8["rel_l2"] > 10 * m16["rel_l2"]
+    assert m8["top1_agreement"] is None and 0.0 < m8["cosine"] < 1.0

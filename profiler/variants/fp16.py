@@ -30,6 +30,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterable
 
+from profiler.errors import InputError
+
 #: bump when the conversion recipe below changes, so cached conversions are remade
 RECIPE_VERSION = 1
 
@@ -216,8 +218,12 @@ def convert_fp16(src: Path, dst: Path, *, keep_fp32_nodes: Iterable[str] = ()) -
         kept_ops[n.op_type] = kept_ops.get(n.op_type, 0) + 1
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        converted = convert_float_to_float16(model, keep_io_types=True, op_block_list=block_ops,
-                                             node_block_list=block_nodes, max_finite_val=FP16_MAX)
+        try:
+            converted = convert_float_to_float16(model, keep_io_types=True, op_block_list=block_ops,
+                                                 node_block_list=block_nodes, max_finite_val=FP16_MAX)
+        except Exception as exc:  # e.g. a model that is float16 already
+            raise InputError(f"fp16 conversion of {str(src)!r} failed: {type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0] if str(exc) else ''}") from exc
     notes = _summarise_warnings(sorted({str(w.message).strip() for w in caught}))
     fixed_outputs = _restore_float_outputs(converted, original_types)
     if range_nodes:
