@@ -272,5 +272,8 @@ def test_profile_args_and_child_command(tmp_path):
     assert args[:3] == ["profile", "-t", "cuda,nvtx,osrt"]
     assert "--sample=none" in args and "--cuda-graph-trace=node" in args
     assert args[args.index("-o") + 1] == str(tmp_path / "cap")
-    cmd = nsys.sweep_command(["model.onnx", "--precision", "fp16"], tmp_path / "s.json")
-    assert cmd[1:4] == ["-m", "profiler", "sweep"] and cmd[-2:] == ["--json", str(tmp_path / "s.json")]
+    argv = ["model.onnx", "--nsys", "--precision", "fp16", "--out", "o", "--db=sqlite:///x.db", "--no-store"]
+    assert nsys.strip_nsys_args(argv) == ["model.onnx", "--precision", "fp16"]
+    cmd = nsys.sweep_command(nsys.strip_nsys_args(argv), tmp_path / "child")
+    assert cmd[1:5] == ["-m", "profiler", "sweep", "model.onnx"]
+    assert cmd[-3:] == ["--out", str(tmp_path / "child"), "--no-store"]

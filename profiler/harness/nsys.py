@@ -2,9 +2,11 @@
 
 ``trtprof sweep ... --nsys DIR`` uses it in three steps:
 
-    cmd = sweep_command(argv_without_nsys, summary_json)            # the same sweep, as a child process
+    cmd = sweep_command(strip_nsys_args(argv), DIR / "nsys-child")  # the same sweep, as a child process
     capture = profile(cmd, DIR / "sweep")                           # nsys profile + nsys export -> .sqlite
     attach_capture(summary, capture)                                # per-variant GPU time and findings
+
+(``nsys_sweep(argv, DIR)`` does the three.)
 
 The harness wraps every timed query in an NVTX range ``<variant key>/iter`` (domain ``trtprof``), so
 the capture analysis (``profiler.capture``) sees one series per variant; :func:`attach_capture` puts
@@ -110,9 +112,42 @@ def export_sqlite(report: str | os.PathLike, *, nsys: str | None = None) -> Path
     return out
 
 
-def sweep_command(argv: Sequence[str], summary_json: str | os.PathLike) -> list[str]:
-    """The child command: the same ``trtprof sweep`` arguments (without ``--nsys``), writing summary.json."""
-    return [sys.executable, "-m", "profiler", "sweep", *argv, "--json", str(summary_json)]
+def sweep_command(argv: Sequence[str], out_dir: str | os.PathLike) -> list[str]:
+    """The child command: ``trtprof sweep`` with the same arguments (``--nsys``, ``--out``, ``--db`` and
+    storing removed by the caller's ``argv``), writing summary.json into ``out_dir``, storing nothing
+    (the parent stores the run once the capture is attached)."""
+    return [sys.executable, "-m", "profiler", "sweep", *argv, "--out", str(out_dir), "--no-store"]
+
+
+def strip_nsys_args(argv: Sequence[str]) -> list[str]:
+    """``argv`` without the options the parent handles itself: --nsys, --out DIR, --db URL, --no-store."""
+    out: list[str] = []
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a in ("--nsys", "--no-store"):
+            continue
+        if a in ("--out", "--db"):
+            skip = True
+            continue
+        if a.startswith(("--out=", "--db=")):
+            continue
+        out.append(a)
+    return out
+
+
+def nsys_sweep(argv: Sequence[str], out_dir: str | os.PathLike) -> tuple[dict[str, Any], Path]:
+    """Run ``trtprof sweep argv`` under nsys into ``out_dir``; returns (summary with the capture attached,
+    capture path). The caller stores the run and writes the report from the returned summary."""
+    import json
+
+    out = Path(out_dir)
+    child_out = out / "nsys-child"
+    capture = profile(sweep_command(strip_nsys_args(argv), child_out), out / "sweep")
+    summary = json.loads((child_out / "summary.json").read_text())
+    return attach_capture(summary, capture), capture
 
 
 def under_nsys() -> bool:
