@@ -176,6 +176,8 @@ def _make_reader(samples: list[dict], progress: Callable[[str], None] | None, me
     """
     from onnxruntime.quantization import CalibrationDataReader
 
+    step = max(1, len(samples) // 10)  # about ten progress lines, however many samples
+
     class SampleReader(CalibrationDataReader):
         def __init__(self) -> None:
             self.index = 0
@@ -184,7 +186,7 @@ def _make_reader(samples: list[dict], progress: Callable[[str], None] | None, me
             if self.index >= len(samples):
                 return None
             self.index += 1
-            if progress is not None:
+            if progress is not None and (self.index % step == 0 or self.index == len(samples)):
                 progress(f"int8: calibrating ({method}) sample {self.index}/{len(samples)}")
             return samples[self.index - 1]
 
