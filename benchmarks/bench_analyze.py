@@ -253,7 +253,7 @@ import json, os, resource, subprocess, sys, time
 t0 = time.perf_counter()
 p = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 out, err = p.communicate()
-_, status, ru = os.wait4(p.pid, 0) if False else (None, p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN))
+status, ru = p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN)  # our only child
 wall = time.perf_counter() - t0
 sys.stderr.write(err.decode(errors="replace")[-2000:])
 last = {}
@@ -264,7 +264,8 @@ for line in reversed(out.decode(errors="replace").strip().splitlines()):
         except ValueError:
             pass
         break
-print(json.dumps({"outer_wall_s": wall, "rc": status, "peak_rss_mb": ru.ru_maxrss / 1024, "inner": last}))
+print(json.dumps({"outer_wall_s": wall, "rc": status, "peak_rss_mb": ru.ru_maxrss / 1024,
+                  "cpu_s": ru.ru_utime + ru.ru_stime, "inner": last}))
 """
 
 
@@ -274,9 +275,10 @@ def measured(cmd: list[str], timeout_s: float | None) -> dict:
     res = run_child([sys.executable, "-c", MEASURE, *cmd], timeout_s)
     inner = res.get("inner") or {}
     return {
-        "wall_s": inner.get("wall_s", res.get("outer_wall_s")),
-        "process_s": res.get("outer_wall_s"),
+        "wall_s": res.get("outer_wall_s"),  # the whole process: interpreter, imports, work
+        "inner_s": inner.get("wall_s"),
         "peak_rss_mb": res.get("peak_rss_mb"),
+        "cpu_s": res.get("cpu_s"),
         "rc": res.get("rc"),
         "info": inner,
         "stderr": res.get("stderr", []),
@@ -347,12 +349,15 @@ def main() -> None:
         if size == "10x":
             plan.insert(0, ("floor (Arrow)", me + ["--step", "floor", "--queries", str(qfile), str(path)], ""))
         if nsys and size == "1x":
+            # the flags the sample-trace capture script uses with nsys 2025.3; a fresh output folder
+            # each run, so nsys never has to ask about overwriting
+            peer_dir = Path(tempfile.mkdtemp(prefix="nsys-peers-", dir=args.workdir))
             plan += [("nsys stats kern+api+nvtx", [nsys, "stats", "-r", "cuda_gpu_kern_sum,cuda_api_sum,nvtx_sum",
-                                                   "--format", "csv", "-o", str(args.workdir / "nsys_stats"),
-                                                   "--force-overwrite", "true", str(path)], ""),
+                                                   "--format", "csv", "--force-export", "false", "--output",
+                                                   str(peer_dir / "stats"), str(path)], ""),
                      ("nsys analyze gaps+sync", [nsys, "analyze", "-r", "gpu_gaps,cuda_api_sync", "--format", "csv",
-                                                 "-o", str(args.workdir / "nsys_analyze"), "--force-overwrite",
-                                                 "true", str(path)], "")]
+                                                 "--force-export", "false", "--output", str(peer_dir / "analyze"),
+                                                 str(path)], "")]
         for label, cmd, note in plan:
             row = {"size": size, "what": label, "file_mb": mb, **c}
             if cmd is None:
@@ -360,7 +365,7 @@ def main() -> None:
             else:
                 print(f"# {size} {label} ...", file=sys.stderr, flush=True)
                 m = measured(cmd, args.timeout)
-                row.update({k: m[k] for k in ("wall_s", "peak_rss_mb", "rc")})
+                row.update({k: m[k] for k in ("wall_s", "cpu_s", "peak_rss_mb", "rc")})
                 if m.get("error") or m.get("rc"):
                     row["note"] = m.get("error") or f"exit {m['rc']}: {' '.join(m['stderr'])[-160:]}"
                 elif m["info"].get("reader"):
@@ -372,19 +377,27 @@ def main() -> None:
     print()
     print(f"source: {src}  replicated x{reps}" + ("" if args.no_10x else f" and x{reps * 10}"))
     print(f"{'size':<5} {'what':<26} {'kernels':>10} {'api':>10} {'nvtx':>9} {'osrt':>9} {'MB':>7} "
-          f"{'wall s':>8} {'x floor':>8} {'read_sql/x':>10} {'peak MB':>8}  note")
+          f"{'wall s':>8} {'cpu s':>7} {'x floor':>8} {'read_sql/x':>10} {'peak MB':>8}  note")
     for r in results:
         w = r.get("wall_s")
         xf = f"{w / floor[r['size']]:.2f}" if w and floor.get(r["size"]) else ""
         xr = f"{rs / w:.1f}" if w and rs and r["size"] == "1x" else ""
         print(f"{r['size']:<5} {r['what']:<26} {r['kernels']:>10} {r['api']:>10} {r['nvtx']:>9} {r['osrt']:>9} "
-              f"{r['file_mb']:>7.0f} {w if w is not None else float('nan'):>8.2f} {xf:>8} {xr:>10} "
+              f"{r['file_mb']:>7.0f} {w if w is not None else float('nan'):>8.2f} "
+              f"{r.get('cpu_s') if r.get('cpu_s') is not None else float('nan'):>7.2f} {xf:>8} {xr:>10} "
               f"{r.get('peak_rss_mb') or float('nan'):>8.0f}  {r.get('note', '')}")
     for what in ("load_trace", "trtprof analyze", "floor (Arrow)"):
         one = next((r.get("wall_s") for r in results if r["size"] == "1x" and r["what"] == what), None)
         ten = next((r.get("wall_s") for r in results if r["size"] == "10x" and r["what"] == what), None)
         if one and ten:
             print(f"linearity {what}: 10x rows took {ten / one:.1f}x the time (target <= 11x)")
+    peers = [r.get("wall_s") for r in results if r["size"] == "1x" and r["what"].startswith("nsys ")
+             and not r.get("note")]
+    ours = next((r.get("wall_s") for r in results if r["size"] == "1x" and r["what"] == "trtprof analyze"
+                 and not r.get("note")), None)
+    if len(peers) == 2 and all(peers) and ours:
+        print(f"trtprof analyze (everything) {ours:.1f} s vs nsys stats + nsys analyze {sum(peers):.1f} s: "
+              f"{sum(peers) / ours:.1f}x (target >= 3x)")
     if args.json:
         args.json.write_text(json.dumps({"source": str(src), "reps": reps, "results": results}, indent=1))
 
