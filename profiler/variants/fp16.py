@@ -153,7 +153,6 @@ def _restore_float_outputs(model, original_types: dict[str, int]) -> list[str]:
     onnxconverter-common 1.16 turns an output produced by a blocked node (a final Softmax) into a
     float16 Cast despite ``keep_io_types``. The Cast is retargeted to float32, or a Cast added.
     """
-    import onnx
     from onnx import helper
 
     fixed: list[str] = []

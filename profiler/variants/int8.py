@@ -12,8 +12,11 @@ This is the explicit-quantization model TensorRT's strongly typed builder expect
 - activations the quantizer would fold away (Relu, Clip) are kept explicit
   (``QDQKeepRemovableActivations``), so the graph still says what the network computes;
 - calibration ``entropy`` | ``minmax`` | ``percentile`` (99.999th) mapped to ONNX Runtime's
-  ``CalibrationMethod``; data from ``--calib`` or, without it, seeded random inputs, in which case
-  the result is flagged meaningless.
+  ``CalibrationMethod``. ``entropy`` is TensorRT's: KL divergence over a 2048-bin |x| histogram
+  against 128 levels, thresholds computed here (:func:`entropy_threshold`) and handed to
+  ``quantize_static`` as a range cache, because its own entropy calibrator uses 128 bins for 128
+  levels (no search: it equals minmax) and is slow. Data from ``--calib`` or, without it, seeded
+  random inputs, in which case the result is flagged meaningless.
 
 The model is first pre-processed by ONNX Runtime's ``quant_pre_process`` (ONNX shape inference and
 basic graph optimisation, e.g. folding BatchNormalization into the preceding Conv, as TensorRT
@@ -28,6 +31,8 @@ import logging
 import time
 from pathlib import Path
 from typing import Any, Callable
+
+import numpy as np
 
 from profiler.errors import InputError
 
@@ -91,7 +96,7 @@ def _supports_range_cache() -> bool:
     return "calibration_cache_path" in inspect.signature(quantize_static).parameters
 
 
-def entropy_threshold(hist: "np.ndarray", edges: "np.ndarray", *, quantized_bins: int = ENTROPY_QUANTIZED_BINS,
+def entropy_threshold(hist: np.ndarray, edges: np.ndarray, *, quantized_bins: int = ENTROPY_QUANTIZED_BINS,
                       stride: int = ENTROPY_STRIDE) -> float:
     """The |x| clipping threshold minimising KL(P || Q), TensorRT's entropy calibration.
 
@@ -100,8 +105,6 @@ def entropy_threshold(hist: "np.ndarray", edges: "np.ndarray", *, quantized_bins
     last one, Q the same bins merged into ``quantized_bins`` levels and spread back over the
     non-empty bins; the threshold is the upper edge of the best i.
     """
-    import numpy as np
-
     hist = np.asarray(hist, dtype=np.float64)
     n = hist.size
     if n <= quantized_bins or hist.sum() == 0:
@@ -133,7 +136,6 @@ def _entropy_ranges(model: Path, op_types: list[str], reader, out: Path, work_di
     """Collect 2048-bin |x| histograms with ONNX Runtime, pick entropy thresholds, save the ranges."""
     import tempfile
 
-    import numpy as np
     from onnxruntime.quantization import CalibrationMethod, create_calibrator
     from onnxruntime.quantization.calibrate import TensorData, TensorsData, save_tensors_data
 
