@@ -776,3 +776,31 @@ def test_sample_kernel_api_and_nvtx_sums_equal_nsys_stats(name):
         ours_nvtx = n.groupby("key")["d"].agg(["count", "sum"])
         theirs_nvtx = {r["Range"]: (int(r["Instances"]), int(r["Total Time (ns)"])) for r in nvtx}
         assert {key: (int(c), int(s)) for key, (c, s) in ours_nvtx.iterrows()} == theirs_nvtx
+
+
+@needs_fixtures
+def test_cli_exits_3_with_one_sentence_on_bad_captures(nsys_fixtures, tmp_path):
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("profiler.cli.analyze") is None:
+        pytest.skip("trtprof analyze is not in this checkout")
+    cut = tmp_path / "cut.sqlite"
+    data = nsys_fixture_files()[FIXTURES.index(H100_FIXTURE)].read_bytes()
+    cut.write_bytes(data[: len(data) // 3])
+    other = tmp_path / "other.sqlite"
+    con = sqlite3.connect(other)
+    con.execute("CREATE TABLE t (x)")
+    con.commit()
+    con.close()
+    rep = tmp_path / "capture.nsys-rep"
+    rep.write_bytes(b"x")
+    env = {**os.environ, "PATH": str(tmp_path / "no-bin")}
+    # (the other bad inputs raise the same InputError in-process; three subprocesses keep this quick)
+    for bad, words in ((cut, "truncated"), (other, "not an Nsight Systems export"), (rep, "'nsys' is not on PATH")):
+        proc = subprocess.run([sys.executable, "-m", "profiler", "analyze", str(bad), "--no-store"],
+                              capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+        assert proc.returncode == EXIT_INPUT, (bad, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and words in lines[0] and "Traceback" not in proc.stderr, (bad, proc.stderr)
