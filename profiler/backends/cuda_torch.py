@@ -1116,6 +1116,7 @@ class CudaTorchBackend(Backend):
         try:
             cuda.set_device(self.device_index)
             before = cuda.mem_info()
+            torch_before = int(t.cuda.memory_allocated(self.device_index)) if t.cuda.is_available() else 0
         except cuda.CudaUnavailable as exc:
             raise BuildError(str(exc)) from exc
         if not t.cuda.is_available():
@@ -1139,9 +1140,12 @@ class CudaTorchBackend(Backend):
         after = cuda.mem_info()
         info = {
             "build_time_s": time.perf_counter() - started,
+            # cudaMemGetInfo sees the driver's view, which PyTorch's caching allocator hides once it holds
+            # memory from an earlier engine; the allocator's own count says what this build keeps
             "device_memory": {"free_before_bytes": before.free_bytes, "free_after_bytes": after.free_bytes,
                               "total_bytes": after.total_bytes,
-                              "used_by_build_bytes": before.free_bytes - after.free_bytes},
+                              "used_by_build_bytes": before.free_bytes - after.free_bytes,
+                              "torch_allocated_by_build_bytes": int(t.cuda.memory_allocated(dev)) - torch_before},
             "engine_size_bytes": int(sum(v.numel() * v.element_size() for v in program.template if v is not None)),
             "nodes": program.nodes_total, "nodes_folded": program.nodes_folded, "steps": len(program.steps),
             "op_counts": program.op_counts, "notes": list(program.notes),
