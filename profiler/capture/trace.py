@@ -12,6 +12,8 @@ Conventions:
 - GPU activities (kernels, copies, memsets, graph launches) carry the API call that launched them
   (``api_tid``, ``api_start_ns``, ``api_end_ns``; -1 when the call is not in the capture), joined on
   correlation id *and* process.
+- Rows keep the export's order, which is not always start order (``osrt`` rows, and ``api`` rows of
+  multi-threaded captures, are not): sort where order matters.
 - Repeating strings (kernel, API, NVTX names) are pandas categoricals; small enumerations
   (``copy_kind``, ``sync_type``, ``event_type``, ...) are categoricals with a fixed vocabulary.
 
