@@ -42,9 +42,17 @@ Progress = Callable[[str], None]
 #: the variant fields of summary.json, in order (more keys follow them)
 VARIANT_KEYS = ("key", "precision", "workspace_bytes", "streams", "cuda_graph", "backend", "status", "error",
                 "latency_ms", "enqueue_ms", "throughput_qps", "accuracy")
-FP16_ON_CPU_NOTE = ("fp16 accuracy measured with every intermediate tensor stored in float16: ONNX Runtime's "
-                    "CPU provider otherwise computes float16 models in float32 and would hide float16 "
-                    "rounding and overflow")
+#: Accuracy of reduced-precision models on ONNX Runtime's CPU provider is measured on the model's own
+#: arithmetic (every intermediate tensor materialised in its declared type, no kernel fusion), because
+#: that provider otherwise (fp16) computes float16 nodes in float32 without the casts between them, and
+#: (int8) runs fused integer kernels that saturate on CPUs without VNNI: neither is what a GPU engine of
+#: the same model computes.
+CPU_FAITHFUL_NOTES = {
+    "fp16": "fp16 accuracy measured with every intermediate tensor stored in float16: ONNX Runtime's CPU "
+            "provider otherwise computes float16 models in float32 and would hide float16 rounding and overflow",
+    "int8": "int8 accuracy measured on the Q/DQ model's own arithmetic (no fused integer CPU kernels, which "
+            "saturate on CPUs without VNNI and are not what a GPU engine computes)",
+}
 ACCURACY_SAMPLES = 4  # seeded random inputs for the accuracy check when no data is given
 HOLDOUT_FRACTION = 0.2  # of --calib, kept out of calibration for the accuracy check
 
@@ -136,8 +144,8 @@ def plan_variants(config: SweepConfig, backend: Backend,
     return out
 
 
-def _computes_fp16_in_fp32(backend: Backend) -> bool:
-    """ONNX Runtime's CPU provider runs float16 nodes in float32 and drops the casts between them."""
+def _ort_cpu(backend: Backend) -> bool:
+    """True for ONNX Runtime on its CPU provider (see CPU_FAITHFUL_NOTES)."""
     if backend.name != "onnxruntime":
         return False
     try:
@@ -369,11 +377,11 @@ class Sweep:
             per_output: dict[str, dict[str, Any]] = {}
             localisation: dict[str, Any] | None = None
             if reference is not None and spec.precision != "fp32":
-                if spec.precision == "fp16" and _computes_fp16_in_fp32(backend):
+                if spec.precision in CPU_FAITHFUL_NOTES and _ort_cpu(backend):
                     from profiler.compare.precision import faithful_outputs
 
                     outs = faithful_outputs(prepared.path, feeds)
-                    notes.append(FP16_ON_CPU_NOTE)
+                    notes.append(CPU_FAITHFUL_NOTES[spec.precision])
                 else:
                     outs = []
                     for sample in feeds:
