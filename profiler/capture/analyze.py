@@ -149,12 +149,26 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
 
 # ----------------------------------------------------------------------------- JSON pieces
 
+def _inverted(frame: Any) -> int:
+    """Rows of an activity frame whose end precedes their start."""
+    if frame is None or len(frame) == 0 or "end_ns" not in frame.columns:
+        return 0
+    return int(np.count_nonzero(S.i64(frame, "end_ns", 0) < S.i64(frame, "start_ns", 0)))
+
+
 def _capture_info(trace: Any, meta: dict[str, Any], table: S.SeriesTable) -> dict[str, Any]:
     counts = {name: int(len(getattr(trace, name, None) if getattr(trace, name, None) is not None else []))
               for name in ("kernels", "memcpy", "memset", "graphs", "api", "nvtx", "osrt")}
     counts["nvtx_range_instances"] = 0 if table.window else int(len(table.instances))
     start, end = meta.get("capture_start_ns"), meta.get("capture_end_ns")
-    warnings = list(meta.get("warnings") or []) + list(table.notes)
+    warnings = list(meta.get("warnings") or [])
+    if any("never closed" in n for n in table.notes):  # the series note says what the analysis did with them
+        warnings = [w for w in warnings if "never closed" not in w]
+    warnings += list(table.notes)
+    inverted = {name: _inverted(getattr(trace, name, None)) for name in ("kernels", "memcpy", "memset", "graphs")}
+    if any(inverted.values()):
+        what = ", ".join(f"{n} {name}" for name, n in inverted.items() if n)
+        warnings.append(f"{what} row(s) end before they start (corrupt timestamps): counted with zero duration")
     missing = list(meta.get("missing") or [])
     if table.window and counts["nvtx"] == 0:
         missing.append("no NVTX ranges: the whole capture is analysed as one window")
@@ -221,7 +235,7 @@ def top_kernels(trace: Any, limit: int = 50) -> list[dict[str, Any]]:
         return []
     codes, names = S.factor(k, "name")
     scode, short = S.factor(k, "short_name")
-    dur = S.i64(k, "end_ns", 0) - S.i64(k, "start_ns", 0)
+    dur = np.maximum(S.i64(k, "end_ns", 0) - S.i64(k, "start_ns", 0), 0)  # corrupt rows: zero, as in the series
     df = pd.DataFrame({"c": codes, "d": dur, "s": scode})
     g = df.groupby("c")["d"]
     agg = pd.DataFrame({"n": g.size(), "tot": g.sum(), "avg": g.mean(), "med": g.median(),

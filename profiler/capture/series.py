@@ -460,7 +460,7 @@ def build_series(trace: Any) -> SeriesTable:
     ranges = extract_ranges(trace)
     notes: list[str] = []
     if ranges.never_closed:
-        notes.append(f"{ranges.never_closed} NVTX range(s) were never closed and are left out")
+        notes.append(f"{ranges.never_closed} NVTX range(s) were never closed (no end): left out of the range series")
     if ranges.negative:
         notes.append(f"{ranges.negative} NVTX range(s) end before they start and are left out")
     if ranges.cross_thread:

@@ -8,7 +8,9 @@ from typing import Any
 
 import click
 
-from profiler.cli.options import db_option, open_store
+from profiler.cli.options import db_option, db_url, open_store
+from profiler.cli.outputs import check_output_file, write_text
+from profiler.errors import InputError, UsageError
 
 MAX_RANGES_SHOWN = 15
 
@@ -59,7 +61,7 @@ def _label(r: dict[str, Any]) -> str:
 
 
 @click.command(name="analyze")
-@click.argument("capture", type=click.Path(dir_okay=False))
+@click.argument("capture", type=click.Path())
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Write the analysis (capture, ranges, findings, ...) as JSON here ('-' for stdout).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None,
@@ -80,7 +82,19 @@ def command(ctx: click.Context, capture: str, json_path: str | None, report_path
     sync_api, pageable_memcpy, transfer_bound) and stores the run unless --no-store.
     """
     from profiler.capture.analyze import AnalysisOptions, analyze_path, store_analysis
+    from profiler.store.api import resolve_url
 
+    if Path(capture).is_dir():
+        raise InputError(f"{capture} is a directory, not a capture: give the nsys .sqlite export or .nsys-rep file")
+    # everything that can fail cheaply fails before the analysis, not after it
+    check_output_file(json_path, "--json")
+    check_output_file(report_path, "--report")
+    store = None
+    if not no_store:
+        if Path(capture).exists() and _same_file(resolve_url(db_url(ctx, db)), capture):
+            raise UsageError(f"--db names the capture {capture} itself; the run store must be another file "
+                             "(default ./trtprof.db)")
+        store = open_store(ctx, db)
     result = analyze_path(capture, AnalysisOptions(min_gap_us=min_gap_us))
     data = result.to_json()
     artifacts: list[tuple[str, str]] = [("capture", str(Path(capture).resolve()))]
@@ -89,7 +103,7 @@ def command(ctx: click.Context, capture: str, json_path: str | None, report_path
         if json_path == "-":
             click.echo(text)
         else:
-            Path(json_path).write_text(text)
+            write_text(json_path, text, "--json")
             artifacts.append(("summary", str(Path(json_path).resolve())))
     if report_path:
         writer = _report_writer()
@@ -99,8 +113,7 @@ def command(ctx: click.Context, capture: str, json_path: str | None, report_path
         else:
             writer(data, report_path, cdn=cdn)
             artifacts.append(("report", str(Path(report_path).resolve())))
-    if not no_store:
-        store = open_store(ctx, db)
+    if store is not None:
         data["run_id"] = store_analysis(store, result, source=capture, label=label, artifacts=artifacts,
                                         options={"min_gap_us": min_gap_us})
     if json_path != "-":
@@ -108,6 +121,16 @@ def command(ctx: click.Context, capture: str, json_path: str | None, report_path
             click.echo(line)
         if data.get("run_id") is not None:
             click.echo(f"stored run {data['run_id']}")
+
+
+def _same_file(url: str, path: str) -> bool:
+    """True when the store URL is a SQLite file that is ``path`` (the capture must not become the store)."""
+    if not url.startswith("sqlite:///"):
+        return False
+    try:
+        return Path(url[len("sqlite:///"):]).resolve() == Path(path).resolve()
+    except OSError:
+        return False
 
 
 def _report_writer():

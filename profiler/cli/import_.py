@@ -9,7 +9,12 @@ from typing import Any
 import click
 
 from profiler.cli.options import db_option, open_store
+from profiler.cli.outputs import check_output_file, write_text
 from profiler.errors import UsageError
+
+
+def _ms(x: Any) -> str:
+    return f"{x:.4f} ms" if isinstance(x, (int, float)) and x == x else "n/a"
 
 
 def _variant_keys(sets: list, names: tuple[str, ...]) -> list[str]:
@@ -47,6 +52,8 @@ def build_import(paths: list[str], variant_names: tuple[str, ...] = (), label: s
         lat = summ.get("latency_ms") or trt.get("latency_ms") or {}
         gpu = summ.get("gpu_compute_ms") or trt.get("gpu_compute_ms") or {}
         tot = lf.layer_totals(e.layers)
+        if not (len(e.layers) and e.layers["time_avg_ms"].notna().any()):
+            tot["layer_sum_ms"] = None  # layer info without a profile: there is no time to sum
         med = gpu.get("median")
         opts = trt.get("inference_options") or {}
         v = {
@@ -63,7 +70,8 @@ def build_import(paths: list[str], variant_names: tuple[str, ...] = (), label: s
             "queries": summ.get("queries"), "warmup_queries": summ.get("warmup_queries"),
             "timestamp_resolution_ms": summ.get("timestamp_resolution_ms"),
             "layer_count": tot["layers"], "layer_sum_ms": tot["layer_sum_ms"],
-            "per_layer_overhead_ms": (tot["layer_sum_ms"] - med) if med is not None and tot["layers"] else None,
+            "per_layer_overhead_ms": (tot["layer_sum_ms"] - med) if med is not None and tot["layer_sum_ms"] is not None
+            else None,
             "reformat_layers": tot["reformat_layers"], "reformat_ms": tot["reformat_ms"],
             "profiled_iterations": e.profile_count,
             "precision_mix_pct": lf.precision_mix(e.layers),
@@ -73,7 +81,7 @@ def build_import(paths: list[str], variant_names: tuple[str, ...] = (), label: s
             "tensorrt_version": e.tensorrt_version, "gpu": e.device.get("Selected Device"),
             "files": e.files, "messages": e.messages,
         }
-        if tot["layers"] and med is not None:
+        if tot["layer_sum_ms"] is not None and med is not None:
             v["note"] = (f"Per-layer times sum to {tot['layer_sum_ms']:.4f} ms per iteration against a "
                          f"{med:.4f} ms median GPU compute time: profiling each layer adds event overhead, "
                          "so the layer sum exceeds the end-to-end latency.")
@@ -159,9 +167,11 @@ def command(ctx: click.Context, paths: tuple[str, ...], json_path: str | None, r
     """Import trtexec exports: PATHs are files or directories (files grouped by name prefix:
     *.profile.json from --exportProfile, *.graph.json / layer info from --exportLayerInfo, *.timing.json
     from --exportTimes, trtexec logs). Stores a run with its variants, layers, samples and findings."""
+    check_output_file(json_path, "--json")
+    check_output_file(report_path, "--report")
+    store = None if no_store else open_store(ctx, db)  # a bad --db fails before the exports are read
     data, exports = build_import(list(paths), variant_names, label)
-    if not no_store:
-        store = open_store(ctx, db)
+    if store is not None:
         try:
             data["run"]["id"] = store_import(store, data, exports)
         finally:
@@ -173,7 +183,7 @@ def command(ctx: click.Context, paths: tuple[str, ...], json_path: str | None, r
         if json_path == "-":
             click.echo(text)
         else:
-            Path(json_path).write_text(text)
+            write_text(json_path, text, "--json")
     if report_path:
         try:
             from profiler.report import write_layers_report
@@ -187,9 +197,9 @@ def command(ctx: click.Context, paths: tuple[str, ...], json_path: str | None, r
         for v in data["variants"]:
             g = v.get("gpu_compute_ms") or {}
             med = g.get("median")
-            med_s = f"{med:.4f} ms" if isinstance(med, (int, float)) else "n/a"
+            med_s = _ms(med)
             click.echo(f"{v['key']}: {v['layer_count']} layers, GPU compute median {med_s}, "
-                       f"layer sum {v['layer_sum_ms']:.4f} ms, precision {v.get('precision') or '?'}")
+                       f"layer sum {_ms(v['layer_sum_ms'])}, precision {v.get('precision') or '?'}")
         for f in data["findings"]:
             click.echo(f"[{f['severity']}] {f['rule']}: {f['title']}")
         if data["run"].get("id") is not None:

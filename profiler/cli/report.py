@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from profiler.cli.options import db_option, open_store
+from profiler.cli.outputs import check_output_file
 from profiler.errors import InputError
 
 
@@ -24,11 +25,16 @@ def command(ctx, run, out_path, cdn, db):
     from profiler.report import write_report
 
     path = Path(run)
-    if path.suffix == ".json" and path.exists():
+    if path.suffix == ".json" and not path.is_file():
+        raise InputError(f"{run} does not exist" if not path.exists() else f"{run} is not a file")
+    check_output_file(out_path, "--out")
+    if path.suffix == ".json":
         try:
             data = json.loads(path.read_text())
         except json.JSONDecodeError as exc:
             raise InputError(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno}") from exc
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from exc
         default_name = path.with_suffix(".html").name
     else:
         store = open_store(ctx, db)

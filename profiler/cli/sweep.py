@@ -7,13 +7,29 @@ Exit codes: 0 done, 1 an accuracy threshold was breached (the gate), 2 usage, 3 
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import click
 
 from profiler.cli.options import db_option, open_store
-from profiler.errors import GateFailed, UsageError
+from profiler.cli.outputs import check_output_dir, write_text
+from profiler.errors import GateFailed, InputError, UsageError
+
+
+def _interrupt_once(say: Callable[[str], None]) -> Callable[[int, Any], None]:
+    """A SIGINT handler: the first Ctrl-C stops the sweep (KeyboardInterrupt); later ones, which would
+    cut short the saving of what was measured, are ignored with a note."""
+    state = {"count": 0}
+
+    def handler(signum: int, frame: Any) -> None:
+        state["count"] += 1
+        if state["count"] == 1:
+            raise KeyboardInterrupt
+        say("still saving the finished variants; they are kept once this completes")
+
+    return handler
 
 
 def _split_list(text: str, option: str) -> list[str]:
@@ -109,6 +125,10 @@ def format_table(summary: dict[str, Any]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    failed = [v for v in summary["variants"] if v["status"] == "failed" and v.get("error")]
+    if failed:
+        lines.append("")
+        lines += [f"{v['key']} failed: {v['error']}" for v in failed]
     return "\n".join(lines)
 
 
@@ -117,7 +137,7 @@ def write_outputs(sweep: Any, summary: dict[str, Any], out_dir: Path, cdn: bool,
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     path = out_dir / "summary.json"
-    path.write_text(json.dumps(summary, indent=2, sort_keys=False))
+    write_text(str(path), json.dumps(summary, indent=2, sort_keys=False), "--out")
     written.append(path)
     try:
         from profiler.report import write_sweep_report
@@ -207,14 +227,21 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
         if not no_store:
             store = open_store(ctx, db)
         sweep = Sweep(config, store=store, progress=say)
-    out = Path(out_dir)
+    out = check_output_dir(out_dir, "--out")
+    previous_handler = signal.getsignal(signal.SIGINT)
+    if previous_handler is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _interrupt_once(say))
     try:
-        summary = sweep.run()
-    except KeyboardInterrupt:
-        if sweep.variants:
-            write_outputs(sweep, sweep.summary(), out, cdn, None)
-            say(f"partial results written to {out}")
-        raise
+        try:
+            summary = sweep.run()
+        except KeyboardInterrupt:
+            if sweep.variants:
+                write_outputs(sweep, sweep.summary(), out, cdn, store)
+                say(f"partial results written to {out}")
+            raise
+    finally:
+        if previous_handler is signal.default_int_handler:
+            signal.signal(signal.SIGINT, previous_handler)
     written = write_outputs(sweep, summary, out, cdn, store)
     click.echo(format_table(summary))
     findings = summary["findings"]
@@ -229,6 +256,10 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
         click.echo(f"stored run {sweep.run_id}")
     if store is not None:
         store.close()
+    ran = [v for v in summary["variants"] if v["status"] != "skipped"]
+    if ran and all(v["status"] == "failed" for v in ran):
+        first = next((v for v in ran if v.get("error")), ran[0])
+        raise InputError(f"every variant failed, nothing was measured ({first['key']}: {first.get('error')})")
     failed = gate_failures(findings)
     if failed:
         raise GateFailed(f"accuracy gate: {len(failed)} output(s) breach their FP32 thresholds "

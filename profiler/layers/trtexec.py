@@ -572,8 +572,20 @@ def load_export(s: ExportSet, variant: str | None = None) -> EngineExport:
     build: dict[str, Any] = {}
     device: dict[str, Any] = {}
     version = None
+    broken: list[InputError] = []
+
+    def readable(read: Any, *args: Any) -> Any:
+        """``read(*args)``, or None when the file is unreadable (kept as a message: partial results
+        from the other files of the set are still true)."""
+        try:
+            return read(*args)
+        except InputError as exc:
+            broken.append(exc)
+            messages.append(f"{exc}; the file was skipped")
+            return None
+
     for log in s.logs:
-        parsed = parse_log(log)
+        parsed = readable(parse_log, log) or {}
         files.setdefault("log", str(log))
         version = version or parsed.get("tensorrt_version")
         for k, v in parsed.items():
@@ -582,16 +594,16 @@ def load_export(s: ExportSet, variant: str | None = None) -> EngineExport:
             elif k not in trt or trt[k] is None:
                 trt[k] = v
     if "run_meta" in s.files:
-        meta = parse_run_metadata(s.files["run_meta"])
+        meta = readable(parse_run_metadata, s.files["run_meta"]) or {}
         device.update(meta.pop("device", {}))
         trt.update({k: v for k, v in meta.items() if v is not None})
     if "build_meta" in s.files:
-        bm = read_json(s.files["build_meta"])
+        bm = readable(read_json, s.files["build_meta"])
         if isinstance(bm, dict):
             build.update(bm.get("build_options", {}))
             build.update({f"model_{k}".lower(): v for k, v in bm.get("model_options", {}).items()})
     if "device" in s.files:
-        dv = read_json(s.files["device"])
+        dv = readable(read_json, s.files["device"])
         if isinstance(dv, list) and dv and isinstance(dv[0], dict):
             device.setdefault("Selected Device", dv[0].get("Name"))
             cc = dv[0].get("ComputeCapability")
@@ -600,22 +612,26 @@ def load_export(s: ExportSet, variant: str | None = None) -> EngineExport:
     source = s.prefix
     profile, count = None, None
     if "profile" in s.files:
-        profile, count, msgs = parse_profile(s.files["profile"])
+        profile, count, msgs = readable(parse_profile, s.files["profile"]) or (None, None, [])
         messages += msgs
     info, detailed = None, False
     if "layers" in s.files:
-        info, msgs, detailed = parse_layer_info(s.files["layers"])
+        info, msgs, detailed = readable(parse_layer_info, s.files["layers"]) or (None, [], False)
         messages += msgs
     layers, msgs = merge_profile_and_info(profile, info, source)
     messages += msgs
     samples, summary = None, None
+    parsed_times = None
     if "times" in s.files:
-        warm = trt.get("warmup_ms") or DEFAULT_WARMUP_MS
-        samples, tinfo = parse_times(s.files["times"], warm)
+        parsed_times = readable(parse_times, s.files["times"], trt.get("warmup_ms") or DEFAULT_WARMUP_MS)
+    if broken and profile is None and info is None and parsed_times is None and not trt:
+        raise broken[0]  # nothing of this engine could be read
+    if parsed_times is not None:
+        samples, tinfo = parsed_times
         pcts = _percentiles_of(trt)
         summary = timing_summary(samples, tinfo, pcts)
         summary.update({k: tinfo[k] for k in ("warmup_ms", "warmup_queries", "timestamp_resolution_ms")})
-    elif profile is not None:
+    elif profile is not None and "times" not in s.files:
         messages.append(f"{source}: no per-query times (--exportTimes): latency statistics come from the "
                         "trtexec summary when present")
     precision = _precision_from_build(build.get("Precision"))

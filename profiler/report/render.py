@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from profiler.errors import InputError
 from profiler.findings import json_safe
 
 CDN_URL = "https://cdn.plot.ly/plotly-{version}.min.js"
@@ -95,7 +96,10 @@ def _markup(text: str):
 def write_html(page: dict[str, Any], path: str | os.PathLike, *, cdn: bool = False) -> Path:
     """Render ``page`` and write it atomically to ``path`` (parent folders are created)."""
     out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"cannot write the report {out}: {_os_reason(exc)}") from None
     html = render_html(page, cdn=cdn)
     # A temporary file beside the target (created with the usual umask, unlike mkstemp's 0600), then an
     # atomic rename: a reader never sees half a report.
@@ -104,8 +108,18 @@ def write_html(page: dict[str, Any], path: str | os.PathLike, *, cdn: bool = Fal
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(html)
         os.replace(tmp, out)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise InputError(f"cannot write the report {out}: {_os_reason(exc)}") from None
         raise
     return out
+
+
+def _os_reason(exc: OSError) -> str:
+    if isinstance(exc, (NotADirectoryError, FileExistsError)):
+        return "a file stands where a directory is needed"
+    if isinstance(exc, IsADirectoryError):
+        return "it is a directory"
+    return exc.strerror or type(exc).__name__

@@ -71,7 +71,7 @@ class LayerContext:
 
 def _layer_ev(r: dict, digits: int = 2) -> dict[str, Any]:
     return {"name": r["name"], "type": r.get("type"), "time_ms": r.get("time_avg_ms"),
-            "share_pct": round(float(r.get("share_pct") or 0.0), digits),
+            "share_pct": round((_num(r.get("share_pct")) or 0.0), digits),
             "precision": lf.compute_precision(r), "tactic": r.get("tactic")}
 
 
@@ -145,7 +145,7 @@ def precision_fallback(v: LayerVariant) -> list[Finding]:
     timed = [r for r in rows if (r.get("time_avg_ms") or 0) > 0]
     if not timed:
         return []
-    share = sum(float(r.get("share_pct") or 0) for r in timed)
+    share = sum(_num(r.get("share_pct")) or 0.0 for r in timed)
     by_prec: dict[str, int] = {}
     for r in timed:
         by_prec[lf.compute_precision(r)] = by_prec.get(lf.compute_precision(r), 0) + 1
@@ -205,11 +205,13 @@ def no_tensor_cores(v: LayerVariant) -> list[Finding]:
             "no-tensor-core"]
     if not rows:
         return []
-    share = sum(float(r.get("share_pct") or 0) for r in rows)
-    rows.sort(key=lambda r: -(r.get("time_avg_ms") or 0))
+    share = sum(_num(r.get("share_pct")) or 0.0 for r in rows)
+    rows.sort(key=lambda r: -(_num(r.get("time_avg_ms")) or 0))
+    timed = any(_num(r.get("share_pct")) is not None for r in rows)
+    where = f"{share:.1f}% of layer time" if timed else "no layer times: a profile is missing"
     return [Finding(
         rule="no_tensor_cores", severity="medium" if share >= 10 else "low", variant=v.key,
-        title=f"{v.key}: {len(rows)} convolution/GEMM layer(s) ({share:.1f}% of layer time) run kernels "
+        title=f"{v.key}: {len(rows)} convolution/GEMM layer(s) ({where}) run kernels "
               "without Tensor Cores",
         evidence={"layers": [_layer_ev(r) for r in rows[:10]], "count": len(rows), "share_pct": share},
         threshold={"heuristic": "tactic name lacks an MMA marker (xmma/hmma/imma/gmma/h1688/i8816/tf32...) "

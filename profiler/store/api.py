@@ -24,7 +24,6 @@ DEFAULT_DB = "trtprof.db"
 
 _RUN_FIELDS = {c.name for c in m.Run.__table__.columns} - {"id"}
 _VARIANT_FIELDS = {c.name for c in m.Variant.__table__.columns} - {"id", "run_id"}
-_SAMPLE_FIELDS = {c.name for c in m.Sample.__table__.columns} - {"id", "variant_id"}
 _SAMPLE_ORDER = [c.name for c in m.Sample.__table__.columns if c.name not in ("id", "variant_id")]
 _LAYER_FIELDS = {c.name for c in m.Layer.__table__.columns} - {"id", "variant_id"}
 _ACC_FIELDS = {c.name for c in m.Accuracy.__table__.columns} - {"id", "variant_id"}
@@ -151,6 +150,10 @@ def _open_error(url: str | None, full: str, exc: BaseException) -> Exception:
     first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
     if first.startswith("(") and ")" in first:  # "(sqlite3.OperationalError) unable to open ..."
         first = first.split(")", 1)[1].strip()
+    if full.startswith("sqlite:///") and "unable to open" in first:  # say why: usually a missing folder
+        folder = Path(full[len("sqlite:///"):]).parent
+        if not folder.is_dir():
+            first += f" (its directory {folder} does not exist)"
     return InputError(f"cannot open the run store {shown!r}: {first}")
 
 
