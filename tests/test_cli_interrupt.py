@@ -1,0 +1,72 @@
+"""Ctrl-C in the middle of a real `trtprof sweep` process, then `--resume`: nothing finished is lost,
+nothing is measured twice."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+CLI = [sys.executable, "-c", "from profiler.cli import main; main()"]
+KEYS = ["fp32-wsdefault-s1", "fp32-wsdefault-s2", "fp16-wsdefault-s1", "fp16-wsdefault-s2"]
+
+
+def _stored(db: Path) -> list[tuple[str, int]]:
+    """(variant key, sample count) of every stored variant, in insertion order."""
+    if not db.exists():
+        return []
+    try:
+        with sqlite3.connect(db, timeout=5) as c:
+            return c.execute("SELECT v.key, (SELECT count(*) FROM samples s WHERE s.variant_id = v.id) "
+                             "FROM variants v ORDER BY v.id").fetchall()
+    except sqlite3.OperationalError:  # the schema is being created
+        return []
+
+
+def test_ctrl_c_keeps_finished_variants_and_resume_completes_the_run(tmp_path):
+    db, out = tmp_path / "trtprof.db", tmp_path / "out"
+    args = ["sweep", "--precision", "fp32,fp16", "--streams", "1,2", "--duration", "1", "--warmup", "0",
+            "--no-layers", "--db", str(db), "--out", str(out), "--cache-dir", str(tmp_path / "cache")]
+    proc = subprocess.Popen(CLI + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    deadline = time.monotonic() + 30
+    while not _stored(db) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the sweep ended before it could be interrupted"
+    first = _stored(db)
+    assert first, "no variant was stored within 30 s"
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.2)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)  # an impatient second Ctrl-C must not cut the saving short
+    stdout, stderr = proc.communicate(timeout=30)
+
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1] == "trtprof: interrupted"
+    assert "trtprof sweep --resume 1" in stderr
+
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT status FROM runs").fetchall() == [("interrupted",)]
+    stored = _stored(db)
+    assert 1 <= len(stored) < len(KEYS) and stored[: len(first)] == first
+    assert [k for k, _ in stored] == KEYS[: len(stored)] and all(n >= 10 for _, n in stored)
+    partial = json.loads((out / "summary.json").read_text())
+    assert partial["run"]["status"] == "interrupted"
+    assert [v["key"] for v in partial["variants"]] == [k for k, _ in stored]
+
+    done = subprocess.run(CLI + ["sweep", "--resume", "1", "--db", str(db), "--out", str(out)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert f"{len(stored)} variant(s) already stored" in done.stderr
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT status FROM runs").fetchall() == [("ok",)]
+    final = _stored(db)
+    assert sorted(k for k, _ in final) == sorted(KEYS)  # every variant once: nothing measured twice
+    assert final[: len(stored)] == stored  # the interrupted run's measurements are untouched
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["run"]["status"] == "ok" and [v["key"] for v in summary["variants"]] == KEYS
+    assert all(v["status"] == "ok" for v in summary["variants"])
