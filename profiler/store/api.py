@@ -71,10 +71,8 @@ def _sample_table(samples: Any) -> tuple[list[str], list[list]]:
     """
     import numpy as np
 
-    if hasattr(samples, "columns") and hasattr(samples, "to_dict"):  # a pandas DataFrame
-        cols = [c for c in _SAMPLE_ORDER if c in samples.columns]
-        if "idx" not in cols:
-            raise ValueError("samples need an 'idx' column (0-based iteration index)")
+    if _is_frame(samples):  # a pandas DataFrame
+        cols = _frame_columns(samples)
         columns = []
         for c in cols:
             series = samples[c]
@@ -102,6 +100,41 @@ def _sample_table(samples: Any) -> tuple[list[str], list[list]]:
     if "idx" not in cols:
         raise ValueError("samples need an 'idx' key (0-based iteration index)")
     return cols, [[_clean(r.get(c)) for r in rows] for c in cols]
+
+
+def _is_frame(samples: Any) -> bool:
+    return hasattr(samples, "columns") and hasattr(samples, "to_dict")
+
+
+def _frame_columns(df: Any) -> list[str]:
+    cols = [c for c in _SAMPLE_ORDER if c in df.columns]
+    if "idx" not in cols:
+        raise ValueError("samples need an 'idx' column (0-based iteration index)")
+    return cols
+
+
+def _copy_frame(session: Session, variant_id: int, df: Any, cols: list[str]) -> None:
+    """PostgreSQL: COPY a DataFrame's sample columns as CSV written by Arrow (C++, shortest
+    round-trip float text, so values come back bit-identical); NaN/inf and NA become NULL."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    arrays = {"variant_id": pa.array(np.full(len(df), variant_id, dtype=np.int64))}
+    for c in cols:
+        series = df[c]
+        if isinstance(series.dtype, np.dtype) and series.dtype.kind == "f":
+            values = series.to_numpy(dtype=np.float64, copy=True)
+            values[~np.isfinite(values)] = np.nan
+            arrays[c] = pa.array(values, from_pandas=True)  # NaN -> null
+        else:
+            arrays[c] = pa.array(series, from_pandas=True)
+    sink = pa.BufferOutputStream()
+    pacsv.write_csv(pa.table(arrays), sink, pacsv.WriteOptions(include_header=False))
+    raw = session.connection().connection.driver_connection
+    with raw.cursor() as cur:
+        with cur.copy(f"COPY samples ({', '.join(arrays)}) FROM STDIN (FORMAT csv)") as copy:
+            copy.write(memoryview(sink.getvalue()))
 
 
 def _insert_samples(session: Session, variant_id: int, cols: list[str], columns: list[list]) -> None:
@@ -232,9 +265,14 @@ class Store:
         """Store one variant with its samples, layers and accuracy rows in one transaction.
 
         ``samples`` may be a list of dicts or a pandas DataFrame with Sample's column names (``idx``
-        required; NaN stored as NULL). They are bulk-inserted (COPY on PostgreSQL).
+        required; NaN and infinities stored as NULL). They are bulk-inserted: COPY on PostgreSQL
+        (a DataFrame as Arrow-written CSV), one streamed executemany on SQLite.
         """
-        cols, columns = _sample_table(samples) if samples is not None else ([], [])
+        copy_frame = self.engine.dialect.name == "postgresql" and samples is not None and _is_frame(samples)
+        if copy_frame:
+            cols, columns = _frame_columns(samples), []
+        else:
+            cols, columns = _sample_table(samples) if samples is not None else ([], [])
         layer_rows = [_split(r, _LAYER_FIELDS, "extra") for r in layers or ()]
         acc_rows = [_split(r, _ACC_FIELDS) for r in accuracy or ()]
         # Core inserts rather than ORM objects: a sweep or a big capture writes many variants, and
@@ -242,7 +280,10 @@ class Store:
         with self.write_session() as s, s.begin():
             vid = s.execute(m.Variant.__table__.insert().returning(m.Variant.id),
                             {**_split(variant, _VARIANT_FIELDS, "metrics"), "run_id": run_id}).scalar_one()
-            if cols and columns[0]:
+            if copy_frame:
+                if len(samples):
+                    _copy_frame(s, vid, samples, cols)
+            elif cols and columns[0]:
                 _insert_samples(s, vid, cols, columns)
             if layer_rows:
                 s.execute(m.Layer.__table__.insert(), [_with_defaults(m.Layer, {**r, "variant_id": vid})
