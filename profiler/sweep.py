@@ -699,7 +699,9 @@ def open_resume(store: Any, run_ref: int | str, *, backend: Backend | None = Non
     """A Sweep that continues stored run ``run_ref`` (its config, its finished variants) when run."""
     run = store.run_dict(run_ref, with_samples=True)
     if run.get("kind") != "sweep":
-        raise UsageError(f"run {run['id']} is a {run.get('kind')} run, not a sweep; --resume continues sweeps")
+        kind = run.get("kind") or "unknown"
+        article = "an" if kind[:1] in "aeiou" else "a"
+        raise UsageError(f"run {run['id']} is {article} {kind} run, not a sweep; --resume continues sweeps")
     if run.get("status") == "ok":
         raise UsageError(f"run {run['id']} finished already; there is nothing to resume")
     config = SweepConfig.from_dict(run.get("config") or {})

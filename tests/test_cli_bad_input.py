@@ -292,6 +292,9 @@ def _sweep_case(case: str, tmp_path: Path, tiny_model: Path) -> list[str]:
         calib = tmp_path / "nothere.npz"
     elif case == "calib_corrupt":
         calib.write_bytes(np.random.default_rng(1).bytes(300))
+    elif case == "calib_npy":
+        calib = tmp_path / "calib.npy"
+        np.save(calib, np.zeros((1, 8), np.float32))
     elif case == "out_unwritable":
         (tmp_path / "afile").write_text("x")
         return [m, "--precision", "fp32", "--out", str(tmp_path / "afile" / "sub")]
@@ -315,7 +318,8 @@ def _sweep_case(case: str, tmp_path: Path, tiny_model: Path) -> list[str]:
     ("calib_dtype", 3, ["input 'x'", "float32", "float64"]),
     ("calib_key", 3, ["input 'x'", "'images'"]),
     ("calib_missing", 3, ["nothere.npz", "does not exist"]),
-    ("calib_corrupt", 3, ["calib.npz", "not a readable .npz"]),
+    ("calib_corrupt", 3, ["calib.npz", "not an .npz archive"]),
+    ("calib_npy", 3, ["calib.npy", "single .npy array", "numpy.savez"]),
     ("out_unwritable", 3, ["--out", "sub"]),
 ])
 def test_sweep_bad_input(case, expected, words, tmp_path, tiny_model, capsys, monkeypatch):

@@ -162,3 +162,12 @@ def test_cli_compare_json_to_stdout_is_pure_json(tmp_path):
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["verdict"] == "no_change"
     assert "verdict: no_change" in r.stderr
+
+
+def test_cli_compare_unwritable_json_is_one_sentence(tmp_path):
+    db = f"sqlite:///{tmp_path / 'h.db'}"
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    r = subprocess.run([sys.executable, "-m", "profiler", "--db", db, "compare", "1", "2", "--json",
+                        str(blocker / "out.json")], capture_output=True, text=True)
+    assert r.returncode == 3 and "--json" in r.stderr and "Traceback" not in r.stderr

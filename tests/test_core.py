@@ -52,3 +52,11 @@ def test_cli_help_and_usage_exit_code():
     assert r.returncode == 0 and "analyze" in r.stdout
     r = subprocess.run([sys.executable, "-m", "profiler", "no-such-command"], capture_output=True, text=True)
     assert r.returncode == 2
+
+
+def test_click_usage_errors_are_one_sentence():
+    r = subprocess.run([sys.executable, "-m", "profiler", "sweep", "--calib-method", "best"],
+                       capture_output=True, text=True)
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert r.returncode == 2 and len(lines) == 1
+    assert "'best' is not one of" in lines[0] and "trtprof sweep --help" in lines[0]

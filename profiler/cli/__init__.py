@@ -81,7 +81,10 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         if debug:
             raise
-        exc.show()
+        hint = ""
+        if isinstance(exc, click.UsageError) and exc.ctx is not None:
+            hint = f" (see '{exc.ctx.command_path} --help')"
+        click.echo(f"trtprof: error: {exc.format_message()}{hint}", err=True)
         sys.exit(EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)

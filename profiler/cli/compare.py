@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
 
@@ -31,7 +30,11 @@ def command(ctx, baseline, candidate, db, json_path, report_path, alpha, thresho
     and larger than --floor-us. An accuracy regression is an output that passed its threshold in the
     baseline and fails it in the candidate.
     """
+    from profiler.cli.outputs import check_output_file, write_text
     from profiler.compare import compare_runs
+
+    check_output_file(json_path, "--json")
+    check_output_file(report_path, "--report")
 
     rule = {}
     if alpha is not None:
@@ -48,7 +51,7 @@ def command(ctx, baseline, candidate, db, json_path, report_path, alpha, thresho
         if json_path == "-":
             click.echo(text)
         else:
-            Path(json_path).write_text(text)
+            write_text(json_path, text, "--json")
     if report_path:
         from profiler.report import write_compare_report
 

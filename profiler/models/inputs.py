@@ -59,6 +59,13 @@ def _npz_files(source: Path) -> list[Path]:
 
 
 def _samples_from_file(path: Path, info: ModelInfo, shapes: dict[str, tuple[int, ...]]) -> list[Sample]:
+    with open(path, "rb") as fh:
+        magic = fh.read(6)
+    if magic.startswith(b"\x93NUMPY"):
+        raise InputError(f"data file {str(path)!r} is a single .npy array; save the inputs with "
+                         f"numpy.savez(path, **{{input_name: array}}) so each array is keyed by its input name")
+    if not magic.startswith(b"PK"):
+        raise InputError(f"data file {str(path)!r} is not an .npz archive (numpy.savez output)")
     try:
         with np.load(path, allow_pickle=False) as npz:
             arrays = {k: npz[k] for k in npz.files}
