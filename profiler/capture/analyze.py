@@ -116,8 +116,14 @@ def analyze_path(path: str | os.PathLike, options: AnalysisOptions | None = None
     from profiler.capture.loader import load_trace
     from profiler.capture.trace import FRAMES
 
-    # the synchronisation activity frame is not used: blocking calls come from the API frame
-    return analyze(load_trace(path, tables=[f for f in FRAMES if f != "sync"]), options)
+    # the synchronisation activity frame is not used: blocking calls come from the API frame; of the
+    # large frames only the columns the analysis reads are loaded (the others are placeholders)
+    return analyze(load_trace(path, tables=[f for f in FRAMES if f != "sync"], columns=ANALYSIS_COLUMNS), options)
+
+
+ANALYSIS_COLUMNS = {"kernels": ("name", "short_name"), "api": (), "osrt": ()}
+"""Columns of the large frames that ``analyze`` reads beyond those always loaded (times, pid,
+global_tid, device, correlation and the API link, names of API and OS runtime calls)."""
 
 
 def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResult:

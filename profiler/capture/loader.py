@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.capture.trace import (
-    FRAMES, Trace, decode_global_tid, empty_frame, enum_dtype,
+    FRAMES, SCHEMAS, Trace, decode_global_tid, empty_frame, enum_dtype,
 )
 from profiler.errors import InputError
 
@@ -313,7 +313,10 @@ class Export:
         if self._adbc is None or threads <= 1 or n_rows < 2 * PARTITION_MIN_ROWS:
             return []
         try:
-            lo, hi = self.con.execute(f'SELECT min(rowid), max(rowid) FROM "{table}"').fetchone()
+            # two queries: SQLite answers a lone min() or max() of the rowid from the b-tree's ends,
+            # but both in one SELECT scan the whole table
+            lo = self.con.execute(f'SELECT min(rowid) FROM "{table}"').fetchone()[0]
+            hi = self.con.execute(f'SELECT max(rowid) FROM "{table}"').fetchone()[0]
         except sqlite3.DatabaseError:
             return []  # e.g. a WITHOUT ROWID table
         if lo is None or hi - lo + 1 > 4 * n_rows:  # sparse rowids: ranges would be uneven
@@ -487,6 +490,22 @@ def release_memory() -> None:
 _MALLOC_TRIM: Any = None
 
 
+def placeholder(frame: str, column: str, n: int) -> Any:
+    """A constant stand-in for a contract column that was not read: -1 (ids), NA (nullable ids), ''
+    (names) or the enumeration's fallback. Integer ones are read-only zero-stride views, so they take
+    no memory per row; categoricals take one byte per row."""
+    spec = SCHEMAS[frame][column]
+    if spec in ("int64", "int32"):
+        return np.broadcast_to(np.array(-1, dtype=spec), (n,))
+    if spec == "Int64":
+        return pd.arrays.IntegerArray(np.broadcast_to(np.int64(0), (n,)), np.broadcast_to(np.True_, (n,)))
+    if spec == "category":
+        return pd.Categorical.from_codes(np.zeros(n, np.int8), categories=pd.Index([""], dtype="str"))
+    cats = list(enum_dtype(column).categories)
+    fill = "unknown" if "unknown" in cats else ("other" if "other" in cats else cats[0])
+    return pd.Categorical.from_codes(np.full(n, cats.index(fill), np.int8), dtype=enum_dtype(column))
+
+
 def _nullable(arr: np.ndarray) -> pd.arrays.IntegerArray:
     """Int64 with NA where the SQL side put the NULL sentinel."""
     return pd.arrays.IntegerArray(np.where(arr == NULL_INT, 0, arr), arr == NULL_INT)
@@ -547,9 +566,10 @@ class ApiIndex:
 
 
 class _Loader:
-    def __init__(self, export: Export, wanted: set[str]):
+    def __init__(self, export: Export, wanted: set[str], columns: dict[str, set[str]] | None = None):
         self.x = export
         self.wanted = wanted
+        self.columns = columns or {}
         self.missing: list[str] = []
         self.warnings: list[str] = []
         self.absent_columns: dict[str, list[str]] = {}
@@ -560,6 +580,16 @@ class _Loader:
         self.correlation: dict[str, float] = {}
 
     # -- helpers
+    def want(self, frame: str, column: str) -> bool:
+        """Whether ``column`` of ``frame`` is read (else it becomes a placeholder)."""
+        keep = self.columns.get(frame)
+        return keep is None or column in keep
+
+    def frame(self, frame: str, data: dict[str, Any], n: int) -> pd.DataFrame:
+        """The frame in contract column order; columns not in ``data`` become placeholders."""
+        return pd.DataFrame(copy=False, data={
+            c: data[c] if c in data else placeholder(frame, c, n) for c in SCHEMAS[frame]})
+
     def col(self, table: str, name: str, default: str = "-1", *, null: str | None = None) -> str:
         """SQL for an optional column: coalesced to ``null`` (default: ``default``) or the default."""
         if name in self.x.columns(table):
@@ -579,8 +609,9 @@ class _Loader:
             self.api_raw = {k: np.empty(0, np.int64) for k in
                             ("start", "end", "cls", "gtid", "corr", "name")}
         else:
+            cls = self.col(T_API, 'eventClass') if self.want("api", "api") else "0"
             tbl = self.x.fetch(
-                f"SELECT start, end, {self.col(T_API, 'eventClass')} AS cls, "
+                f"SELECT start, end, {cls} AS cls, "
                 f"{self.col(T_API, 'globalTid')} AS gtid, {self.col(T_API, 'correlationId')} AS corr, "
                 f"{self.col(T_API, 'nameId')} AS name", T_API, small=("cls",),
                 where=(f"eventClass IN ({_EVENT_CLASS_RUNTIME}, {_EVENT_CLASS_DRIVER})"
@@ -601,11 +632,15 @@ class _Loader:
         cat_codes = np.asarray([list(cat_dtype.categories).index(c) for c in cats], dtype=np.int8)
         category = pd.Categorical.from_codes(
             cat_codes[names.codes] if len(names) else np.empty(0, np.int8), dtype=cat_dtype)
-        api_kind = _enum(r["cls"], {0: "runtime", 1: "driver"}, "api", "runtime")
-        return pd.DataFrame(copy=False, data={
-            "start_ns": r["start"], "end_ns": r["end"], "pid": pid, "tid": tid, "global_tid": r["gtid"],
-            "correlation_id": r["corr"], "name": names, "api": api_kind, "category": category,
-        })
+        data = {"start_ns": r["start"], "end_ns": r["end"], "pid": pid, "global_tid": r["gtid"],
+                "name": names, "category": category}
+        if self.want("api", "tid"):
+            data["tid"] = tid
+        if self.want("api", "correlation_id"):
+            data["correlation_id"] = r["corr"]
+        if self.want("api", "api"):
+            data["api"] = _enum(r["cls"], {0: "runtime", 1: "driver"}, "api", "runtime")
+        return self.frame("api", data, len(pid))
 
     def link(self, frame: str, gpid: np.ndarray, corr: np.ndarray, with_name: bool = False) -> dict:
         """api_tid / api_start_ns / api_end_ns (and api_name) columns for activities."""
@@ -639,32 +674,41 @@ class _Loader:
         if not self.x.nonempty(t):
             return empty_frame("kernels")
         c = self.col
+        w = self.want
+        opt = [  # (frame column, SQL, alias, int32): read only when wanted
+            ("stream_id", "streamId", "streamId", False), ("context_id", c(t, 'contextId'), "contextId", False),
+            ("grid_x", c(t, 'gridX'), "gx", True), ("grid_y", c(t, 'gridY'), "gy", True),
+            ("grid_z", c(t, 'gridZ'), "gz", True), ("block_x", c(t, 'blockX'), "bx", True),
+            ("block_y", c(t, 'blockY'), "by_", True), ("block_z", c(t, 'blockZ'), "bz", True),
+            ("registers_per_thread", c(t, 'registersPerThread'), "regs", True),
+            ("graph_node_id", c(t, 'graphNodeId', str(NULL_INT)), "gnode", False),
+            ("graph_id", c(t, 'graphId', str(NULL_INT)), "gid", False),
+        ]
+        opt = [o for o in opt if w("kernels", o[0])]
+        names = [(col, sql, alias) for col, sql, alias in (
+            ("name", self.first_col(t, ('demangledName', 'shortName', 'mangledName')), "name"),
+            ("short_name", self.first_col(t, ('shortName', 'demangledName', 'mangledName')), "short"))
+            if w("kernels", col)]
         tbl = self.x.fetch(
-            f"SELECT start, end, deviceId, {c(t, 'contextId')} AS contextId, streamId, "
-            f"{c(t, 'correlationId')} AS corr, {c(t, 'globalPid')} AS gpid, "
-            f"{self.first_col(t, ('demangledName', 'shortName', 'mangledName'))} AS name, "
-            f"{self.first_col(t, ('shortName', 'demangledName', 'mangledName'))} AS short, "
-            f"{c(t, 'gridX')} AS gx, {c(t, 'gridY')} AS gy, {c(t, 'gridZ')} AS gz, "
-            f"{c(t, 'blockX')} AS bx, {c(t, 'blockY')} AS by_, {c(t, 'blockZ')} AS bz, "
-            f"{c(t, 'registersPerThread')} AS regs, "
-            f"{c(t, 'graphNodeId', str(NULL_INT))} AS gnode, {c(t, 'graphId', str(NULL_INT))} AS gid", t,
-            small=("deviceId", "gx", "gy", "gz", "bx", "by_", "bz", "regs"))
+            "SELECT start, end, deviceId, "
+            f"{c(t, 'correlationId')} AS corr, {c(t, 'globalPid')} AS gpid"
+            + "".join(f", {sql} AS {alias}" for _, sql, alias in names)
+            + "".join(f", {sql} AS {alias}" for _, sql, alias, _ in opt), t,
+            small=("deviceId",) + tuple(alias for _, _, alias, small in opt if small))
         gpid, corr = _np(tbl, "gpid"), _np(tbl, "corr")
-        df = pd.DataFrame(copy=False, data={
+        n = len(gpid)
+        data: dict[str, Any] = {
             "start_ns": _np(tbl, "start"), "end_ns": _np(tbl, "end"),
-            "device_id": _np(tbl, "deviceId", np.int32), "stream_id": _np(tbl, "streamId"),
-            "context_id": _np(tbl, "contextId"), "correlation_id": corr,
+            "device_id": _np(tbl, "deviceId", np.int32), "correlation_id": corr,
             "pid": decode_global_tid(gpid)[0],
-            "name": self.strings.categorical(_np(tbl, "name")),
-            "short_name": self.strings.categorical(_np(tbl, "short")),
-            "grid_x": _np(tbl, "gx", np.int32), "grid_y": _np(tbl, "gy", np.int32),
-            "grid_z": _np(tbl, "gz", np.int32), "block_x": _np(tbl, "bx", np.int32),
-            "block_y": _np(tbl, "by_", np.int32), "block_z": _np(tbl, "bz", np.int32),
-            "registers_per_thread": _np(tbl, "regs", np.int32),
-            "graph_node_id": _nullable(_np(tbl, "gnode")), "graph_id": _nullable(_np(tbl, "gid")),
-            **self.link("kernels", gpid, corr),
-        })
-        return df
+        }
+        for col, _, alias in names:
+            data[col] = self.strings.categorical(_np(tbl, alias))
+        for col, _, alias, small in opt:
+            arr = _np(tbl, alias, np.int32 if small else None)
+            data[col] = _nullable(arr) if col in ("graph_node_id", "graph_id") else arr
+        data.update(self.link("kernels", gpid, corr))
+        return self.frame("kernels", data, n)
 
     def memcpy(self) -> pd.DataFrame:
         t = T_MEMCPY
@@ -826,10 +870,11 @@ class _Loader:
                            f"{self.col(t, 'globalTid')} AS gtid", t)
         gtid = _np(tbl, "gtid")
         pid, tid = decode_global_tid(gtid)
-        return pd.DataFrame(copy=False, data={
-            "start_ns": _np(tbl, "start"), "end_ns": _np(tbl, "end"),
-            "name": self.strings.categorical(_np(tbl, "name")), "pid": pid, "tid": tid, "global_tid": gtid,
-        })
+        data = {"start_ns": _np(tbl, "start"), "end_ns": _np(tbl, "end"),
+                "name": self.strings.categorical(_np(tbl, "name")), "pid": pid, "global_tid": gtid}
+        if self.want("osrt", "tid"):
+            data["tid"] = tid
+        return self.frame("osrt", data, len(gtid))
 
     # -- metadata
     def versions(self) -> dict[str, Any]:
@@ -898,6 +943,15 @@ class _Loader:
         return [{"pid": p, "name": names.get(p)} for p in sorted(pids)]
 
 
+def _graph_nodes(export: Export, ld: _Loader, kernels: pd.DataFrame) -> bool:
+    """Whether any kernel ran as a graph node (read from the export when the column was not loaded)."""
+    if ld.want("kernels", "graph_node_id"):
+        return bool(kernels["graph_node_id"].notna().any())
+    if not len(kernels) or "graphNodeId" not in export.columns(T_KERNEL):
+        return False
+    return export.scalar(f"SELECT 1 FROM {T_KERNEL} WHERE graphNodeId IS NOT NULL LIMIT 1") is not None
+
+
 _LOADERS = {
     "kernels": "kernels", "memcpy": "memcpy", "memset": "memset", "graphs": "graphs",
     "sync": "sync", "nvtx": "nvtx", "osrt": "osrt",
@@ -905,10 +959,15 @@ _LOADERS = {
 _ACTIVITY = ("kernels", "memcpy", "memset", "graphs", "sync")
 
 
-def load_trace(path: str | os.PathLike, *, tables: Iterable[str] | None = None) -> Trace:
+def load_trace(path: str | os.PathLike, *, tables: Iterable[str] | None = None,
+               columns: dict[str, Iterable[str]] | None = None) -> Trace:
     """Load an nsys export (``.sqlite``, or ``.nsys-rep`` exported with nsys) into a :class:`Trace`.
 
     ``tables`` restricts which frames are read (names from ``FRAMES``); the others stay empty.
+    ``columns`` maps a frame (``kernels``, ``api`` or ``osrt``, the large ones) to the contract columns
+    to read; its other columns are constant placeholders (:func:`placeholder`: -1, NA, '' or the
+    enumeration's fallback, no memory per row). Times, ``pid``, ``global_tid``, the device and the
+    API link are always read. The analysis uses this to read only what it needs.
     Raises :class:`~profiler.errors.InputError` with one sentence for a missing, corrupt or
     non-nsys file. What the export lacks is listed in ``trace.meta['missing']``.
     """
@@ -917,6 +976,10 @@ def load_trace(path: str | os.PathLike, *, tables: Iterable[str] | None = None) 
     unknown = wanted - set(FRAMES)
     if unknown:
         raise ValueError(f"unknown Trace frames {sorted(unknown)}; choose from {list(FRAMES)}")
+    cols = {f: set(c) for f, c in (columns or {}).items()}
+    bad = {f: sorted(c - set(SCHEMAS[f])) for f, c in cols.items() if f in SCHEMAS and c - set(SCHEMAS[f])}
+    if set(cols) - {"kernels", "api", "osrt"} or bad:
+        raise ValueError(f"columns can restrict kernels, api and osrt to their contract columns, not {columns!r}")
     if path.suffix == ".nsys-rep" or path.suffix == ".qdrep":
         from profiler.capture.nsysrep import export_sqlite
 
@@ -930,13 +993,13 @@ def load_trace(path: str | os.PathLike, *, tables: Iterable[str] | None = None) 
             raise InputError(f"{path} is an SQLite database but not an Nsight Systems export "
                              f"(no StringIds, META_DATA_EXPORT or CUPTI tables)")
         try:
-            return _load(export, wanted, source)
+            return _load(export, wanted, source, cols)
         except sqlite3.DatabaseError as exc:
             raise _corrupt(path, exc) from exc
 
 
-def _load(export: Export, wanted: set[str], source: Path) -> Trace:
-    ld = _Loader(export, wanted)
+def _load(export: Export, wanted: set[str], source: Path, columns: dict[str, set[str]] | None = None) -> Trace:
+    ld = _Loader(export, wanted, columns)
     meta: dict[str, Any] = {"source_path": str(source), "reader": export.reader, **ld.versions()}
     frames: dict[str, pd.DataFrame] = {}
     if wanted & (set(_ACTIVITY) | {"api"}):
@@ -965,7 +1028,7 @@ def _load(export: Export, wanted: set[str], source: Path) -> Trace:
                           "host-side stalls cannot be named.")
     if "api" in frames and "graphs" in frames and "kernels" in frames:
         graph_launches = int((frames["api"]["category"] == "graph_launch").sum())
-        if graph_launches and not len(frames["graphs"]) and not frames["kernels"]["graph_node_id"].notna().any():
+        if graph_launches and not len(frames["graphs"]) and not _graph_nodes(export, ld, frames["kernels"]):
             ld.missing.append(f"The capture made {graph_launches} CUDA graph launch(es) but holds no graph "
                               f"activity (graph trace off): GPU work of the graphs is missing.")
     if ld.strings.unresolved:

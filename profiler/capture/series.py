@@ -139,8 +139,8 @@ class ThreadKeys:
     def __init__(self, tids: Iterable[np.ndarray], times: Iterable[np.ndarray]):
         tids = [np.asarray(t, dtype=np.int64) for t in tids]
         times = [np.asarray(t, dtype=np.int64) for t in times]
-        all_tids = np.concatenate(tids) if tids else np.zeros(0, np.int64)
-        self.utids = np.unique(all_tids)
+        # distinct threads of each array first (hashing, no sorted copy of millions of ids)
+        self.utids = np.unique(np.concatenate([pd.unique(t) for t in tids])) if tids else np.zeros(0, np.int64)
         nonempty = [t for t in times if len(t)]
         self._ranks: np.ndarray | None = None
         if not nonempty:
@@ -595,7 +595,7 @@ def _window_sums(values: np.ndarray, srt: Sorted | None, lo: np.ndarray, hi: np.
     return cs[hi] - cs[lo]
 
 
-_PAIR_CHUNK = 4_000_000
+_PAIR_CHUNK = 1_000_000
 
 
 def _activity_metrics(inst: pd.DataFrame, act: Activity, srt: Sorted, unknown: np.ndarray) -> None:

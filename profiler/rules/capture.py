@@ -182,9 +182,20 @@ def launch_overhead(ctx: Any) -> list[Finding]:
 
 # ----------------------------------------------------------------------------- gpu_idle
 
-def _host_during(ctx: Any, d: S.DeviceGaps, gs: np.ndarray, ge: np.ndarray) -> tuple[dict, list[dict]]:
-    """Where the launching threads were during the gaps: API, OS runtime and NVTX time overlapping them."""
+_CALL_BLOCK = 1 << 20
+"""Calls searched against the gaps per block in ``_host_during`` (bounds its temporary arrays)."""
+
+
+def _host_during(ctx: Any, d: S.DeviceGaps, gs: np.ndarray, ge: np.ndarray, detail: np.ndarray | None = None,
+                 ) -> tuple[dict, list[dict]]:
+    """Where the launching threads were during the gaps: API, OS runtime and NVTX time overlapping them.
+
+    ``per_gap`` (call name -> ms inside that gap) is filled only for the gaps in ``detail`` (all when
+    None): the finding lists a few top gaps, and a per-row loop over every gap's calls would cost
+    seconds on millions of calls.
+    """
     table = ctx.table
+    want = np.ones(len(gs), dtype=bool) if detail is None else np.isin(np.arange(len(gs)), detail)
     total = float((ge - gs).sum())
     agg: dict[str, Any] = {}
     per_gap: list[dict[str, dict[str, float]]] = [{} for _ in range(len(gs))]
@@ -192,13 +203,27 @@ def _host_during(ctx: Any, d: S.DeviceGaps, gs: np.ndarray, ge: np.ndarray) -> t
     for label, calls in (("cuda_api", table.api), ("os_runtime", table.osrt)):
         m = calls.top_level & np.isin(calls.tid, d.launch_tids)
         idx = np.flatnonzero(m)
-        g, q, ov = S.overlap_by_name(gs, ge, calls.start_ns[idx], calls.end_ns[idx])
-        rows = idx[q]
-        names = calls.name_of(rows) if len(rows) else np.zeros(0, dtype=object)
+        del m
+        # calls in blocks, so the per-call search arrays stay small; the overlaps themselves are few
+        parts = []
+        for b in range(0, len(idx), _CALL_BLOCK):
+            blk = idx[b:b + _CALL_BLOCK]
+            g, q, ov = S.overlap_by_name(gs, ge, calls.start_ns[blk], calls.end_ns[blk])
+            parts.append((g, blk[q], ov))
+        g = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
+        rows = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
+        ov = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, np.int64)
+        del parts, idx
         if len(rows):
-            s = pd.Series(ov, index=names).groupby(level=0).sum().sort_values(ascending=False)
+            # sums per name code first (exact int64), then by name as before: codes can share a name
+            code = calls.name_code[rows]
+            ucode, inv = np.unique(code, return_inverse=True)
+            sums = np.zeros(len(ucode), np.int64)
+            np.add.at(sums, inv.reshape(-1), ov)
+            s = pd.Series(sums, index=calls.names[ucode]).groupby(level=0).sum().sort_values(ascending=False)
             agg[label] = {str(k): v / 1e6 for k, v in s.head(8).items()}
-            for gi, n, o in zip(g, names, ov):
+            sel = np.flatnonzero(want[g])
+            for gi, n, o in zip(g[sel].tolist(), calls.name_of(rows[sel]), ov[sel].tolist()):
                 per_gap[gi].setdefault(label, {})
                 per_gap[gi][label][n] = per_gap[gi][label].get(n, 0.0) + o / 1e6
             covered_s.append(np.maximum(calls.start_ns[rows], gs[g]))
@@ -249,8 +274,8 @@ def gpu_idle(ctx: Any) -> list[Finding]:
         if frac < t["min_idle_fraction"] or not big.any():
             continue
         gs, ge = d.gap_start_ns[big], d.gap_end_ns[big]
-        host, per_gap = _host_during(ctx, d, gs, ge)
         top = np.argsort(-(ge - gs), kind="stable")[: int(t["top_gaps"])]
+        host, per_gap = _host_during(ctx, d, gs, ge, detail=top)
         top_gaps = []
         for i in top:
             where = per_gap[i]
