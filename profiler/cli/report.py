@@ -39,11 +39,10 @@ def command(ctx, run, out_path, cdn, db):
     else:
         store = open_store(ctx, db)
         rid = store.resolve_run(run)
-        stored = store.run_dict(rid)
-        data = stored.get("summary") or {}
+        data = store.report_data(rid)
         if not data:
-            raise InputError(f"run {rid} has no stored results to report (status {stored.get('status')})")
-        data.setdefault("kind", stored.get("kind"))
+            status = store.run_dict(rid).get("status")
+            raise InputError(f"run {rid} has no stored results to report (status {status})")
         default_name = f"report-{rid}.html"
     out = Path(out_path or default_name)
     write_report(data, out, cdn=cdn)

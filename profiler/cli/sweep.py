@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -132,6 +133,78 @@ def format_table(summary: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _sweep_argv(argv: list[str]) -> list[str]:
+    """The arguments after the ``sweep`` subcommand in this process's command line."""
+    skip = False
+    for i, a in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if a == "--db":
+            skip = True
+            continue
+        if a == "sweep":
+            return argv[i + 1:]
+    return []
+
+
+def _sweep_under_nsys(ctx: click.Context, out_dir: str, db: str | None, no_store: bool, cdn: bool, say) -> None:
+    """``--nsys``: the same sweep as a child process under ``nsys profile`` (it stores the run and writes
+    summary.json into --out as usual), then the capture's per-variant analysis is attached to both."""
+    from profiler.cli.options import db_url
+    from profiler.harness.nsys import attach_capture, profile, require_nsys, strip_nsys_args, sweep_command
+
+    require_nsys()
+    out = check_output_dir(out_dir, "--out")
+    url = None if no_store else db_url(ctx, db)
+    child = sweep_command(strip_nsys_args(_sweep_argv(sys.argv[1:]), keep=("--no-store",)), out)
+    if url is not None:  # the child stores into the same database (sweep_command adds --no-store last)
+        child = [*child[:-1], "--db", url] if child[-1] == "--no-store" else [*child, "--db", url]
+    say(f"nsys: profiling the sweep (-t cuda,nvtx,osrt) into {out / 'sweep.nsys-rep'}")
+    capture = profile(child, out / "sweep", ok_codes=(0, 1))
+    summary_path = out / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    say(f"nsys: analysing {capture}")
+    summary = attach_capture(summary, capture)
+    write_text(str(summary_path), json.dumps(summary, indent=2), "--out")
+    run_id = (summary.get("run") or {}).get("id")
+    if url is not None and run_id is not None:
+        from profiler.findings import Finding
+        from profiler.report import write_sweep_report
+
+        store = open_store(ctx, db)
+        store.update_run(run_id, summary=summary)
+        store.add_artifact(run_id, "capture", Path(capture).resolve())
+        extra = [{**f, "variant": v["key"]} for v in summary["variants"]
+                 for f in ((v.get("nsys") or {}).get("findings") or [])]
+        store.add_findings(run_id, [Finding.from_dict(f) for f in
+                                    extra + (summary.get("nsys") or {}).get("findings", [])])
+        data = store.report_data(run_id)  # the summary plus the stored samples and layers
+        write_sweep_report(data, out / "report.html", cdn=cdn, layers=data.get("layers") or None)
+        store.close()
+    else:
+        say("nsys: --no-store: the capture's per-variant results are in summary.json (report.html is the "
+            "sweep's own)")
+    click.echo(f"{'variant':<28} {'harness compute ms':>18} {'nsys GPU busy ms':>17} {'nsys rules'}")
+    for v in summary["variants"]:
+        n = v.get("nsys") or {}
+        cmp = n.get("compute_vs_gpu_busy") or {}
+        click.echo(f"{v['key']:<28} {_fmt(cmp.get('harness_compute_median_ms')):>18} "
+                   f"{_fmt(cmp.get('nsys_gpu_busy_median_ms')):>17} {', '.join(n.get('rules') or []) or '-'}")
+    click.echo(f"capture: {capture}")
+    if run_id is not None and url is not None:
+        click.echo(f"stored run {run_id} (capture attached)")
+    failed = gate_failures_from(summary)
+    if failed:
+        raise GateFailed(f"accuracy gate: {len(failed)} output(s) breach their FP32 thresholds")
+
+
+def gate_failures_from(summary: dict[str, Any]) -> list[dict]:
+    from profiler.sweep import gate_failures
+
+    return gate_failures(summary.get("findings") or [])
+
+
 def write_outputs(sweep: Any, summary: dict[str, Any], out_dir: Path, cdn: bool, store: Any) -> list[Path]:
     """summary.json always; report.html when the report package is available."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -190,7 +263,9 @@ def write_outputs(sweep: Any, summary: dict[str, Any], out_dir: Path, cdn: bool,
                    "starts and measure what keeping them in fp32 buys.")
 @click.option("--cache-dir", default=None, type=click.Path(file_okay=False),
               help="Cache of transformed models and engines (default $TRTPROF_CACHE_DIR or ~/.cache/trtprof).")
-@click.option("--nsys", is_flag=True, help="Capture the sweep with Nsight Systems (not implemented here yet).")
+@click.option("--nsys", is_flag=True,
+              help="Run the sweep under Nsight Systems (CUDA, NVTX, OS runtime), analyse the capture and attach "
+                   "each variant's GPU time and findings to the run; the capture is kept in --out.")
 @click.option("--cdn", is_flag=True, help="Load plotly from a CDN instead of embedding it in report.html.")
 @click.pass_context
 def command(ctx: click.Context, model: str | None, precision: str, workspace: str, streams: str, cuda_graph: str,
@@ -203,10 +278,15 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
     from profiler.models import parse_shape_args
     from profiler.sweep import Sweep, SweepConfig, gate_failures, open_resume
 
-    if nsys:
-        raise UsageError("--nsys is not implemented here yet; run the sweep under `nsys profile` yourself "
-                         "(the NVTX ranges in domain trtprof name every variant and iteration)")
     say = lambda msg: click.echo(msg, err=True)  # noqa: E731 - progress goes to stderr
+    if nsys:
+        from profiler.harness.nsys import under_nsys
+
+        if not under_nsys():
+            if resume is not None:
+                raise UsageError("--nsys cannot be combined with --resume: capture a new sweep instead")
+            _sweep_under_nsys(ctx, out_dir, db, no_store, cdn, say)
+            return
     store = None
     if resume is not None:
         if no_store:

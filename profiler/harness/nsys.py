@@ -79,10 +79,11 @@ def profile_args(output_base: str | os.PathLike, *, trace: str = DEFAULT_TRACE,
 
 def profile(command: Sequence[str], output_base: str | os.PathLike, *, trace: str = DEFAULT_TRACE,
             cuda_graph_trace: str | None = None, extra: Sequence[str] = (), env: dict[str, str] | None = None,
-            timeout_s: float | None = None) -> Path:
+            timeout_s: float | None = None, ok_codes: Sequence[int] = (0,)) -> Path:
     """Run ``command`` under ``nsys profile`` and export the report to SQLite; returns the .sqlite path.
 
-    The child's own exit code is checked: a failing sweep is an error here too.
+    The child's own exit code is checked: a code outside ``ok_codes`` is an error here too (a sweep
+    whose accuracy gate failed exits 1 and still measured everything: pass ``ok_codes=(0, 1)``).
     """
     nsys = require_nsys()
     base = Path(output_base)
@@ -92,7 +93,7 @@ def profile(command: Sequence[str], output_base: str | os.PathLike, *, trace: st
     run = subprocess.run([nsys, *profile_args(base, trace=trace, cuda_graph_trace=cuda_graph_trace, extra=extra),
                           *command], env=child_env, timeout=timeout_s)
     rep = base.with_name(base.name + ".nsys-rep")
-    if run.returncode != 0:
+    if run.returncode not in ok_codes:
         raise InputError(f"the command profiled by nsys failed with exit code {run.returncode}")
     if not rep.exists():
         raise InputError(f"nsys profile wrote no report at {rep}")
@@ -119,13 +120,18 @@ def sweep_command(argv: Sequence[str], out_dir: str | os.PathLike) -> list[str]:
     return [sys.executable, "-m", "profiler", "sweep", *argv, "--out", str(out_dir), "--no-store"]
 
 
-def strip_nsys_args(argv: Sequence[str]) -> list[str]:
-    """``argv`` without the options the parent handles itself: --nsys, --out DIR, --db URL, --no-store."""
+def strip_nsys_args(argv: Sequence[str], keep: Sequence[str] = ()) -> list[str]:
+    """``argv`` without the options the parent handles itself: --nsys, --out DIR, --db URL, --no-store
+    (except those named in ``keep``)."""
     out: list[str] = []
     skip = False
     for a in argv:
         if skip:
             skip = False
+            continue
+        flag = a.split("=", 1)[0]
+        if flag in keep:
+            out.append(a)
             continue
         if a in ("--nsys", "--no-store"):
             continue

@@ -354,6 +354,32 @@ class Store:
         with self.engine.connect() as c:
             return [{k: _iso(v) for k, v in row._mapping.items()} for row in c.execute(outer)]
 
+    def report_data(self, ref: int | str) -> dict[str, Any]:
+        """A stored run's JSON output (``Run.summary``) with what summary.json leaves out added back for
+        its report: each variant's per-iteration latencies (``samples_ms``) and the per-layer records
+        (``layers``, tagged by variant). Empty dict when the run stored no output."""
+        stored = self.run_dict(ref)
+        data = dict(stored.get("summary") or {})
+        if not data:
+            return {}
+        data.setdefault("kind", stored.get("kind"))
+        by_key = {v["key"]: v for v in stored["variants"]}
+        if data.get("variants"):
+            variants = []
+            for v in data["variants"]:
+                row = by_key.get(v.get("key")) if isinstance(v, dict) else None
+                if row is not None and not v.get("samples_ms"):
+                    lat = self.samples_frame(row["id"])["latency_ms"].dropna()
+                    if len(lat):
+                        v = {**v, "samples_ms": [float(x) for x in lat]}
+                variants.append(v)
+            data["variants"] = variants
+        if not data.get("layers"):
+            layers = [{"variant": v["key"], **layer} for v in stored["variants"] for layer in v.get("layers", [])]
+            if layers:
+                data["layers"] = layers
+        return data
+
     def samples_frame(self, variant_id: int):
         """The samples of one variant as a DataFrame ordered by ``idx``."""
         import pandas as pd
