@@ -61,6 +61,7 @@ class LazyGroup(click.Group):
 def cli(ctx: click.Context, db_url: str | None, debug: bool) -> None:
     """trtprof: profile and diagnose GPU inference built with TensorRT and CUDA."""
     ctx.ensure_object(dict)
+    ctx.obj.setdefault("argv", sys.argv[1:])  # the command line, for commands that re-run themselves
     ctx.obj["db_url"] = db_url
     ctx.obj["debug"] = debug
 
@@ -69,7 +70,8 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: maps errors to one sentence on stderr and the documented exit codes."""
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
-        code = cli.main(args=argv, prog_name="trtprof", standalone_mode=False)
+        args = list(argv) if argv is not None else sys.argv[1:]
+        code = cli.main(args=args, prog_name="trtprof", standalone_mode=False, obj={"argv": args})
     except TrtprofError as exc:
         if debug:
             raise

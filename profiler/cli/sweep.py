@@ -157,7 +157,8 @@ def _sweep_under_nsys(ctx: click.Context, out_dir: str, db: str | None, no_store
     require_nsys()
     out = check_output_dir(out_dir, "--out")
     url = None if no_store else db_url(ctx, db)
-    child = sweep_command(strip_nsys_args(_sweep_argv(sys.argv[1:]), keep=("--no-store",)), out)
+    argv = (ctx.find_root().obj or {}).get("argv") or sys.argv[1:]
+    child = sweep_command(strip_nsys_args(_sweep_argv(argv), keep=("--no-store",)), out)
     if url is not None:  # the child stores into the same database (sweep_command adds --no-store last)
         child = [*child[:-1], "--db", url] if child[-1] == "--no-store" else [*child, "--db", url]
     say(f"nsys: profiling the sweep (-t cuda,nvtx,osrt) into {out / 'sweep.nsys-rep'}")
