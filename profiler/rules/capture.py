@@ -204,30 +204,28 @@ def _host_during(ctx: Any, d: S.DeviceGaps, gs: np.ndarray, ge: np.ndarray, deta
         m = calls.top_level & np.isin(calls.tid, d.launch_tids)
         idx = np.flatnonzero(m)
         del m
-        # calls in blocks, so the per-call search arrays stay small; the overlaps themselves are few
-        parts = []
+        # calls in blocks, so the search arrays stay small: per block, the overlap time is added to
+        # its call name (exact int64 sums per name code), the pieces inside the gaps are kept for the
+        # union, and the rows of the detailed gaps go through the per-gap loop, in row order
+        sums = np.zeros(len(calls.names), np.int64)
         for b in range(0, len(idx), _CALL_BLOCK):
             blk = idx[b:b + _CALL_BLOCK]
             g, q, ov = S.overlap_by_name(gs, ge, calls.start_ns[blk], calls.end_ns[blk])
-            parts.append((g, blk[q], ov))
-        g = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
-        rows = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
-        ov = np.concatenate([p[2] for p in parts]) if parts else np.zeros(0, np.int64)
-        del parts, idx
-        if len(rows):
-            # sums per name code first (exact int64), then by name as before: codes can share a name
-            code = calls.name_code[rows]
-            ucode, inv = np.unique(code, return_inverse=True)
-            sums = np.zeros(len(ucode), np.int64)
-            np.add.at(sums, inv.reshape(-1), ov)
-            s = pd.Series(sums, index=calls.names[ucode]).groupby(level=0).sum().sort_values(ascending=False)
-            agg[label] = {str(k): v / 1e6 for k, v in s.head(8).items()}
+            rows = blk[q]
+            del q
+            np.add.at(sums, calls.name_code[rows], ov)
             sel = np.flatnonzero(want[g])
             for gi, n, o in zip(g[sel].tolist(), calls.name_of(rows[sel]), ov[sel].tolist()):
                 per_gap[gi].setdefault(label, {})
                 per_gap[gi][label][n] = per_gap[gi][label].get(n, 0.0) + o / 1e6
             covered_s.append(np.maximum(calls.start_ns[rows], gs[g]))
             covered_e.append(np.minimum(calls.end_ns[rows], ge[g]))
+        del idx
+        present = np.flatnonzero(sums > 0)  # every overlap is positive: the names that overlap a gap
+        if len(present):
+            # then by name as before (codes can share a name)
+            s = pd.Series(sums[present], index=calls.names[present]).groupby(level=0).sum().sort_values(ascending=False)
+            agg[label] = {str(k): v / 1e6 for k, v in s.head(8).items()}
         else:
             agg[label] = {}
     inst = table.instances
@@ -242,9 +240,30 @@ def _host_during(ctx: Any, d: S.DeviceGaps, gs: np.ndarray, ge: np.ndarray, deta
             agg["nvtx"] = {str(k): v / 1e6 for k, v in s.head(8).items()}
     from profiler.capture import intervals
 
-    in_calls = intervals.union_length(np.concatenate(covered_s), np.concatenate(covered_e)) if covered_s else 0
+    in_calls = 0
+    if covered_s:
+        cs = np.concatenate(covered_s)
+        del covered_s[:]
+        ce = np.concatenate(covered_e)
+        del covered_e[:]
+        in_calls = _covered_ns(cs, ce)
     agg["outside_cuda_and_os_calls_ms"] = max(total - in_calls, 0.0) / 1e6
     return agg, per_gap
+
+
+def _covered_ns(starts: np.ndarray, ends: np.ndarray) -> int:
+    """Length of the union of non-empty intervals (ns), with few temporaries: sorted by start, each
+    interval adds what reaches beyond both its start and every earlier end. Takes over the arrays."""
+    if not len(starts):
+        return 0
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    del order, starts, ends
+    np.maximum.accumulate(e, out=e)  # reach: the furthest end so far
+    s[1:] = np.maximum(s[1:], e[:-1])
+    np.subtract(e, s, out=e)
+    np.maximum(e, 0, out=e)
+    return int(e.sum())
 
 
 @rule("gpu_idle", scope="capture", defaults={
