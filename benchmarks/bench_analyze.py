@@ -5,15 +5,16 @@ Scales a real capture (rows of every event table replicated with shifted timesta
 ids) to about ``--kernels`` kernels, then measures, each in its own subprocess (wall time and that
 process's peak RSS, from ``os.wait4``):
 
-- floor:        the SELECTs ``load_trace`` issues, fetched into Arrow by the fastest reader here
+- floor:        the SELECTs ``trtprof analyze`` issues (the columns it reads), fetched into Arrow by the fastest reader here
                 (ADBC's SQLite driver, else sqlite3), nothing else;
 - read_sql:     ``pandas.read_sql`` of the same SELECTs through sqlite3;
 - load_trace:   ``profiler.capture.load_trace`` (frames, names, correlation join);
 - analyze:      ``trtprof analyze CAPTURE --json OUT --no-store`` end to end (skipped with a note if
                 the subcommand is not available);
 - the same ``load_trace`` and ``analyze`` on a 10x larger copy, for linearity;
-- with ``nsys`` on PATH: ``nsys stats -r cuda_gpu_kern_sum,cuda_api_sum,nvtx_sum`` and
-  ``nsys analyze -r gpu_gaps,cuda_api_sync`` on the same file.
+- with ``nsys`` on PATH: ``nsys stats -r cuda_gpu_kern_sum,cuda_api_sum,nvtx_sum,nvtx_gpu_proj_sum``
+  and ``nsys analyze -r gpu_gaps,cuda_api_sync`` on the same file (the work trtprof analyze shares
+  with them: kernel, API and NVTX summaries, GPU time projected on NVTX ranges, gaps, syncs).
 
 Prints one table. Needs only python3, the repository and pyarrow (ADBC optional).
 
@@ -157,8 +158,11 @@ def counts(path: Path) -> dict[str, int]:
 
 
 def loader_queries(path: Path) -> list[str]:
-    """The SELECTs load_trace issues on this file, recorded by running it once."""
+    """The SELECTs ``trtprof analyze`` issues on this file (its ``load_trace`` call: the frames and
+    columns the analysis reads), recorded by running that load once."""
     from profiler.capture import loader
+    from profiler.capture.analyze import ANALYSIS_COLUMNS
+    from profiler.capture.trace import FRAMES
 
     recorded: list[str] = []
     original = loader.Export.batches
@@ -171,7 +175,7 @@ def loader_queries(path: Path) -> list[str]:
     threads = os.environ.get("TRTPROF_READ_THREADS")
     os.environ["TRTPROF_READ_THREADS"] = "1"  # whole-table SELECTs, not rowid ranges
     try:
-        loader.load_trace(path)
+        loader.load_trace(path, tables=[f for f in FRAMES if f != "sync"], columns=ANALYSIS_COLUMNS)
     finally:
         loader.Export.batches = original  # type: ignore[method-assign]
         if threads is None:
@@ -352,7 +356,8 @@ def main() -> None:
             # the flags the sample-trace capture script uses with nsys 2025.3; a fresh output folder
             # each run, so nsys never has to ask about overwriting
             peer_dir = Path(tempfile.mkdtemp(prefix="nsys-peers-", dir=args.workdir))
-            plan += [("nsys stats kern+api+nvtx", [nsys, "stats", "-r", "cuda_gpu_kern_sum,cuda_api_sum,nvtx_sum",
+            plan += [("nsys stats kern+api+nvtx+proj", [nsys, "stats", "-r",
+                                                        "cuda_gpu_kern_sum,cuda_api_sum,nvtx_sum,nvtx_gpu_proj_sum",
                                                    "--format", "csv", "--force-export", "false", "--output",
                                                    str(peer_dir / "stats"), str(path)], ""),
                      ("nsys analyze gaps+sync", [nsys, "analyze", "-r", "gpu_gaps,cuda_api_sync", "--format", "csv",
