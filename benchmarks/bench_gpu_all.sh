@@ -3,6 +3,8 @@
 # harness overhead, the sweep under nsys (with its report), small harness captures to commit, the
 # multistream sample workload, and (when present) benchmarks/bench_analyze.py. Everything lands in
 # $OUT as three archives plus the log; each step's output tail is printed.
+# For bench_analyze, carry ADBC's SQLite driver (../shared/gpu/prepare.sh adbc-driver-sqlite adbc-driver-manager),
+# else the loader and the floor fall back to sqlite3 and the comparison with nsys is not the real one.
 set -u
 OUT="${OUT:-/tmp/out}"; W=/tmp/trtprof-gpu; L=$W/logs; mkdir -p "$W" "$L" "$OUT"
 M=.gpu/models
