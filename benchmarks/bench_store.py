@@ -1,6 +1,7 @@
 """Run store at scale: fill SQLite and a real PostgreSQL with thousands of runs and about a million
-samples through the Store API (after a longer history of runs without samples), then time the queries the comparison and trend views make, with no
-secondary indexes, with the initial schema's indexes (revision 0001), and with the current schema's.
+samples through the Store API (after a longer history of runs without samples), then time the queries
+the comparison and trend views make, with no secondary indexes, with the initial schema's indexes
+(revision 0001), and with the current schema's.
 
     python3 benchmarks/bench_store.py [PG_URL] [--scale 1.0] [--sqlite PATH] [--repeat 30]
 
@@ -128,18 +129,25 @@ def set_indexes(engine, wanted: dict[str, tuple[str, list[str]]], all_names: set
             if name not in existing:
                 c.execute(text(f"CREATE INDEX {name} ON {table} ({', '.join(cols)})"))
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
-        c.execute(text("ANALYZE"))
+        c.execute(text("VACUUM ANALYZE" if engine.dialect.name == "postgresql" else "ANALYZE"))
 
 
-def _timed(fn, params, repeat: int) -> float:
-    """Median wall time (ms) of ``fn(p)`` over ``repeat`` parameters (after one warm-up call)."""
+def _timed(fn, params, repeat: int, tries: int = 3) -> float:
+    """Median over ``repeat`` parameters of the best of ``tries`` calls of ``fn(p)``, in ms.
+
+    The best of a few calls drops the stalls a busy machine adds; the median over parameters keeps
+    the answer representative of all of them. One warm-up call first.
+    """
     fn(params[0])
-    times = []
+    per_param = []
     for p in params[1:repeat + 1]:
-        t = time.perf_counter()
-        fn(p)
-        times.append((time.perf_counter() - t) * 1000)
-    return statistics.median(times)
+        best = float("inf")
+        for _ in range(tries):
+            t = time.perf_counter()
+            fn(p)
+            best = min(best, time.perf_counter() - t)
+        per_param.append(best * 1000)
+    return statistics.median(per_param)
 
 
 def queries(store: Store, keys: dict, repeat: int) -> dict[str, float]:
@@ -172,7 +180,8 @@ def bench_one(name: str, url: str, runs: int, spv: int, repeat: int, history: in
     keys = fill(store, runs, spv)
     fill_s = time.perf_counter() - t
     n_samples = runs * len(VARIANT_KEYS) * spv
-    print(f"{name}: {history} older runs without samples, then filled {runs} runs, {runs * len(VARIANT_KEYS)} variants, {n_samples:,} samples "
+    print(f"{name}: {history} older runs without samples, then filled {runs} runs, "
+          f"{runs * len(VARIANT_KEYS)} variants, {n_samples:,} samples "
           f"in {fill_s:.1f} s ({n_samples / fill_s:,.0f} samples/s through Store.add_variant)", flush=True)
     rates = bulk_rates(store, 200_000)
     print(f"{name}: one variant of 200,000 samples: Store.add_variant {rates['store']:,.0f} samples/s, "
@@ -195,7 +204,8 @@ def main() -> None:
     ap.add_argument("pg_url", nargs="?", default=os.environ.get("TRTPROF_TEST_PG_URL"))
     ap.add_argument("--scale", type=float, default=1.0, help="1.0 = 2000 runs x 4 variants x 125 samples (1M)")
     ap.add_argument("--sqlite", default=None, help="SQLite file to fill (default: a temporary file)")
-    ap.add_argument("--repeat", type=int, default=30, help="timed calls per query (median reported)")
+    ap.add_argument("--repeat", type=int, default=30,
+                    help="parameters per query (each timed best of 3; the median is reported)")
     ap.add_argument("--history", type=int, default=None,
                     help="older runs without samples added first (default 10x the measured runs)")
     ap.add_argument("--keep", action="store_true", help="keep the scratch PostgreSQL database")
@@ -224,7 +234,8 @@ def main() -> None:
 
     cols = [(db, state) for db, per in results.items() for state in per]
     qnames = list(next(iter(next(iter(results.values())).values())))
-    head = ["query (median ms)"] + [f"{db} {'no index' if s == 'none' else 'idx ' + s}" for db, s in cols]
+    head = ["query (ms, median of best-of-3)"]
+    head += [f"{db} {'no index' if s == 'none' else 'idx ' + s}" for db, s in cols]
     rows = [[q] + [f"{results[db][s][q]:.2f}" for db, s in cols] for q in qnames]
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     print()
