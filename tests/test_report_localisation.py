@@ -46,3 +46,22 @@ def test_evidence_records_become_a_table():
     ev = dict(view["evidence"])
     assert ev["outliers"]["type"] == "table" and ev["outliers"]["columns"] == ["index", "cause"]
     assert [r[0]["text"] for r in ev["outliers"]["rows"]] == ["7", "17"]
+
+
+def test_nsys_section_lists_each_variant_as_the_capture_saw_it():
+    summary = {"run": {"kind": "sweep"}, "findings": [], "nsys": {"capture": "out/sweep.sqlite"}, "variants": [
+        {"key": "fp32-wsdefault-s1", "status": "ok", "latency_ms": {"median": 7.5},
+         "nsys": {"found": True, "count": 40, "wall_ms": {"median": 7.56}, "gpu_busy_ms": {"median": 0.40},
+                  "gpu_busy_fraction": 0.052, "rules": ["launch_overhead"],
+                  "compute_vs_gpu_busy": {"ratio": 18.56}}},
+        {"key": "fp32-wsdefault-s1-graph", "status": "ok", "latency_ms": {"median": 0.52},
+         "nsys": {"found": True, "count": 555, "wall_ms": {"median": 0.54}, "gpu_busy_ms": {"median": 0.46},
+                  "gpu_busy_fraction": 0.856, "rules": [], "compute_vs_gpu_busy": {"ratio": 1.088}}},
+        {"key": "fp16-wsdefault-s1", "status": "ok", "nsys": {"found": False}}]}
+    page = build_sweep_page(summary)
+    sec = next(s for s in page["sections"] if s["id"] == "nsys")
+    rows = [[c["text"] for c in r] for r in sec["blocks"][0]["rows"]]
+    assert rows[0][0] == "fp32-wsdefault-s1" and rows[0][-1] == "launch_overhead" and rows[0][4] == "5.2%"
+    assert rows[1][-1] == "none" and rows[1][1] == "555"
+    assert rows[2][1] == "not in the capture"
+    assert "out/sweep.sqlite" in sec["blocks"][1]["text"]

@@ -371,6 +371,35 @@ def build_sweep_page(summary: dict, *, layers: Sequence[dict] | None = None) -> 
     else:
         blocks.append(missing("Accuracy against FP32 " + NOT_IN_RUN + "."))
 
+    # ---- nsys capture (sweep --nsys)
+    captured = [v for v in variants if isinstance(v.get("nsys"), dict)]
+    if captured:
+        nsys_info = summary.get("nsys") if isinstance(summary.get("nsys"), dict) else {}
+        blocks = section(page, "nsys", "What the Nsight Systems capture shows",
+                         "Each variant's timed queries (NVTX ranges <key>/iter) as the capture sees them: GPU busy "
+                         "time is the union of the GPU work the query launched; the harness's compute time is "
+                         "measured with CUDA events around the enqueue, so it also covers GPU time spent waiting "
+                         "for a launch-bound host.")
+        rows = []
+        for v in captured:
+            n = v["nsys"]
+            if not n.get("found"):
+                rows.append([variant_key(v), cell("not in the capture", cls="warn"), cell(DASH), cell(DASH),
+                             cell(DASH), cell(DASH), cell(DASH)])
+                continue
+            cmp_ = n.get("compute_vs_gpu_busy") or {}
+            rules = ", ".join(n.get("rules") or []) or "none"
+            rows.append([variant_key(v), n.get("count"), stat(n.get("wall_ms"), "median"),
+                         stat(n.get("gpu_busy_ms"), "median"),
+                         cell(fmt_pct((finite(n.get("gpu_busy_fraction")) or 0.0) * 100)),
+                         cmp_.get("ratio") if cmp_ else cell(DASH),
+                         cell(rules, cls="warn" if n.get("rules") else "ok")])
+        blocks.append(table(["variant", "queries", "wall median ms", "GPU busy median ms", "GPU busy",
+                             "harness compute / GPU busy", "capture rules"], rows,
+                            numeric=[False, True, True, True, True, True, False]))
+        if nsys_info.get("capture"):
+            blocks.append(note(f"capture: {nsys_info['capture']}", "info"))
+
     # ---- precision localisation
     localised = [v for v in variants if isinstance(v.get("localisation"), dict)]
     if localised:
