@@ -30,6 +30,33 @@ _ACC_FIELDS = {c.name for c in m.Accuracy.__table__.columns} - {"id", "variant_i
 _FINDING_FIELDS = {c.name for c in m.FindingRow.__table__.columns} - {"id", "run_id"}
 
 
+def _refuse_foreign_sqlite(full_url: str) -> None:
+    """Refuse, before anything writes to it (WAL mode alone changes the file), an existing SQLite file
+    that holds other tables and no trtprof store: an nsys export passed as --db, for example."""
+    from sqlalchemy.engine import make_url
+
+    u = make_url(full_url)
+    if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
+        return
+    path = Path(u.database)
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as exc:
+        raise InputError(f"--db {path} is not a SQLite database ({exc})") from None
+    if tables and "runs" not in tables:
+        listed = ", ".join(sorted(tables)[:3]) + (", ..." if len(tables) > 3 else "")
+        raise InputError(f"--db {path} already holds other tables ({listed}) and is not a trtprof run store; "
+                         "give --db a new file or an existing run store")
+
+
 def resolve_url(url: str | None) -> str:
     """A SQLAlchemy URL from --db / TRTPROF_DB / the default; a bare path means a SQLite file."""
     url = url or os.environ.get("TRTPROF_DB") or DEFAULT_DB
@@ -212,6 +239,7 @@ class Store:
     def open(cls, url: str | None = None, *, upgrade: bool = True) -> "Store":
         """Open (and by default create or upgrade) the store at ``url`` (None -> TRTPROF_DB / ./trtprof.db)."""
         full = resolve_url(url)
+        _refuse_foreign_sqlite(full)
         try:
             engine = make_engine(full)
         except (ImportError, sa_exc.ArgumentError, sa_exc.NoSuchModuleError, ValueError) as exc:
