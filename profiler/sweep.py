@@ -430,7 +430,7 @@ class Sweep:
             compute_ms=timing["compute_ms"], h2d_ms=timing["h2d_ms"], d2h_ms=timing["d2h_ms"],
             count=timing["count"], span_ms=timing.get("span_ms"), warmup_dropped=m.warmup_dropped,
             per_stream_count=m.per_stream_count, synchronous_enqueue=bool(einfo.get("synchronous_enqueue")),
-            cuda_graph_fallback=graph_fallback, fingerprint=einfo.get("fingerprint"),
+            cuda_graph_fallback=graph_fallback, fingerprint=einfo.get("fingerprint") or backend.fingerprint(prepared.model_hash, spec),
             build_time_s=einfo.get("build_time_s") or (einfo.get("checklist") or {}).get("build_time_s"),
             prepare_s=prepare_s, memory=memory, model_path=str(prepared.path), model_hash=prepared.model_hash,
             prepare=pinfo, engine=einfo, notes=notes, layer_count=len(layers), localisation=localisation,

@@ -10,6 +10,7 @@ nsys capture.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,10 @@ ENV_FIELDS = ("gpu", "driver_version", "cuda_version", "tensorrt_version", "nsys
 ACCURACY_METRICS = ("max_abs", "mean_abs", "rel_l2", "cosine", "top1_agreement", "nan_count", "inf_count")
 #: Samples kept per side in the JSON/report output (the verdict uses all of them).
 MAX_SAMPLES_OUT = 2000
+#: trtexec's enqueue-bound condition: the host enqueue takes more than this share of the GPU compute time.
+HOST_BOUND_RATIO = 0.8
+#: Earlier runs of a fingerprint needed to measure its run-to-run spread.
+MIN_HISTORY = 3
 TOP_LAYER_DELTAS = 25
 
 
@@ -114,6 +119,54 @@ def _kernel_deltas(base_run: dict, cand_run: dict) -> list[dict[str, Any]] | Non
     return rows[:TOP_LAYER_DELTAS]
 
 
+def _median_of(metrics: dict[str, Any], *names: str) -> float | None:
+    for n in names:
+        v = (metrics.get(n) or {}).get("median") if isinstance(metrics.get(n), dict) else None
+        if isinstance(v, (int, float)) and math.isfinite(v):
+            return float(v)
+    return None
+
+
+def host_bound(variant: dict[str, Any]) -> bool:
+    """True when the host enqueue dominates a GPU backend's query (trtexec's enqueue-bound condition).
+
+    Such a query's latency follows the host CPU, and the host varies between processes (scheduling,
+    frequency, caches) by more than within one run: on an H200, the same eager sweep run twice in a row
+    measured 4.97 and 2.98 ms medians, while its CUDA-graph variant measured 0.478 and 0.475 ms.
+    CPU backends (synchronous enqueue) are not host-bound in this sense: their compute is the host.
+    """
+    m = variant.get("metrics") or {}
+    if m.get("synchronous_enqueue"):
+        return False
+    enq = _median_of(m, "enqueue_ms")
+    comp = _median_of(m, "compute_ms", "gpu_compute_ms")
+    return enq is not None and comp is not None and comp > 0 and enq > HOST_BOUND_RATIO * comp
+
+
+def _host_bound_verdict(row: dict[str, Any], history: dict[str, Any] | None, candidate_run: int,
+                        rule: dict[str, Any]) -> None:
+    """Hold a host-bound variant's regression/improvement against its run-to-run spread (in place)."""
+    prior = [p["median_ms"] for p in (history or {}).get("points", []) if p["run_id"] != candidate_run]
+    if len(prior) < MIN_HISTORY:
+        row["verdict_within_run"] = row["verdict"]
+        row["verdict"] = "inconclusive"
+        row["reason"] = (f"{row['reason']}; but the query is enqueue-bound (host enqueue > {HOST_BOUND_RATIO:g} x "
+                         f"compute), so its latency follows the host CPU, which varies between runs more than "
+                         f"within one: {len(prior)} earlier run(s) of this fingerprint are too few to measure that "
+                         f"spread (need {MIN_HISTORY}); rerun the baseline, or measure a CUDA-graph variant")
+        return
+    arr = np.asarray(prior, dtype=float)
+    spread = float((arr.max() - arr.min()) / np.median(arr))
+    row["run_to_run_spread"] = spread
+    if abs(row["median_ratio"] - 1.0) <= max(spread, rule["rel_threshold"]):
+        row["verdict_within_run"] = row["verdict"]
+        row["verdict"] = "no_change"
+        row["reason"] = (f"{row['reason']}; but the query is enqueue-bound and the change is within the "
+                         f"{spread * 100:.0f}% run-to-run spread of {len(prior)} earlier runs")
+    else:
+        row["reason"] += f" (beyond the {spread * 100:.0f}% run-to-run spread of {len(prior)} earlier runs)"
+
+
 def trend(store: Store, fingerprint: str | None, *, limit: int = 50) -> dict[str, Any] | None:
     """Median latency of every stored variant with this fingerprint, oldest first, with the step."""
     if not fingerprint:
@@ -168,6 +221,9 @@ def compare_runs(store: Store, baseline_ref: int | str, candidate_ref: int | str
         row["layer_deltas"] = _layer_deltas(bv.get("layers", []), cv.get("layers", []))
         row["fingerprint_changed"] = bv.get("fingerprint") != cv.get("fingerprint")
         row["trend"] = trend(store, cv.get("fingerprint"))
+        row["host_bound"] = host_bound(bv) or host_bound(cv)
+        if row["host_bound"] and row["verdict"] in ("regression", "improvement"):
+            _host_bound_verdict(row, row["trend"], cand["id"], r)
         variants.append(row)
     for name, bv in bvars.items():
         variants.append({"key": name, "verdict": "missing", "reason": "not in the candidate run"})
@@ -182,12 +238,15 @@ def compare_runs(store: Store, baseline_ref: int | str, candidate_ref: int | str
     cf = {_finding_key(f): f for f in cand["findings"]}
     latency_regressions = [v["key"] for v in variants if v.get("verdict") == "regression"]
     accuracy_regressions = [v["key"] for v in variants if v.get("accuracy_verdict") == "regression"]
+    inconclusive = [v["key"] for v in variants if v.get("verdict") == "inconclusive"]
     summary_verdict = "regression" if latency_regressions or accuracy_regressions else (
-        "improvement" if any(v.get("verdict") == "improvement" for v in variants) else "no_change")
+        "improvement" if any(v.get("verdict") == "improvement" for v in variants) else
+        "inconclusive" if inconclusive else "no_change")
     return {
         "kind": "compare",
         "verdict": summary_verdict,
         "latency_regressions": latency_regressions,
+        "inconclusive": inconclusive,
         "accuracy_regressions": accuracy_regressions,
         "rule": r,
         "baseline": {k: base.get(k) for k in ("id", "label", "kind", "source", "created_at", *ENV_FIELDS)},

@@ -15,8 +15,9 @@ from profiler.report.common import (
 )
 from profiler.report.fmt import DASH, fmt_ms, fmt_num, fmt_pct, fmt_ratio_pct, fmt_value, humanize_key, is_number
 
-VERDICT_CLASSES = {"regression": "bad", "improvement": "ok", "no_change": "", "missing": "warn"}
-VERDICT_ORDER = {"regression": 0, "missing": 1, "improvement": 2, "no_change": 3}
+VERDICT_CLASSES = {"regression": "bad", "improvement": "ok", "no_change": "", "missing": "warn",
+                   "inconclusive": "warn"}
+VERDICT_ORDER = {"regression": 0, "inconclusive": 1, "missing": 2, "improvement": 3, "no_change": 4}
 RUN_FIELDS = ("id", "label", "kind", "created_at", "host", "gpu", "driver_version", "cuda_version",
               "tensorrt_version", "nsys_version", "backend", "model", "status")
 MAX_DISTRIBUTIONS = 12
@@ -91,6 +92,9 @@ def verdict_summary(data: dict) -> dict[str, Any]:
         cls, head = "warn", "No variant of the baseline is in the candidate"
     elif imp:
         cls, head = "ok", f"No regression; {len(imp)} of {n} variant{'s' if n != 1 else ''} faster"
+    elif by["inconclusive"]:
+        cls, head = "warn", (f"No regression shown; {len(by['inconclusive'])} of {n} host-bound "
+                             f"variant{'s' if n != 1 else ''} inconclusive")
     else:
         cls, head = "ok", f"No change beyond noise in {n} variant{'s' if n != 1 else ''}"
     gate = data.get("gate_failed", data.get("gate"))
@@ -100,6 +104,8 @@ def verdict_summary(data: dict) -> dict[str, Any]:
     if acc:
         lines.append("outputs newly outside their accuracy threshold: " + ", ".join(acc))
     lines += [line(v) for v in imp]
+    for v in by["inconclusive"]:
+        lines.append(f"{v.get('key', '?')}: inconclusive: {v.get('reason', '')}")
     if by["missing"]:
         lines.append("missing from one run: " + ", ".join(
             str(v.get("key", "?")) + (f" ({v['reason']})" if v.get("reason") else "") for v in by["missing"]))
