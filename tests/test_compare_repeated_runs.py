@@ -1,4 +1,4 @@
-"""Real repeated runs: the same sweep run twice, back to back, on an H200 (sample_traces/h200_repeated_runs.json).
+"""Real repeated runs: the same sweep run twice, back to back, on an H200 (sample_traces/repeated/h200_cls_two_runs.json).
 
 The CUDA-graph variants are GPU-bound and stable: the comparison must call them unchanged. The eager
 variants are enqueue-bound: their medians moved 40% (fp32) and 7% (fp16) between the two identical
@@ -19,7 +19,7 @@ from profiler.compare import compare_runs
 from profiler.store import Store
 from tests.conftest import SAMPLE_TRACES
 
-FIXTURE = SAMPLE_TRACES / "h200_repeated_runs.json"
+FIXTURE = SAMPLE_TRACES / "repeated" / "h200_cls_two_runs.json"
 
 
 def _store_run(store, label, variants, gpu="NVIDIA H200"):
@@ -39,7 +39,7 @@ def _store_run(store, label, variants, gpu="NVIDIA H200"):
 @pytest.fixture
 def repeated():
     if not FIXTURE.exists():
-        pytest.skip("sample_traces/h200_repeated_runs.json is missing")
+        pytest.skip("sample_traces/repeated/h200_cls_two_runs.json is missing")
     return json.loads(FIXTURE.read_text())
 
 

@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"trtprof: error: {exc}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
+        _ignore_further_interrupts()
         click.echo("trtprof: interrupted", err=True)
         sys.exit(130)
     except click.ClickException as exc:
@@ -91,6 +92,7 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except (KeyboardInterrupt,):
+        _ignore_further_interrupts()
         click.echo("trtprof: interrupted", err=True)
         sys.exit(130)
     except Exception as exc:  # a bug: one sentence unless --debug
@@ -100,6 +102,17 @@ def main(argv: list[str] | None = None) -> None:
                    err=True)
         sys.exit(EXIT_INPUT)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _ignore_further_interrupts() -> None:
+    """An impatient second Ctrl-C while the first one is being reported must not kill the process
+    mid-exit (it would die by SIGINT instead of exiting 130 with its message)."""
+    import signal
+
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread (embedded use): nothing to do
+        pass
 
 
 def obj_db_url(ctx: click.Context) -> str | None:
