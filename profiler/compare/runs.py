@@ -19,6 +19,7 @@ from sqlalchemy import select
 from profiler.compare.stats import DEFAULT_RULE, decide, detect_step
 from profiler.store import Store
 from profiler.store import models as m
+from profiler.store.api import iso_utc
 
 ENV_FIELDS = ("gpu", "driver_version", "cuda_version", "tensorrt_version", "nsys_version", "backend", "host",
               "model", "source_hash")
@@ -177,7 +178,7 @@ def trend(store: Store, fingerprint: str | None, *, limit: int = 50) -> dict[str
          .order_by(m.Run.created_at.desc(), m.Run.id.desc()).limit(limit))
     with store.session() as s:
         rows = list(s.execute(q))[::-1]
-    points = [{"run_id": r.id, "label": r.label, "created_at": r.created_at.isoformat() if r.created_at else None,
+    points = [{"run_id": r.id, "label": r.label, "created_at": iso_utc(r.created_at),
                "median_ms": (r.latency_ms or {}).get("median")} for r in rows]
     points = [p for p in points if p["median_ms"] is not None]
     if len(points) < 2:

@@ -380,7 +380,7 @@ class Store:
              .where(m.Variant.__table__.c.run_id == newest.c.id).scalar_subquery())
         outer = select(newest, n.label("variant_count")).order_by(newest.c.created_at.desc(), newest.c.id.desc())
         with self.engine.connect() as c:
-            return [{k: _iso(v) for k, v in row._mapping.items()} for row in c.execute(outer)]
+            return [{k: iso_utc(v) for k, v in row._mapping.items()} for row in c.execute(outer)]
 
     def report_data(self, ref: int | str) -> dict[str, Any]:
         """A stored run's JSON output (``Run.summary``) with what summary.json leaves out added back for
@@ -447,7 +447,7 @@ class Store:
         with self.session() as s:
             rows = [dict(zip(keys, row)) for row in s.execute(q)]
         for d in rows:
-            d["created_at"] = _iso(d["created_at"])
+            d["created_at"] = iso_utc(d["created_at"])
         return rows
 
     def fingerprint_sample_medians(self, fingerprint: str) -> list[dict[str, Any]]:
@@ -465,7 +465,7 @@ class Store:
                  .where(v.fingerprint == fingerprint)
                  .group_by(r.id, r.created_at, v.id).order_by(r.created_at, r.id, v.id))
             with self.session() as s:
-                return [{"run_id": a, "created_at": _iso(b), "variant_id": c, "count": int(n),
+                return [{"run_id": a, "created_at": iso_utc(b), "variant_id": c, "count": int(n),
                          "median_ms": None if x is None else float(x)} for a, b, c, n, x in s.execute(q)]
         import numpy as np
 
@@ -484,12 +484,12 @@ class Store:
         out = []
         for rid, created, vid in variants:
             xs = by_variant[vid]
-            out.append({"run_id": rid, "created_at": _iso(created), "variant_id": vid, "count": len(xs),
+            out.append({"run_id": rid, "created_at": iso_utc(created), "variant_id": vid, "count": len(xs),
                         "median_ms": float(np.median(xs)) if xs else None})
         return out
 
 
-def _iso(v: Any) -> Any:
+def iso_utc(v: Any) -> Any:
     """ISO 8601 with the UTC offset (SQLite hands back naive datetimes; the store writes UTC)."""
     if isinstance(v, dt.datetime):
         if v.tzinfo is None:
@@ -499,7 +499,7 @@ def _iso(v: Any) -> Any:
 
 
 def _row(obj) -> dict[str, Any]:
-    return {c.name: _iso(getattr(obj, c.name)) for c in obj.__table__.columns}
+    return {c.name: iso_utc(getattr(obj, c.name)) for c in obj.__table__.columns}
 
 
 def sample_columns() -> Sequence[str]:
