@@ -14,12 +14,9 @@ import math
 from typing import Any
 
 import numpy as np
-from sqlalchemy import select
 
 from profiler.compare.stats import DEFAULT_RULE, decide, detect_step
 from profiler.store import Store
-from profiler.store import models as m
-from profiler.store.api import iso_utc
 
 ENV_FIELDS = ("gpu", "driver_version", "cuda_version", "tensorrt_version", "nsys_version", "backend", "host",
               "model", "source_hash")
@@ -172,14 +169,9 @@ def trend(store: Store, fingerprint: str | None, *, limit: int = 50) -> dict[str
     """Median latency of every stored variant with this fingerprint, oldest first, with the step."""
     if not fingerprint:
         return None
-    q = (select(m.Run.id, m.Run.label, m.Run.created_at, m.Variant.latency_ms)
-         .join(m.Variant, m.Variant.run_id == m.Run.id)
-         .where(m.Variant.fingerprint == fingerprint, m.Variant.status == "ok")
-         .order_by(m.Run.created_at.desc(), m.Run.id.desc()).limit(limit))
-    with store.session() as s:
-        rows = list(s.execute(q))[::-1]
-    points = [{"run_id": r.id, "label": r.label, "created_at": iso_utc(r.created_at),
-               "median_ms": (r.latency_ms or {}).get("median")} for r in rows]
+    rows = [r for r in store.fingerprint_history(fingerprint) if r["status"] == "ok"][-limit:]
+    points = [{"run_id": r["run_id"], "label": r["label"], "created_at": r["created_at"],
+               "median_ms": (r["latency_ms"] or {}).get("median")} for r in rows]
     points = [p for p in points if p["median_ms"] is not None]
     if len(points) < 2:
         return None
