@@ -255,11 +255,12 @@ def test_event_timing_accepts_plain_construction():
 
 # -- nsys helpers -----------------------------------------------------------------------------------
 def test_require_nsys_without_nsys(monkeypatch, tmp_path):
+    from profiler.capture import nsysrep
     from profiler.harness import nsys
 
     monkeypatch.delenv("TRTPROF_NSYS", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(nsys, "_NSYS_GLOBS", ())
+    monkeypatch.setattr(nsysrep, "NSYS_GLOBS", ())
     assert nsys.find_nsys() is None
     with pytest.raises(InputError, match="nsys command, which was not found"):
         nsys.require_nsys()
@@ -274,6 +275,7 @@ def test_profile_args_and_child_command(tmp_path):
     assert args[args.index("-o") + 1] == str(tmp_path / "cap")
     argv = ["model.onnx", "--nsys", "--precision", "fp16", "--out", "o", "--db=sqlite:///x.db", "--no-store"]
     assert nsys.strip_nsys_args(argv) == ["model.onnx", "--precision", "fp16"]
+    assert nsys.strip_nsys_args(argv, keep=("--no-store",)) == ["model.onnx", "--precision", "fp16", "--no-store"]
     cmd = nsys.sweep_command(nsys.strip_nsys_args(argv), tmp_path / "child")
     assert cmd[1:5] == ["-m", "profiler", "sweep", "model.onnx"]
-    assert cmd[-3:] == ["--out", str(tmp_path / "child"), "--no-store"]
+    assert cmd[-2:] == ["--out", str(tmp_path / "child")]

@@ -38,7 +38,8 @@ if args[:1] == ["profile"]:
     open(out + ".nsys-rep", "w").write("fake report")
     sys.exit(rc)
 if args[:1] == ["export"]:
-    out = args[args.index("-o") + 1]
+    flag = "-o" if "-o" in args else "--output"
+    out = args[args.index(flag) + 1]
     shutil.copy(os.environ["FAKE_NSYS_CAPTURE"], out)
     sys.exit(0)
 sys.exit(2)
@@ -86,6 +87,19 @@ def test_sweep_under_nsys_attaches_the_capture_per_variant(fake_nsys, tmp_path):
     html = (out / "report.html").read_text()
     assert "fp32-wsdefault-s1" in html
     assert "harness compute ms" in r.stdout and "stored run 1 (capture attached)" in r.stdout
+
+
+def test_sweep_under_nsys_stores_into_the_default_database(fake_nsys, tmp_path):
+    """No --db and no TRTPROF_DB: the run lands in ./trtprof.db like any sweep's."""
+    env = {k: v for k, v in fake_nsys.items() if k != "TRTPROF_DB"}
+    r = subprocess.run([sys.executable, "-m", "profiler", "sweep", "--precision", "fp32", "--iterations", "3",
+                        "--duration", "0", "--warmup", "0", "--no-layers", "--nsys", "--out", "out"],
+                       capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    con = sqlite3.connect(tmp_path / "trtprof.db")
+    assert con.execute("select count(*) from runs").fetchone()[0] == 1
+    assert ("capture",) in set(con.execute("select kind from artifacts"))
+    assert "--no-store" not in r.stderr
 
 
 def test_nsys_missing_is_one_sentence(tmp_path, monkeypatch):

@@ -19,12 +19,27 @@ from profiler.errors import InputError
 EXPORT_TIMEOUT_S = 3600
 
 
+#: where Nsight Systems installs itself when it is not on PATH
+NSYS_GLOBS = ("/opt/nvidia/nsight-systems/*/bin/nsys", "/opt/nvidia/nsight-systems-cli/*/bin/nsys",
+              "/usr/local/cuda*/bin/nsys", "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys")
+
+
 def find_nsys() -> str | None:
-    """Path of the ``nsys`` executable (``TRTPROF_NSYS`` overrides PATH), or None."""
+    """Path of the ``nsys`` executable: ``TRTPROF_NSYS`` (exclusively, when set), then PATH, then the
+    usual install folders; None when there is none."""
+    import glob
+
     override = os.environ.get("TRTPROF_NSYS")
     if override:
         return override if Path(override).is_file() else None
-    return shutil.which("nsys")
+    found = shutil.which("nsys")
+    if found:
+        return found
+    for pattern in NSYS_GLOBS:
+        hits = sorted(glob.glob(pattern))
+        if hits:
+            return hits[-1]
+    return None
 
 
 def _fresh(sqlite: Path, report: Path) -> bool:

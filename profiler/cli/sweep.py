@@ -156,11 +156,13 @@ def _sweep_under_nsys(ctx: click.Context, out_dir: str, db: str | None, no_store
 
     require_nsys()
     out = check_output_dir(out_dir, "--out")
-    url = None if no_store else db_url(ctx, db)
+    from profiler.store import resolve_url
+
+    url = None if no_store else resolve_url(db_url(ctx, db))  # the same store the child will write
     argv = (ctx.find_root().obj or {}).get("argv") or sys.argv[1:]
     child = sweep_command(strip_nsys_args(_sweep_argv(argv), keep=("--no-store",)), out)
-    if url is not None:  # the child stores into the same database (sweep_command adds --no-store last)
-        child = [*child[:-1], "--db", url] if child[-1] == "--no-store" else [*child, "--db", url]
+    if url is not None:
+        child += ["--db", url]
     say(f"nsys: profiling the sweep (-t cuda,nvtx,osrt) into {out / 'sweep.nsys-rep'}")
     capture = profile(child, out / "sweep", ok_codes=(0, 1))
     summary_path = out / "summary.json"
@@ -173,16 +175,18 @@ def _sweep_under_nsys(ctx: click.Context, out_dir: str, db: str | None, no_store
         from profiler.findings import Finding
         from profiler.report import write_sweep_report
 
-        store = open_store(ctx, db)
-        store.update_run(run_id, summary=summary)
-        store.add_artifact(run_id, "capture", Path(capture).resolve())
-        extra = [{**f, "variant": v["key"]} for v in summary["variants"]
-                 for f in ((v.get("nsys") or {}).get("findings") or [])]
-        store.add_findings(run_id, [Finding.from_dict(f) for f in
-                                    extra + (summary.get("nsys") or {}).get("findings", [])])
-        data = store.report_data(run_id)  # the summary plus the stored samples and layers
+        store = open_store(ctx, url)
+        try:
+            store.update_run(run_id, summary=summary)
+            store.add_artifact(run_id, "capture", Path(capture).resolve())
+            extra = [{**f, "variant": v["key"]} for v in summary["variants"]
+                     for f in ((v.get("nsys") or {}).get("findings") or [])]
+            store.add_findings(run_id, [Finding.from_dict(f) for f in
+                                        extra + (summary.get("nsys") or {}).get("findings", [])])
+            data = store.report_data(run_id)  # the summary plus the stored samples and layers
+        finally:
+            store.close()
         write_sweep_report(data, out / "report.html", cdn=cdn, layers=data.get("layers") or None)
-        store.close()
     else:
         say("nsys: --no-store: the capture's per-variant results are in summary.json (report.html is the "
             "sweep's own)")
@@ -320,10 +324,13 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
                 write_outputs(sweep, sweep.summary(), out, cdn, store)
                 say(f"partial results written to {out}")
             raise
+        finally:
+            if previous_handler is signal.default_int_handler:
+                signal.signal(signal.SIGINT, previous_handler)
+        written = write_outputs(sweep, summary, out, cdn, store)
     finally:
-        if previous_handler is signal.default_int_handler:
-            signal.signal(signal.SIGINT, previous_handler)
-    written = write_outputs(sweep, summary, out, cdn, store)
+        if store is not None:
+            store.close()
     click.echo(format_table(summary))
     findings = summary["findings"]
     if findings:
@@ -335,8 +342,6 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
         click.echo(f"wrote {p}")
     if sweep.run_id is not None:
         click.echo(f"stored run {sweep.run_id}")
-    if store is not None:
-        store.close()
     ran = [v for v in summary["variants"] if v["status"] != "skipped"]
     if ran and all(v["status"] == "failed" for v in ran):
         first = next((v for v in ran if v.get("error")), ran[0])

@@ -1,51 +1,34 @@
 """Nsight Systems in the loop: run a sweep under ``nsys profile``, export SQLite, attach what it shows.
 
-``trtprof sweep ... --nsys DIR`` uses it in three steps:
+``trtprof sweep ... --nsys`` (``profiler/cli/sweep.py``) uses it in three steps:
 
-    cmd = sweep_command(strip_nsys_args(argv), DIR / "nsys-child")  # the same sweep, as a child process
-    capture = profile(cmd, DIR / "sweep")                           # nsys profile + nsys export -> .sqlite
-    attach_capture(summary, capture)                                # per-variant GPU time and findings
+    cmd = sweep_command(strip_nsys_args(argv, keep=("--no-store",)), OUT)  # the same sweep, as a child
+    capture = profile(cmd, OUT / "sweep", ok_codes=(0, 1))                  # nsys profile + export -> .sqlite
+    attach_capture(summary, capture)                                        # per-variant GPU time, findings
 
-(``nsys_sweep(argv, DIR)`` does the three.)
-
-The harness wraps every timed query in an NVTX range ``<variant key>/iter`` (domain ``trtprof``), so
-the capture analysis (``profiler.capture``) sees one series per variant; :func:`attach_capture` puts
-that series' projected GPU busy time, wall time, launch count and findings under ``variant["nsys"]``
-and records the capture as an artifact. Without nsys on PATH, :func:`find_nsys` returns None and
+The child stores the run (unless --no-store) and writes summary.json into OUT as any sweep does; the
+parent then attaches the capture to the summary, the stored run and the report. The harness wraps every
+timed query in an NVTX range ``<variant key>/iter`` (domain ``trtprof``), so the capture analysis
+(``profiler.capture``) sees one series per variant; :func:`attach_capture` puts that series' projected GPU
+busy time, wall time, launch count and findings under ``variant["nsys"]``. Without nsys,
 :func:`require_nsys` raises one clear ``InputError``.
 """
 
 from __future__ import annotations
 
-import glob
 import os
-import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from profiler.capture.nsysrep import export_sqlite, find_nsys
 from profiler.errors import InputError
 
 DEFAULT_TRACE = "cuda,nvtx,osrt"
-#: where Nsight Systems installs itself when it is not on PATH
-_NSYS_GLOBS = ("/opt/nvidia/nsight-systems/*/bin/nsys", "/opt/nvidia/nsight-systems-cli/*/bin/nsys",
-               "/usr/local/cuda*/bin/nsys", "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys")
-
-
-def find_nsys() -> str | None:
-    """Path of the ``nsys`` CLI: ``$TRTPROF_NSYS``, then PATH, then the usual install folders."""
-    env = os.environ.get("TRTPROF_NSYS")
-    if env and Path(env).is_file():
-        return env
-    found = shutil.which("nsys")
-    if found:
-        return found
-    for pattern in _NSYS_GLOBS:
-        hits = sorted(glob.glob(pattern))
-        if hits:
-            return hits[-1]
-    return None
+#: how long a Ctrl-C'd nsys gets to write its report before it is killed
+INTERRUPT_GRACE_S = 120
 
 
 def require_nsys() -> str:
@@ -90,34 +73,35 @@ def profile(command: Sequence[str], output_base: str | os.PathLike, *, trace: st
     base.parent.mkdir(parents=True, exist_ok=True)
     child_env = dict(os.environ if env is None else env)
     child_env["TRTPROF_UNDER_NSYS"] = "1"  # a child sweep must not start nsys again
-    run = subprocess.run([nsys, *profile_args(base, trace=trace, cuda_graph_trace=cuda_graph_trace, extra=extra),
-                          *command], env=child_env, timeout=timeout_s)
+    proc = subprocess.Popen([nsys, *profile_args(base, trace=trace, cuda_graph_trace=cuda_graph_trace, extra=extra),
+                             *command], env=child_env)
+    try:
+        returncode = proc.wait(timeout=timeout_s)
+    except KeyboardInterrupt:
+        # the terminal's Ctrl-C reached nsys and the sweep too: let them finish writing (the sweep
+        # stores what it measured, nsys writes its report) instead of killing them
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            proc.wait(timeout=INTERRUPT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        rep = base.with_name(base.name + ".nsys-rep")
+        kept = f"; the capture so far is in {rep}" if rep.exists() else ""
+        print(f"interrupted{kept}", file=sys.stderr)
+        raise
     rep = base.with_name(base.name + ".nsys-rep")
-    if run.returncode not in ok_codes:
-        raise InputError(f"the command profiled by nsys failed with exit code {run.returncode}")
+    if returncode not in ok_codes:
+        raise InputError(f"the command profiled by nsys failed with exit code {returncode}")
     if not rep.exists():
         raise InputError(f"nsys profile wrote no report at {rep}")
-    return export_sqlite(rep, nsys=nsys)
-
-
-def export_sqlite(report: str | os.PathLike, *, nsys: str | None = None) -> Path:
-    """``nsys export --type sqlite`` of a .nsys-rep next to it."""
-    nsys = nsys or require_nsys()
-    rep = Path(report)
-    out = rep.with_suffix(".sqlite")
-    res = subprocess.run([nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "-o", str(out), str(rep)],
-                         capture_output=True, text=True)
-    if res.returncode != 0 or not out.exists():
-        tail = (res.stderr or res.stdout or "").strip().splitlines()[-1:] or [""]
-        raise InputError(f"nsys export of {rep} failed: {tail[0]}")
-    return out
+    return export_sqlite(rep, rep.with_suffix(".sqlite"))
 
 
 def sweep_command(argv: Sequence[str], out_dir: str | os.PathLike) -> list[str]:
-    """The child command: ``trtprof sweep`` with the same arguments (``--nsys``, ``--out``, ``--db`` and
-    storing removed by the caller's ``argv``), writing summary.json into ``out_dir``, storing nothing
-    (the parent stores the run once the capture is attached)."""
-    return [sys.executable, "-m", "profiler", "sweep", *argv, "--out", str(out_dir), "--no-store"]
+    """The child command: ``trtprof sweep`` with the caller's arguments (``--nsys``, ``--out`` and ``--db``
+    already removed by :func:`strip_nsys_args`), writing summary.json into ``out_dir``. The caller
+    appends ``--db URL`` so the child stores into the caller's database, or keeps ``--no-store``."""
+    return [sys.executable, "-m", "profiler", "sweep", *argv, "--out", str(out_dir)]
 
 
 def strip_nsys_args(argv: Sequence[str], keep: Sequence[str] = ()) -> list[str]:
@@ -144,18 +128,6 @@ def strip_nsys_args(argv: Sequence[str], keep: Sequence[str] = ()) -> list[str]:
     return out
 
 
-def nsys_sweep(argv: Sequence[str], out_dir: str | os.PathLike) -> tuple[dict[str, Any], Path]:
-    """Run ``trtprof sweep argv`` under nsys into ``out_dir``; returns (summary with the capture attached,
-    capture path). The caller stores the run and writes the report from the returned summary."""
-    import json
-
-    out = Path(out_dir)
-    child_out = out / "nsys-child"
-    capture = profile(sweep_command(strip_nsys_args(argv), child_out), out / "sweep")
-    summary = json.loads((child_out / "summary.json").read_text())
-    return attach_capture(summary, capture), capture
-
-
 def under_nsys() -> bool:
     """True inside a process that :func:`profile` started (so it does not profile itself again)."""
     return os.environ.get("TRTPROF_UNDER_NSYS") == "1"
@@ -176,15 +148,17 @@ def analyze_iterations(capture_path: str | os.PathLike, options: Any = None) -> 
     flag a CUDA-graph variant). Without them each timed query's ``<key>/iter`` range is what the rules
     judge, which is the question the sweep asks.
     """
-    from profiler.capture.analyze import analyze
+    from profiler.capture.analyze import ANALYSIS_COLUMNS, analyze
     from profiler.capture.loader import load_trace
     from profiler.capture.trace import FRAMES
+    from profiler.harness.nvtx import variant_range_name
 
-    trace = load_trace(capture_path, tables=[f for f in FRAMES if f != "sync"])
+    prefix = variant_range_name("")  # "sweep/": the per-variant ranges
+    trace = load_trace(capture_path, tables=[f for f in FRAMES if f != "sync"], columns=ANALYSIS_COLUMNS)
     nv = trace.nvtx
     if nv is not None and len(nv):
         names = nv["name"].astype(str)
-        trace.nvtx = nv[~names.str.startswith("sweep/")].reset_index(drop=True)
+        trace.nvtx = nv[~names.str.startswith(prefix)].reset_index(drop=True)
     return analyze(trace, options)
 
 

@@ -328,8 +328,14 @@ class Store:
                 s.add(m.FindingRow(run_id=run_id, **_split(d, _FINDING_FIELDS)))
 
     def add_artifact(self, run_id: int, kind: str, path: str | os.PathLike) -> None:
+        """Record a file of the run; recording the same (kind, path) again is a no-op (a resumed sweep
+        rewrites its summary and report in place)."""
+        a = m.Artifact.__table__
         with self.write_session() as s, s.begin():
-            s.add(m.Artifact(run_id=run_id, kind=kind, path=str(path)))
+            exists = s.execute(select(a.c.id).where(a.c.run_id == run_id, a.c.kind == kind,
+                                                    a.c.path == str(path)).limit(1)).first()
+            if exists is None:
+                s.add(m.Artifact(run_id=run_id, kind=kind, path=str(path)))
 
     # -- reading ------------------------------------------------------------------------------
     def resolve_run(self, ref: int | str) -> int:
