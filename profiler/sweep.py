@@ -729,8 +729,14 @@ def _stored_accuracy_findings(previous: list[dict[str, Any]], config: SweepConfi
     thresholds = acc.merge_thresholds(config.thresholds)
     for v in previous:
         if v.get("status") == "ok" and v.get("precision") != "fp32" and v.get("accuracy"):
-            per_output = {name: {k: x for k, x in m.items() if k not in ("passed", "threshold")}
-                          for name, m in v["accuracy"].items()}
+            per_output = {}
+            for name, m in v["accuracy"].items():
+                metrics = {k: x for k, x in m.items() if k not in ("passed", "threshold")}
+                # a breach whose evidence the store could not keep (a non-finite metric becomes NULL, an
+                # 'error' has no column) still fails: the stored verdict is what was measured
+                if m.get("passed") is False and acc.evaluate({name: metrics}, v["precision"], thresholds)[0]:
+                    metrics["error"] = "outside its threshold when measured (the failing value was not stored)"
+                per_output[name] = metrics
             out.extend(acc.accuracy_findings(v["key"], v["precision"], per_output, thresholds,
                                              calibration=(v.get("prepare") or {}).get("calibration")))
     return out

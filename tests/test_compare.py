@@ -171,3 +171,26 @@ def test_cli_compare_unwritable_json_is_one_sentence(tmp_path):
     r = subprocess.run([sys.executable, "-m", "profiler", "--db", db, "compare", "1", "2", "--json",
                         str(blocker / "out.json")], capture_output=True, text=True)
     assert r.returncode == 3 and "--json" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_per_output_findings_and_new_outputs(tmp_path):
+    store = Store.open(f"sqlite:///{tmp_path / 'o.db'}")
+    rng = np.random.default_rng(8)
+    x = rng.normal(1.0, 0.01, 100)
+
+    def run(label, findings, accuracy):
+        rid = store.create_run(kind="sweep", source="m.onnx", label=label)
+        store.add_variant(rid, {"key": "fp16-wsdefault-s1", "precision": "fp16", "fingerprint": "f"},
+                          samples=[{"idx": i, "latency_ms": float(v)} for i, v in enumerate(x)], accuracy=accuracy)
+        store.add_findings(rid, findings)
+        store.finish_run(rid)
+
+    breach = lambda out: {"rule": "precision_regression", "severity": "medium", "title": out,  # noqa: E731
+                          "variant": "fp16-wsdefault-s1", "evidence": {"output": out}}
+    run("a", [breach("boxes")], [{"output": "boxes", "passed": False}])
+    run("b", [breach("scores")], [{"output": "boxes", "passed": False}, {"output": "scores", "passed": False}])
+    out = compare_runs(store, "a", "b")
+    assert [f["evidence"]["output"] for f in out["findings_appeared"]] == ["scores"]
+    assert [f["evidence"]["output"] for f in out["findings_disappeared"]] == ["boxes"]
+    # 'scores' is new in b (no baseline to have passed) and 'boxes' failed in both: no accuracy regression
+    assert out["accuracy_regressions"] == []

@@ -100,3 +100,14 @@ def test_compare_report_says_inconclusive(repeated, tmp_path):
     assert head["cls"] == "warn" and "2 of 4 host-bound variants inconclusive" in head["headline"]
     assert sum("inconclusive: " in line for line in head["lines"]) == 2
     build_compare_page(out)  # renders without error
+
+
+def test_only_runs_before_the_candidate_count_as_history(tmp_path):
+    store = Store.open(f"sqlite:///{tmp_path / 'h.db'}")
+    rng = np.random.default_rng(12)
+    for i, med in enumerate([3.0, 5.0, 4.0]):
+        _host_bound_run(store, f"old{i}", med, rng)
+    _host_bound_run(store, "within", 4.8, rng)
+    _host_bound_run(store, "later", 20.0, rng)  # a later run must not widen the spread for 'within'
+    v = compare_runs(store, "old2", "within")["variants"][0]
+    assert v["run_to_run_spread"] == pytest.approx(0.5, abs=0.02) and v["verdict"] == "no_change"

@@ -60,8 +60,8 @@ def _accuracy_deltas(base: list[dict], cand: list[dict]) -> tuple[dict[str, Any]
             row[k] = {"baseline": bv, "candidate": cv,
                       "delta": (cv - bv) if isinstance(bv, (int, float)) and isinstance(cv, (int, float)) else None}
         row["passed"] = {"baseline": (ref or {}).get("passed"), "candidate": a.get("passed")}
-        if a.get("passed") is False and (ref is None or ref.get("passed") is not False):
-            newly_failed = True
+        if a.get("passed") is False and ref is not None and ref.get("passed") is True:
+            newly_failed = True  # passed in the baseline, fails in the candidate
         out[a["output"]] = row
     return out, newly_failed
 
@@ -88,7 +88,9 @@ def _layer_deltas(base: list[dict], cand: list[dict]) -> list[dict[str, Any]]:
 
 
 def _finding_key(f: dict) -> tuple:
-    return (f.get("rule"), f.get("range"), f.get("variant"))
+    """Findings are the same across runs when rule, range, variant and (per-output rules) output match."""
+    ev = f.get("evidence") if isinstance(f.get("evidence"), dict) else {}
+    return (f.get("rule"), f.get("range"), f.get("variant"), ev.get("output"))
 
 
 def _kernel_deltas(base_run: dict, cand_run: dict) -> list[dict[str, Any]] | None:
@@ -144,7 +146,9 @@ def host_bound(variant: dict[str, Any]) -> bool:
 def _host_bound_verdict(row: dict[str, Any], history: dict[str, Any] | None, candidate_run: int,
                         rule: dict[str, Any]) -> None:
     """Hold a host-bound variant's regression/improvement against its run-to-run spread (in place)."""
-    prior = [p["median_ms"] for p in (history or {}).get("points", []) if p["run_id"] != candidate_run]
+    points = (history or {}).get("points", [])
+    at = next((i for i, p in enumerate(points) if p["run_id"] == candidate_run), len(points))
+    prior = [p["median_ms"] for p in points[:at]]  # runs before the candidate (oldest first)
     if len(prior) < MIN_HISTORY:
         row["verdict_within_run"] = row["verdict"]
         row["verdict"] = "inconclusive"
