@@ -308,10 +308,12 @@ def file_sha256(path: str | os.PathLike, chunk_bytes: int = 1 << 22) -> str | No
 
 
 def store_analysis(store: Any, result: AnalysisResult, *, source: str | os.PathLike, label: str | None = None,
-                   artifacts: list[tuple[str, str]] | None = None, options: dict[str, Any] | None = None) -> int:
+                   artifacts: list[tuple[str, str]] | None = None, options: dict[str, Any] | None = None,
+                   data: dict[str, Any] | None = None) -> int:
     """Record an analysis as a run of kind 'analyze': one variant (kind 'range') per series with its
-    per-instance samples (wall and GPU busy time), the findings and the artifacts. Returns the run id."""
-    data = result.to_json()
+    per-instance samples (wall and GPU busy time), the findings and the artifacts. Returns the run id.
+    ``data``: ``result.to_json()`` when the caller already has it."""
+    data = result.to_json() if data is None else data
     cap = data["capture"]
     gpus = [g for g in cap.get("gpus") or [] if isinstance(g, dict)]
     gpu = ", ".join(sorted({str(g.get("name")) for g in gpus if g.get("name")})) or None

@@ -81,7 +81,6 @@ def command(ctx: click.Context, capture: str, json_path: str | None, report_path
     prints the series and the findings of the capture rules (launch_overhead, gpu_idle, jitter,
     sync_api, pageable_memcpy, transfer_bound) and stores the run unless --no-store.
     """
-    from profiler.capture.analyze import AnalysisOptions, analyze_path, store_analysis
     from profiler.store.api import resolve_url
 
     if Path(capture).is_dir():
@@ -95,6 +94,17 @@ def command(ctx: click.Context, capture: str, json_path: str | None, report_path
             raise UsageError(f"--db names the capture {capture} itself; the run store must be another file "
                              "(default ./trtprof.db)")
         store = open_store(ctx, db)
+    try:
+        _analyze(capture, json_path, report_path, store, label, min_gap_us, cdn)
+    finally:
+        if store is not None:
+            store.close()
+
+
+def _analyze(capture: str, json_path: str | None, report_path: str | None, store, label: str | None,
+             min_gap_us: float, cdn: bool) -> None:
+    from profiler.capture.analyze import AnalysisOptions, analyze_path, store_analysis
+
     result = analyze_path(capture, AnalysisOptions(min_gap_us=min_gap_us))
     data = result.to_json()
     artifacts: list[tuple[str, str]] = [("capture", str(Path(capture).resolve()))]
@@ -115,7 +125,7 @@ def command(ctx: click.Context, capture: str, json_path: str | None, report_path
             artifacts.append(("report", str(Path(report_path).resolve())))
     if store is not None:
         data["run_id"] = store_analysis(store, result, source=capture, label=label, artifacts=artifacts,
-                                        options={"min_gap_us": min_gap_us})
+                                        options={"min_gap_us": min_gap_us}, data=dict(data))
     if json_path != "-":
         for line in summary_lines(data):
             click.echo(line)

@@ -106,7 +106,7 @@ def _kernel_deltas(base_run: dict, cand_run: dict) -> list[dict[str, Any]] | Non
 
         sums = []
         for p in paths:
-            k = load_trace(p).kernels
+            k = load_trace(p, tables=["kernels"], columns={"kernels": ("name",)}).kernels
             dur = (k["end_ns"] - k["start_ns"]).astype("float64") / 1e6
             sums.append(dur.groupby(k["name"].astype(str)).sum())
     except Exception as exc:  # a capture moved or unreadable: say so, don't fail the comparison

@@ -305,9 +305,12 @@ def parse_run_metadata(path: str | Path) -> dict[str, Any]:
     out: dict[str, Any] = {"source": str(path)}
     for label, key in _SUMMARY_FIELDS.items():
         vals = perf.get(label)
-        if isinstance(vals, list) and len(vals) >= 5:
-            pct = [99] if len(vals) == 5 else [90, 95, 99] if len(vals) == 7 else list(range(len(vals) - 4))
-            out[key] = _stat_list(vals, pct)
+        if isinstance(vals, list) and len(vals) in (5, 7):  # min, max, mean, median + p99, or p90/p95/p99
+            out[key] = _stat_list(vals, [99] if len(vals) == 5 else [90, 95, 99])
+        elif isinstance(vals, list) and vals:
+            out.setdefault("messages", []).append(
+                f"{Path(path).name}: '{label}' has {len(vals)} values; trtexec prints 5 or 7 "
+                "(min, max, mean, median and its percentiles), so it was left out")
     for label, key in (("Throughput", "throughput_qps"), ("Total Host Walltime", "walltime_s"),
                        ("Total GPU Compute Time", "total_gpu_compute_s")):
         if label in perf:
