@@ -154,7 +154,7 @@ def test_parse_ort_profile_aggregates_kernel_times_only():
     assert conv["time_total_ms"] == pytest.approx(0.8) and conv["time_avg_ms"] == pytest.approx(0.4)
     assert conv["time_median_ms"] == pytest.approx(0.4)
     assert conv["share_pct"] == pytest.approx(80.0) and recs[1]["share_pct"] == pytest.approx(20.0)
-    assert conv["extra"]["provider"] == "CPUExecutionProvider"
+    assert conv["tactic"] == "CPUExecutionProvider"  # the provider, in the shared per-layer schema
 
 
 def test_profile_layers_on_a_real_pretrained_model(cls_model, backend):

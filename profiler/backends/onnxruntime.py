@@ -35,6 +35,7 @@ import numpy as np
 
 from profiler.backends.base import (Backend, BuildError, Engine, ExecutionContext, QueryTiming, TensorInfo,
                                     UnsupportedOp, VariantSpec)
+from profiler.findings import json_safe
 
 CPU_EP = "CPUExecutionProvider"
 CUDA_EP = "CUDAExecutionProvider"
@@ -91,42 +92,15 @@ def translate_load_error(exc: BaseException, model_path: str) -> BuildError:
 
 
 def parse_ort_profile(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per-node records from ONNX Runtime's profiler JSON (Chrome trace events).
+    """Per-node records in the shared per-layer schema (``profiler.layers.ort``) from ONNX Runtime's
+    profiler JSON, largest total time first; [] when the trace holds no node executions."""
+    from profiler.layers.ort import parse_ort_profile as layer_frame
 
-    Only ``cat == "Node"`` events whose name ends in ``_kernel_time`` are kernel executions (older
-    releases also emit ``_fence_before``/``_fence_after``, which are synchronisation, not compute).
-    Durations are microseconds in the trace and milliseconds here. Sorted by total time, largest first.
-    """
-    per: dict[str, dict[str, Any]] = {}
-    for ev in events:
-        if ev.get("cat") != "Node":
-            continue
-        name = str(ev.get("name", ""))
-        if not name.endswith("_kernel_time"):
-            continue
-        node = name[: -len("_kernel_time")]
-        args = ev.get("args") or {}
-        rec = per.get(node)
-        if rec is None:
-            out_shapes = args.get("output_type_shape")
-            rec = per[node] = {"name": node, "type": args.get("op_name"), "durations_us": [],
-                               "provider": args.get("provider"), "node_index": args.get("node_index"),
-                               "output_type_shape": out_shapes}
-        rec["durations_us"].append(float(ev.get("dur", 0.0)))
-    total_ms = sum(sum(r["durations_us"]) for r in per.values()) / 1e3
-    out = []
-    for rec in per.values():
-        d = np.asarray(rec["durations_us"], dtype=np.float64) / 1e3
-        tot = float(d.sum())
-        out.append({
-            "name": rec["name"], "type": rec["type"], "count": int(len(d)),
-            "time_total_ms": tot, "time_avg_ms": tot / len(d), "time_median_ms": float(np.median(d)),
-            "share_pct": (tot / total_ms * 100.0) if total_ms > 0 else 0.0,
-            "extra": {"provider": rec["provider"], "node_index": rec["node_index"],
-                      "output_type_shape": rec["output_type_shape"]},
-        })
-    out.sort(key=lambda r: (-r["time_total_ms"], r["name"]))
-    return out
+    if not any(e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time") for e in events):
+        return []
+    records = json_safe(layer_frame(events).to_dict("records"))
+    records.sort(key=lambda r: (-(r["time_total_ms"] or 0.0), r["name"]))
+    return records
 
 
 class OrtContext(ExecutionContext):
