@@ -77,10 +77,8 @@ def main(argv: list[str] | None = None) -> None:
             raise
         click.echo(f"trtprof: error: {exc}", err=True)
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        _ignore_further_interrupts()
-        click.echo("trtprof: interrupted", err=True)
-        sys.exit(130)
+    except click.exceptions.Abort as exc:
+        _exit_interrupted(exc, hard=argv is None)
     except click.ClickException as exc:
         if debug:
             raise
@@ -91,10 +89,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    except (KeyboardInterrupt,):
-        _ignore_further_interrupts()
-        click.echo("trtprof: interrupted", err=True)
-        sys.exit(130)
+    except KeyboardInterrupt as exc:
+        _exit_interrupted(exc, hard=argv is None)
     except Exception as exc:  # a bug: one sentence unless --debug
         if debug:
             raise
@@ -113,6 +109,29 @@ def _ignore_further_interrupts() -> None:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     except ValueError:  # not the main thread (embedded use): nothing to do
         pass
+
+
+def _exit_interrupted(exc: BaseException, *, hard: bool) -> None:
+    """Exit 130 after Ctrl-C (everything measured is already stored by then).
+
+    The traceback still references the engines and inference sessions of the interrupted work; left to
+    interpreter shutdown, a native runtime can be torn down in the wrong order and abort the process
+    (seen with ONNX Runtime sessions of a multi-stream run: "terminate called without an active
+    exception"). So they are released now, and a command-line process then exits without running the
+    rest of the interpreter's teardown."""
+    import gc
+    import os
+
+    _ignore_further_interrupts()
+    click.echo("trtprof: interrupted", err=True)
+    exc.__traceback__ = None
+    exc.__context__ = None
+    gc.collect()
+    if hard:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
+    sys.exit(130)
 
 
 def obj_db_url(ctx: click.Context) -> str | None:
