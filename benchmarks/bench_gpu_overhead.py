@@ -11,9 +11,16 @@ For each model (the bundled default and, with --models-dir, the rapidocr ones), 
   bare enqueue     the compiled steps enqueued eagerly + sync (no copies, no timing)
   harness eager    run_queries over the context without a graph
 
+and with transfers off (ctx.set_transfers(False), trtexec's --noDataTransfers):
+
+  harness graph nt run_queries over a graph context with no copies (compute events inside the graph),
+                   against the bare launch loop (launch + sync per iteration)
+  harness eager nt run_queries over an eager context with no copies, against the bare enqueue loop
+
 Each loop runs --iterations queries after a warm-up; the loops alternate and repeat --repeats times;
 medians of the per-iteration wall time are reported. Targets: harness graph within 3% of the bare
-graph-launch loop, and under 2 us of harness cost per query (harness graph - bare query).
+graph-launch loop, and under 2 us of harness cost per query (harness graph - bare query; with transfers
+off, harness graph nt - bare launch).
 """
 
 from __future__ import annotations
@@ -69,6 +76,13 @@ def main() -> None:
         host_ev_ctx.set_inputs(feeds)
         reason = reason or host_ev_ctx.enable_cuda_graph()
         be.graph_events = True
+        graph_nt_ctx = eng.create_context(0)
+        graph_nt_ctx.set_transfers(False)
+        graph_nt_ctx.set_inputs(feeds)
+        reason = reason or graph_nt_ctx.enable_cuda_graph()
+        eager_nt_ctx = eng.create_context(0)
+        eager_nt_ctx.set_transfers(False)
+        eager_nt_ctx.set_inputs(feeds)
         if reason:
             print(Path(path).name, "graph fallback:", reason)
             continue
@@ -119,9 +133,18 @@ def main() -> None:
         harness(host_ev_ctx, 50)
         harness(graph_ctx, 50)
         harness(eager_ctx, 20)
+        harness(graph_nt_ctx, 50)
+        harness(eager_nt_ctx, 20)
+        # the no-transfer contexts compute what the full ones do
+        ref = eager_ctx.outputs()
+        for ctx in (graph_nt_ctx, eager_nt_ctx):
+            got = ctx.outputs()
+            worst = max(float(np.max(np.abs(got[k] - ref[k]))) for k in ref)
+            assert worst < 1e-3, f"transfers-off outputs differ from the full query's by {worst}"
         acc: dict[str, list[float]] = {k: [] for k in ("bare_launch", "bare_query", "harness_graph", "graph_compute",
                                                        "harness_graph_host_events",
-                                                       "bare_enqueue", "harness_eager", "eager_compute")}
+                                                       "bare_enqueue", "harness_eager", "eager_compute",
+                                                       "harness_graph_nt", "graph_nt_compute", "harness_eager_nt")}
         ne = max(n // 20, 50)
         for _ in range(args.repeats):
             acc["bare_launch"].append(bare_launch(n))
@@ -134,17 +157,27 @@ def main() -> None:
             w, c = harness(eager_ctx, ne)
             acc["harness_eager"].append(w)
             acc["eager_compute"].append(c)
+            w, c = harness(graph_nt_ctx, n)
+            acc["harness_graph_nt"].append(w)
+            acc["graph_nt_compute"].append(c)
+            acc["harness_eager_nt"].append(harness(eager_nt_ctx, ne)[0])
         med = {k: statistics.median(v) for k, v in acc.items()}
         spread = {k: (min(v), max(v)) for k, v in acc.items()}
         rec = {"model": Path(path).name, "steps": eng.info["steps"], "graph_nodes": None, "median_us": med,
                "min_max_us": spread,
                "harness_vs_bare_launch_pct": 100.0 * (med["harness_graph"] / med["bare_launch"] - 1),
                "harness_cost_us": med["harness_graph"] - med["bare_query"],
-               "eager_harness_cost_us": med["harness_eager"] - med["bare_enqueue"]}
+               "eager_harness_cost_us": med["harness_eager"] - med["bare_enqueue"],
+               "nt_graph_cost_us": med["harness_graph_nt"] - med["bare_launch"],
+               "nt_graph_vs_bare_launch_pct": 100.0 * (med["harness_graph_nt"] / med["bare_launch"] - 1),
+               "nt_eager_cost_us": med["harness_eager_nt"] - med["bare_enqueue"],
+               "nt_eager_vs_bare_enqueue_pct": 100.0 * (med["harness_eager_nt"] / med["bare_enqueue"] - 1)}
         results.append(rec)
         eager_ctx.close()
         graph_ctx.close()
         host_ev_ctx.close()
+        graph_nt_ctx.close()
+        eager_nt_ctx.close()
         eng.close()
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
@@ -157,6 +190,17 @@ def main() -> None:
               f"{r['harness_cost_us']:>7.2f} {m['harness_graph_host_events']:>8.2f} | {m['bare_enqueue']:>9.1f} {m['harness_eager']:>9.1f} "
               f"{r['eager_harness_cost_us']:>9.1f}")
     print("(us per iteration, medians of", args.repeats, "alternating repeats)")
+    print()
+    print("transfers off (set_transfers(False), like trtexec --noDataTransfers): harness vs the bare loops")
+    print(f"{'model':<36} {'bare_launch':>11} {'harness_gnt':>11} {'gnt_compute':>11} {'cost_us':>7} {'vs_launch%':>10} | "
+          f"{'bare_enq':>9} {'harness_ent':>11} {'cost_us':>7} {'vs_enq%':>7} | {'on_cost_us':>10} {'on_vs%':>6}")
+    for r in results:
+        m = r["median_us"]
+        print(f"{r['model'][:36]:<36} {m['bare_launch']:>11.2f} {m['harness_graph_nt']:>11.2f} "
+              f"{m['graph_nt_compute']:>11.2f} {r['nt_graph_cost_us']:>7.2f} {r['nt_graph_vs_bare_launch_pct']:>10.2f} | "
+              f"{m['bare_enqueue']:>9.1f} {m['harness_eager_nt']:>11.1f} {r['nt_eager_cost_us']:>7.1f} "
+              f"{r['nt_eager_vs_bare_enqueue_pct']:>7.2f} | {r['harness_cost_us']:>10.2f} {r['harness_vs_bare_launch_pct']:>6.2f}")
+    print("(on_cost_us / on_vs%: transfers on, harness graph - bare query and harness graph vs bare launch)")
 
 
 if __name__ == "__main__":

@@ -82,6 +82,7 @@ class SweepConfig:
     cache_dir: str | None = None
     seed: int = 0
     localize: bool = True  # on a precision breach, find the nodes where the error starts and verify
+    transfers: bool = True  # False: no per-query H2D/D2H (trtexec --noDataTransfers); latency = compute
 
     def __post_init__(self) -> None:
         bad = [p for p in self.precisions if p not in PRECISIONS]
@@ -357,6 +358,7 @@ class Sweep:
             notes.extend(einfo.pop("notes", []) or [])
             contexts = [engine.create_context(i) for i in range(spec.streams)]
             for ctx in contexts:
+                ctx.set_transfers(c.transfers)  # off: inputs reach the device at set_inputs, outputs on demand
                 ctx.set_inputs(feeds[0])
             graph_fallback = None
             if spec.cuda_graph:

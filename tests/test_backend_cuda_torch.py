@@ -316,3 +316,34 @@ def test_gpu_build_graph_capture_and_outputs():
         assert _cosine(eager[k], ref[k]) > 0.9999 and _cosine(graph[k], eager[k]) > 0.999999
     ctx.close()
     eng.close()
+
+
+@pytest.mark.gpu
+def test_gpu_transfers_off_eager_and_graph():
+    if not gpu_present() or not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU with CUDA PyTorch and cuda-python (runs on the GPU machine)")
+    path = _model("default")
+    eng = CudaTorchBackend().build(str(path), VariantSpec("fp32"))
+    rng = np.random.default_rng(1)
+    f1, f2 = ({i.name: rng.standard_normal(i.shape).astype(np.float32) for i in eng.inputs} for _ in range(2))
+    r1, r2 = _ort(path, f1), _ort(path, f2)
+    for graph in (False, True):
+        ctx = eng.create_context(0)
+        ctx.set_inputs(f1)
+        ctx.set_transfers(False)  # inputs set before: copied to the device now
+        if graph:
+            assert ctx.enable_cuda_graph() is None
+        ts = [ctx.query() for _ in range(5)]
+        assert all(t.h2d_ms is None and t.d2h_ms is None and t.compute_ms > 0 for t in ts)
+        assert all(t.latency_ms == t.compute_ms for t in ts)
+        out = ctx.outputs()
+        ctx.set_inputs(f2)  # copied once, at set_inputs
+        ctx.query()
+        out2 = ctx.outputs()
+        for k in r1:
+            assert _cosine(out[k], r1[k]) > 0.9999 and _cosine(out2[k], r2[k]) > 0.9999
+        ctx.set_transfers(True)
+        t = ctx.query()
+        assert t.h2d_ms is not None and _cosine(ctx.outputs()[k], r2[k]) > 0.9999
+        ctx.close()
+    eng.close()

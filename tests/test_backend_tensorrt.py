@@ -175,3 +175,30 @@ def test_device_memory_probe_prefers_v2():
         device_memory_size_v2 = 20
 
     assert device_memory_bytes(E()) == 20
+
+
+@pytest.mark.parametrize("graph", [False, True], ids=["enqueue", "graph"])
+def test_transfers_off_times_compute_only_and_copies_on_demand(model, graph):
+    fake, be = _backend()
+    ctx = be.build(model, SPEC).create_context()
+    sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(3)
+    x1, x2 = (rng.standard_normal((2, 4)).astype(np.float32) for _ in range(2))
+    ctx.set_inputs({"x": x1})
+    ctx.set_transfers(False)  # inputs set before: copied to the device now, once
+    if graph:
+        assert ctx.enable_cuda_graph() is None
+    clock = fake.cuda.now_ms
+    times = [ctx.query() for _ in range(3)]
+    # the fake GPU clock moved by the compute alone: no copy was enqueued by a query
+    assert fake.cuda.now_ms - clock == pytest.approx(3 * 1.5)
+    for t in times:
+        assert t.h2d_ms is None and t.d2h_ms is None
+        assert t.compute_ms == pytest.approx(1.5) and t.latency_ms == pytest.approx(1.5)
+    np.testing.assert_allclose(ctx.outputs()["y"], sess.run(None, {"x": x1})[0], rtol=1e-6)
+    ctx.set_inputs({"x": x2})  # copied once, at set_inputs
+    ctx.query()
+    np.testing.assert_allclose(ctx.outputs()["y"], sess.run(None, {"x": x2})[0], rtol=1e-6)
+    ctx.set_transfers(True)  # back to full queries
+    t = ctx.query()
+    assert t.h2d_ms == pytest.approx(0.125) and t.d2h_ms == pytest.approx(0.125)

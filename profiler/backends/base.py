@@ -12,7 +12,7 @@ Life cycle, as the harness drives it::
     layers = engine.profile_layers(feeds, iterations=20)   # separate pass, never the timed one
     engine.close()
 
-A *query* is trtexec's unit: optional H2D, compute, optional D2H. GPU backends time each part with
+A *query* is trtexec's unit: optional H2D, compute, optional D2H (``set_transfers(False)`` drops both). GPU backends time each part with
 CUDA events and the host enqueue call with a monotonic clock; CPU backends time compute with
 ``time.perf_counter_ns`` and report zero-cost transfers as None.
 """
@@ -128,6 +128,18 @@ class ExecutionContext(abc.ABC):
     @abc.abstractmethod
     def outputs(self) -> dict[str, np.ndarray]:
         """Host copies of the outputs of the last query."""
+
+    #: False: no H2D/D2H per query (trtexec's --noDataTransfers); see set_transfers
+    transfers: bool = True
+
+    def set_transfers(self, on: bool) -> None:
+        """Per-query host<->device copies on (the default) or off.
+
+        Off, a query does no H2D/D2H and reports ``h2d_ms``/``d2h_ms`` as None (latency = compute):
+        the inputs are copied to the device once, when ``set_inputs`` is called (or now, if they
+        already were), and ``outputs()`` copies the last query's outputs device->host on demand.
+        Backends without transfers (CPU) need not override this."""
+        self.transfers = bool(on)
 
     def enable_cuda_graph(self) -> str | None:
         """Capture the compute into a CUDA graph. Returns None on success, else the reason it fell back."""

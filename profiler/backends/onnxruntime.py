@@ -158,6 +158,13 @@ class OrtContext(ExecutionContext):
             t1 = time.perf_counter_ns()
             ms = (t1 - t0) / 1e6
             return QueryTiming(t0, t1, ms, ms, None, None, self.stream_index)
+        if not self.transfers:  # inputs were bound on the device by set_inputs; outputs stay there
+            t1 = time.perf_counter_ns()
+            self.session.run_with_iobinding(self._binding)
+            t2 = time.perf_counter_ns()
+            self._last = []
+            compute = (t2 - t1) / 1e6
+            return QueryTiming(t1, t2, compute, compute, None, None, self.stream_index)
         t0 = time.perf_counter_ns()
         for name, val in self._in_values.items():
             val.update_inplace(self._feeds[name])
@@ -170,7 +177,14 @@ class OrtContext(ExecutionContext):
         return QueryTiming(t0, t3, compute, compute, (t1 - t0) / 1e6, (t3 - t2) / 1e6, self.stream_index)
 
     def outputs(self) -> dict[str, np.ndarray]:
+        if self._binding is not None and not self._last:  # transfers off: copy the device outputs now
+            self._last = [v.numpy() for v in self._out_values]
         return {n: np.asarray(v) for n, v in zip(self._output_names, self._last)}
+
+    def set_transfers(self, on: bool) -> None:
+        """The CPU provider has no transfers (nothing changes); on the CUDA provider, off skips the
+        per-query input update and output copy (set_inputs already put the inputs on the device)."""
+        self.transfers = bool(on)
 
     def enable_cuda_graph(self) -> str | None:
         if self.device != "cuda":

@@ -409,6 +409,21 @@ class TensorRTContext(ExecutionContext):
                 raise BuildError(f"no data for input {t.name!r}")
             np.copyto(self._host[t.name], np.asarray(feeds[t.name]).reshape(self._host[t.name].shape),
                       casting="same_kind")
+        if not self.transfers:
+            self._copy_inputs()
+
+    def _copy_inputs(self) -> None:
+        """The inputs, host -> device, once (transfers off), then waited for."""
+        for t in self.engine.inputs:
+            self.cu.memcpy_async(self._dev[t.name].ptr, self._pinned[t.name].ptr, self._host[t.name].nbytes,
+                                 "h2d", self.stream)
+        self.stream.synchronize()
+
+    def set_transfers(self, on: bool) -> None:
+        """Off: queries enqueue only the compute between two events (see ExecutionContext.set_transfers)."""
+        self.transfers = bool(on)
+        if not self.transfers and self._pinned:
+            self._copy_inputs()
 
     def _enqueue(self) -> None:
         if self.graph is not None:
@@ -418,6 +433,17 @@ class TensorRTContext(ExecutionContext):
 
     def query(self) -> QueryTiming:
         cu, ev, s = self.cu, self.events, self.stream
+        if not self.transfers:
+            start = time.perf_counter_ns()
+            ev[1].record(s)
+            e0 = time.perf_counter_ns()
+            self._enqueue()
+            e1 = time.perf_counter_ns()
+            ev[2].record(s)
+            ev[2].synchronize()
+            end = time.perf_counter_ns()
+            return QueryTiming(start_ns=start, end_ns=end, enqueue_ms=(e1 - e0) / 1e6,
+                               compute_ms=cu.elapsed_ms(ev[1], ev[2]), stream=max(self.stream_index, 0))
         start = time.perf_counter_ns()
         ev[0].record(s)
         for t in self.engine.inputs:
@@ -438,6 +464,11 @@ class TensorRTContext(ExecutionContext):
                            d2h_ms=el(ev[2], ev[3]), stream=max(self.stream_index, 0))
 
     def outputs(self) -> dict[str, np.ndarray]:
+        if not self.transfers:  # the last query's outputs are still on the device: copy them now
+            for t in self.engine.outputs:
+                self.cu.memcpy_async(self._pinned[t.name].ptr, self._dev[t.name].ptr, self._host[t.name].nbytes,
+                                     "d2h", self.stream)
+            self.stream.synchronize()
         return {t.name: self._host[t.name].copy() for t in self.engine.outputs}
 
     def enable_cuda_graph(self) -> str | None:

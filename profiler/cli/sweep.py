@@ -266,6 +266,8 @@ def write_outputs(sweep: Any, summary: dict[str, Any], out_dir: Path, cdn: bool,
 @click.option("--localize/--no-localize", default=True, show_default=True,
               help="When an fp16/int8 variant breaches its accuracy threshold, find the nodes where the error "
                    "starts and measure what keeping them in fp32 buys.")
+@click.option("--no-transfers", is_flag=True,
+              help="Like trtexec --noDataTransfers: no host<->device copies per query; latency = compute.")
 @click.option("--cache-dir", default=None, type=click.Path(file_okay=False),
               help="Cache of transformed models and engines (default $TRTPROF_CACHE_DIR or ~/.cache/trtprof).")
 @click.option("--nsys", is_flag=True,
@@ -277,7 +279,7 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
             shapes: tuple[str, ...], calib: str | None, calib_method: str, inputs: str | None, iterations: int,
             duration: float, warmup: float, backend: str, out_dir: str, label: str | None, db: str | None,
             no_store: bool, resume: str | None, thresholds: tuple[str, ...], no_layers: bool, localize: bool,
-            cache_dir: str | None, nsys: bool, cdn: bool) -> None:
+            no_transfers: bool, cache_dir: str | None, nsys: bool, cdn: bool) -> None:
     """Build and time engine variants of MODEL (default: the bundled tiny model on onnxruntime), compare each
     with FP32 on the same inputs, store the run and write summary.json and report.html."""
     from profiler.models import parse_shape_args
@@ -308,7 +310,7 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
             shapes={k: list(v) for k, v in parse_shape_args(shapes).items()}, calib=calib,
             calib_method=calib_method, inputs=inputs, iterations=iterations, duration_s=duration,
             warmup_ms=warmup, backend=backend, label=label, thresholds=acc_limits, rule_thresholds=rule_limits,
-            layers=not no_layers, cache_dir=cache_dir, localize=localize)
+            layers=not no_layers, cache_dir=cache_dir, localize=localize, transfers=not no_transfers)
         if not no_store:
             store = open_store(ctx, db)
         sweep = Sweep(config, store=store, progress=say)
