@@ -98,6 +98,19 @@ def main() -> None:
                 sync(s)
             return (time.perf_counter_ns() - t0) / n / 1e3
 
+        ns = graph_nt_ctx.stream.handle
+        ex0, ex4 = graph_nt_ctx._graph_execs[0], graph_nt_ctx._graph_execs[4]
+
+        def bare_launch_ev(n: int) -> float:
+            """The harness's own two graphs (event-record nodes inside), alternating, + sync: no timing."""
+            t0 = time.perf_counter_ns()
+            for _ in range(n // 2):
+                launch(ex0, ns)
+                sync(ns)
+                launch(ex4, ns)
+                sync(ns)
+            return (time.perf_counter_ns() - t0) / (n // 2 * 2) / 1e3
+
         def bare_query(n: int) -> float:
             h2d, d2h = graph_ctx._h2d, graph_ctx._d2h
             t0 = time.perf_counter_ns()
@@ -128,7 +141,7 @@ def main() -> None:
                     sync(es)
             return (time.perf_counter_ns() - t0) / n / 1e3
 
-        for f in (bare_launch, bare_query, bare_enqueue):
+        for f in (bare_launch, bare_launch_ev, bare_query, bare_enqueue):
             f(50)
         harness(host_ev_ctx, 50)
         harness(graph_ctx, 50)
@@ -144,7 +157,8 @@ def main() -> None:
         acc: dict[str, list[float]] = {k: [] for k in ("bare_launch", "bare_query", "harness_graph", "graph_compute",
                                                        "harness_graph_host_events",
                                                        "bare_enqueue", "harness_eager", "eager_compute",
-                                                       "harness_graph_nt", "graph_nt_compute", "harness_eager_nt")}
+                                                       "harness_graph_nt", "graph_nt_compute", "harness_eager_nt",
+                                                       "bare_launch_ev")}
         ne = max(n // 20, 50)
         for _ in range(args.repeats):
             acc["bare_launch"].append(bare_launch(n))
@@ -161,6 +175,7 @@ def main() -> None:
             acc["harness_graph_nt"].append(w)
             acc["graph_nt_compute"].append(c)
             acc["harness_eager_nt"].append(harness(eager_nt_ctx, ne)[0])
+            acc["bare_launch_ev"].append(bare_launch_ev(n))
         med = {k: statistics.median(v) for k, v in acc.items()}
         spread = {k: (min(v), max(v)) for k, v in acc.items()}
         rec = {"model": Path(path).name, "steps": eng.info["steps"], "graph_nodes": None, "median_us": med,
@@ -170,6 +185,7 @@ def main() -> None:
                "eager_harness_cost_us": med["harness_eager"] - med["bare_enqueue"],
                "nt_graph_cost_us": med["harness_graph_nt"] - med["bare_launch"],
                "nt_graph_vs_bare_launch_pct": 100.0 * (med["harness_graph_nt"] / med["bare_launch"] - 1),
+               "nt_graph_host_cost_us": med["harness_graph_nt"] - med["bare_launch_ev"],
                "nt_eager_cost_us": med["harness_eager_nt"] - med["bare_enqueue"],
                "nt_eager_vs_bare_enqueue_pct": 100.0 * (med["harness_eager_nt"] / med["bare_enqueue"] - 1)}
         results.append(rec)
@@ -192,15 +208,19 @@ def main() -> None:
     print("(us per iteration, medians of", args.repeats, "alternating repeats)")
     print()
     print("transfers off (set_transfers(False), like trtexec --noDataTransfers): harness vs the bare loops")
-    print(f"{'model':<36} {'bare_launch':>11} {'harness_gnt':>11} {'gnt_compute':>11} {'cost_us':>7} {'vs_launch%':>10} | "
-          f"{'bare_enq':>9} {'harness_ent':>11} {'cost_us':>7} {'vs_enq%':>7} | {'on_cost_us':>10} {'on_vs%':>6}")
+    print(f"{'model':<36} {'bare_launch':>11} {'harness_gnt':>11} {'gnt_compute':>11} {'cost_us':>7} {'vs_launch%':>10} "
+          f"{'bare_ev':>8} {'host_us':>7} | {'bare_enq':>9} {'harness_ent':>11} {'cost_us':>7} {'vs_enq%':>7} | "
+          f"{'on_cost_us':>10} {'on_vs%':>6}")
     for r in results:
         m = r["median_us"]
         print(f"{r['model'][:36]:<36} {m['bare_launch']:>11.2f} {m['harness_graph_nt']:>11.2f} "
-              f"{m['graph_nt_compute']:>11.2f} {r['nt_graph_cost_us']:>7.2f} {r['nt_graph_vs_bare_launch_pct']:>10.2f} | "
+              f"{m['graph_nt_compute']:>11.2f} {r['nt_graph_cost_us']:>7.2f} {r['nt_graph_vs_bare_launch_pct']:>10.2f} "
+              f"{m['bare_launch_ev']:>8.2f} {r['nt_graph_host_cost_us']:>7.2f} | "
               f"{m['bare_enqueue']:>9.1f} {m['harness_eager_nt']:>11.1f} {r['nt_eager_cost_us']:>7.1f} "
               f"{r['nt_eager_vs_bare_enqueue_pct']:>7.2f} | {r['harness_cost_us']:>10.2f} {r['harness_vs_bare_launch_pct']:>6.2f}")
-    print("(on_cost_us / on_vs%: transfers on, harness graph - bare query and harness graph vs bare launch)")
+    print("(bare_ev: the harness's own two graphs, event-record nodes inside, launched alternately + sync; host_us:"
+          " harness_gnt - bare_ev, the host work alone. on_cost_us / on_vs%: transfers on, harness graph - bare query"
+          " and harness graph vs bare launch)")
 
 
 if __name__ == "__main__":
