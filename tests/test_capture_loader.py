@@ -580,7 +580,7 @@ def test_nsys_rep_exported_with_fake_nsys(nsys_fixtures, tmp_path, monkeypatch):
     fake.write_text(f"""#!/bin/sh
 echo "$@" >> {log}
 while [ $# -gt 0 ]; do
-  if [ "$1" = "--output" ]; then out="$2"; fi
+  if [ "$1" = "-o" ] || [ "$1" = "--output" ]; then out="$2"; fi
   shift
 done
 cp {src} "$out"

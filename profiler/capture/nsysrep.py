@@ -73,7 +73,7 @@ def export_sqlite(report: str | os.PathLike, out: str | os.PathLike | None = Non
         except OSError:
             continue
         cmd = [nsys, "export", "--type", "sqlite", "--force-overwrite", "true",
-               "--output", str(candidate), str(report)]
+               "-o", str(candidate), str(report)]  # the form used on the H200 (nsys 2025.3)
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S)
         except (OSError, subprocess.TimeoutExpired) as exc:
