@@ -724,38 +724,6 @@ def series_summary(table: SeriesTable) -> list[dict[str, Any]]:
             "_totals": totals,
         })
     return out
-    groups = inst.groupby("series_id", sort=True)
-    sums = groups[list(INSTANCE_METRICS)].sum()
-    for row in table.series.itertuples(index=False):
-        sid = int(row.series_id)
-        g = inst.iloc[groups.indices[sid]]
-        s = sums.loc[sid]
-        wall_total = float(s["wall_ns"])
-        count = int(row.count)
-        outl = g.loc[g["outlier"].to_numpy(), "idx"].to_numpy()
-        out.append({
-            "series_id": sid,
-            "name": row.name,
-            "domain": row.domain,
-            "count": count,
-            "wall_ms": stats.summarize(ms(g["wall_ns"].to_numpy())),
-            "gpu_busy_ms": stats.summarize(ms(g["gpu_busy_ns"].to_numpy())),
-            "gpu_busy_fraction": float(s["gpu_busy_ns"]) / wall_total if wall_total > 0 else float("nan"),
-            "total_wall_ms": wall_total / 1e6,
-            "total_gpu_busy_ms": float(s["gpu_busy_ns"]) / 1e6,
-            "api_ms_per_instance": float(s["api_ns"]) / 1e6 / count,
-            "launches_per_instance": float(s["launches"]) / count,
-            "kernels_per_instance": float(s["kernels"]) / count,
-            "sync_calls_per_instance": float(s["sync_count"]) / count,
-            "compute_ms_per_instance": float(s["compute_ns"]) / 1e6 / count,
-            "copy_ms_per_instance": float(s["copy_ns"]) / 1e6 / count,
-            "osrt_ms_per_instance": float(s["osrt_ns"]) / 1e6 / count,
-            "threads": int(g["tid"].nunique()),
-            "top_level_share": float((g["depth"].to_numpy() == 0).mean()),
-            "distinct_raw_names": int(row.raw_names),
-            "outlier_indices": outl.tolist(),
-        })
-    return out
 
 
 # ----------------------------------------------------------------------------- devices and gaps
