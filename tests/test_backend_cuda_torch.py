@@ -347,3 +347,45 @@ def test_gpu_transfers_off_eager_and_graph():
         assert t.h2d_ms is not None and _cosine(ctx.outputs()[k], r2[k]) > 0.9999
         ctx.close()
     eng.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("nodes", [True, False], ids=["event-nodes", "host-records"])
+def test_gpu_run_loop_matches_query(nodes):
+    """The harness's tight graph loop times and computes what ``query`` does, in all four modes."""
+    if not gpu_present() or not torch.cuda.is_available():
+        pytest.skip("needs an NVIDIA GPU with CUDA PyTorch and cuda-python (runs on the GPU machine)")
+    from profiler.harness.runner import HarnessConfig, run_queries
+
+    path = _model("default")
+    be = CudaTorchBackend(graph_events=nodes)
+    eng = be.build(str(path), VariantSpec("fp32"))
+    rng = np.random.default_rng(2)
+    f1, f2 = ({i.name: rng.standard_normal(i.shape).astype(np.float32) for i in eng.inputs} for _ in range(2))
+    r1, r2 = _ort(path, f1), _ort(path, f2)
+    for transfers in (True, False):
+        ctx = eng.create_context(0)
+        ctx.set_transfers(transfers)
+        ctx.set_inputs(f1)
+        assert ctx.enable_cuda_graph() is None and ctx._graph_events == nodes
+        single = [ctx.query() for _ in range(30)]
+        m = run_queries([ctx], HarnessConfig(iterations=31, duration_s=0.0, warmup_ms=0.0))
+        ts = m.timings
+        assert len(ts) == 31
+        assert all(a.end_ns <= b.start_ns for a, b in zip(ts, ts[1:]))  # one stream: in order, not overlapping
+        assert all(t.start_ns < t.end_ns and t.compute_ms > 0 for t in ts)
+        assert all((t.h2d_ms is not None and t.d2h_ms is not None) == transfers for t in ts)
+        # the loop's event-timed compute is the per-query path's (same graph, same events)
+        loop_c = float(np.median([t.compute_ms for t in ts]))
+        one_c = float(np.median([t.compute_ms for t in single]))
+        assert abs(loop_c - one_c) < 0.25 * one_c, (loop_c, one_c)
+        # and its wall time per query is no longer than the per-query path's (plus a little noise)
+        assert (ts[-1].end_ns - ts[0].start_ns) / 31 <= 1.10 * (single[-1].end_ns - single[0].start_ns) / 30
+        for k in r1:
+            assert _cosine(ctx.outputs()[k], r1[k]) > 0.9999
+        ctx.set_inputs(f2)
+        run_queries([ctx], HarnessConfig(iterations=3, duration_s=0.0, warmup_ms=0.0))
+        for k in r2:
+            assert _cosine(ctx.outputs()[k], r2[k]) > 0.9999
+        ctx.close()
+    eng.close()

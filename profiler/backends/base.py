@@ -22,8 +22,9 @@ from __future__ import annotations
 import abc
 import hashlib
 import re
+import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -128,6 +129,26 @@ class ExecutionContext(abc.ABC):
     @abc.abstractmethod
     def outputs(self) -> dict[str, np.ndarray]:
         """Host copies of the outputs of the last query."""
+
+    def run_loop(self, iterations: int, deadline_ns: int, stop: Any,
+                 clock: Callable[[], int] = time.perf_counter_ns) -> list[QueryTiming]:
+        """Queries back to back, each waited for, until at least ``iterations`` have run and ``clock()``
+        has reached ``deadline_ns``, or until ``stop.set`` is true. Returns their timings in order.
+
+        This is the harness's timed phase. The default calls ``query()`` each time; a backend whose
+        per-query host cost matters (a CUDA graph launch takes a few microseconds) overrides it with a
+        loop that does the same work and keeps everything but the launch and the wait off the host's
+        critical path."""
+        query = self.query
+        kept: list[QueryTiming] = []
+        append = kept.append
+        n = 0
+        while not stop.set:
+            append(query())
+            n += 1
+            if n >= iterations and clock() >= deadline_ns:
+                break
+        return kept
 
     #: False: no H2D/D2H per query (trtexec's --noDataTransfers); see set_transfers
     transfers: bool = True

@@ -16,6 +16,7 @@ The loop does as little as possible per iteration: no NVTX calls at all unless a
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from operator import attrgetter
@@ -116,27 +117,54 @@ def _stream_loop(ctx: ExecutionContext, warm_end_ns: int, iterations: int, durat
     while clock() < warm_end_ns and not stop.set:
         query()
         dropped += 1
+    deadline = clock() + duration_ns
+    if not nv.enabled:
+        return ctx.run_loop(iterations, deadline, stop, clock), dropped
     kept: list[QueryTiming] = []
     append = kept.append
-    deadline = clock() + duration_ns
     n = 0
-    if nv.enabled:
-        push, pop = nv.pusher(range_name)
-        while not stop.set:
-            push()
-            t = query()
-            pop()
-            append(t)
-            n += 1
-            if n >= iterations and clock() >= deadline:
-                break
-    else:
-        while not stop.set:
-            append(query())
-            n += 1
-            if n >= iterations and clock() >= deadline:
-                break
+    push, pop = nv.pusher(range_name)
+    while not stop.set:
+        push()
+        t = query()
+        pop()
+        append(t)
+        n += 1
+        if n >= iterations and clock() >= deadline:
+            break
     return kept, dropped
+
+
+def _run_streams(contexts: Sequence[ExecutionContext], config: HarnessConfig, warm_end_ns: int, duration_ns: int,
+                 clock: Clock, nv: Ranges, name: str, stop: _Stop,
+                 results: list[Any], errors: list[BaseException]) -> None:
+    if len(contexts) == 1:
+        results[0] = _stream_loop(contexts[0], warm_end_ns, config.iterations, duration_ns, clock, nv, name, stop)
+        return
+
+    def worker(i: int) -> None:
+        try:
+            results[i] = _stream_loop(contexts[i], warm_end_ns, config.iterations, duration_ns, clock,
+                                      nv, name, stop)
+        except BaseException as exc:  # re-raised in the calling thread
+            errors.append(exc)
+            stop.set = True
+
+    threads = [threading.Thread(target=worker, args=(i,), name=f"trtprof-stream-{i}", daemon=True)
+               for i in range(len(contexts))]
+    for th in threads:
+        th.start()
+    try:
+        for th in threads:
+            while th.is_alive():
+                th.join(0.05)
+    except BaseException:
+        stop.set = True
+        for th in threads:
+            th.join()
+        raise
+    if errors:
+        raise errors[0]
 
 
 def run_queries(contexts: Sequence[ExecutionContext], config: HarnessConfig, *, key: str = "",
@@ -155,32 +183,13 @@ def run_queries(contexts: Sequence[ExecutionContext], config: HarnessConfig, *, 
     results: list[tuple[list[QueryTiming], int] | None] = [None] * len(contexts)
     errors: list[BaseException] = []
 
-    if len(contexts) == 1:
-        results[0] = _stream_loop(contexts[0], warm_end_ns, config.iterations, duration_ns, clock, nv, name, stop)
-    else:
-        def worker(i: int) -> None:
-            try:
-                results[i] = _stream_loop(contexts[i], warm_end_ns, config.iterations, duration_ns, clock,
-                                          nv, name, stop)
-            except BaseException as exc:  # re-raised in the calling thread
-                errors.append(exc)
-                stop.set = True
-
-        threads = [threading.Thread(target=worker, args=(i,), name=f"trtprof-stream-{i}", daemon=True)
-                   for i in range(len(contexts))]
-        for th in threads:
-            th.start()
-        try:
-            for th in threads:
-                while th.is_alive():
-                    th.join(0.05)
-        except BaseException:
-            stop.set = True
-            for th in threads:
-                th.join()
-            raise
-        if errors:
-            raise errors[0]
+    gc_was_on = gc.isenabled()
+    gc.disable()  # a collection inside the timed loop would land on one query; the caller's setting comes back
+    try:
+        _run_streams(contexts, config, warm_end_ns, duration_ns, clock, nv, name, stop, results, errors)
+    finally:
+        if gc_was_on:
+            gc.enable()
 
     merged: list[QueryTiming] = []
     dropped = 0
