@@ -2,28 +2,33 @@
 """The harness's own cost per query on a GPU, against bare cuda-python loops doing the same GPU work.
 
 For each model (the bundled default and, with --models-dir, the rapidocr cls/rec ones), on one stream.
-Bare loops (no timing at all):
+Bare loops (no timing at all), one query in flight:
 
   bare_plain    cudaGraphLaunch(plain) + cudaStreamSynchronize; ``plain`` is the model's graph with
-                nothing added (the baseline of the 3% target)
+                nothing added
   bare_nodes    the same with the graph that also holds two event-record nodes (one exec)
   bare_alt      the two event-node graphs the harness alternates between, launched alternately
   bare_query    H2D copies + launch(plain) + D2H copies + sync: a query's work with transfers on
   bare_enqueue  the compiled steps enqueued eagerly + sync
 
-The harness (``run_queries``; per query: host clock, events, a QueryTiming):
+and two in flight (trtexec's default, and the harness's): each iteration enqueues, records a
+non-timing event, then waits for the previous iteration's event: bare_pipe (the plain graph),
+bare_query_pipe, bare_enqueue_pipe; bare_stream launches the plain graph back to back and waits once.
+
+The harness (``run_queries``; per query: host clock, events, a QueryTiming), each context one query in
+flight and two ("+ov"):
 
   nodes_nt      transfers off, compute timed by the event nodes inside the graph (two graphs alternate)
   rec_nt        transfers off, compute timed by two host-side event records around one graph
   nodes_on      transfers on (H2D/D2H events recorded on the stream), event nodes for the compute
   rec_on        transfers on, host-side records around the compute
   perquery_nt   nodes_nt through the generic loop over ``ctx.query()`` (the path before ``run_loop``)
-  eager, eager_nt  without a graph (the generic loop)
+  eager, eager_nt  without a graph
 
 Each row runs blocks of --iterations queries; a round runs one block of every row (order rotated each
 round) and --rounds rounds are made, so slow drift of the GPU clock falls on every row alike. Reported:
 the median over rounds of each row's wall time per query, the median of the per-round paired
-differences against the matching bare loop (cost_us) and ratios against bare_plain (vs_plain%), and
+differences against the matching bare loop (cost_us), ratios against bare_plain and bare_stream, and
 the median host gap between a query's end and the next one's start. Targets (issue): the graph
 variant within 3% of the bare graph-launch loop and under 2 us of harness cost per query.
 """
@@ -73,7 +78,7 @@ def bench_model(path: str, shapes: dict, args: argparse.Namespace) -> dict:
         if graph:
             be.graph_events = nodes
             why = c.enable_cuda_graph()
-            be.graph_events = True
+            be.graph_events = False
             if why:
                 raise SystemExit(f"{Path(path).name}: graph fallback: {why}")
             assert c._graph_events == nodes
@@ -87,12 +92,14 @@ def bench_model(path: str, shapes: dict, args: argparse.Namespace) -> dict:
     perq.run_loop = lambda *a: ExecutionContext.run_loop(perq, *a)  # the generic loop over query()
 
     rt = cuda.runtime()
-    launch, sync = rt.cudaGraphLaunch, rt.cudaStreamSynchronize
+    launch, sync, rec, wait = rt.cudaGraphLaunch, rt.cudaStreamSynchronize, rt.cudaEventRecord, rt.cudaEventSynchronize
     plain_ctx = ctx["rec_on"]  # one graph without event nodes; its stream, copies and buffers
     plain, ps = plain_ctx._graph_execs[0], plain_ctx.stream.handle
     nodes_ctx = ctx["nodes_nt"]
     ex0, ex4, ns = nodes_ctx._graph_execs[0], nodes_ctx._graph_execs[4], nodes_ctx.stream.handle
     assert ex0 != ex4 and plain_ctx._graph_execs[4] == plain
+    marks = [cuda.Event(timing=False) for _ in range(2)]  # what the bare two-in-flight loops wait on
+    mk = (marks[0].handle, marks[1].handle)
 
     def timed(body, n: int) -> float:
         t0 = time.perf_counter_ns()
@@ -116,18 +123,48 @@ def bench_model(path: str, shapes: dict, args: argparse.Namespace) -> dict:
             launch(ex4, ns)
             sync(ns)
 
+    def bare_stream(n: int) -> None:
+        for _ in range(n):
+            launch(plain, ps)
+        sync(ps)
+
+    def bare_pipe(n: int) -> None:
+        k = 0
+        launch(plain, ps)
+        rec(mk[0], ps)
+        for _ in range(n - 1):
+            launch(plain, ps)
+            rec(mk[k ^ 1], ps)
+            wait(mk[k])
+            k ^= 1
+        wait(mk[k])
+
     cp = rt.cudaMemcpyAsync
     h2d = [(d, h, nb, plain_ctx._k_h2d, ps) for d, h, nb in plain_ctx._h2d_args]
     d2h = [(h, d, nb, plain_ctx._k_d2h, ps) for h, d, nb in plain_ctx._graph_d2h[0]]
 
+    def one_query() -> None:
+        for a in h2d:
+            cp(*a)
+        launch(plain, ps)
+        for a in d2h:
+            cp(*a)
+
     def bare_query(n: int) -> None:
         for _ in range(n):
-            for a in h2d:
-                cp(*a)
-            launch(plain, ps)
-            for a in d2h:
-                cp(*a)
+            one_query()
             sync(ps)
+
+    def bare_query_pipe(n: int) -> None:
+        k = 0
+        one_query()
+        rec(mk[0], ps)
+        for _ in range(n - 1):
+            one_query()
+            rec(mk[k ^ 1], ps)
+            wait(mk[k])
+            k ^= 1
+        wait(mk[k])
 
     eager_ctx = ctx["eager_nt"]
     es, ext, prog = eager_ctx.stream.handle, eager_ctx.ext, eng.program
@@ -140,23 +177,50 @@ def bench_model(path: str, shapes: dict, args: argparse.Namespace) -> dict:
                 prog.forward(ins, plan)
                 sync(es)
 
-    bare = {"bare_plain": bare_plain, "bare_nodes": bare_nodes, "bare_alt": bare_alt, "bare_query": bare_query,
-            "bare_enqueue": bare_enqueue}
-    eager_rows = {"bare_enqueue", "eager", "eager_nt"}
+    def bare_enqueue_pipe(n: int) -> None:
+        ins = eager_ctx.dev_inputs
+        k = 0
+        with torch.cuda.stream(ext):
+            prog.forward(ins, plan)
+            rec(mk[0], es)
+            for _ in range(n - 1):
+                prog.forward(ins, plan)
+                rec(mk[k ^ 1], es)
+                wait(mk[k])
+                k ^= 1
+            wait(mk[k])
+
+    bare = {"bare_plain": bare_plain, "bare_nodes": bare_nodes, "bare_alt": bare_alt, "bare_stream": bare_stream,
+            "bare_pipe": bare_pipe, "bare_query": bare_query, "bare_query_pipe": bare_query_pipe,
+            "bare_enqueue": bare_enqueue, "bare_enqueue_pipe": bare_enqueue_pipe}
+    # harness rows: a context, one query in flight or two ("+ov", the default)
+    harness = {name: (name, False) for name in ctx}
+    harness.update({f"{name}+ov": (name, True) for name in ctx if name != "perquery_nt"})
+    match = {}
+    for row, (name, ov) in harness.items():
+        base = "bare_enqueue" if name.startswith("eager") else "bare_query" if name.endswith("_on") else "bare_plain"
+        if ov:
+            base = {"bare_plain": "bare_pipe", "bare_query": "bare_query_pipe", "bare_enqueue": "bare_enqueue_pipe"}[base]
+        match[row] = base
+    eager_rows = {r for r in [*bare, *harness] if "enqueue" in r or r.startswith("eager")}
     n = args.iterations
     ne = max(n // 20, 10)
-    rows = list(bare) + list(ctx)
+    rows = list(bare) + list(harness)
     walls: dict[str, list[float]] = {r: [] for r in rows}
-    gaps: dict[str, list[float]] = {r: [] for r in ctx}
-    compute: dict[str, list[float]] = {r: [] for r in ctx}
+    gaps: dict[str, list[float]] = {r: [] for r in harness}
+    compute: dict[str, list[float]] = {r: [] for r in harness}
+    in_flight: dict[str, int] = {}
 
     def run_row(r: str) -> None:
         k = ne if r in eager_rows else n
         if r in bare:
             walls[r].append(timed(bare[r], k))
             return
-        ts = run_queries([ctx[r]], HarnessConfig(iterations=k, duration_s=0.0, warmup_ms=0.0)).timings
+        name, ov = harness[r]
+        m = run_queries([ctx[name]], HarnessConfig(iterations=k, duration_s=0.0, warmup_ms=0.0, overlap=ov))
+        ts = m.timings
         assert len(ts) == k, (r, len(ts))
+        in_flight[r] = m.in_flight
         walls[r].append(_wall_us(ts))
         gaps[r].append(_gap_us(ts))
         compute[r].append(statistics.median(t.compute_ms for t in ts) * 1e3)
@@ -182,19 +246,22 @@ def bench_model(path: str, shapes: dict, args: argparse.Namespace) -> dict:
         return 100.0 * (statistics.median(x / y for x, y in zip(walls[a], walls[b])) - 1.0)
 
     med = {r: statistics.median(v) for r, v in walls.items()}
-    match = {"nodes_nt": "bare_plain", "rec_nt": "bare_plain", "perquery_nt": "bare_plain",
-             "nodes_on": "bare_query", "rec_on": "bare_query", "eager": "bare_enqueue", "eager_nt": "bare_enqueue"}
+    graph_rows = [r for r in harness if not r.startswith("eager")]
     rec = {"model": Path(path).name, "steps": eng.info["steps"], "iterations": n, "rounds": args.rounds,
            "median_us": med, "spread_us": {r: (min(v), max(v)) for r, v in walls.items()},
+           "match": match, "in_flight": in_flight,
            "gap_us": {r: statistics.median(v) for r, v in gaps.items()},
            "compute_us": {r: statistics.median(v) for r, v in compute.items()},
            "cost_us": {r: paired(r, b) for r, b in match.items()},
            "vs_match_pct": {r: ratio(r, b) for r, b in match.items()},
-           "vs_plain_pct": {r: ratio(r, "bare_plain") for r in ("nodes_nt", "rec_nt", "perquery_nt", "nodes_on",
-                                                                  "rec_on", "bare_nodes", "bare_alt", "bare_query")},
+           "vs_plain_pct": {r: ratio(r, "bare_plain") for r in graph_rows + ["bare_nodes", "bare_alt", "bare_pipe",
+                                                                           "bare_stream", "bare_query"]},
+           "vs_stream_pct": {r: ratio(r, "bare_stream") for r in graph_rows + ["bare_pipe"]},
            "event_nodes_us": paired("bare_nodes", "bare_plain"), "alternation_us": paired("bare_alt", "bare_nodes")}
     for c in ctx.values():
         c.close()
+    for e in marks:
+        e.destroy()
     eng.close()
     return rec
 
@@ -218,19 +285,25 @@ def main() -> None:
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=2))
     for r in results:
-        m, c, p, g, cu = r["median_us"], r["cost_us"], r["vs_plain_pct"], r["gap_us"], r["compute_us"]
+        m, c, g, cu = r["median_us"], r["cost_us"], r["gap_us"], r["compute_us"]
+        p, st = r["vs_plain_pct"], r["vs_stream_pct"]
         print(f"{r['model']}  ({r['steps']} steps; {r['rounds']} rounds of {r['iterations']} queries; us per query)")
-        print(f"  bare: plain {m['bare_plain']:.2f}  nodes {m['bare_nodes']:.2f} (+{r['event_nodes_us']:.2f} for two event"
-              f" nodes)  alt {m['bare_alt']:.2f} ({r['alternation_us']:+.2f} alternating)  query {m['bare_query']:.2f}"
-              f"  enqueue {m['bare_enqueue']:.1f}")
-        print(f"  {'harness row':<12} {'wall':>9} {'vs bare':>12} {'cost_us':>8} {'vs_plain%':>9} {'gap_us':>7} {'compute':>9}")
-        for row, base in (("nodes_nt", "plain"), ("rec_nt", "plain"), ("perquery_nt", "plain"), ("nodes_on", "query"),
-                          ("rec_on", "query"), ("eager", "enqueue"), ("eager_nt", "enqueue")):
+        print(f"  bare, one in flight: plain {m['bare_plain']:.2f}  nodes {m['bare_nodes']:.2f} "
+              f"({r['event_nodes_us']:+.2f} for two event nodes)  alt {m['bare_alt']:.2f} ({r['alternation_us']:+.2f} "
+              f"alternating)  query {m['bare_query']:.2f}  enqueue {m['bare_enqueue']:.1f}")
+        print(f"  bare, two in flight: pipe {m['bare_pipe']:.2f}  stream (launch only) {m['bare_stream']:.2f}  "
+              f"query {m['bare_query_pipe']:.2f}  enqueue {m['bare_enqueue_pipe']:.1f}")
+        print(f"  {'harness row':<15} {'wall':>9} {'vs matching bare':>24} {'cost_us':>8} {'vs_plain%':>9} "
+              f"{'vs_stream%':>10} {'gap_us':>7} {'compute':>9}")
+        for row in r["match"]:
             vp = f"{p[row]:9.2f}" if row in p else f"{'':9}"
-            print(f"  {row:<12} {m[row]:9.2f} {base:>7}{r['vs_match_pct'][row]:+5.1f}% {c[row]:8.2f} {vp} "
+            vs = f"{st[row]:10.2f}" if row in st else f"{'':10}"
+            print(f"  {row:<15} {m[row]:9.2f} {r['match'][row]:>17}{r['vs_match_pct'][row]:+6.2f}% {c[row]:8.2f} {vp} {vs} "
                   f"{g[row]:7.2f} {cu[row]:9.2f}")
-    print("(wall: median over rounds; cost_us: median of per-round differences against the matching bare loop;"
-          " vs_plain%: against bare_plain; gap_us: host time between one query's end and the next's start;"
+    print("(wall: median over rounds; '+ov': two queries in flight (the default), against the bare two-in-flight"
+          " loops; cost_us: median of per-round differences against the matching bare loop; vs_plain%: against"
+          " bare_plain (launch + sync); vs_stream%: against launching back to back with one sync at the end;"
+          " gap_us: host time between one query's end and the next's start (negative with two in flight);"
           " compute: the harness's event-timed compute)")
 
 

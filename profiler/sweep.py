@@ -83,6 +83,7 @@ class SweepConfig:
     seed: int = 0
     localize: bool = True  # on a precision breach, find the nodes where the error starts and verify
     transfers: bool = True  # False: no per-query H2D/D2H (trtexec --noDataTransfers); latency = compute
+    overlap: bool = True  # two queries in flight per stream where the backend can (trtexec's default)
 
     def __post_init__(self) -> None:
         bad = [p for p in self.precisions if p not in PRECISIONS]
@@ -103,12 +104,13 @@ class SweepConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "SweepConfig":
         keys = cls.__dataclass_fields__.keys()
+        d = {"overlap": False, **d}  # runs stored before the option ran one query at a time
         return cls(**{k: v for k, v in d.items() if k in keys})
 
     @property
     def harness(self) -> HarnessConfig:
         return HarnessConfig(iterations=int(self.iterations), duration_s=float(self.duration_s),
-                             warmup_ms=float(self.warmup_ms))
+                             warmup_ms=float(self.warmup_ms), overlap=bool(self.overlap))
 
     def cache_root(self) -> Path:
         if self.cache_dir:
@@ -431,7 +433,7 @@ class Sweep:
             throughput_qps=timing["throughput_qps"], accuracy=per_output,
             compute_ms=timing["compute_ms"], h2d_ms=timing["h2d_ms"], d2h_ms=timing["d2h_ms"],
             count=timing["count"], span_ms=timing.get("span_ms"), warmup_dropped=m.warmup_dropped,
-            per_stream_count=m.per_stream_count, synchronous_enqueue=bool(einfo.get("synchronous_enqueue")),
+            per_stream_count=m.per_stream_count, in_flight=m.in_flight, synchronous_enqueue=bool(einfo.get("synchronous_enqueue")),
             cuda_graph_fallback=graph_fallback, fingerprint=einfo.get("fingerprint") or backend.fingerprint(prepared.model_hash, spec),
             build_time_s=einfo.get("build_time_s") or (einfo.get("checklist") or {}).get("build_time_s"),
             prepare_s=prepare_s, memory=memory, model_path=str(prepared.path), model_hash=prepared.model_hash,

@@ -363,16 +363,19 @@ def test_gpu_run_loop_matches_query(nodes):
     rng = np.random.default_rng(2)
     f1, f2 = ({i.name: rng.standard_normal(i.shape).astype(np.float32) for i in eng.inputs} for _ in range(2))
     r1, r2 = _ort(path, f1), _ort(path, f2)
-    for transfers in (True, False):
+    for transfers, overlap in ((True, True), (False, True), (False, False)):
         ctx = eng.create_context(0)
         ctx.set_transfers(transfers)
         ctx.set_inputs(f1)
         assert ctx.enable_cuda_graph() is None and ctx._graph_events == nodes
         single = [ctx.query() for _ in range(30)]
-        m = run_queries([ctx], HarnessConfig(iterations=31, duration_s=0.0, warmup_ms=0.0))
+        m = run_queries([ctx], HarnessConfig(iterations=31, duration_s=0.0, warmup_ms=0.0, overlap=overlap))
         ts = m.timings
-        assert len(ts) == 31
-        assert all(a.end_ns <= b.start_ns for a, b in zip(ts, ts[1:]))  # one stream: in order, not overlapping
+        assert len(ts) == 31 and m.in_flight == (2 if overlap else 1)
+        if overlap:  # the next query is enqueued before the previous one is waited for
+            assert all(b.start_ns < a.end_ns for a, b in zip(ts, ts[1:]))
+        else:
+            assert all(a.end_ns <= b.start_ns for a, b in zip(ts, ts[1:]))
         assert all(t.start_ns < t.end_ns and t.compute_ms > 0 for t in ts)
         assert all((t.h2d_ms is not None and t.d2h_ms is not None) == transfers for t in ts)
         # the loop's event-timed compute is the per-query path's (same graph, same events)
@@ -388,4 +391,11 @@ def test_gpu_run_loop_matches_query(nodes):
         for k in r2:
             assert _cosine(ctx.outputs()[k], r2[k]) > 0.9999
         ctx.close()
+    ctx = eng.create_context(0)  # eager, two in flight: each forward's own outputs are copied back
+    ctx.set_inputs(f1)
+    m = run_queries([ctx], HarnessConfig(iterations=12, duration_s=0.0, warmup_ms=0.0))
+    assert m.in_flight == 2 and all(t.compute_ms > 0 and t.d2h_ms is not None for t in m.timings)
+    for k in r1:
+        assert _cosine(ctx.outputs()[k], r1[k]) > 0.9999
+    ctx.close()
     eng.close()

@@ -84,8 +84,10 @@ def test_detect_step_finds_the_change():
     assert detect_step([2.0, 2.01, 1.99, 2.0]) is None
 
 
-def _store_run(store, label, samples, *, driver="580.1", cosine=0.9999, passed=True, layers=(), findings=()):
-    rid = store.create_run(kind="sweep", source="m.onnx", label=label, gpu="NVIDIA H200", driver_version=driver)
+def _store_run(store, label, samples, *, driver="580.1", cosine=0.9999, passed=True, layers=(), findings=(),
+               config=None):
+    rid = store.create_run(kind="sweep", source="m.onnx", label=label, gpu="NVIDIA H200", driver_version=driver,
+                           config=config)
     store.add_variant(rid, {"key": "fp16-ws1G-s1", "precision": "fp16", "fingerprint": "fp-1",
                             "throughput_qps": 1000 / float(np.median(samples)),
                             "latency_ms": {"median": float(np.median(samples))}},
@@ -125,6 +127,19 @@ def test_compare_stored_runs(db_url):
     trend = v["trend"]
     assert [p["label"] for p in trend["points"]] == ["v1", "v1-again", "v2"]
     assert trend["step"]["index"] == 2 and trend["step"]["run_id"] == out["candidate"]["id"]
+
+
+def test_compare_says_when_the_runs_were_measured_differently(tmp_path):
+    store = Store.open(f"sqlite:///{tmp_path / 'h.db'}")
+    rng = np.random.default_rng(6)
+    _store_run(store, "old", rng.normal(1.0, 0.01, 200), config={"transfers": True})  # stored before --no-overlap
+    _store_run(store, "new", rng.normal(1.0, 0.01, 200), config={"transfers": True, "overlap": True})
+    _store_run(store, "new-noio", rng.normal(1.0, 0.01, 200), config={"transfers": False, "overlap": True})
+    assert compare_runs(store, "old", "new")["environment_changes"] == [
+        {"field": "config.overlap", "baseline": False, "candidate": True}]
+    assert compare_runs(store, "new", "new-noio")["environment_changes"] == [
+        {"field": "config.transfers", "baseline": True, "candidate": False}]
+    assert compare_runs(store, "new", "new")["environment_changes"] == []
 
 
 def test_cli_compare_exit_codes(tmp_path):

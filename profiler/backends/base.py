@@ -130,15 +130,20 @@ class ExecutionContext(abc.ABC):
     def outputs(self) -> dict[str, np.ndarray]:
         """Host copies of the outputs of the last query."""
 
-    def run_loop(self, iterations: int, deadline_ns: int, stop: Any,
-                 clock: Callable[[], int] = time.perf_counter_ns) -> list[QueryTiming]:
-        """Queries back to back, each waited for, until at least ``iterations`` have run and ``clock()``
-        has reached ``deadline_ns``, or until ``stop.set`` is true. Returns their timings in order.
+    #: True when ``run_loop`` can keep two queries in flight (``overlap``); the default loop cannot
+    overlaps: bool = False
 
-        This is the harness's timed phase. The default calls ``query()`` each time; a backend whose
-        per-query host cost matters (a CUDA graph launch takes a few microseconds) overrides it with a
-        loop that does the same work and keeps everything but the launch and the wait off the host's
-        critical path."""
+    def run_loop(self, iterations: int, deadline_ns: int, stop: Any,
+                 clock: Callable[[], int] = time.perf_counter_ns, overlap: bool = False) -> list[QueryTiming]:
+        """Queries back to back until at least ``iterations`` have run and ``clock()`` has reached
+        ``deadline_ns``, or until ``stop.set`` is true. Returns their timings in order.
+
+        This is the harness's timed phase. ``overlap`` asks for trtexec's default: the next query is
+        enqueued before the previous one is waited for (two in flight), which backends with
+        ``overlaps = True`` do. The default loop calls ``query()`` each time, one query in flight,
+        whatever ``overlap`` says; a backend whose per-query host cost matters (a CUDA graph launch
+        takes a few microseconds) overrides it with a loop doing the same work that keeps everything
+        but the enqueue and the wait off the host's critical path."""
         query = self.query
         kept: list[QueryTiming] = []
         append = kept.append

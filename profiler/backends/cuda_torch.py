@@ -22,7 +22,15 @@ quantize/dequantize graphs here.
 Execution. One execution context per stream: its own cuda-python stream (``profiler.cuda``, handed
 to PyTorch as an ``ExternalStream``), pinned host buffers, device inputs and timing events. A query is
 H2D copies, compute (the steps, or one ``cudaGraphLaunch`` of the captured graph), D2H copies, each
-part timed with CUDA events and the enqueue with the host clock.
+part timed with CUDA events and the enqueue with the host clock. The harness's timed phase is
+``CudaTorchContext.run_loop``: two queries in flight by default, as trtexec does.
+
+Timing events. By default the compute events are recorded from the host around one captured graph;
+``graph_events=True`` captures two graphs that record them from inside (event-record nodes) and
+alternates them. Measured on the H200 (``benchmarks/bench_gpu_overhead.py``), the two ways cost the
+same on small graphs, and alternating between two graphs cost a 400-step model 11-12 us per query, so
+host records are the default; either way two timing events cost a few microseconds of GPU time per
+query, as they do in trtexec.
 
 NVTX. When a tool is attached (nsys), each ONNX node's step runs inside an NVTX range named after the
 node in domain ``trtprof``, as TensorRT emits one range per layer. They are on in timed passes too
@@ -1071,7 +1079,7 @@ class CudaTorchBackend(Backend):
     name = BACKEND_NAME
     uses_workspace = False
 
-    def __init__(self, device_index: int = 0, node_ranges: str = "auto", graph_events: bool = True):
+    def __init__(self, device_index: int = 0, node_ranges: str = "auto", graph_events: bool = False):
         if node_ranges not in ("auto", "on", "off"):
             raise ValueError("node_ranges must be auto, on or off")
         self.device_index = device_index
@@ -1289,6 +1297,8 @@ _new_timing = object.__new__
 class CudaTorchContext(ExecutionContext):
     """One stream: its cuda-python stream, pinned I/O, device inputs, events, optional CUDA graph."""
 
+    overlaps = True  # run_loop keeps two queries in flight when asked
+
     def __init__(self, engine: CudaTorchEngine, stream_index: int = 0, graph_ok: bool = True):
         from profiler import cuda
 
@@ -1455,15 +1465,16 @@ class CudaTorchContext(ExecutionContext):
         return timing
 
     def run_loop(self, iterations: int, deadline_ns: int, stop: Any,
-                 clock: Callable[[], int] = time.perf_counter_ns) -> list[QueryTiming]:
-        """The timed phase with a CUDA graph: what ``query`` does, in one loop.
+                 clock: Callable[[], int] = time.perf_counter_ns, overlap: bool = False) -> list[QueryTiming]:
+        """The timed phase: what ``query`` does, in one loop, with one or two queries in flight.
 
-        Between one query's wait returning and the next query's first CUDA call, the host reads the
-        clock twice and checks the stop conditions: nothing else. The previous query's event times are
-        read, and its QueryTiming built, while the current query runs on the GPU. Without a graph the
-        eager enqueue dominates and the plain loop over ``query`` is used."""
-        if self.graph is None:
-            return ExecutionContext.run_loop(self, iterations, deadline_ns, stop, clock)
+        ``overlap`` (trtexec's default; its ``--exposeDMA`` turns it off): the next query is enqueued
+        before the previous one is waited for, so the GPU never waits for the host between queries.
+        Without it each query is waited for before the next is enqueued. Either way, between a wait
+        returning and the next CUDA call the host only reads the clock and checks the stop conditions;
+        a query's event times are read, and its QueryTiming built, while a later query runs on the GPU.
+        The two event sets (and, with event nodes, the two graphs) alternate, so a set is reused only
+        after its query's times were read."""
         cuda = self._cuda
         rt = self._rt
         last = self._last
@@ -1471,73 +1482,116 @@ class CudaTorchContext(ExecutionContext):
             last._resolve()  # a query made before the loop (the warm-up's last)
         self._last = None
         launch, rec, sync, el = rt.cudaGraphLaunch, rt.cudaEventRecord, rt.cudaStreamSynchronize, rt.cudaEventElapsedTime
+        wait_event = rt.cudaEventSynchronize
         memcpy = rt.cudaMemcpyAsync
         pc = time.perf_counter_ns
         s = self.stream.handle
-        execs = (self._graph_execs[0], self._graph_execs[4])
+        graph = self.graph is not None
+        execs = (self._graph_execs[0], self._graph_execs[4]) if graph else (None, None)
         sets = (self._handles[0], self._handles[4])
         moves = self.transfers
-        nodes = self._graph_events
+        nodes = graph and self._graph_events
+        last_event = 3 if moves else 2  # the event that closes a query
         h2d = [(d, h, nb, self._k_h2d, s) for d, h, nb in self._h2d_args]
-        d2h = tuple([(h, d, nb, self._k_d2h, s) for h, d, nb in self._graph_d2h[k]] for k in (0, 4))
+        d2h = tuple([(h, d, nb, self._k_d2h, s) for h, d, nb in self._graph_d2h[k]] for k in (0, 4)) if graph else ()
+        pinned_out, k_d2h = self.pinned_out, self._k_d2h
+        program, inputs, plan = self.program, self.dev_inputs, self._plan
         index = self.stream_index
         new = _new_timing
         kept: list[QueryTiming] = []
         append = kept.append
 
-        def finish(p: tuple) -> None:
-            t0, t1, t2, ev = p
+        def finish(t0: int, t1: int, t2: int, ev: tuple) -> None:
             timing = new(QueryTiming)  # filled directly: the dataclass __init__ costs a microsecond
+            c = el(ev[1], ev[2])
             if moves:
+                a, b = el(ev[0], ev[1]), el(ev[2], ev[3])
+                if a[0] or b[0] or c[0]:
+                    cuda.check((a[0] or b[0] or c[0],), "cudaEventElapsedTime")
                 timing.__dict__.update(start_ns=t0, end_ns=t2, enqueue_ms=(t1 - t0) / 1e6, stream=index,
-                                       h2d_ms=el(ev[0], ev[1])[1], compute_ms=el(ev[1], ev[2])[1],
-                                       d2h_ms=el(ev[2], ev[3])[1])
+                                       h2d_ms=a[1], compute_ms=c[1], d2h_ms=b[1])
             else:
+                if c[0]:
+                    cuda.check((c[0],), "cudaEventElapsedTime")
                 timing.__dict__.update(start_ns=t0, end_ns=t2, enqueue_ms=(t1 - t0) / 1e6, stream=index,
-                                       h2d_ms=None, compute_ms=el(ev[1], ev[2])[1], d2h_ms=None)
+                                       h2d_ms=None, compute_ms=c[1], d2h_ms=None)
             append(timing)
 
         k = self._set // 4
-        prev: tuple | None = None
+        done: tuple | None = None  # overlap off: the last query, waited for, times not yet read
+        flying: tuple | None = None  # overlap on: the query enqueued before the current one
         n = 0
-        while not stop.set:
-            ev = sets[k]
-            t0 = pc()
-            if moves:
-                bad = rec(ev[0], s)[0]
-                for a in h2d:
-                    bad = memcpy(*a)[0] or bad
-                if not nodes:
-                    bad = rec(ev[1], s)[0] or bad
-                bad = launch(execs[k], s)[0] or bad
-                if not nodes:
+        eager = None if graph else _load_torch().cuda.stream(self.ext)
+        if eager is not None:
+            eager.__enter__()
+        try:
+            while not stop.set:
+                ev = sets[k]
+                t0 = pc()
+                if moves:
+                    bad = rec(ev[0], s)[0]
+                    for a in h2d:
+                        bad = memcpy(*a)[0] or bad
+                    if not nodes:
+                        bad = rec(ev[1], s)[0] or bad
+                    if graph:
+                        bad = launch(execs[k], s)[0] or bad
+                        copies = d2h[k]
+                    else:
+                        outs = program.forward(inputs, plan)
+                        self.dev_outputs = outs
+                        copies = [(h.ptr, o.data_ptr(), h.nbytes, k_d2h, s) for h, o in zip(pinned_out, outs)]
+                    if not nodes:
+                        bad = rec(ev[2], s)[0] or bad
+                    for a in copies:
+                        bad = memcpy(*a)[0] or bad
+                    bad = rec(ev[3], s)[0] or bad
+                elif nodes:
+                    bad = launch(execs[k], s)[0]
+                else:
+                    bad = rec(ev[1], s)[0]
+                    if graph:
+                        bad = launch(execs[k], s)[0] or bad
+                    else:
+                        self.dev_outputs = program.forward(inputs, plan)
                     bad = rec(ev[2], s)[0] or bad
-                for a in d2h[k]:
-                    bad = memcpy(*a)[0] or bad
-                bad = rec(ev[3], s)[0] or bad
-            elif nodes:
-                bad = launch(execs[k], s)[0]
-            else:
-                bad = rec(ev[1], s)[0]
-                bad = launch(execs[k], s)[0] or bad
-                bad = rec(ev[2], s)[0] or bad
-            t1 = pc()
-            if bad:
-                cuda.check((bad,), "enqueueing a CUDA-graph query")
-            if prev is not None:
-                finish(prev)  # the previous query's times, read while this one runs
-            bad = sync(s)[0]
-            t2 = pc()
-            if bad:
-                cuda.check((bad,), "cudaStreamSynchronize (the query failed on the GPU)")
-            prev = (t0, t1, t2, ev)
-            k ^= 1
-            n += 1
-            if n >= iterations and clock() >= deadline_ns:
-                break
-        self._set = 4 * k
-        if prev is not None:
-            finish(prev)
+                t1 = pc()
+                if bad:
+                    cuda.check((bad,), "enqueueing a query")
+                if overlap:
+                    if flying is not None:  # wait for the previous query while this one is queued behind it
+                        p0, p1, pev = flying
+                        bad = wait_event(pev[last_event])[0]
+                        t2 = pc()
+                        if bad:
+                            cuda.check((bad,), "cudaEventSynchronize (the query failed on the GPU)")
+                        finish(p0, p1, t2, pev)
+                    flying = (t0, t1, ev)
+                else:
+                    if done is not None:
+                        finish(*done)  # the previous query's times, read while this one runs
+                    bad = sync(s)[0]
+                    t2 = pc()
+                    if bad:
+                        cuda.check((bad,), "cudaStreamSynchronize (the query failed on the GPU)")
+                    done = (t0, t1, t2, ev)
+                k ^= 1
+                n += 1
+                if n >= iterations and clock() >= deadline_ns:
+                    break
+            if flying is not None:
+                p0, p1, pev = flying
+                bad = wait_event(pev[last_event])[0]
+                t2 = pc()
+                if bad:
+                    cuda.check((bad,), "cudaEventSynchronize (the query failed on the GPU)")
+                finish(p0, p1, t2, pev)
+            if done is not None:
+                finish(*done)
+        finally:
+            if eager is not None:
+                eager.__exit__(None, None, None)
+            self._set = 4 * k
         return kept
 
     def outputs(self) -> dict[str, np.ndarray]:
@@ -1554,9 +1608,10 @@ class CudaTorchContext(ExecutionContext):
         """Capture the compute (the steps) with torch.cuda.graph on this context's stream and launch it
         with cudaGraphLaunch per query. Returns None, or why it fell back to plain enqueue.
 
-        Two graphs are captured, one per event set, each recording its set's compute-start and
-        compute-end events from inside (event-record nodes): a query then enqueues no event around
-        the launch, and the previous query's times can be read while the next one runs."""
+        One graph is captured, and the compute events are recorded around its launch. With the
+        backend's ``graph_events``, two graphs are captured instead, one per event set, each recording
+        its set's compute-start and compute-end events from inside (event-record nodes); queries then
+        alternate between them. Either way a query's times are read while a later query runs."""
         if not self._graph_ok:
             return "CUDA graphs are off for this pass"
         t = torch

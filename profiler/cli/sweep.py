@@ -268,6 +268,9 @@ def write_outputs(sweep: Any, summary: dict[str, Any], out_dir: Path, cdn: bool,
                    "starts and measure what keeping them in fp32 buys.")
 @click.option("--no-transfers", is_flag=True,
               help="Like trtexec --noDataTransfers: no host<->device copies per query; latency = compute.")
+@click.option("--no-overlap", is_flag=True,
+              help="One query in flight per stream: each is waited for before the next is enqueued (trtexec "
+                   "--exposeDMA). By default, as in trtexec, a GPU stream enqueues the next query first.")
 @click.option("--cache-dir", default=None, type=click.Path(file_okay=False),
               help="Cache of transformed models and engines (default $TRTPROF_CACHE_DIR or ~/.cache/trtprof).")
 @click.option("--nsys", is_flag=True,
@@ -279,7 +282,7 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
             shapes: tuple[str, ...], calib: str | None, calib_method: str, inputs: str | None, iterations: int,
             duration: float, warmup: float, backend: str, out_dir: str, label: str | None, db: str | None,
             no_store: bool, resume: str | None, thresholds: tuple[str, ...], no_layers: bool, localize: bool,
-            no_transfers: bool, cache_dir: str | None, nsys: bool, cdn: bool) -> None:
+            no_transfers: bool, no_overlap: bool, cache_dir: str | None, nsys: bool, cdn: bool) -> None:
     """Build and time engine variants of MODEL (default: the bundled tiny model on onnxruntime), compare each
     with FP32 on the same inputs, store the run and write summary.json and report.html."""
     from profiler.models import parse_shape_args
@@ -310,7 +313,8 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
             shapes={k: list(v) for k, v in parse_shape_args(shapes).items()}, calib=calib,
             calib_method=calib_method, inputs=inputs, iterations=iterations, duration_s=duration,
             warmup_ms=warmup, backend=backend, label=label, thresholds=acc_limits, rule_thresholds=rule_limits,
-            layers=not no_layers, cache_dir=cache_dir, localize=localize, transfers=not no_transfers)
+            layers=not no_layers, cache_dir=cache_dir, localize=localize, transfers=not no_transfers,
+            overlap=not no_overlap)
         if not no_store:
             store = open_store(ctx, db)
         sweep = Sweep(config, store=store, progress=say)

@@ -231,6 +231,12 @@ def compare_runs(store: Store, baseline_ref: int | str, candidate_ref: int | str
     env += [{"field": f"environment.{k}", "baseline": be.get(k), "candidate": ce.get(k)}
             for k in sorted(set(be) | set(ce)) if be.get(k) != ce.get(k)]
 
+    # how the queries were run: a throughput measured with two queries in flight is not one measured with one
+    bc, cc = base.get("config") or {}, cand.get("config") or {}
+    env += [{"field": f"config.{k}", "baseline": bc.get(k, default), "candidate": cc.get(k, default)}
+            for k, default in (("transfers", True), ("overlap", False))
+            if (bc or cc) and bc.get(k, default) != cc.get(k, default)]
+
     bf = {_finding_key(f): f for f in base["findings"]}
     cf = {_finding_key(f): f for f in cand["findings"]}
     latency_regressions = [v["key"] for v in variants if v.get("verdict") == "regression"]

@@ -9,6 +9,12 @@ One run of a variant:
   4. statistics with ``profiler.stats.summarize`` (trtexec's percentiles and CoV); throughput =
      queries / (last end - first start) over all streams.
 
+Like trtexec (unless its --exposeDMA is given), each stream keeps two queries in flight: the next one is
+enqueued before the previous one is waited for, so the GPU does not wait for the host between queries.
+Latency stays each query's own GPU time (events); throughput becomes what the GPU sustains. Backends that
+cannot do this (``ExecutionContext.overlaps`` false) and runs under an NVTX tool (each iteration's range
+must hold its own GPU work) run one query at a time; ``Measurement.in_flight`` says which happened.
+
 Several streams = one thread per execution context, all running at once (the backends release the GIL
 while they compute). Every per-iteration record is kept (``Measurement.samples()``), not only summaries.
 The loop does as little as possible per iteration: no NVTX calls at all unless a tool is attached.
@@ -37,6 +43,9 @@ class HarnessConfig:
     iterations: int = 10
     duration_s: float = 3.0
     warmup_ms: float = 200.0
+    #: trtexec's default (its --exposeDMA turns it off): a stream enqueues its next query before waiting
+    #: for the previous one, where the backend can (ExecutionContext.overlaps) and no NVTX tool is attached
+    overlap: bool = True
 
     def __post_init__(self) -> None:
         if self.iterations < 1:
@@ -55,6 +64,8 @@ class Measurement:
     warmup_dropped: int
     warmup_ms: float
     per_stream_count: list[int] = field(default_factory=list)
+    #: queries each stream kept in flight: 2 with overlap, else 1
+    in_flight: int = 1
 
     def samples(self) -> list[dict[str, Any]]:
         """One row per kept query (the store's Sample columns); ``start_ms`` from the first start."""
@@ -110,7 +121,8 @@ class _Stop:
 
 
 def _stream_loop(ctx: ExecutionContext, warm_end_ns: int, iterations: int, duration_ns: int,
-                 clock: Clock, nv: Ranges, range_name: str, stop: _Stop) -> tuple[list[QueryTiming], int]:
+                 clock: Clock, nv: Ranges, range_name: str, stop: _Stop,
+                 overlap: bool = False) -> tuple[list[QueryTiming], int]:
     """Warm up until ``warm_end_ns``, then time queries until both minimums are met."""
     query = ctx.query
     dropped = 0
@@ -119,7 +131,7 @@ def _stream_loop(ctx: ExecutionContext, warm_end_ns: int, iterations: int, durat
         dropped += 1
     deadline = clock() + duration_ns
     if not nv.enabled:
-        return ctx.run_loop(iterations, deadline, stop, clock), dropped
+        return ctx.run_loop(iterations, deadline, stop, clock, overlap), dropped
     kept: list[QueryTiming] = []
     append = kept.append
     n = 0
@@ -136,16 +148,17 @@ def _stream_loop(ctx: ExecutionContext, warm_end_ns: int, iterations: int, durat
 
 
 def _run_streams(contexts: Sequence[ExecutionContext], config: HarnessConfig, warm_end_ns: int, duration_ns: int,
-                 clock: Clock, nv: Ranges, name: str, stop: _Stop,
+                 clock: Clock, nv: Ranges, name: str, stop: _Stop, overlap: bool,
                  results: list[Any], errors: list[BaseException]) -> None:
     if len(contexts) == 1:
-        results[0] = _stream_loop(contexts[0], warm_end_ns, config.iterations, duration_ns, clock, nv, name, stop)
+        results[0] = _stream_loop(contexts[0], warm_end_ns, config.iterations, duration_ns, clock, nv, name, stop,
+                                  overlap)
         return
 
     def worker(i: int) -> None:
         try:
             results[i] = _stream_loop(contexts[i], warm_end_ns, config.iterations, duration_ns, clock,
-                                      nv, name, stop)
+                                      nv, name, stop, overlap)
         except BaseException as exc:  # re-raised in the calling thread
             errors.append(exc)
             stop.set = True
@@ -180,13 +193,15 @@ def run_queries(contexts: Sequence[ExecutionContext], config: HarnessConfig, *, 
     duration_ns = int(config.duration_s * 1e9)
     warm_end_ns = clock() + int(config.warmup_ms * 1e6)
     stop = _Stop()
+    # under an NVTX tool each query runs alone inside its iteration range, so the range holds its GPU work
+    overlap = config.overlap and not nv.enabled and all(getattr(c, "overlaps", False) for c in contexts)
     results: list[tuple[list[QueryTiming], int] | None] = [None] * len(contexts)
     errors: list[BaseException] = []
 
     gc_was_on = gc.isenabled()
     gc.disable()  # a collection inside the timed loop would land on one query; the caller's setting comes back
     try:
-        _run_streams(contexts, config, warm_end_ns, duration_ns, clock, nv, name, stop, results, errors)
+        _run_streams(contexts, config, warm_end_ns, duration_ns, clock, nv, name, stop, overlap, results, errors)
     finally:
         if gc_was_on:
             gc.enable()
@@ -205,4 +220,4 @@ def run_queries(contexts: Sequence[ExecutionContext], config: HarnessConfig, *, 
     if len(results) > 1:  # one stream's queries are already in start order
         merged.sort(key=attrgetter("start_ns"))
     return Measurement(key=key, timings=merged, streams=len(contexts), warmup_dropped=dropped,
-                       warmup_ms=config.warmup_ms, per_stream_count=per_stream)
+                       warmup_ms=config.warmup_ms, per_stream_count=per_stream, in_flight=2 if overlap else 1)

@@ -115,6 +115,18 @@ def checklist_rows(variants: Sequence[dict]) -> list[dict[str, Any]]:
              "steps": {s: checklist_step(v, s) for s in CHECKLIST_STEPS}} for v in variants]
 
 
+def _streams_cell(v: dict) -> Any:
+    """The stream count, with how many queries each stream kept in flight when the run says."""
+    n = v.get("streams")
+    if n is None:
+        return DASH
+    fl = v.get("in_flight")
+    if fl is None:
+        return n
+    return cell(str(n), sub=f"{fl} in flight", title="queries each stream kept in flight: 2 = the next query enqueued "
+                                                        "before the previous one is waited for (trtexec's default)")
+
+
 def ok_variants(variants: Sequence[dict]) -> list[dict]:
     """Variants that ran and have a median latency."""
     return [v for v in variants if str(v.get("status") or "ok").lower() == "ok"
@@ -307,7 +319,7 @@ def build_sweep_page(summary: dict, *, layers: Sequence[dict] | None = None) -> 
             rows.append([
                 variant_key(v), cell(str(v.get("status") or "?"), cls=status_class(v.get("status"))),
                 str(v.get("precision") or DASH), cell(fmt_bytes(v.get("workspace_bytes"))),
-                v.get("streams") if v.get("streams") is not None else DASH,
+                _streams_cell(v),
                 cell({True: "on", False: "off"}.get(v.get("cuda_graph"), DASH)), str(v.get("backend") or DASH),
                 stat(lat, "median"), stat(lat, "p99"), cell(fmt_pct(stat(lat, "cov_pct"))),
                 stat(v.get("enqueue_ms"), "median"), finite(v.get("throughput_qps")),
