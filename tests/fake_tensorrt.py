@@ -265,6 +265,7 @@ class FakeExecutionContext:
     def execute_async_v3(self, stream_handle) -> bool:
         self.enqueues += 1
         cuda = self.engine.trt.cuda
+        cuda.note_enqueue()
         cuda.now_ms += cuda.compute_ms
         feeds = {}
         for name, (mode, shape, dtype) in self.engine.io.items():
@@ -387,22 +388,34 @@ class FakeStream:
         self.destroyed = False
 
     def synchronize(self):
-        pass
+        cuda = getattr(self, "cuda", None)
+        if cuda is not None:  # everything enqueued so far has completed
+            cuda.done = cuda.enqueued
 
     def destroy(self):
         self.destroyed = True
 
 
 class FakeEvent:
+    """Takes the fake GPU clock when recorded; remembers how many enqueues it follows, so waiting on it
+    marks them complete, and says (``FakeCuda.violations``) when it is recorded again before its time
+    was read or read before it was waited for."""
+
     def __init__(self, cuda: "FakeCuda"):
         self.cuda = cuda
         self.t_ms = None
+        self.read = True
+        self.covers = 0
 
     def record(self, stream):
+        if not self.read:
+            self.cuda.violations.append("an event was recorded again before its time was read")
         self.t_ms = self.cuda.now_ms
+        self.read = False
+        self.covers = self.cuda.enqueued
 
     def synchronize(self):
-        pass
+        self.cuda.done = max(self.cuda.done, self.covers)
 
     def destroy(self):
         pass
@@ -449,6 +462,14 @@ class FakeCuda:
         self.now_ms = 0.0  # the fake GPU clock: copies and kernels advance it
         self.copy_ms, self.compute_ms = copy_ms, compute_ms
         self.capture_error = capture_error
+        self.enqueued = 0  # enqueues so far
+        self.done = 0  # of which a wait (event or stream) has seen complete
+        self.max_in_flight = 0
+        self.violations: list[str] = []
+
+    def note_enqueue(self) -> None:
+        self.enqueued += 1
+        self.max_in_flight = max(self.max_in_flight, self.enqueued - self.done)
 
     def device_info(self):
         return types.SimpleNamespace(name="Fake GPU (test double)", driver_version="0", runtime_version="0",
@@ -458,7 +479,10 @@ class FakeCuda:
         used = sum(b.nbytes for b in self.memory.values())
         return types.SimpleNamespace(free_bytes=(1 << 30) - used, total_bytes=1 << 30)
 
-    Stream = FakeStream
+    def Stream(self, non_blocking: bool = True, priority: int = 0):
+        stream = FakeStream(non_blocking, priority)
+        stream.cuda = self
+        return stream
 
     def Event(self):
         return FakeEvent(self)
@@ -469,8 +493,10 @@ class FakeCuda:
     def DeviceBuffer(self, nbytes):
         return FakeDeviceBuffer(self, nbytes)
 
-    @staticmethod
-    def elapsed_ms(start: FakeEvent, end: FakeEvent) -> float:
+    def elapsed_ms(self, start: FakeEvent, end: FakeEvent) -> float:
+        if max(start.covers, end.covers) > self.done:
+            self.violations.append("an event's time was read before the work it follows was waited for")
+        start.read = end.read = True
         return end.t_ms - start.t_ms
 
     def memcpy_async(self, dst_ptr, src_ptr, nbytes, kind, stream):

@@ -202,3 +202,46 @@ def test_transfers_off_times_compute_only_and_copies_on_demand(model, graph):
     ctx.set_transfers(True)  # back to full queries
     t = ctx.query()
     assert t.h2d_ms == pytest.approx(0.125) and t.d2h_ms == pytest.approx(0.125)
+
+
+@pytest.mark.parametrize("overlap", [True, False], ids=["two-in-flight", "one"])
+@pytest.mark.parametrize("graph,transfers", [(False, True), (True, True), (True, False)],
+                         ids=["enqueue-io", "graph-io", "graph-noio"])
+def test_timed_loop_keeps_two_queries_in_flight_and_pairs_each_with_its_events(model, graph, transfers, overlap):
+    from profiler.harness.runner import HarnessConfig, run_queries
+
+    fake, be = _backend()
+    ctx = be.build(model, SPEC).create_context()
+    x = np.random.default_rng(4).standard_normal((2, 4)).astype(np.float32)
+    ctx.set_transfers(transfers)
+    ctx.set_inputs({"x": x})
+    if graph:
+        assert ctx.enable_cuda_graph() is None
+    fake.cuda.max_in_flight, fake.cuda.done = 0, fake.cuda.enqueued  # what the set-up did is finished
+    m = run_queries([ctx], HarnessConfig(iterations=9, duration_s=0.0, warmup_ms=0.0, overlap=overlap))
+    assert len(m.timings) == 9 and m.in_flight == (2 if overlap else 1)
+    assert fake.cuda.max_in_flight == (2 if overlap else 1)
+    assert fake.cuda.violations == []  # no event reused before its time was read, none read before its wait
+    for t in m.timings:
+        assert t.compute_ms == pytest.approx(1.5)
+        if transfers:
+            assert t.h2d_ms == pytest.approx(0.125) and t.d2h_ms == pytest.approx(0.125)
+        else:
+            assert t.h2d_ms is None and t.d2h_ms is None
+    if overlap:
+        assert all(b.start_ns < a.end_ns for a, b in zip(m.timings, m.timings[1:]))
+    ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(ctx.outputs()["y"], ref, rtol=1e-6)
+    ctx.close()
+
+
+def test_the_fake_gpu_catches_an_event_set_reused_too_early(model):
+    """The double's checks can fail: one event set for two queries in flight is caught."""
+    from types import SimpleNamespace
+
+    fake, be = _backend()
+    ctx = be.build(model, SPEC).create_context()
+    ctx.set_inputs({"x": np.ones((2, 4), np.float32)})
+    ctx._events_b = ctx.events  # both "sets" the same events
+    ctx.run_loop(4, 0, SimpleNamespace(set=False), overlap=True)
+    assert fake.cuda.violations

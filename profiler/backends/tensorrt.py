@@ -5,7 +5,8 @@ Build: Builder -> strongly typed network (the ``STRONGLY_TYPED`` creation flag o
 pool limit, detailed profiling verbosity, one optimization profile from the sweep's shapes, builder
 optimization level, timing cache) -> serialized plan, cached on disk by a fingerprint of model, variant,
 TensorRT version and GPU. Run: one execution context per stream, cuda-python streams/events/pinned
-buffers (``profiler.cuda``), ``execute_async_v3``; CUDA graphs captured after one warm enqueue, with
+buffers (``profiler.cuda``), ``execute_async_v3``, two queries in flight per stream in the timed loop as in
+trtexec (``run_loop``); CUDA graphs captured after one warm enqueue, with
 a fallback and its reason; per-layer times from an ``IProfiler`` in a separate profiling pass;
 layer information from the engine inspector (the same JSON as ``trtexec --exportLayerInfo``).
 
@@ -377,6 +378,8 @@ def make_profiler(trt):
 class TensorRTContext(ExecutionContext):
     """One IExecutionContext with its stream, device/pinned buffers and timing events."""
 
+    overlaps = True  # run_loop keeps two queries in flight when asked, as trtexec does
+
     def __init__(self, engine: TensorRTEngine, stream_index: int):
         self.engine, self.stream_index = engine, stream_index
         cu = engine.backend.cuda
@@ -386,6 +389,7 @@ class TensorRTContext(ExecutionContext):
             raise BuildError("TensorRT could not create an execution context (out of device memory?)")
         self.stream = cu.Stream()
         self.events = [cu.Event() for _ in range(4)]
+        self._events_b: list[Any] = []  # a second set, made when two queries are first kept in flight
         self.graph = None
         self._host: dict[str, np.ndarray] = {}
         self._pinned: dict[str, Any] = {}
@@ -463,6 +467,70 @@ class TensorRTContext(ExecutionContext):
                            h2d_ms=el(ev[0], ev[1]), compute_ms=el(ev[1], ev[2]),
                            d2h_ms=el(ev[2], ev[3]), stream=max(self.stream_index, 0))
 
+    def run_loop(self, iterations: int, deadline_ns: int, stop: Any,
+                 clock: Any = time.perf_counter_ns, overlap: bool = False) -> list[QueryTiming]:
+        """The timed phase. With ``overlap``, trtexec's inference loop: each query is enqueued (its events,
+        copies and ``execute_async_v3`` or graph launch, as in ``query``) before the previous one is
+        waited for, so two are in flight and the GPU does not wait for the host between them; the two
+        event sets alternate and a query's times are read once it has completed. Without ``overlap``,
+        ``query`` after ``query``."""
+        if not overlap:
+            return ExecutionContext.run_loop(self, iterations, deadline_ns, stop, clock)
+        cu, s = self.cu, self.stream
+        if not self._events_b:
+            self._events_b = [cu.Event() for _ in range(4)]
+        sets = (self.events, self._events_b)
+        moves = self.transfers
+        el = cu.elapsed_ms
+        h2d = [(self._dev[t.name].ptr, self._pinned[t.name].ptr, self._host[t.name].nbytes)
+               for t in self.engine.inputs] if moves else []
+        d2h = [(self._pinned[t.name].ptr, self._dev[t.name].ptr, self._host[t.name].nbytes)
+               for t in self.engine.outputs] if moves else []
+        copy, enqueue, pc = cu.memcpy_async, self._enqueue, time.perf_counter_ns
+        index = max(self.stream_index, 0)
+        kept: list[QueryTiming] = []
+        flying: tuple | None = None
+        k = n = 0
+
+        def finish(q: tuple) -> None:
+            start, e0, e1, ev = q
+            ev[3 if moves else 2].synchronize()
+            end = pc()
+            if moves:
+                kept.append(QueryTiming(start_ns=start, end_ns=end, enqueue_ms=(e1 - e0) / 1e6,
+                                        h2d_ms=el(ev[0], ev[1]), compute_ms=el(ev[1], ev[2]),
+                                        d2h_ms=el(ev[2], ev[3]), stream=index))
+            else:
+                kept.append(QueryTiming(start_ns=start, end_ns=end, enqueue_ms=(e1 - e0) / 1e6,
+                                        compute_ms=el(ev[1], ev[2]), stream=index))
+
+        while not stop.set:
+            ev = sets[k]
+            start = pc()
+            if moves:
+                ev[0].record(s)
+                for dst, src, nb in h2d:
+                    copy(dst, src, nb, "h2d", s)
+            ev[1].record(s)
+            e0 = pc()
+            enqueue()
+            e1 = pc()
+            ev[2].record(s)
+            if moves:
+                for dst, src, nb in d2h:
+                    copy(dst, src, nb, "d2h", s)
+                ev[3].record(s)
+            if flying is not None:
+                finish(flying)  # the previous query, while this one waits behind it on the stream
+            flying = (start, e0, e1, ev)
+            k ^= 1
+            n += 1
+            if n >= iterations and clock() >= deadline_ns:
+                break
+        if flying is not None:
+            finish(flying)
+        return kept
+
     def outputs(self) -> dict[str, np.ndarray]:
         if not self.transfers:  # the last query's outputs are still on the device: copy them now
             for t in self.engine.outputs:
@@ -495,6 +563,6 @@ class TensorRTContext(ExecutionContext):
         if self.graph is not None:
             self.graph.destroy()
             self.graph = None
-        for e in self.events:
+        for e in self.events + self._events_b:
             e.destroy()
         self.stream.destroy()
