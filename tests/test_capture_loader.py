@@ -804,3 +804,32 @@ def test_cli_exits_3_with_one_sentence_on_bad_captures(nsys_fixtures, tmp_path):
         assert proc.returncode == EXIT_INPUT, (bad, proc.stderr)
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and words in lines[0] and "Traceback" not in proc.stderr, (bad, proc.stderr)
+
+
+# -- reading only some columns (what the analysis does) -------------------------------------------
+def test_restricted_columns_read_those_and_leave_placeholders(tmp_path):
+    """``columns=`` on a real capture (one of our own H200 sample traces): the asked-for columns, the
+    times, ids and API link equal a full read; every other column of that frame is its placeholder."""
+    path = Path(__file__).resolve().parents[1] / "sample_traces" / "launch_bound.sqlite"
+    full = load_trace(path)
+    part = load_trace(path, columns={"kernels": {"name"}, "api": {"name"}})
+    # read besides what was asked for: times, ids, the device and the API link (kernels); times, ids and
+    # category (api)
+    always = {"kernels": {"start_ns", "end_ns", "device_id", "correlation_id", "pid", "graph_node_id", "graph_id",
+                          "api_tid", "api_start_ns", "api_end_ns"},
+              "api": {"start_ns", "end_ns", "pid", "global_tid", "category"}}
+    for frame in ("kernels", "api"):
+        f, p = getattr(full, frame), getattr(part, frame)
+        assert list(p.columns) == list(f.columns) and len(p) == len(f) > 1000
+        for col in f.columns:
+            if col == "name" or col in always[frame]:
+                assert p[col].equals(f[col]), (frame, col)
+                continue
+            assert not p[col].equals(f[col]), (frame, col)  # the capture has real values there
+            assert p[col].dtype.name == f[col].dtype.name, (frame, col)
+            assert p[col].nunique(dropna=False) == 1, (frame, col)  # one placeholder value on every row
+    assert part.nvtx.equals(full.nvtx) and part.memcpy.equals(full.memcpy)  # other frames read whole
+    with pytest.raises(ValueError, match="contract columns"):
+        load_trace(path, columns={"kernels": {"no_such_column"}})
+    with pytest.raises(ValueError, match="contract columns"):
+        load_trace(path, columns={"nvtx": {"text"}})

@@ -9,11 +9,11 @@ synchronisation, NVTX ranges and OS runtime calls), plus the interval arithmetic
 from profiler.capture.trace import FRAMES, SCHEMAS, Trace, empty_frame
 
 
-def load_trace(path, *, tables=None) -> Trace:
+def load_trace(path, *, tables=None, columns=None) -> Trace:
     """Load an nsys export into a :class:`Trace` (see :func:`profiler.capture.loader.load_trace`)."""
     from profiler.capture.loader import load_trace as _load
 
-    return _load(path, tables=tables)
+    return _load(path, tables=tables, columns=columns)
 
 
 __all__ = ["FRAMES", "SCHEMAS", "Trace", "empty_frame", "load_trace"]
