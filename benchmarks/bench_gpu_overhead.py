@@ -13,7 +13,9 @@ Bare loops (no timing at all), one query in flight:
 
 and two in flight (trtexec's default, and the harness's): each iteration enqueues, records a
 non-timing event, then waits for the previous iteration's event: bare_pipe (the plain graph),
-bare_query_pipe, bare_enqueue_pipe; bare_stream launches the plain graph back to back and waits once.
+bare_query_pipe, bare_enqueue_pipe; bare_stream launches the plain graph back to back and waits once;
+bare_pipe_timed is bare_pipe plus the two timing events the harness records around each launch
+(recorded, never read): the harness's GPU work without the harness.
 
 The harness (``run_queries``; per query: host clock, events, a QueryTiming), each context one query in
 flight and two ("+ov"):
@@ -93,11 +95,15 @@ def bench_model(path: str, shapes: dict, args: argparse.Namespace) -> dict:
 
     rt = cuda.runtime()
     launch, sync, rec, wait = rt.cudaGraphLaunch, rt.cudaStreamSynchronize, rt.cudaEventRecord, rt.cudaEventSynchronize
-    plain_ctx = ctx["rec_on"]  # one graph without event nodes; its stream, copies and buffers
+    # Each bare loop runs the very graph instance (and stream) of the harness rows it is compared with:
+    # two captures of one model can differ by a few microseconds (their activation buffers differ).
+    plain_ctx = ctx["rec_nt"]  # one graph without event nodes
     plain, ps = plain_ctx._graph_execs[0], plain_ctx.stream.handle
+    q_ctx = ctx["rec_on"]  # the same, with its copies
+    qplain, qs = q_ctx._graph_execs[0], q_ctx.stream.handle
     nodes_ctx = ctx["nodes_nt"]
     ex0, ex4, ns = nodes_ctx._graph_execs[0], nodes_ctx._graph_execs[4], nodes_ctx.stream.handle
-    assert ex0 != ex4 and plain_ctx._graph_execs[4] == plain
+    assert ex0 != ex4 and plain_ctx._graph_execs[4] == plain and q_ctx._graph_execs[4] == qplain
     marks = [cuda.Event(timing=False) for _ in range(2)]  # what the bare two-in-flight loops wait on
     mk = (marks[0].handle, marks[1].handle)
 
@@ -139,29 +145,47 @@ def bench_model(path: str, shapes: dict, args: argparse.Namespace) -> dict:
             k ^= 1
         wait(mk[k])
 
+    timers = [cuda.Event() for _ in range(4)]  # two timing events per iteration, alternating pairs
+    tk = ((timers[0].handle, timers[1].handle), (timers[2].handle, timers[3].handle))
+
+    def bare_pipe_timed(n: int) -> None:
+        """bare_pipe with the harness's GPU work: two timing events around each launch (never read)."""
+        k = 0
+        rec(tk[0][0], ps)
+        launch(plain, ps)
+        rec(tk[0][1], ps)
+        for _ in range(n - 1):
+            a, b = tk[k ^ 1]
+            rec(a, ps)
+            launch(plain, ps)
+            rec(b, ps)
+            wait(tk[k][1])
+            k ^= 1
+        wait(tk[k][1])
+
     cp = rt.cudaMemcpyAsync
-    h2d = [(d, h, nb, plain_ctx._k_h2d, ps) for d, h, nb in plain_ctx._h2d_args]
-    d2h = [(h, d, nb, plain_ctx._k_d2h, ps) for h, d, nb in plain_ctx._graph_d2h[0]]
+    h2d = [(d, h, nb, q_ctx._k_h2d, qs) for d, h, nb in q_ctx._h2d_args]
+    d2h = [(h, d, nb, q_ctx._k_d2h, qs) for h, d, nb in q_ctx._graph_d2h[0]]
 
     def one_query() -> None:
         for a in h2d:
             cp(*a)
-        launch(plain, ps)
+        launch(qplain, qs)
         for a in d2h:
             cp(*a)
 
     def bare_query(n: int) -> None:
         for _ in range(n):
             one_query()
-            sync(ps)
+            sync(qs)
 
     def bare_query_pipe(n: int) -> None:
         k = 0
         one_query()
-        rec(mk[0], ps)
+        rec(mk[0], qs)
         for _ in range(n - 1):
             one_query()
-            rec(mk[k ^ 1], ps)
+            rec(mk[k ^ 1], qs)
             wait(mk[k])
             k ^= 1
         wait(mk[k])
@@ -191,7 +215,7 @@ def bench_model(path: str, shapes: dict, args: argparse.Namespace) -> dict:
             wait(mk[k])
 
     bare = {"bare_plain": bare_plain, "bare_nodes": bare_nodes, "bare_alt": bare_alt, "bare_stream": bare_stream,
-            "bare_pipe": bare_pipe, "bare_query": bare_query, "bare_query_pipe": bare_query_pipe,
+            "bare_pipe": bare_pipe, "bare_pipe_timed": bare_pipe_timed, "bare_query": bare_query, "bare_query_pipe": bare_query_pipe,
             "bare_enqueue": bare_enqueue, "bare_enqueue_pipe": bare_enqueue_pipe}
     # harness rows: a context, one query in flight or two ("+ov", the default)
     harness = {name: (name, False) for name in ctx}
@@ -257,10 +281,13 @@ def bench_model(path: str, shapes: dict, args: argparse.Namespace) -> dict:
            "vs_plain_pct": {r: ratio(r, "bare_plain") for r in graph_rows + ["bare_nodes", "bare_alt", "bare_pipe",
                                                                            "bare_stream", "bare_query"]},
            "vs_stream_pct": {r: ratio(r, "bare_stream") for r in graph_rows + ["bare_pipe"]},
-           "event_nodes_us": paired("bare_nodes", "bare_plain"), "alternation_us": paired("bare_alt", "bare_nodes")}
+           "event_nodes_us": paired("bare_nodes", "bare_plain"), "alternation_us": paired("bare_alt", "bare_nodes"),
+           "timing_events_us": paired("bare_pipe_timed", "bare_pipe"),
+           "harness_vs_timed_us": paired("rec_nt+ov", "bare_pipe_timed"),
+           "harness_vs_timed_pct": ratio("rec_nt+ov", "bare_pipe_timed")}
     for c in ctx.values():
         c.close()
-    for e in marks:
+    for e in marks + timers:
         e.destroy()
     eng.close()
     return rec
@@ -293,6 +320,9 @@ def main() -> None:
               f"alternating)  query {m['bare_query']:.2f}  enqueue {m['bare_enqueue']:.1f}")
         print(f"  bare, two in flight: pipe {m['bare_pipe']:.2f}  stream (launch only) {m['bare_stream']:.2f}  "
               f"query {m['bare_query_pipe']:.2f}  enqueue {m['bare_enqueue_pipe']:.1f}")
+        print(f"  two timing events per query (bare_pipe_timed {m['bare_pipe_timed']:.2f}): "
+              f"{r['timing_events_us']:+.2f} us against bare_pipe; the harness (rec_nt+ov) against that loop: "
+              f"{r['harness_vs_timed_us']:+.2f} us ({r['harness_vs_timed_pct']:+.2f}%)")
         print(f"  {'harness row':<15} {'wall':>9} {'vs matching bare':>24} {'cost_us':>8} {'vs_plain%':>9} "
               f"{'vs_stream%':>10} {'gap_us':>7} {'compute':>9}")
         for row in r["match"]:
