@@ -215,7 +215,8 @@ def bench_model(path: str, shapes: dict, args: argparse.Namespace) -> dict:
             wait(mk[k])
 
     bare = {"bare_plain": bare_plain, "bare_nodes": bare_nodes, "bare_alt": bare_alt, "bare_stream": bare_stream,
-            "bare_pipe": bare_pipe, "bare_pipe_timed": bare_pipe_timed, "bare_query": bare_query, "bare_query_pipe": bare_query_pipe,
+            "bare_pipe": bare_pipe, "bare_pipe_timed": bare_pipe_timed, "bare_query": bare_query,
+            "bare_query_pipe": bare_query_pipe,
             "bare_enqueue": bare_enqueue, "bare_enqueue_pipe": bare_enqueue_pipe}
     # harness rows: a context, one query in flight or two ("+ov", the default)
     harness = {name: (name, False) for name in ctx}
@@ -224,7 +225,8 @@ def bench_model(path: str, shapes: dict, args: argparse.Namespace) -> dict:
     for row, (name, ov) in harness.items():
         base = "bare_enqueue" if name.startswith("eager") else "bare_query" if name.endswith("_on") else "bare_plain"
         if ov:
-            base = {"bare_plain": "bare_pipe", "bare_query": "bare_query_pipe", "bare_enqueue": "bare_enqueue_pipe"}[base]
+            base = {"bare_plain": "bare_pipe", "bare_query": "bare_query_pipe",
+                    "bare_enqueue": "bare_enqueue_pipe"}[base]
         match[row] = base
     eager_rows = {r for r in [*bare, *harness] if "enqueue" in r or r.startswith("eager")}
     n = args.iterations
@@ -328,7 +330,8 @@ def main() -> None:
         for row in r["match"]:
             vp = f"{p[row]:9.2f}" if row in p else f"{'':9}"
             vs = f"{st[row]:10.2f}" if row in st else f"{'':10}"
-            print(f"  {row:<15} {m[row]:9.2f} {r['match'][row]:>17}{r['vs_match_pct'][row]:+6.2f}% {c[row]:8.2f} {vp} {vs} "
+            print(f"  {row:<15} {m[row]:9.2f} {r['match'][row]:>17}{r['vs_match_pct'][row]:+6.2f}% "
+                  f"{c[row]:8.2f} {vp} {vs} "
                   f"{g[row]:7.2f} {cu[row]:9.2f}")
     print("(wall: median over rounds; '+ov': two queries in flight (the default), against the bare two-in-flight"
           " loops; cost_us: median of per-round differences against the matching bare loop; vs_plain%: against"

@@ -13,6 +13,7 @@ import enum
 import importlib
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from profiler.backends.base import ExecutionContext, QueryTiming
@@ -47,6 +48,7 @@ class SimulatedGpuRuntime:
         self.launched: list[object] = []
         self.max_in_flight = 0
         self.fail: dict[str, SimError] = {}  # call name -> the error it returns
+        self.copies: list[tuple] = []  # (dst, src) of every copy
 
     # -- the virtual stream --
     def _record(self, e: object) -> None:
@@ -89,6 +91,7 @@ class SimulatedGpuRuntime:
         return (SimError.cudaSuccess,)
 
     def cudaMemcpyAsync(self, dst, src, nbytes, kind, stream):
+        self.copies.append((dst, src))
         self.enqueue_work(COPY_US, "copy")
         return (SimError.cudaSuccess,)
 
@@ -150,13 +153,17 @@ def make_context(rt: SimulatedGpuRuntime, *, graph: bool, nodes: bool, transfers
     else:
         execs = {}
     pinned_out = [SimpleNamespace(ptr=500, nbytes=40)]
+    program = SimulatedProgram(rt)
+    program.outputs = [SimpleNamespace(name="y")]
     ctx.__dict__.update(
-        _cuda=importlib.import_module("profiler.cuda"), _rt=rt, stream=SimpleNamespace(handle="s"), ext=None,
+        _cuda=importlib.import_module("profiler.cuda"), _rt=rt, ext=None,
         graph=object() if graph else None, _graph_execs=execs, _graph_events=graph and nodes, _handles=handles,
         _set=0, _last=None, transfers=transfers, stream_index=stream_index,
         _h2d_args=[(100 + i, 200 + i, 64) for i in range(inputs)], _k_h2d="h2d", _k_d2h="d2h",
-        _graph_d2h={0: [(500, 600, 40)], 4: [(500, 600, 40)]}, pinned_out=pinned_out,
-        program=SimulatedProgram(rt), dev_inputs=[], _plan=None, dev_outputs=[])
+        _graph_d2h={0: [(500, 600, 40)], 4: [(500, 600 if not (graph and nodes) else 700, 40)]},
+        pinned_out=pinned_out, host_out=[np.zeros(10, np.float32)], program=program, dev_inputs=[], _plan=None,
+        dev_outputs=[], _d2h_args=[(500, 600, 40)], _graph_ran=False,  # what enable_cuda_graph leaves
+        stream=SimpleNamespace(handle="s", synchronize=lambda: rt.cudaStreamSynchronize("s")))
     return ctx
 
 
@@ -218,6 +225,18 @@ def test_a_pending_query_timing_is_read_before_its_events_are_reused(rt):
     ts = ctx.run_loop(5, 0, SimpleNamespace(set=False), overlap=True)
     assert pending._pending is None and pending.compute_ms == pytest.approx(GRAPH_US / 1000)
     assert len(ts) == 5 and rt.violations == []
+
+
+@pytest.mark.parametrize("count", [3, 4])
+def test_outputs_after_the_loop_come_from_the_graph_that_ran_last(rt, count):
+    """Two event-node graphs have their own output buffers (700 and 600 here): with transfers off,
+    outputs() must copy from the one the last query launched, whichever that was."""
+    ctx = make_context(rt, graph=True, nodes=True, transfers=False)
+    ctx.run_loop(count, 0, SimpleNamespace(set=False), overlap=True)
+    ctx.outputs()
+    last_src = rt.copies[-1][1]
+    assert rt.launched[-1] == ("g0" if count % 2 else "g4")
+    assert last_src == (600 if count % 2 else 700)
 
 
 def test_iterations_and_duration_are_both_minimums(rt):

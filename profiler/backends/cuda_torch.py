@@ -1312,6 +1312,7 @@ class CudaTorchContext(ExecutionContext):
         self._handles = {0: tuple(e.handle for e in self.ev[0:4]), 4: tuple(e.handle for e in self.ev[4:8])}
         self._last: _EventTiming | None = None
         self._graph_events = False  # True when the compute events are recorded inside the graph
+        self._graph_ran = False  # a graph query has run since the capture (outputs() reads its buffers)
         self.dev_inputs = [t.empty(i.shape, dtype=getattr(t, i.dtype), device=engine.device)
                            for i in self.program.inputs]
         self.pinned_in = [cuda.PinnedBuffer(x.numel() * x.element_size()) for x in self.dev_inputs]
@@ -1409,6 +1410,7 @@ class CudaTorchContext(ExecutionContext):
             if err:
                 self._cuda.check((err,), "cudaEventRecord")
         t1 = time.perf_counter_ns()
+        self._graph_ran = graph is not None
         last = self._last
         if last is not None and last._pending is not None:
             last._resolve()  # the previous query's compute time, read while this one runs
@@ -1442,6 +1444,7 @@ class CudaTorchContext(ExecutionContext):
             if not in_graph:
                 rec(e2, s)
             self._d2h_args = self._graph_d2h[k]
+            self._graph_ran = True
         else:
             rec(e1, s)
             self._compute()
@@ -1481,8 +1484,8 @@ class CudaTorchContext(ExecutionContext):
         if last is not None and last._pending is not None:
             last._resolve()  # a query made before the loop (the warm-up's last)
         self._last = None
-        launch, rec, sync, el = rt.cudaGraphLaunch, rt.cudaEventRecord, rt.cudaStreamSynchronize, rt.cudaEventElapsedTime
-        wait_event = rt.cudaEventSynchronize
+        launch, rec, sync = rt.cudaGraphLaunch, rt.cudaEventRecord, rt.cudaStreamSynchronize
+        el, wait_event = rt.cudaEventElapsedTime, rt.cudaEventSynchronize
         memcpy = rt.cudaMemcpyAsync
         pc = time.perf_counter_ns
         s = self.stream.handle
@@ -1592,12 +1595,13 @@ class CudaTorchContext(ExecutionContext):
             if eager is not None:
                 eager.__exit__(None, None, None)
             self._set = 4 * k
+            self._graph_ran = self._graph_ran or (graph and n > 0)
         return kept
 
     def outputs(self) -> dict[str, np.ndarray]:
         if not self.transfers:  # the last query's outputs are still on the device: copy them now
-            if self.graph is not None and self._last is not None:
-                self._d2h_args = self._graph_d2h[4 - self._set]  # the event set the last query used
+            if self.graph is not None and self._graph_ran:
+                self._d2h_args = self._graph_d2h[4 - self._set]  # the graph (event set) the last query used
             elif self.graph is None and self.dev_outputs:
                 self._d2h_args = [(h.ptr, o.data_ptr(), h.nbytes) for h, o in zip(self.pinned_out, self.dev_outputs)]
             self._d2h()
@@ -1654,6 +1658,7 @@ class CudaTorchContext(ExecutionContext):
         self._d2h_args = self._graph_d2h[0]
         self.graph = self._cuda.CudaGraph.from_exec(execs[0])
         self._graph_events = ev_in_graph
+        self._graph_ran = False
         return None
 
     def _event_nodes_ok(self) -> bool:
