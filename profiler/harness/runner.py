@@ -150,6 +150,8 @@ def _stream_loop(ctx: ExecutionContext, warm_end_ns: int, iterations: int, durat
 def _run_streams(contexts: Sequence[ExecutionContext], config: HarnessConfig, warm_end_ns: int, duration_ns: int,
                  clock: Clock, nv: Ranges, name: str, stop: _Stop, overlap: bool,
                  results: list[Any], errors: list[BaseException]) -> None:
+    """Each stream's loop into ``results``: inline for one stream, else one thread per stream, a
+    stream's failure stopping the others and raised here."""
     if len(contexts) == 1:
         results[0] = _stream_loop(contexts[0], warm_end_ns, config.iterations, duration_ns, clock, nv, name, stop,
                                   overlap)
