@@ -11,7 +11,7 @@ M=.gpu/models
 step() { local name=$1; shift; local t0=$(date +%s); timeout "${LIMIT:-240}" "$@" > "$L/$name.txt" 2>&1; local rc=$?;
          echo "== $name rc=$rc $(( $(date +%s) - t0 ))s"; grep -v '^\s*\[' "$L/$name.txt" | tail -n "${TAILN:-14}"; }
 LIMIT=150 TAILN=9 step models python3 benchmarks/bench_gpu_path.py models --models-dir $M --out $W/models
-LIMIT=100 TAILN=5 step overhead python3 benchmarks/bench_gpu_overhead.py --models-dir $M --iterations 400 --rounds 15 --json $W/overhead.json
+LIMIT=150 TAILN=40 step overhead python3 benchmarks/bench_gpu_overhead.py --models-dir $M --iterations 200 --rounds 10 --json $W/overhead.json
 LIMIT=200 TAILN=30 step nsys_sweep python3 benchmarks/bench_gpu_path.py nsys-sweep --model $M/ch_PP-OCRv4_rec_infer.onnx --out $W/nsys --iterations 30 --duration 0.4 --report $W/nsys/report.html
 LIMIT=90 TAILN=8 step harness_cls python3 benchmarks/bench_gpu_path.py nsys-sweep --model $M/ch_ppocr_mobile_v2.0_cls_infer.onnx --out $W/small --precisions fp32 --streams 1 --graphs off,on --iterations 40 --duration 0 --capture-name harness_cls --label harness-cls
 LIMIT=90 TAILN=8 step harness_streams python3 benchmarks/bench_gpu_path.py nsys-sweep --model $M/ch_ppocr_mobile_v2.0_cls_infer.onnx --out $W/streams --precisions fp32 --streams 1,2 --graphs on --iterations 100 --duration 0 --capture-name harness_cls_streams --label harness-cls-streams
