@@ -134,34 +134,31 @@ def bench_model(path: str, shapes: dict, args: argparse.Namespace) -> dict:
             launch(plain, ps)
         sync(ps)
 
-    def bare_pipe(n: int) -> None:
+    def two_in_flight(enqueue, s, ends, n: int) -> None:
+        """Iteration i: enqueue(i % 2), record ends[i % 2], wait for ends[(i - 1) % 2]; then the last."""
         k = 0
-        launch(plain, ps)
-        rec(mk[0], ps)
+        enqueue(0)
+        rec(ends[0], s)
         for _ in range(n - 1):
-            launch(plain, ps)
-            rec(mk[k ^ 1], ps)
-            wait(mk[k])
             k ^= 1
-        wait(mk[k])
+            enqueue(k)
+            rec(ends[k], s)
+            wait(ends[k ^ 1])
+        wait(ends[k])
+
+    def bare_pipe(n: int) -> None:
+        two_in_flight(lambda k: launch(plain, ps), ps, mk, n)
 
     timers = [cuda.Event() for _ in range(4)]  # two timing events per iteration, alternating pairs
-    tk = ((timers[0].handle, timers[1].handle), (timers[2].handle, timers[3].handle))
+    starts, ends = (timers[0].handle, timers[2].handle), (timers[1].handle, timers[3].handle)
 
     def bare_pipe_timed(n: int) -> None:
         """bare_pipe with the harness's GPU work: two timing events around each launch (never read)."""
-        k = 0
-        rec(tk[0][0], ps)
-        launch(plain, ps)
-        rec(tk[0][1], ps)
-        for _ in range(n - 1):
-            a, b = tk[k ^ 1]
-            rec(a, ps)
+        def enqueue(k: int) -> None:
+            rec(starts[k], ps)
             launch(plain, ps)
-            rec(b, ps)
-            wait(tk[k][1])
-            k ^= 1
-        wait(tk[k][1])
+
+        two_in_flight(enqueue, ps, ends, n)
 
     cp = rt.cudaMemcpyAsync
     h2d = [(d, h, nb, q_ctx._k_h2d, qs) for d, h, nb in q_ctx._h2d_args]
@@ -180,15 +177,7 @@ def bench_model(path: str, shapes: dict, args: argparse.Namespace) -> dict:
             sync(qs)
 
     def bare_query_pipe(n: int) -> None:
-        k = 0
-        one_query()
-        rec(mk[0], qs)
-        for _ in range(n - 1):
-            one_query()
-            rec(mk[k ^ 1], qs)
-            wait(mk[k])
-            k ^= 1
-        wait(mk[k])
+        two_in_flight(lambda k: one_query(), qs, mk, n)
 
     eager_ctx = ctx["eager_nt"]
     es, ext, prog = eager_ctx.stream.handle, eager_ctx.ext, eng.program
@@ -203,16 +192,8 @@ def bench_model(path: str, shapes: dict, args: argparse.Namespace) -> dict:
 
     def bare_enqueue_pipe(n: int) -> None:
         ins = eager_ctx.dev_inputs
-        k = 0
         with torch.cuda.stream(ext):
-            prog.forward(ins, plan)
-            rec(mk[0], es)
-            for _ in range(n - 1):
-                prog.forward(ins, plan)
-                rec(mk[k ^ 1], es)
-                wait(mk[k])
-                k ^= 1
-            wait(mk[k])
+            two_in_flight(lambda k: prog.forward(ins, plan), es, mk, n)
 
     bare = {"bare_plain": bare_plain, "bare_nodes": bare_nodes, "bare_alt": bare_alt, "bare_stream": bare_stream,
             "bare_pipe": bare_pipe, "bare_pipe_timed": bare_pipe_timed, "bare_query": bare_query,

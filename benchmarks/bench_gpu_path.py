@@ -162,20 +162,10 @@ def _print_sweep(summary: dict) -> None:
     print("findings:", [(x["rule"], x.get("range") or x.get("variant")) for x in summary.get("findings", [])][:20])
 
 
-def _union_ns(iv: list[tuple[int, int]]) -> int:
-    tot, cs, ce = 0, None, None
-    for s, e in sorted(iv):
-        if cs is None or s > ce:
-            if cs is not None:
-                tot += ce - cs
-            cs, ce = s, e
-        else:
-            ce = max(ce, e)
-    return tot + ((ce - cs) if cs is not None else 0)
-
-
 def stream_overlap(sqlite_path: str, keys: list[str]) -> dict[str, Any]:
     """Per variant: summed GPU activity vs its union inside the variant's ``sweep/<key>`` range."""
+    from profiler.capture.intervals import union_length
+
     con = sqlite3.connect(sqlite_path)
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     acts: list[tuple[int, int, int]] = []
@@ -197,7 +187,7 @@ def stream_overlap(sqlite_path: str, keys: list[str]) -> dict[str, Any]:
         sel = [(a[0], min(a[1], hi)) for a in acts[i0:i1]]
         streams = sorted({a[2] for a in acts[i0:i1]})
         total = sum(e - s for s, e in sel)
-        union = _union_ns(sel)
+        union = union_length([a for a, _ in sel], [b for _, b in sel])
         out[key] = {"streams_seen": len(streams), "activity_sum_ms": total / 1e6, "union_ms": union / 1e6,
                     "overlap_factor": total / union if union else None, "window_ms": (hi - lo) / 1e6,
                     "busy_fraction": union / (hi - lo) if hi > lo else None}

@@ -128,6 +128,27 @@ def pageable_vs_pinned(iterations: int = 40, size_bytes: int = 16 << 20) -> dict
             "copies_per_range": {"h2d": 1, "d2h": 1}}
 
 
+def _one_stream_then_all(work_on: Any, ss: list, main: Any, iterations: int) -> dict[str, Any]:
+    """Three warm-up rounds, then per iteration the work on ``main`` alone (range ``multistream.s1``)
+    and spread over the streams ``ss`` (``multistream.s<N>``), each waited for inside its range."""
+    streams = len(ss)
+    for _ in range(3):
+        work_on(ss)
+        work_on([main] * streams)
+    torch.cuda.synchronize()
+    for _ in range(iterations):
+        _push("multistream.s1")
+        work_on([main] * streams)
+        main.synchronize()
+        _pop()
+        _push(f"multistream.s{streams}")
+        work_on(ss)
+        main.synchronize()
+        _pop()
+    torch.cuda.synchronize()
+    return {"ranges": {"multistream.s1": iterations, f"multistream.s{streams}": iterations}}
+
+
 def multistream(iterations: int = 40, streams: int = 4, kernels_per_stream: int = 4,
                 spin_cycles: int = 200_000) -> dict[str, Any]:
     """Independent work on ``streams`` streams that overlaps, against the same work on one stream.
@@ -147,22 +168,8 @@ def multistream(iterations: int = 40, streams: int = 4, kernels_per_stream: int 
         for s in s_list:
             main.wait_stream(s)
 
-    for _ in range(3):
-        work_on(ss)
-        work_on([main] * streams)
-    torch.cuda.synchronize()
-    for _ in range(iterations):
-        _push("multistream.s1")
-        work_on([main] * streams)
-        main.synchronize()
-        _pop()
-        _push(f"multistream.s{streams}")
-        work_on(ss)
-        main.synchronize()
-        _pop()
-    torch.cuda.synchronize()
-    return {"ranges": {"multistream.s1": iterations, f"multistream.s{streams}": iterations},
-            "streams": streams, "kernels_per_stream": kernels_per_stream, "spin_cycles": spin_cycles}
+    return {**_one_stream_then_all(work_on, ss, main, iterations), "streams": streams,
+            "kernels_per_stream": kernels_per_stream, "spin_cycles": spin_cycles}
 
 
 def multistream_saturated(iterations: int = 40, streams: int = 4, mms_per_stream: int = 8,
@@ -182,22 +189,8 @@ def multistream_saturated(iterations: int = 40, streams: int = 4, mms_per_stream
                     torch.mm(a, b, out=c)
             main.wait_stream(s)
 
-    for _ in range(3):
-        work_on(ss)
-        work_on([main] * streams)
-    torch.cuda.synchronize()
-    for _ in range(iterations):
-        _push("multistream.s1")
-        work_on([main] * streams)
-        main.synchronize()
-        _pop()
-        _push(f"multistream.s{streams}")
-        work_on(ss)
-        main.synchronize()
-        _pop()
-    torch.cuda.synchronize()
-    return {"ranges": {"multistream.s1": iterations, f"multistream.s{streams}": iterations},
-            "streams": streams, "matmuls_per_stream": mms_per_stream, "matrix_size": size}
+    return {**_one_stream_then_all(work_on, ss, main, iterations), "streams": streams,
+            "matmuls_per_stream": mms_per_stream, "matrix_size": size}
 
 
 def no_nvtx(iterations: int = 60, kernels: int = 100) -> dict[str, Any]:

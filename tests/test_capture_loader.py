@@ -833,3 +833,17 @@ def test_restricted_columns_read_those_and_leave_placeholders(tmp_path):
         load_trace(path, columns={"kernels": {"no_such_column"}})
     with pytest.raises(ValueError, match="contract columns"):
         load_trace(path, columns={"nvtx": {"text"}})
+
+
+def test_absent_columns_name_only_tables_the_export_has():
+    """A table the export lacks is reported missing, not as a table whose columns are absent."""
+    traces = sorted((Path(__file__).resolve().parents[1] / "sample_traces").glob("*.sqlite"))
+    assert len(traces) >= 10
+    seen_without_memcpy = 0
+    for path in traces:
+        with sqlite3.connect(path) as con:
+            tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        absent = load_trace(path).meta.get("absent_columns") or {}
+        assert set(absent) <= tables, (path.name, sorted(set(absent) - tables))
+        seen_without_memcpy += "CUPTI_ACTIVITY_KIND_MEMCPY" not in tables
+    assert seen_without_memcpy >= 1  # the case that matters is among them

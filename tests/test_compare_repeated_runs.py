@@ -43,11 +43,17 @@ def repeated():
     return json.loads(FIXTURE.read_text())
 
 
-def test_same_sweep_twice_on_an_h200_is_not_a_change(repeated, tmp_path):
+def _store_both(repeated, tmp_path):
+    """The two stored H200 runs as rep-a and rep-b in a new SQLite store at tmp_path/r.db."""
     store = Store.open(f"sqlite:///{tmp_path / 'r.db'}")
     a, b = repeated["runs"]
     _store_run(store, "rep-a", a["variants"])
     _store_run(store, "rep-b", b["variants"])
+    return store
+
+
+def test_same_sweep_twice_on_an_h200_is_not_a_change(repeated, tmp_path):
+    store = _store_both(repeated, tmp_path)
     out = compare_runs(store, "rep-a", "rep-b")
     by = {v["key"]: v for v in out["variants"]}
     for key in ("fp32-wsdefault-s1-graph", "fp16-wsdefault-s1-graph"):
@@ -91,10 +97,7 @@ def test_with_history_a_host_bound_change_is_judged_against_the_run_to_run_sprea
 def test_compare_report_says_inconclusive(repeated, tmp_path):
     from profiler.report.compare import build_compare_page, verdict_summary
 
-    store = Store.open(f"sqlite:///{tmp_path / 'r.db'}")
-    a, b = repeated["runs"]
-    _store_run(store, "rep-a", a["variants"])
-    _store_run(store, "rep-b", b["variants"])
+    store = _store_both(repeated, tmp_path)
     out = compare_runs(store, "rep-a", "rep-b")
     head = verdict_summary(out)
     assert head["cls"] == "warn" and "2 of 4 host-bound variants inconclusive" in head["headline"]

@@ -9,6 +9,7 @@ import enum
 import importlib
 import sys
 
+import numpy as np
 import pytest
 
 from profiler.errors import EXIT_INPUT, InputError, MissingExtra
@@ -279,3 +280,51 @@ def test_profile_args_and_child_command(tmp_path):
     cmd = nsys.sweep_command(nsys.strip_nsys_args(argv), tmp_path / "child")
     assert cmd[1:5] == ["-m", "profiler", "sweep", "model.onnx"]
     assert cmd[-2:] == ["--out", str(tmp_path / "child")]
+
+
+# -- buffers ------------------------------------------------------------------------------------------
+class AllocatingRuntime(FakeCudaRuntime):
+    """FakeCudaRuntime that hands out real host memory for every allocation call (test double)."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks: dict[int, object] = {}
+
+    def _alloc(self, name, n):
+        import ctypes
+
+        block = ctypes.create_string_buffer(n)
+        self.blocks[ctypes.addressof(block)] = block
+        self.calls.append((name, n))
+        return (FakeError.cudaSuccess, ctypes.addressof(block))
+
+    def cudaMalloc(self, n):
+        return self._alloc("cudaMalloc", n)
+
+    def cudaMallocHost(self, n):
+        return self._alloc("cudaMallocHost", n)
+
+    def cudaFree(self, ptr):
+        self.calls.append(("cudaFree", self.blocks.pop(ptr) is not None))
+        return (FakeError.cudaSuccess,)
+
+    def cudaFreeHost(self, ptr):
+        self.calls.append(("cudaFreeHost", self.blocks.pop(ptr) is not None))
+        return (FakeError.cudaSuccess,)
+
+
+def test_buffers_allocate_and_free_once_through_their_own_calls(monkeypatch):
+    rt = AllocatingRuntime()
+    monkeypatch.setattr(R, "_RT", rt)
+    with R.DeviceBuffer(0) as d:  # zero bytes still allocates one, so the pointer is valid
+        assert d.ptr in rt.blocks and d.nbytes == 0
+    d.free()  # a second free does nothing
+    p = R.PinnedBuffer(24)
+    a = p.array("float32", (2, 3))
+    a[:] = np.arange(6).reshape(2, 3)
+    assert p.array("float32", (6,)).tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]  # one memory, two views
+    with pytest.raises(ValueError, match="needs 32 bytes; the buffer has 24"):
+        p.array("float64", (4,))
+    p.free()
+    assert rt.calls == [("cudaMalloc", 1), ("cudaFree", True), ("cudaMallocHost", 24), ("cudaFreeHost", True)]
+    assert rt.blocks == {} and p.ptr == 0 and d.ptr == 0

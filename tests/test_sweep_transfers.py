@@ -21,13 +21,14 @@ def test_sweep_without_transfers_keeps_accuracy_and_records_the_choice(tmp_path)
     assert fp16["accuracy"]["probs"]["cosine"] > 0.999  # outputs still reach the host for the check
 
 
-def test_cli_flag(tmp_path):
+def test_cli_flags(tmp_path):
     r = subprocess.run([sys.executable, "-m", "profiler", "sweep", "--precision", "fp32", "--no-transfers",
-                        "--iterations", "3", "--duration", "0", "--warmup", "0", "--no-layers", "--no-store",
-                        "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=300)
+                        "--no-overlap", "--iterations", "3", "--duration", "0", "--warmup", "0", "--no-layers",
+                        "--no-store", "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-1500:]
     summary = json.loads((tmp_path / "o" / "summary.json").read_text())
-    assert summary["run"]["config"]["transfers"] is False
+    assert summary["run"]["config"]["transfers"] is False and summary["run"]["config"]["overlap"] is False
+    assert summary["variants"][0]["in_flight"] == 1
 
 
 def test_overlap_is_asked_by_default_and_recorded_as_what_happened(tmp_path):
@@ -43,15 +44,6 @@ def test_runs_stored_before_the_option_resume_one_query_at_a_time():
     assert old.overlap is False and old.harness.overlap is False
     assert SweepConfig.from_dict({**old.to_dict(), "overlap": True}).harness.overlap is True
     assert SweepConfig().harness.overlap is True
-
-
-def test_cli_no_overlap(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "profiler", "sweep", "--precision", "fp32", "--no-overlap",
-                        "--iterations", "3", "--duration", "0", "--warmup", "0", "--no-layers", "--no-store",
-                        "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-1500:]
-    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
-    assert summary["run"]["config"]["overlap"] is False and summary["variants"][0]["in_flight"] == 1
 
 
 def test_the_report_says_how_many_queries_were_in_flight(tmp_path):

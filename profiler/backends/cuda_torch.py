@@ -1231,6 +1231,23 @@ class CudaTorchEngine(Engine):
         self.program = None  # type: ignore[assignment]
 
 
+class _Resolved:
+    """A field of :class:`_EventTiming` kept in ``slot``: reading it first reads the pending events."""
+
+    def __init__(self, slot: str):
+        self.slot = slot
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        if obj is None:
+            return self
+        if obj._pending is not None:
+            obj._resolve()
+        return obj.__dict__[self.slot]
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj.__dict__[self.slot] = value
+
+
 class _EventTiming(QueryTiming):
     """A QueryTiming whose event-timed parts are read from the GPU events when first needed.
 
@@ -1251,35 +1268,9 @@ class _EventTiming(QueryTiming):
         self._compute = el(e1, e2)[1]
         self._d2h = el(e2, e3)[1]
 
-    @property
-    def compute_ms(self) -> float:  # type: ignore[override]
-        if self._pending is not None:
-            self._resolve()
-        return self._compute
-
-    @compute_ms.setter
-    def compute_ms(self, v: float) -> None:
-        self._compute = v
-
-    @property
-    def h2d_ms(self) -> float | None:  # type: ignore[override]
-        if self._pending is not None:
-            self._resolve()
-        return self._h2d
-
-    @h2d_ms.setter
-    def h2d_ms(self, v: float | None) -> None:
-        self._h2d = v
-
-    @property
-    def d2h_ms(self) -> float | None:  # type: ignore[override]
-        if self._pending is not None:
-            self._resolve()
-        return self._d2h
-
-    @d2h_ms.setter
-    def d2h_ms(self, v: float | None) -> None:
-        self._d2h = v
+    compute_ms = _Resolved("_compute")  # type: ignore[assignment]
+    h2d_ms = _Resolved("_h2d")  # type: ignore[assignment]
+    d2h_ms = _Resolved("_d2h")  # type: ignore[assignment]
 
 
 class _ComputeTiming(_EventTiming):
@@ -1520,6 +1511,15 @@ class CudaTorchContext(ExecutionContext):
                                        h2d_ms=None, compute_ms=c[1], d2h_ms=None)
             append(timing)
 
+        def land(q: tuple) -> None:
+            """Wait for an in-flight query (overlap on), then read its times."""
+            t0, t1, ev = q
+            bad = wait_event(ev[last_event])[0]
+            t2 = pc()
+            if bad:
+                cuda.check((bad,), "cudaEventSynchronize (the query failed on the GPU)")
+            finish(t0, t1, t2, ev)
+
         k = self._set // 4
         done: tuple | None = None  # overlap off: the last query, waited for, times not yet read
         flying: tuple | None = None  # overlap on: the query enqueued before the current one
@@ -1563,12 +1563,7 @@ class CudaTorchContext(ExecutionContext):
                     cuda.check((bad,), "enqueueing a query")
                 if overlap:
                     if flying is not None:  # wait for the previous query while this one is queued behind it
-                        p0, p1, pev = flying
-                        bad = wait_event(pev[last_event])[0]
-                        t2 = pc()
-                        if bad:
-                            cuda.check((bad,), "cudaEventSynchronize (the query failed on the GPU)")
-                        finish(p0, p1, t2, pev)
+                        land(flying)
                     flying = (t0, t1, ev)
                 else:
                     if done is not None:
@@ -1583,12 +1578,7 @@ class CudaTorchContext(ExecutionContext):
                 if n >= iterations and clock() >= deadline_ns:
                     break
             if flying is not None:
-                p0, p1, pev = flying
-                bad = wait_event(pev[last_event])[0]
-                t2 = pc()
-                if bad:
-                    cuda.check((bad,), "cudaEventSynchronize (the query failed on the GPU)")
-                finish(p0, p1, t2, pev)
+                land(flying)
             if done is not None:
                 finish(*done)
         finally:

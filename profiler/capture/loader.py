@@ -710,41 +710,40 @@ class _Loader:
         data.update(self.link("kernels", gpid, corr))
         return self.frame("kernels", data, n)
 
-    def memcpy(self) -> pd.DataFrame:
-        t = T_MEMCPY
-        if not self.x.nonempty(t):
-            return empty_frame("memcpy")
+    def _copies(self, frame: str, table: str,
+                extra: tuple[tuple[str, str], ...] = ()) -> tuple[Any, dict[str, Any]] | None:
+        """memcpy/memset rows: their common columns and the API link, plus the optional ``extra``
+        (column, alias) pairs read as they are; None when the table is empty."""
+        if not self.x.nonempty(table):
+            return None
         c = self.col
         tbl = self.x.fetch(
-            f"SELECT start, end, deviceId, streamId, {c(t, 'correlationId')} AS corr, "
-            f"{c(t, 'globalPid')} AS gpid, bytes, {c(t, 'copyKind')} AS ck, {c(t, 'srcKind')} AS sk, "
-            f"{c(t, 'dstKind')} AS dk", t)
+            f"SELECT start, end, deviceId, streamId, {c(table, 'correlationId')} AS corr, "
+            f"{c(table, 'globalPid')} AS gpid, bytes" + "".join(f", {c(table, col)} AS {a}" for col, a in extra),
+            table)
         gpid, corr = _np(tbl, "gpid"), _np(tbl, "corr")
-        return pd.DataFrame(copy=False, data={
+        return tbl, {
             "start_ns": _np(tbl, "start"), "end_ns": _np(tbl, "end"),
             "device_id": _np(tbl, "deviceId", np.int32), "stream_id": _np(tbl, "streamId"),
             "correlation_id": corr, "pid": decode_global_tid(gpid)[0], "bytes": _np(tbl, "bytes"),
-            "copy_kind": _enum(_np(tbl, "ck"), _COPY_KIND, "copy_kind", "other"),
-            "src_kind": _enum(_np(tbl, "sk"), _MEM_KIND, "src_kind", "unknown"),
-            "dst_kind": _enum(_np(tbl, "dk"), _MEM_KIND, "dst_kind", "unknown"),
-            **self.link("memcpy", gpid, corr, with_name=True),
-        })
+            **self.link(frame, gpid, corr, with_name=frame == "memcpy"),
+        }
+
+    def memcpy(self) -> pd.DataFrame:
+        got = self._copies("memcpy", T_MEMCPY, (("copyKind", "ck"), ("srcKind", "sk"), ("dstKind", "dk")))
+        if got is None:
+            return empty_frame("memcpy")
+        tbl, data = got
+        data.update(copy_kind=_enum(_np(tbl, "ck"), _COPY_KIND, "copy_kind", "other"),
+                    src_kind=_enum(_np(tbl, "sk"), _MEM_KIND, "src_kind", "unknown"),
+                    dst_kind=_enum(_np(tbl, "dk"), _MEM_KIND, "dst_kind", "unknown"))
+        return pd.DataFrame(copy=False, data={col: data[col] for col in SCHEMAS["memcpy"]})
 
     def memset(self) -> pd.DataFrame:
-        t = T_MEMSET
-        if not self.x.nonempty(t):
+        got = self._copies("memset", T_MEMSET)
+        if got is None:
             return empty_frame("memset")
-        c = self.col
-        tbl = self.x.fetch(
-            f"SELECT start, end, deviceId, streamId, {c(t, 'correlationId')} AS corr, "
-            f"{c(t, 'globalPid')} AS gpid, bytes", t)
-        gpid, corr = _np(tbl, "gpid"), _np(tbl, "corr")
-        return pd.DataFrame(copy=False, data={
-            "start_ns": _np(tbl, "start"), "end_ns": _np(tbl, "end"),
-            "device_id": _np(tbl, "deviceId", np.int32), "stream_id": _np(tbl, "streamId"),
-            "correlation_id": corr, "pid": decode_global_tid(gpid)[0], "bytes": _np(tbl, "bytes"),
-            **self.link("memset", gpid, corr),
-        })
+        return pd.DataFrame(copy=False, data={col: got[1][col] for col in SCHEMAS["memset"]})
 
     def graphs(self) -> pd.DataFrame:
         t = T_GRAPH

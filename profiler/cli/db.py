@@ -2,9 +2,27 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Any, Iterator
+
 import click
 
 from profiler.cli.options import db_option, db_url
+
+
+@contextmanager
+def _unmigrated_store(ctx: click.Context, db: str | None) -> Iterator[Any]:
+    """The store at ``--db`` opened without migrating it; connection failures become one sentence."""
+    from profiler.store import Store
+    from profiler.store.api import connection_errors
+
+    url = db_url(ctx, db)
+    store = Store.open(url, upgrade=False)
+    try:
+        with connection_errors(url):
+            yield store
+    finally:
+        store.close()
 
 
 @click.group(name="db", help="Database maintenance.")
@@ -17,18 +35,11 @@ def command() -> None:
 @click.pass_context
 def upgrade_cmd(ctx: click.Context, db: str | None) -> None:
     """Create the run store or apply its pending schema migrations; prints the revision."""
-    from profiler.store import Store
-    from profiler.store.api import connection_errors
     from profiler.store.migrate import current_revision, upgrade
 
-    url = db_url(ctx, db)
-    store = Store.open(url, upgrade=False)
-    try:
-        with connection_errors(url):
-            before = current_revision(store.engine)
-            after = upgrade(store.engine)
-    finally:
-        store.close()
+    with _unmigrated_store(ctx, db) as store:
+        before = current_revision(store.engine)
+        after = upgrade(store.engine)
     shown = store.engine.url.render_as_string(hide_password=True)
     if before == after:
         click.echo(f"{shown}: already at revision {after}")
@@ -41,15 +52,8 @@ def upgrade_cmd(ctx: click.Context, db: str | None) -> None:
 @click.pass_context
 def current_cmd(ctx: click.Context, db: str | None) -> None:
     """Print the schema revision of the run store and the newest one this trtprof knows."""
-    from profiler.store import Store
-    from profiler.store.api import connection_errors
     from profiler.store.migrate import current_revision, head_revision
 
-    url = db_url(ctx, db)
-    store = Store.open(url, upgrade=False)
-    try:
-        with connection_errors(url):
-            rev = current_revision(store.engine)
-    finally:
-        store.close()
+    with _unmigrated_store(ctx, db) as store:
+        rev = current_revision(store.engine)
     click.echo(f"current: {rev or 'empty'}  head: {head_revision()}")

@@ -114,31 +114,37 @@ def device_synchronize() -> None:
 
 
 # -- memory ------------------------------------------------------------------------------------------
-class DeviceBuffer:
-    """``nbytes`` of device memory (cudaMalloc); ``ptr`` is the raw address."""
+class _Buffer:
+    """``nbytes`` from the runtime's ``_alloc`` call, given back by ``_release``; ``ptr`` is the address."""
+
+    _alloc = _release = ""
 
     def __init__(self, nbytes: int):
         self.nbytes = int(nbytes)
-        self.ptr = int(check(runtime().cudaMalloc(max(self.nbytes, 1)), "cudaMalloc"))
+        self.ptr = int(check(getattr(runtime(), self._alloc)(max(self.nbytes, 1)), self._alloc))
 
     def free(self) -> None:
         if self.ptr:
-            check(runtime().cudaFree(self.ptr), "cudaFree")
+            check(getattr(runtime(), self._release)(self.ptr), self._release)
             self.ptr = 0
 
-    def __enter__(self) -> "DeviceBuffer":
+    def __enter__(self) -> Any:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.free()
 
 
-class PinnedBuffer:
+class DeviceBuffer(_Buffer):
+    """``nbytes`` of device memory (cudaMalloc); ``ptr`` is the raw address."""
+
+    _alloc, _release = "cudaMalloc", "cudaFree"
+
+
+class PinnedBuffer(_Buffer):
     """``nbytes`` of page-locked host memory (cudaMallocHost), viewable as a numpy array."""
 
-    def __init__(self, nbytes: int):
-        self.nbytes = int(nbytes)
-        self.ptr = int(check(runtime().cudaMallocHost(max(self.nbytes, 1)), "cudaMallocHost"))
+    _alloc, _release = "cudaMallocHost", "cudaFreeHost"
 
     def array(self, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
         """A numpy view of the buffer (valid until :meth:`free`)."""
@@ -149,17 +155,6 @@ class PinnedBuffer:
                              f"the buffer has {self.nbytes}")
         raw = (ctypes.c_char * max(count * dt.itemsize, 1)).from_address(self.ptr)
         return np.frombuffer(raw, dtype=dt, count=count).reshape(shape)
-
-    def free(self) -> None:
-        if self.ptr:
-            check(runtime().cudaFreeHost(self.ptr), "cudaFreeHost")
-            self.ptr = 0
-
-    def __enter__(self) -> "PinnedBuffer":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.free()
 
 
 _KINDS = {"h2d": "cudaMemcpyHostToDevice", "d2h": "cudaMemcpyDeviceToHost",
