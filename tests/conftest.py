@@ -6,10 +6,44 @@ checkout (tests using it skip cleanly when it does not), and ``sample_traces/`` 
 
 from __future__ import annotations
 
+import importlib.abc
 import os
+import sys
 from pathlib import Path
 
 import pytest
+
+# Optional packages that CI never installs (the extras `torch`, `cuda`, `tensorrt`). With
+# TRTPROF_HIDE_EXTRAS=1 (set by .ci/run) they cannot be imported even where someone installed them by
+# hand, so a test that reaches one without `pytest.importorskip` fails on every machine, not only on a
+# fresh one.
+OPTIONAL_EXTRAS = ("torch", "cuda", "tensorrt", "nvtx", "cupy")
+
+
+class HiddenExtras(importlib.abc.MetaPathFinder):
+    """Refuses to import the optional extras, as if they were not installed."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.split(".", 1)[0] in self.names:
+            raise ModuleNotFoundError(f"No module named {fullname!r} (hidden by TRTPROF_HIDE_EXTRAS)",
+                                      name=fullname)
+        return None
+
+
+def hide_extras(names: tuple[str, ...] = OPTIONAL_EXTRAS) -> HiddenExtras:
+    finder = HiddenExtras(names)
+    sys.meta_path.insert(0, finder)
+    for name in list(sys.modules):  # anything already imported goes too
+        if name.split(".", 1)[0] in names:
+            del sys.modules[name]
+    return finder
+
+
+if os.environ.get("TRTPROF_HIDE_EXTRAS") == "1":
+    hide_extras()
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TRTPROF_SHARED", ROOT.parent / "shared"))

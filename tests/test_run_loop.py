@@ -9,6 +9,7 @@ were in flight. The loop itself is the real one; the GPU path is proven on the H
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import importlib
 from types import SimpleNamespace
@@ -163,7 +164,8 @@ def make_context(rt: SimulatedGpuRuntime, *, graph: bool, nodes: bool, transfers
         _graph_d2h={0: [(500, 600, 40)], 4: [(500, 600 if not (graph and nodes) else 700, 40)]},
         pinned_out=pinned_out, host_out=[np.zeros(10, np.float32)], program=program, dev_inputs=[], _plan=None,
         dev_outputs=[], _d2h_args=[(500, 600, 40)], _graph_ran=False,  # what enable_cuda_graph leaves
-        stream=SimpleNamespace(handle="s", synchronize=lambda: rt.cudaStreamSynchronize("s")))
+        stream=SimpleNamespace(handle="s", synchronize=lambda: rt.cudaStreamSynchronize("s")),
+        _eager_stream=contextlib.nullcontext)  # the simulation has one stream; no PyTorch needed
     return ctx
 
 

@@ -1395,7 +1395,7 @@ class CudaTorchContext(ExecutionContext):
                 if err:
                     self._cuda.check((err,), "cudaGraphLaunch")
             else:
-                with torch.cuda.stream(self.ext):
+                with self._eager_stream():
                     self.dev_outputs = self.program.forward(self.dev_inputs, self._plan)
             err = rec(events[2], s)[0]
             if err:
@@ -1414,6 +1414,12 @@ class CudaTorchContext(ExecutionContext):
                                _compute=0.0, _h2d=None, _d2h=None, _pending=(self, events))
         self._last = timing
         return timing
+
+    def _eager_stream(self) -> Any:
+        """The context manager that makes eager kernels run on this context's stream (torch's).
+
+        Separate so that the timed loop's logic can run on a simulated runtime without PyTorch."""
+        return _load_torch().cuda.stream(self.ext)
 
     def query(self) -> QueryTiming:
         rt = self._rt
@@ -1524,7 +1530,7 @@ class CudaTorchContext(ExecutionContext):
         done: tuple | None = None  # overlap off: the last query, waited for, times not yet read
         flying: tuple | None = None  # overlap on: the query enqueued before the current one
         n = 0
-        eager = None if graph else _load_torch().cuda.stream(self.ext)
+        eager = None if graph else self._eager_stream()
         if eager is not None:
             eager.__enter__()
         try:
