@@ -6,9 +6,12 @@ checkout (tests using it skip cleanly when it does not), and ``sample_traces/`` 
 
 from __future__ import annotations
 
+import atexit
 import importlib.abc
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -44,6 +47,11 @@ def hide_extras(names: tuple[str, ...] = OPTIONAL_EXTRAS) -> HiddenExtras:
 
 if os.environ.get("TRTPROF_HIDE_EXTRAS") == "1":
     hide_extras()
+
+# Caches (transformed models, loaded captures) go to a folder of this test session, never the user's.
+if "TRTPROF_CACHE_DIR" not in os.environ:
+    os.environ["TRTPROF_CACHE_DIR"] = tempfile.mkdtemp(prefix="trtprof-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["TRTPROF_CACHE_DIR"], True)
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TRTPROF_SHARED", ROOT.parent / "shared"))

@@ -111,14 +111,20 @@ class AnalysisResult:
                           "findings": [f.to_dict() for f in self.findings], **self.extra})
 
 
-def analyze_path(path: str | os.PathLike, options: AnalysisOptions | None = None) -> AnalysisResult:
-    """Load a capture (.sqlite export or .nsys-rep) and analyse it."""
-    from profiler.capture.loader import load_trace
+def analyze_path(path: str | os.PathLike, options: AnalysisOptions | None = None, *,
+                 cache: Any = None) -> AnalysisResult:
+    """Load a capture (.sqlite export or .nsys-rep) and analyse it.
+
+    The loaded frames go through the columnar cache (:mod:`profiler.capture.cache`): ``cache`` is
+    None for the default cache, False for none, or a ``TraceCache``.
+    """
+    from profiler.capture.cache import load_trace_cached
     from profiler.capture.trace import FRAMES
 
     # the synchronisation activity frame is not used: blocking calls come from the API frame; of the
     # large frames only the columns the analysis reads are loaded (the others are placeholders)
-    return analyze(load_trace(path, tables=[f for f in FRAMES if f != "sync"], columns=ANALYSIS_COLUMNS), options)
+    trace = load_trace_cached(path, tables=[f for f in FRAMES if f != "sync"], columns=ANALYSIS_COLUMNS, cache=cache)
+    return analyze(trace, options)
 
 
 ANALYSIS_COLUMNS = {"kernels": ("name", "short_name"), "api": (), "osrt": ()}

@@ -72,9 +72,11 @@ def _label(r: dict[str, Any]) -> str:
 @click.option("--min-gap-us", type=click.FloatRange(min=0), default=None,
               help="Smallest GPU idle gap that counts as idleness, in microseconds (default 50).")
 @click.option("--cdn", is_flag=True, help="Reference plotly.js from a CDN in the report instead of embedding it.")
+@click.option("--no-cache", is_flag=True,
+              help="Read the export itself even when its frames are cached ($TRTPROF_CACHE_DIR/traces).")
 @click.pass_context
 def command(ctx: click.Context, capture: str, json_path: str | None, report_path: str | None, no_store: bool,
-            label: str | None, db: str | None, min_gap_us: float | None, cdn: bool) -> None:
+            label: str | None, db: str | None, min_gap_us: float | None, cdn: bool, no_cache: bool) -> None:
     """Diagnose CAPTURE, an nsys SQLite export or a .nsys-rep (exported with nsys when it is on PATH).
 
     Each NVTX range name becomes a series of iterations (without NVTX the whole capture is one window);
@@ -95,17 +97,17 @@ def command(ctx: click.Context, capture: str, json_path: str | None, report_path
                              "(default ./trtprof.db)")
         store = open_store(ctx, db)
     try:
-        _analyze(capture, json_path, report_path, store, label, min_gap_us, cdn)
+        _analyze(capture, json_path, report_path, store, label, min_gap_us, cdn, cache=False if no_cache else None)
     finally:
         if store is not None:
             store.close()
 
 
 def _analyze(capture: str, json_path: str | None, report_path: str | None, store, label: str | None,
-             min_gap_us: float, cdn: bool) -> None:
+             min_gap_us: float, cdn: bool, cache: bool | None = None) -> None:
     from profiler.capture.analyze import AnalysisOptions, analyze_path, store_analysis
 
-    result = analyze_path(capture, AnalysisOptions(min_gap_us=min_gap_us))
+    result = analyze_path(capture, AnalysisOptions(min_gap_us=min_gap_us), cache=cache)
     data = result.to_json()
     artifacts: list[tuple[str, str]] = [("capture", str(Path(capture).resolve()))]
     if json_path:

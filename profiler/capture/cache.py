@@ -1,0 +1,174 @@
+"""A columnar cache of loaded captures: a second analysis of the same export skips SQLite.
+
+``load_trace`` turns an nsys export into a :class:`~profiler.capture.trace.Trace` (frames of kernels,
+copies, API calls, NVTX ranges...). That takes seconds on a large export, and an engineer re-runs
+``trtprof analyze`` on one capture many times (other options, another ``--unit``, a report after a
+JSON). The cache keeps each loaded Trace as Parquet files, one per frame, plus its ``meta`` as JSON.
+
+The key is what makes the answer right, never a guess about the file:
+
+- the SHA-256 of the export's *content* (not its name, size or mtime: a file rewritten in place, or
+  another capture copied over it, never gets the old frames);
+- the loader's version: a digest of the source of the modules that build a Trace (so any change to
+  the loader invalidates every entry without anyone remembering to bump a number), and of the pandas
+  and pyarrow versions that wrote the files;
+- the frames and columns asked for.
+
+An entry is written to a temporary folder and renamed into place, so a reader never sees half an
+entry and concurrent writers of one key leave one whole copy. A damaged entry is a miss and is
+removed. ``TRTPROF_TRACE_CACHE=0`` turns the cache off; the folder is ``$TRTPROF_CACHE_DIR/traces``
+(default ``~/.cache/trtprof/traces``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+FORMAT = 1
+_LOADER_MODULES = ("loader.py", "trace.py", "nsysrep.py", "cache.py")
+
+
+def default_trace_cache_dir() -> Path:
+    """``$TRTPROF_CACHE_DIR/traces``, else ``$XDG_CACHE_HOME/trtprof/traces``, else ``~/.cache/trtprof/traces``."""
+    root = os.environ.get("TRTPROF_CACHE_DIR")
+    if root:
+        return Path(root) / "traces"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "trtprof" / "traces"
+
+
+def cache_enabled() -> bool:
+    return os.environ.get("TRTPROF_TRACE_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def file_sha256(path: Path, chunk_bytes: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk_bytes):
+            h.update(block)
+    return h.hexdigest()
+
+
+_loader_version: str | None = None
+
+
+def loader_version() -> str:
+    """A digest of the loader's source and of the libraries that write and read the entries."""
+    global _loader_version
+    if _loader_version is None:
+        import pyarrow
+
+        h = hashlib.sha256(f"{FORMAT}|{pd.__version__}|{pyarrow.__version__}".encode())
+        here = Path(__file__).parent
+        for name in _LOADER_MODULES:
+            p = here / name
+            h.update(name.encode() + (p.read_bytes() if p.is_file() else b"-"))
+        _loader_version = h.hexdigest()[:16]
+    return _loader_version
+
+
+def cache_key(content_sha256: str, tables: Iterable[str] | None, columns: dict[str, Iterable[str]] | None) -> str:
+    request = {"tables": None if tables is None else sorted(tables),
+               "columns": {f: sorted(c) for f, c in sorted((columns or {}).items())}}
+    text = json.dumps({"content": content_sha256, "loader": loader_version(), "request": request}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+def _read_frame(path: Path) -> pd.DataFrame:
+    df = pd.read_parquet(path)
+    for col in df.columns:  # Parquet keeps no dtype for the categories of an empty categorical
+        dtype = df[col].dtype
+        if isinstance(dtype, pd.CategoricalDtype) and len(dtype.categories) == 0 and dtype.categories.dtype == object:
+            df[col] = df[col].cat.set_categories(pd.Index([], dtype="str"))
+    return df
+
+
+class TraceCache:
+    """A folder of loaded Traces, one sub-folder per key (``meta.json`` + ``<frame>.parquet``)."""
+
+    def __init__(self, root: str | os.PathLike | None = None):
+        self.root = Path(root) if root is not None else default_trace_cache_dir()
+
+    def entry(self, key: str) -> Path:
+        return self.root / key
+
+    def get(self, key: str, source_path: str | os.PathLike) -> Any | None:
+        """The cached Trace for ``key`` (its ``source_path`` set to this file), else None."""
+        from profiler.capture.trace import FRAMES, Trace
+
+        folder = self.entry(key)
+        meta_file = folder / "meta.json"
+        if not meta_file.is_file():
+            return None
+        try:
+            meta = json.loads(meta_file.read_text())
+            frames = {name: _read_frame(folder / f"{name}.parquet") for name in FRAMES
+                      if (folder / f"{name}.parquet").is_file()}
+        except Exception:  # a damaged entry (disk full while another tool wrote, a user's edit): a miss
+            shutil.rmtree(folder, ignore_errors=True)
+            return None
+        meta["source_path"] = str(source_path)
+        trace = Trace(meta={}, **frames)
+        trace.meta = meta
+        return trace
+
+    def put(self, key: str, trace: Any) -> bool:
+        """Store ``trace`` under ``key``; False (and nothing left behind) when it cannot be written."""
+        from profiler.capture.trace import FRAMES
+
+        final = self.entry(key)
+        if (final / "meta.json").is_file():
+            return True
+        tmp: Path | None = None
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=self.root))
+            for name in FRAMES:
+                getattr(trace, name).to_parquet(tmp / f"{name}.parquet", index=False, compression="zstd")
+            (tmp / "meta.json").write_text(json.dumps(trace.meta, default=str))
+            try:
+                os.replace(tmp, final)
+            except OSError:  # another process stored the same key first: keep its copy
+                pass
+            return (final / "meta.json").is_file()
+        except (OSError, ValueError, TypeError, ImportError):
+            return False
+        finally:
+            if tmp is not None and tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+
+
+def load_trace_cached(path: str | os.PathLike, *, tables: Iterable[str] | None = None,
+                      columns: dict[str, Iterable[str]] | None = None,
+                      cache: TraceCache | None | bool = None) -> Any:
+    """:func:`~profiler.capture.loader.load_trace` through the columnar cache.
+
+    ``cache``: a :class:`TraceCache`, None for the default one (unless ``TRTPROF_TRACE_CACHE=0``), or
+    False for none. ``trace.meta['cache']`` says ``"hit"``, ``"stored"`` or ``"off"``.
+    """
+    from profiler.capture.loader import check_sqlite_file, load_trace
+
+    p = Path(path)
+    if cache is False or (cache is None and not cache_enabled()) or not p.is_file():
+        trace = load_trace(p, tables=tables, columns=columns)
+        trace.meta["cache"] = "off"
+        return trace
+    if p.suffix not in (".nsys-rep", ".qdrep"):
+        check_sqlite_file(p)  # a missing or non-SQLite file is reported as the loader reports it
+    store = cache if isinstance(cache, TraceCache) else TraceCache()
+    key = cache_key(file_sha256(p), tables, columns)
+    trace = store.get(key, p)
+    if trace is not None:
+        trace.meta["cache"] = "hit"
+        return trace
+    trace = load_trace(p, tables=tables, columns=columns)
+    trace.meta["cache"] = "stored" if store.put(key, trace) else "off"
+    return trace
