@@ -69,6 +69,39 @@ def main() -> None:
             print(f"{step:<20} {wall:8.2f} {wall / cold:7.2f} {rss:12.0f}")
         same = len(set().union(*digests.values())) == 1
         print(f"JSON byte-identical across the three paths: {'yes' if same else 'NO'}")
+        print()
+        print("in this process (no interpreter start-up or imports), median of the repeats:")
+        for step, seconds in in_process(path, work / "cache-inproc", args.repeats):
+            print(f"  {step:<34} {seconds:6.2f} s")
+
+
+def in_process(path: Path, cache_dir: Path, repeats: int) -> list[tuple[str, float]]:
+    import time
+
+    from profiler.capture.analyze import ANALYSIS_COLUMNS, analyze
+    from profiler.capture.cache import TraceCache, cache_key, file_sha256
+    from profiler.capture.loader import load_trace
+    from profiler.capture.trace import FRAMES
+
+    tables = [f for f in FRAMES if f != "sync"]
+    store = TraceCache(cache_dir)
+    times: dict[str, list[float]] = {}
+
+    def timed(name, fn):
+        t0 = time.perf_counter()
+        value = fn()
+        times.setdefault(name, []).append(time.perf_counter() - t0)
+        return value
+
+    for _ in range(repeats):
+        trace = timed("load_trace (SQLite)", lambda: load_trace(path, tables=tables, columns=ANALYSIS_COLUMNS))
+        digest = timed("content hash (SHA-256)", lambda: file_sha256(path))
+        key = cache_key(digest, tables, ANALYSIS_COLUMNS)
+        shutil.rmtree(cache_dir, ignore_errors=True)
+        timed("cache write (Parquet, zstd)", lambda: store.put(key, trace))
+        timed("cache read", lambda: store.get(key, path))
+        timed("analyze (frames -> findings)", lambda: analyze(trace))
+    return [(k, sorted(v)[len(v) // 2]) for k, v in times.items()]
 
 
 if __name__ == "__main__":

@@ -83,7 +83,10 @@ def cache_key(content_sha256: str, tables: Iterable[str] | None, columns: dict[s
 
 
 def _read_frame(path: Path) -> pd.DataFrame:
-    df = pd.read_parquet(path)
+    import pyarrow.parquet as pq
+
+    # self_destruct frees each Arrow column once converted: the peak stays near one copy of the frame
+    df = pq.read_table(path).to_pandas(self_destruct=True, split_blocks=True)
     for col in df.columns:  # Parquet keeps no dtype for the categories of an empty categorical
         dtype = df[col].dtype
         if isinstance(dtype, pd.CategoricalDtype) and len(dtype.categories) == 0 and dtype.categories.dtype == object:
