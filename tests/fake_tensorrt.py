@@ -403,6 +403,7 @@ class FakeEvent:
 
     def __init__(self, cuda: "FakeCuda"):
         self.cuda = cuda
+        self.handle = self  # what the timed loop passes to the runtime's calls
         self.t_ms = None
         self.read = True
         self.covers = 0
@@ -450,6 +451,30 @@ class FakeGraph:
         pass
 
 
+class FakeRuntimeCalls:
+    """The calls of ``cuda.bindings.runtime`` the timed loop makes, on FakeCuda's objects: results are
+    tuples whose first item is the error code (0), as cuda-python returns them. Events are passed as
+    their ``handle``, which for a FakeEvent is the event itself."""
+
+    def __init__(self, cuda: "FakeCuda"):
+        self.cuda = cuda
+
+    def cudaEventRecord(self, event, stream):
+        event.record(stream)
+        return (0,)
+
+    def cudaEventSynchronize(self, event):
+        event.synchronize()
+        return (0,)
+
+    def cudaEventElapsedTime(self, start, end):
+        return (0, self.cuda.elapsed_ms(start, end))
+
+    def cudaMemcpyAsync(self, dst_ptr, src_ptr, nbytes, kind, stream):
+        self.cuda.memcpy_async(dst_ptr, src_ptr, nbytes, kind, stream)
+        return (0,)
+
+
 class FakeCuda:
     """A stand-in for ``profiler.cuda`` whose events read a deterministic clock (test double).
 
@@ -492,6 +517,19 @@ class FakeCuda:
 
     def DeviceBuffer(self, nbytes):
         return FakeDeviceBuffer(self, nbytes)
+
+    def runtime(self) -> FakeRuntimeCalls:
+        return FakeRuntimeCalls(self)
+
+    @staticmethod
+    def check(result, call):
+        if result[0]:
+            raise RuntimeError(f"{call} failed with {result[0]}")
+        return result[1:]
+
+    @staticmethod
+    def memcpy_kind(kind: str) -> str:
+        return kind
 
     def elapsed_ms(self, start: FakeEvent, end: FakeEvent) -> float:
         if max(start.covers, end.covers) > self.done:

@@ -20,7 +20,7 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from profiler.backends.base import BuildError, UnsupportedOp, VariantSpec, gpu_present  # noqa: E402
-from profiler.backends.cuda_torch import INT8_REASON, CudaTorchBackend, compile_model, has_float16  # noqa: E402
+from profiler.backends.cuda_ref import INT8_REASON, CudaTorchBackend, compile_model, has_float16  # noqa: E402
 
 
 def _rapidocr_dir() -> Path | None:
@@ -367,7 +367,7 @@ def test_gpu_run_loop_matches_query(nodes):
         ctx = eng.create_context(0)
         ctx.set_transfers(transfers)
         ctx.set_inputs(f1)
-        assert ctx.enable_cuda_graph() is None and ctx._graph_events == nodes
+        assert ctx.enable_cuda_graph() is None and ctx.timed.events_in_enqueue == nodes
         single = [ctx.query() for _ in range(30)]
         m = run_queries([ctx], HarnessConfig(iterations=31, duration_s=0.0, warmup_ms=0.0, overlap=overlap))
         ts = m.timings

@@ -242,6 +242,7 @@ def test_the_fake_gpu_catches_an_event_set_reused_too_early(model):
     fake, be = _backend()
     ctx = be.build(model, SPEC).create_context()
     ctx.set_inputs({"x": np.ones((2, 4), np.float32)})
-    ctx._events_b = ctx.events  # both "sets" the same events
+    first = ctx.timed.lanes[0]
+    ctx.timed._following = {first: first}  # every query on the first lane's events
     ctx.run_loop(4, 0, SimpleNamespace(set=False), overlap=True)
     assert fake.cuda.violations

@@ -1,5 +1,5 @@
 """The CUDA layer's CPU-side logic: error mapping, graph-capture fallback reasons, lazy loading,
-lazy query timing, and the nsys helpers. A test double (``FakeCudaRuntime``) stands in for
+and the nsys helpers. A test double (``FakeCudaRuntime``) stands in for
 ``cuda.bindings.runtime`` where a GPU would be needed; where cuda-python is installed, the real
 bindings are also exercised on this GPU-less machine (they answer with a driver error)."""
 
@@ -196,7 +196,7 @@ def test_version_text():
 def test_importing_the_layer_does_not_import_cuda_python():
     import subprocess
 
-    code = ("import sys, profiler.cuda, profiler.backends.cuda_torch; "
+    code = ("import sys, profiler.cuda, profiler.backends.cuda_ref; "
             "print('cuda.bindings.runtime' in sys.modules, 'torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1])).stdout.split()
@@ -222,36 +222,6 @@ def test_real_bindings_without_a_gpu_raise_cuda_unavailable(monkeypatch):
         R.device_count()
     assert exc.value.name in E.UNAVAILABLE
     assert str(exc.value).startswith(f"no usable CUDA GPU: cudaGetDeviceCount returned {exc.value.name}")
-
-
-# -- lazy query timing (cuda backend) --------------------------------------------------------------
-class FakeTimingContext:
-    """Stands in for a CudaTorchContext: only the runtime the timing reads events through."""
-
-    def __init__(self):
-        self._rt = FakeCudaRuntime()
-
-
-def test_event_timing_resolves_once_on_first_access():
-    from profiler.backends.cuda_torch import _EventTiming, _new_timing
-
-    ctx = FakeTimingContext()
-    t = _new_timing(_EventTiming)
-    t.__dict__.update(start_ns=10, end_ns=50, enqueue_ms=0.01, stream=1, _compute=0.0, _h2d=None, _d2h=None,
-                      _pending=(ctx, (100, 103, 110, 111)))
-    assert ctx._rt.calls == []
-    assert t.compute_ms == 7.0  # e2 - e1
-    assert t.h2d_ms == 3.0 and t.d2h_ms == 1.0
-    assert t.latency_ms == 11.0
-    assert len(ctx._rt.calls) == 3  # read once
-    assert t.stream == 1 and t.start_ns == 10
-
-
-def test_event_timing_accepts_plain_construction():
-    from profiler.backends.cuda_torch import _EventTiming
-
-    t = _EventTiming(1, 2, 0.5, 2.0, 0.25, None, 0)
-    assert (t.compute_ms, t.h2d_ms, t.d2h_ms, t.latency_ms) == (2.0, 0.25, None, 2.25)
 
 
 # -- nsys helpers -----------------------------------------------------------------------------------

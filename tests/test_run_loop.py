@@ -1,4 +1,4 @@
-"""The cuda backend's timed loop (``CudaTorchContext.run_loop``) on a simulated GPU.
+"""The shared timed loop (``profiler.cuda.timed_loop``) driving the cuda backend's context, on a simulated GPU.
 
 ``SimulatedGpuRuntime`` is a test double for ``cuda.bindings.runtime``: one stream whose work (graph
 launches, copies, eager forwards) runs on a virtual GPU clock when the host waits, and events that take
@@ -9,16 +9,17 @@ were in flight. The loop itself is the real one; the GPU path is proven on the H
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import importlib
+from contextlib import nullcontext
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from profiler.backends.base import ExecutionContext, QueryTiming
-from profiler.backends.cuda_torch import CudaTorchContext, _ComputeTiming, _new_timing
+from profiler.backends.cuda_ref.runtime import CapturedGraph, CudaTorchContext
+from profiler.cuda.timed_loop import EventSet, TimedStream
 from profiler.harness.nvtx import Ranges
 from profiler.harness.runner import HarnessConfig, run_queries
 
@@ -142,30 +143,29 @@ def rt(monkeypatch):
 
 def make_context(rt: SimulatedGpuRuntime, *, graph: bool, nodes: bool, transfers: bool, inputs: int = 2,
                  stream_index: int = 0) -> CudaTorchContext:
-    """A CudaTorchContext whose CUDA objects are the simulation's (its constructor needs a real GPU)."""
+    """A CudaTorchContext whose CUDA objects are the simulation's (its constructor needs a real GPU). The
+    eager path's stream scope (PyTorch's current stream) is injected as a no-op, so no PyTorch is needed."""
     ctx = object.__new__(CudaTorchContext)
-    handles = {0: ("e0", "e1", "e2", "e3"), 4: ("f0", "f1", "f2", "f3")}
-    if graph and nodes:
+    lanes = (EventSet(0, "e0", "e1", "e2", "e3"), EventSet(1, "f0", "f1", "f2", "f3"))
+    if graph and nodes:  # one graph per lane, each recording its lane's compute events, with its own outputs
         rt.execs = {"g0": (GRAPH_US, ("e1", "e2")), "g4": (GRAPH_US, ("f1", "f2"))}
-        execs = {0: "g0", 4: "g4"}
+        graphs = (CapturedGraph("g0", [(500, 600, 40)]), CapturedGraph("g4", [(500, 700, 40)]))
     elif graph:
         rt.execs = {"g": (GRAPH_US, None)}
-        execs = {0: "g", 4: "g"}
+        graphs = (CapturedGraph("g", [(500, 600, 40)]),) * 2
     else:
-        execs = {}
-    pinned_out = [SimpleNamespace(ptr=500, nbytes=40)]
+        graphs = None
     program = SimulatedProgram(rt)
     program.outputs = [SimpleNamespace(name="y")]
     ctx.__dict__.update(
-        _cuda=importlib.import_module("profiler.cuda"), _rt=rt, ext=None,
-        graph=object() if graph else None, _graph_execs=execs, _graph_events=graph and nodes, _handles=handles,
-        _set=0, _last=None, transfers=transfers, stream_index=stream_index,
-        _h2d_args=[(100 + i, 200 + i, 64) for i in range(inputs)], _k_h2d="h2d", _k_d2h="d2h",
-        _graph_d2h={0: [(500, 600, 40)], 4: [(500, 600 if not (graph and nodes) else 700, 40)]},
-        pinned_out=pinned_out, host_out=[np.zeros(10, np.float32)], program=program, dev_inputs=[], _plan=None,
-        dev_outputs=[], _d2h_args=[(500, 600, 40)], _graph_ran=False,  # what enable_cuda_graph leaves
-        stream=SimpleNamespace(handle="s", synchronize=lambda: rt.cudaStreamSynchronize("s")),
-        _eager_stream=contextlib.nullcontext)  # the simulation has one stream; no PyTorch needed
+        _cuda=importlib.import_module("profiler.cuda"), graph=object() if graph else None, _graphs=graphs,
+        stream_index=stream_index, pinned_out=[SimpleNamespace(ptr=500, nbytes=40)],
+        host_out=[np.zeros(10, np.float32)], program=program, dev_inputs=[], _plan=None, dev_outputs=[],
+        stream=SimpleNamespace(handle="s", synchronize=lambda: rt.cudaStreamSynchronize("s")))
+    ctx.timed = TimedStream(rt, ctx._cuda.check, "s", lanes, [(100 + i, 200 + i, 64) for i in range(inputs)],
+                            "h2d", "d2h", ctx.enqueue_impl, stream_index=stream_index, scope=nullcontext)
+    ctx.timed.transfers = transfers
+    ctx.timed.events_in_enqueue = graph and nodes
     return ctx
 
 
@@ -215,18 +215,13 @@ def test_the_loop_continues_from_where_query_left_its_event_sets(rt):
     assert rt.violations == []
 
 
-def test_a_pending_query_timing_is_read_before_its_events_are_reused(rt):
+def test_a_query_before_the_loop_leaves_no_event_unread(rt):
     ctx = make_context(rt, graph=True, nodes=True, transfers=False)
-    # a query() before the loop leaves its times pending on event set 0 (read lazily)
-    pending = _new_timing(_ComputeTiming)
-    rt.cudaGraphLaunch("g0", "s")
-    rt.cudaStreamSynchronize("s")
-    pending.__dict__.update(start_ns=1, end_ns=2, enqueue_ms=0.0, stream=0, _compute=0.0, _h2d=None, _d2h=None,
-                            _pending=(ctx, ctx._handles[0]))
-    ctx._last, ctx._set = pending, 4
+    single = ctx.query()  # the warm-up's path: one query, waited for and read
+    assert single.compute_ms == pytest.approx(GRAPH_US / 1000) and rt.unread == set()
     ts = ctx.run_loop(5, 0, SimpleNamespace(set=False), overlap=True)
-    assert pending._pending is None and pending.compute_ms == pytest.approx(GRAPH_US / 1000)
     assert len(ts) == 5 and rt.violations == []
+    assert rt.launched == ["g0", "g4", "g0", "g4", "g0", "g4"]  # the loop takes the next lane
 
 
 @pytest.mark.parametrize("count", [3, 4])
@@ -277,13 +272,13 @@ def test_cuda_errors_in_the_loop_name_the_step(rt, call, where):
     with pytest.raises(E.CudaError) as exc:
         ctx.run_loop(10, 0, SimpleNamespace(set=False), overlap=True)
     assert where in str(exc.value) and "cudaErrorLaunchFailure" in str(exc.value)
-    assert ctx._set in (0, 4)  # the event sets stay consistent for the next loop
+    assert ctx.timed.next_lane in ctx.timed.lanes  # the lanes stay consistent for the next loop
 
 
-def test_serial_wait_failure_is_reported_by_stream_synchronize(rt):
+def test_serial_wait_failure_names_the_wait(rt):
     ctx = make_context(rt, graph=False, nodes=False, transfers=True)
-    rt.fail["cudaStreamSynchronize"] = SimError.cudaErrorLaunchFailure
-    with pytest.raises(E.CudaError, match="cudaStreamSynchronize"):
+    rt.fail["cudaEventSynchronize"] = SimError.cudaErrorLaunchFailure
+    with pytest.raises(E.CudaError, match="cudaEventSynchronize .the query failed on the GPU"):
         ctx.run_loop(10, 0, SimpleNamespace(set=False), overlap=False)
 
 
@@ -304,7 +299,6 @@ def test_under_an_nvtx_tool_queries_run_one_at_a_time(rt):
     nv = Ranges("trtprof")
     nv._domain, nv.enabled = CountingDomain(), True
     ctx = make_context(rt, graph=True, nodes=True, transfers=False)
-    ctx.query = ctx._query_compute
     m = run_queries([ctx], HarnessConfig(iterations=6, duration_s=0.0, warmup_ms=0.0), key="k", nv=nv)
     assert m.in_flight == 1 and len(m.timings) == 6 and nv._domain.pushes == 6
     assert rt.max_in_flight == 1 and rt.violations == []

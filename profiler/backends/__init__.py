@@ -1,7 +1,8 @@
 """Backends turn a (precision-transformed) ONNX model into something the harness can time.
 
 ``get_backend(name)`` imports lazily: ``onnxruntime`` (everywhere), ``tensorrt`` (TensorRT 10/11 on a
-GPU), ``cuda`` (trtprof's own CUDA executor over PyTorch kernels, for GPUs without TensorRT).
+GPU), ``cuda`` (trtprof's reference executor over PyTorch kernels, for GPUs without TensorRT:
+its numbers are its interpreter's, never TensorRT's).
 ``auto`` picks TensorRT when it imports and a GPU is present, else onnxruntime.
 """
 
@@ -15,7 +16,7 @@ from profiler.errors import UsageError
 BACKENDS = {
     "onnxruntime": "profiler.backends.onnxruntime:OnnxRuntimeBackend",
     "tensorrt": "profiler.backends.tensorrt:TensorRTBackend",
-    "cuda": "profiler.backends.cuda_torch:CudaTorchBackend",
+    "cuda": "profiler.backends.cuda_ref:CudaTorchBackend",
 }
 
 

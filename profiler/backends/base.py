@@ -23,8 +23,8 @@ import abc
 import hashlib
 import re
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -138,21 +138,15 @@ class ExecutionContext(abc.ABC):
         """Queries back to back until at least ``iterations`` have run and ``clock()`` has reached
         ``deadline_ns``, or until ``stop.set`` is true. Returns their timings in order.
 
-        This is the harness's timed phase. ``overlap`` asks for trtexec's default: the next query is
-        enqueued before the previous one is waited for (two in flight), which backends with
-        ``overlaps = True`` do. The default loop calls ``query()`` each time, one query in flight,
-        whatever ``overlap`` says; a backend whose per-query host cost matters (a CUDA graph launch
-        takes a few microseconds) overrides it with a loop doing the same work that keeps everything
-        but the enqueue and the wait off the host's critical path."""
-        query = self.query
+        This is the harness's timed phase. ``overlap`` asks for trtexec's default, two queries in flight,
+        which GPU contexts (:class:`GpuExecutionContext`) do; this default calls ``query()`` each time,
+        one query in flight, whatever ``overlap`` says. The stop conditions are the timed loop's
+        (:func:`profiler.cuda.timed_loop.repeat`)."""
+        from profiler.cuda.timed_loop import repeat
+
         kept: list[QueryTiming] = []
-        append = kept.append
-        n = 0
-        while not stop.set:
-            append(query())
-            n += 1
-            if n >= iterations and clock() >= deadline_ns:
-                break
+        append, query = kept.append, self.query
+        repeat(lambda: append(query()), iterations, deadline_ns, stop, clock)
         return kept
 
     #: False: no H2D/D2H per query (trtexec's --noDataTransfers); see set_transfers
@@ -173,6 +167,54 @@ class ExecutionContext(abc.ABC):
 
     def close(self) -> None:
         pass
+
+
+class GpuExecutionContext(ExecutionContext):
+    """An execution context on one CUDA stream, timed by the one timed loop (:mod:`profiler.cuda.timed_loop`).
+
+    A GPU backend builds its buffers and ``self.timed`` (a ``TimedStream`` whose ``enqueue`` is its
+    :meth:`enqueue_impl`) and implements :meth:`enqueue_impl` and :meth:`copy_inputs_impl`, plus
+    ``set_inputs``/``outputs``; ``query``, ``run_loop`` and ``set_transfers`` check and delegate here,
+    so every GPU backend's latencies come from the same code."""
+
+    overlaps = True
+    #: the context's TimedStream (``profiler.cuda.timed_loop``); None once closed
+    timed: Any = None
+
+    @property
+    def transfers(self) -> bool:  # type: ignore[override]
+        return bool(self.timed.transfers) if self.timed is not None else True
+
+    def query(self) -> QueryTiming:
+        """One query (H2D, compute, D2H unless transfers are off), waited for and read."""
+        return self._open().query()
+
+    def run_loop(self, iterations: int, deadline_ns: int, stop: Any,
+                 clock: Callable[[], int] = time.perf_counter_ns, overlap: bool = False) -> list[QueryTiming]:
+        """The timed phase (see ExecutionContext.run_loop): two queries in flight with ``overlap``."""
+        if iterations < 1:
+            raise ValueError(f"iterations must be at least 1, not {iterations}")
+        return self._open().run(iterations, deadline_ns, stop, clock, in_flight=2 if overlap else 1)
+
+    def set_transfers(self, on: bool) -> None:
+        """Off: queries enqueue only the compute between two events (see ExecutionContext.set_transfers)."""
+        self._open().transfers = bool(on)
+        if not on:
+            self.copy_inputs_impl()
+
+    def _open(self) -> Any:
+        if self.timed is None:
+            raise RuntimeError("this execution context is closed")
+        return self.timed
+
+    @abc.abstractmethod
+    def enqueue_impl(self, lane: Any) -> Sequence[tuple[int, int, int]]:
+        """Enqueue one query's compute on the stream for ``lane`` (an ``EventSet``); return the D2H copies
+        (host pointer, device pointer, bytes) of the outputs it writes. Raise if the enqueue failed."""
+
+    @abc.abstractmethod
+    def copy_inputs_impl(self) -> None:
+        """Copy the bound host inputs to the device once and wait (transfers off: queries do not copy)."""
 
 
 class Engine(abc.ABC):

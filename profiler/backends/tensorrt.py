@@ -5,8 +5,8 @@ Build: Builder -> strongly typed network (the ``STRONGLY_TYPED`` creation flag o
 pool limit, detailed profiling verbosity, one optimization profile from the sweep's shapes, builder
 optimization level, timing cache) -> serialized plan, cached on disk by a fingerprint of model, variant,
 TensorRT version and GPU. Run: one execution context per stream, cuda-python streams/events/pinned
-buffers (``profiler.cuda``), ``execute_async_v3``, two queries in flight per stream in the timed loop as in
-trtexec (``run_loop``); CUDA graphs captured after one warm enqueue, with
+buffers (``profiler.cuda``), ``execute_async_v3``, timed by the shared loop (``profiler.cuda.timed_loop``:
+two queries in flight per stream, as in trtexec); CUDA graphs captured after one warm enqueue, with
 a fallback and its reason; per-layer times from an ``IProfiler`` in a separate profiling pass;
 layer information from the engine inspector (the same JSON as ``trtexec --exportLayerInfo``).
 
@@ -31,12 +31,12 @@ from profiler.backends.base import (
     Backend,
     BuildError,
     Engine,
-    ExecutionContext,
-    QueryTiming,
+    GpuExecutionContext,
     TensorInfo,
     UnsupportedOp,
     VariantSpec,
 )
+from profiler.cuda.timed_loop import EventSet, TimedStream
 from profiler.errors import MissingExtra
 
 #: Builder optimization level used unless overridden (TensorRT's own default is 3).
@@ -375,10 +375,11 @@ def make_profiler(trt):
     return _RecordingProfiler()
 
 
-class TensorRTContext(ExecutionContext):
-    """One IExecutionContext with its stream, device/pinned buffers and timing events."""
+class TensorRTContext(GpuExecutionContext):
+    """One IExecutionContext with its stream, device/pinned buffers and two lanes of timing events.
 
-    overlaps = True  # run_loop keeps two queries in flight when asked, as trtexec does
+    Timed by the shared loop (:mod:`profiler.cuda.timed_loop`); this class supplies only the buffers
+    and :meth:`enqueue_impl` (``execute_async_v3``, or the captured graph's launch)."""
 
     def __init__(self, engine: TensorRTEngine, stream_index: int):
         self.engine, self.stream_index = engine, stream_index
@@ -388,8 +389,7 @@ class TensorRTContext(ExecutionContext):
         if self.context is None:
             raise BuildError("TensorRT could not create an execution context (out of device memory?)")
         self.stream = cu.Stream()
-        self.events = [cu.Event() for _ in range(4)]
-        self._events_b: list[Any] = []  # a second set, made when two queries are first kept in flight
+        self._events: list[Any] = []
         self.graph = None
         self._host: dict[str, np.ndarray] = {}
         self._pinned: dict[str, Any] = {}
@@ -406,6 +406,18 @@ class TensorRTContext(ExecutionContext):
             self._host[t.name] = self._pinned[t.name].array(dtype, shape)
             self._dev[t.name] = cu.DeviceBuffer(nbytes)
             self.context.set_tensor_address(t.name, int(self._dev[t.name].ptr))
+        self._copies_in = [(self._dev[t.name].ptr, self._pinned[t.name].ptr, self._host[t.name].nbytes)
+                           for t in engine.inputs]
+        self._copies_out = [(self._pinned[t.name].ptr, self._dev[t.name].ptr, self._host[t.name].nbytes)
+                            for t in engine.outputs]
+        self.timed = TimedStream(cu.runtime(), cu.check, self.stream.handle, (self._event_set(0), self._event_set(1)),
+                                 self._copies_in, cu.memcpy_kind("h2d"), cu.memcpy_kind("d2h"), self.enqueue_impl,
+                                 stream_index=max(stream_index, 0))
+
+    def _event_set(self, lane: int) -> EventSet:
+        events = [self.cu.Event() for _ in range(4)]
+        self._events += events
+        return EventSet(lane, *(e.handle for e in events))
 
     def set_inputs(self, feeds: dict[str, np.ndarray]) -> None:
         for t in self.engine.inputs:
@@ -414,128 +426,26 @@ class TensorRTContext(ExecutionContext):
             np.copyto(self._host[t.name], np.asarray(feeds[t.name]).reshape(self._host[t.name].shape),
                       casting="same_kind")
         if not self.transfers:
-            self._copy_inputs()
+            self.copy_inputs_impl()
 
-    def _copy_inputs(self) -> None:
+    def copy_inputs_impl(self) -> None:
         """The inputs, host -> device, once (transfers off), then waited for."""
-        for t in self.engine.inputs:
-            self.cu.memcpy_async(self._dev[t.name].ptr, self._pinned[t.name].ptr, self._host[t.name].nbytes,
-                                 "h2d", self.stream)
+        for dst, src, nbytes in self._copies_in:
+            self.cu.memcpy_async(dst, src, nbytes, "h2d", self.stream)
         self.stream.synchronize()
 
-    def set_transfers(self, on: bool) -> None:
-        """Off: queries enqueue only the compute between two events (see ExecutionContext.set_transfers)."""
-        self.transfers = bool(on)
-        if not self.transfers and self._pinned:
-            self._copy_inputs()
-
-    def _enqueue(self) -> None:
+    def enqueue_impl(self, lane: EventSet) -> list[tuple[int, int, int]]:
+        """The graph launch, or ``execute_async_v3``; one graph serves both lanes (events are host-recorded)."""
         if self.graph is not None:
             self.graph.launch(self.stream)
         elif not self.context.execute_async_v3(self.stream.handle):
             raise RuntimeError("execute_async_v3 reported failure")
-
-    def query(self) -> QueryTiming:
-        cu, ev, s = self.cu, self.events, self.stream
-        if not self.transfers:
-            start = time.perf_counter_ns()
-            ev[1].record(s)
-            e0 = time.perf_counter_ns()
-            self._enqueue()
-            e1 = time.perf_counter_ns()
-            ev[2].record(s)
-            ev[2].synchronize()
-            end = time.perf_counter_ns()
-            return QueryTiming(start_ns=start, end_ns=end, enqueue_ms=(e1 - e0) / 1e6,
-                               compute_ms=cu.elapsed_ms(ev[1], ev[2]), stream=max(self.stream_index, 0))
-        start = time.perf_counter_ns()
-        ev[0].record(s)
-        for t in self.engine.inputs:
-            cu.memcpy_async(self._dev[t.name].ptr, self._pinned[t.name].ptr, self._host[t.name].nbytes, "h2d", s)
-        ev[1].record(s)
-        e0 = time.perf_counter_ns()
-        self._enqueue()
-        e1 = time.perf_counter_ns()
-        ev[2].record(s)
-        for t in self.engine.outputs:
-            cu.memcpy_async(self._pinned[t.name].ptr, self._dev[t.name].ptr, self._host[t.name].nbytes, "d2h", s)
-        ev[3].record(s)
-        ev[3].synchronize()
-        end = time.perf_counter_ns()
-        el = cu.elapsed_ms
-        return QueryTiming(start_ns=start, end_ns=end, enqueue_ms=(e1 - e0) / 1e6,
-                           h2d_ms=el(ev[0], ev[1]), compute_ms=el(ev[1], ev[2]),
-                           d2h_ms=el(ev[2], ev[3]), stream=max(self.stream_index, 0))
-
-    def run_loop(self, iterations: int, deadline_ns: int, stop: Any,
-                 clock: Any = time.perf_counter_ns, overlap: bool = False) -> list[QueryTiming]:
-        """The timed phase. With ``overlap``, trtexec's inference loop: each query is enqueued (its events,
-        copies and ``execute_async_v3`` or graph launch, as in ``query``) before the previous one is
-        waited for, so two are in flight and the GPU does not wait for the host between them; the two
-        event sets alternate and a query's times are read once it has completed. Without ``overlap``,
-        ``query`` after ``query``."""
-        if not overlap:
-            return ExecutionContext.run_loop(self, iterations, deadline_ns, stop, clock)
-        cu, s = self.cu, self.stream
-        if not self._events_b:
-            self._events_b = [cu.Event() for _ in range(4)]
-        sets = (self.events, self._events_b)
-        moves = self.transfers
-        el = cu.elapsed_ms
-        h2d = [(self._dev[t.name].ptr, self._pinned[t.name].ptr, self._host[t.name].nbytes)
-               for t in self.engine.inputs] if moves else []
-        d2h = [(self._pinned[t.name].ptr, self._dev[t.name].ptr, self._host[t.name].nbytes)
-               for t in self.engine.outputs] if moves else []
-        copy, enqueue, pc = cu.memcpy_async, self._enqueue, time.perf_counter_ns
-        index = max(self.stream_index, 0)
-        kept: list[QueryTiming] = []
-        flying: tuple | None = None
-        k = n = 0
-
-        def finish(q: tuple) -> None:
-            start, e0, e1, ev = q
-            ev[3 if moves else 2].synchronize()
-            end = pc()
-            if moves:
-                kept.append(QueryTiming(start_ns=start, end_ns=end, enqueue_ms=(e1 - e0) / 1e6,
-                                        h2d_ms=el(ev[0], ev[1]), compute_ms=el(ev[1], ev[2]),
-                                        d2h_ms=el(ev[2], ev[3]), stream=index))
-            else:
-                kept.append(QueryTiming(start_ns=start, end_ns=end, enqueue_ms=(e1 - e0) / 1e6,
-                                        compute_ms=el(ev[1], ev[2]), stream=index))
-
-        while not stop.set:
-            ev = sets[k]
-            start = pc()
-            if moves:
-                ev[0].record(s)
-                for dst, src, nb in h2d:
-                    copy(dst, src, nb, "h2d", s)
-            ev[1].record(s)
-            e0 = pc()
-            enqueue()
-            e1 = pc()
-            ev[2].record(s)
-            if moves:
-                for dst, src, nb in d2h:
-                    copy(dst, src, nb, "d2h", s)
-                ev[3].record(s)
-            if flying is not None:
-                finish(flying)  # the previous query, while this one waits behind it on the stream
-            flying = (start, e0, e1, ev)
-            k ^= 1
-            n += 1
-            if n >= iterations and clock() >= deadline_ns:
-                break
-        if flying is not None:
-            finish(flying)
-        return kept
+        return self._copies_out
 
     def outputs(self) -> dict[str, np.ndarray]:
         if not self.transfers:  # the last query's outputs are still on the device: copy them now
-            for t in self.engine.outputs:
-                self.cu.memcpy_async(self._pinned[t.name].ptr, self._dev[t.name].ptr, self._host[t.name].nbytes,
-                                     "d2h", self.stream)
+            for dst, src, nbytes in self._copies_out:
+                self.cu.memcpy_async(dst, src, nbytes, "d2h", self.stream)
             self.stream.synchronize()
         return {t.name: self._host[t.name].copy() for t in self.engine.outputs}
 
@@ -555,6 +465,9 @@ class TensorRTContext(ExecutionContext):
         return None
 
     def close(self) -> None:
+        if self.timed is None:
+            return
+        self.timed = None
         for buf in (*self._dev.values(), *self._pinned.values()):
             buf.free()
         self._dev.clear()
@@ -563,6 +476,7 @@ class TensorRTContext(ExecutionContext):
         if self.graph is not None:
             self.graph.destroy()
             self.graph = None
-        for e in self.events + self._events_b:
+        for e in self._events:
             e.destroy()
+        self._events = []
         self.stream.destroy()
