@@ -63,7 +63,7 @@ def bench_model(path: str, shapes: dict, args: argparse.Namespace) -> dict:
 
     from profiler import cuda
     from profiler.backends.base import ExecutionContext, VariantSpec
-    from profiler.backends.cuda_torch import CudaTorchBackend
+    from profiler.backends.cuda_ref import CudaTorchBackend
     from profiler.harness.runner import HarnessConfig, run_queries
 
     be = CudaTorchBackend(node_ranges="off")
@@ -83,7 +83,7 @@ def bench_model(path: str, shapes: dict, args: argparse.Namespace) -> dict:
             be.graph_events = False
             if why:
                 raise SystemExit(f"{Path(path).name}: graph fallback: {why}")
-            assert c._graph_events == nodes
+            assert c.timed.events_in_enqueue == nodes
         return c
 
     ctx = {"nodes_nt": context(True, True, False), "rec_nt": context(True, False, False),
@@ -98,12 +98,12 @@ def bench_model(path: str, shapes: dict, args: argparse.Namespace) -> dict:
     # Each bare loop runs the very graph instance (and stream) of the harness rows it is compared with:
     # two captures of one model can differ by a few microseconds (their activation buffers differ).
     plain_ctx = ctx["rec_nt"]  # one graph without event nodes
-    plain, ps = plain_ctx._graph_execs[0], plain_ctx.stream.handle
+    plain, ps = plain_ctx._graphs[0].exec_handle, plain_ctx.stream.handle
     q_ctx = ctx["rec_on"]  # the same, with its copies
-    qplain, qs = q_ctx._graph_execs[0], q_ctx.stream.handle
+    qplain, qs = q_ctx._graphs[0].exec_handle, q_ctx.stream.handle
     nodes_ctx = ctx["nodes_nt"]
-    ex0, ex4, ns = nodes_ctx._graph_execs[0], nodes_ctx._graph_execs[4], nodes_ctx.stream.handle
-    assert ex0 != ex4 and plain_ctx._graph_execs[4] == plain and q_ctx._graph_execs[4] == qplain
+    ex0, ex4, ns = nodes_ctx._graphs[0].exec_handle, nodes_ctx._graphs[1].exec_handle, nodes_ctx.stream.handle
+    assert ex0 != ex4 and plain_ctx._graphs[1].exec_handle == plain and q_ctx._graphs[1].exec_handle == qplain
     marks = [cuda.Event(timing=False) for _ in range(2)]  # what the bare two-in-flight loops wait on
     mk = (marks[0].handle, marks[1].handle)
 
@@ -161,8 +161,8 @@ def bench_model(path: str, shapes: dict, args: argparse.Namespace) -> dict:
         two_in_flight(enqueue, ps, ends, n)
 
     cp = rt.cudaMemcpyAsync
-    h2d = [(d, h, nb, q_ctx._k_h2d, qs) for d, h, nb in q_ctx._h2d_args]
-    d2h = [(h, d, nb, q_ctx._k_d2h, qs) for h, d, nb in q_ctx._graph_d2h[0]]
+    h2d = [(d, h, nb, q_ctx.timed.h2d_kind, qs) for d, h, nb in q_ctx.timed.h2d]
+    d2h = [(h, d, nb, q_ctx.timed.d2h_kind, qs) for h, d, nb in q_ctx._graphs[0].copies_out]
 
     def one_query() -> None:
         for a in h2d:

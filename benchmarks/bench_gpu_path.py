@@ -59,7 +59,7 @@ def cmd_models(args: argparse.Namespace) -> None:
     import onnxruntime as ort
 
     from profiler.backends.base import VariantSpec
-    from profiler.backends.cuda_torch import CudaTorchBackend
+    from profiler.backends.cuda_ref import CudaTorchBackend
     from profiler.harness.runner import HarnessConfig, run_queries, summarize_timings
     from profiler.variants import prepare
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from profiler.backends.base import ExecutionContext, QueryTiming
+from profiler.cuda.timed_loop import repeat
 from profiler.harness.nvtx import Ranges, iteration_range_name, ranges as default_ranges
 from profiler.stats import summarize
 
@@ -134,16 +135,15 @@ def _stream_loop(ctx: ExecutionContext, warm_end_ns: int, iterations: int, durat
         return ctx.run_loop(iterations, deadline, stop, clock, overlap), dropped
     kept: list[QueryTiming] = []
     append = kept.append
-    n = 0
     push, pop = nv.pusher(range_name)
-    while not stop.set:
+
+    def one_in_its_range() -> None:
         push()
         t = query()
         pop()
         append(t)
-        n += 1
-        if n >= iterations and clock() >= deadline:
-            break
+
+    repeat(one_in_its_range, iterations, deadline, stop, clock)
     return kept, dropped
 
 

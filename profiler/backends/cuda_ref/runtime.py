@@ -200,11 +200,11 @@ class CudaTorchContext(GpuExecutionContext):
         if self.timed is None:
             return
         self.timed = None
-        self.graph, self._graphs = None, None
         try:
-            self.stream.synchronize()
+            self.stream.synchronize()  # nothing of this stream's still runs when its graphs and buffers go
         except Exception:
             pass
+        self.graph, self._graphs = None, None
         for resource in (*self.pinned_in, *self.pinned_out, *self._events):
             try:
                 resource.free() if hasattr(resource, "free") else resource.destroy()
