@@ -71,6 +71,8 @@ _ONNX_TO_TRT = {onnx.TensorProto.FLOAT: DataType.FLOAT, onnx.TensorProto.FLOAT16
 
 
 class ILogger:
+    stands_for = "ILogger"  # checked against the real API (test_tensorrt_api_contract)
+
     class Severity(_Enum):
         INTERNAL_ERROR = 0
         ERROR = 1
@@ -82,11 +84,15 @@ class ILogger:
 
 
 class IProfiler:
+    stands_for = "IProfiler"  # checked against the real API (test_tensorrt_api_contract)
+
     def __init__(self) -> None:
         pass
 
 
 class _ParserError:
+    stands_for = "ParserError"  # checked against the real API (test_tensorrt_api_contract)
+
     def __init__(self, code: ErrorCode, desc: str, node: int, node_name: str, op: str):
         self._c, self._d, self._n, self._nn, self._op = code, desc, node, node_name, op
 
@@ -100,11 +106,15 @@ class _ParserError:
 
 
 class _Tensor:
+    stands_for = "ITensor"  # checked against the real API (test_tensorrt_api_contract)
+
     def __init__(self, name: str, shape: tuple[int, ...], dtype: DataType):
         self.name, self.shape, self.dtype = name, shape, dtype
 
 
 class FakeNetwork:
+    stands_for = "INetworkDefinition"  # checked against the real API (test_tensorrt_api_contract)
+
     def __init__(self, flags: int):
         self.flags = flags
         self.model: onnx.ModelProto | None = None
@@ -132,6 +142,8 @@ def _tensors(values, init_names) -> list[_Tensor]:
 
 
 class FakeOnnxParser:
+    stands_for = "OnnxParser"  # checked against the real API (test_tensorrt_api_contract)
+
     def __init__(self, network: FakeNetwork, logger, *, unsupported: set[str]):
         self.network, self.logger, self.unsupported = network, logger, unsupported
         self.errors: list[_ParserError] = []
@@ -165,6 +177,8 @@ class FakeOnnxParser:
 
 
 class FakeOptimizationProfile:
+    stands_for = "IOptimizationProfile"  # checked against the real API (test_tensorrt_api_contract)
+
     def __init__(self):
         self.shapes: dict[str, tuple] = {}
 
@@ -173,6 +187,8 @@ class FakeOptimizationProfile:
 
 
 class FakeTimingCache:
+    stands_for = "ITimingCache"  # checked against the real API (test_tensorrt_api_contract)
+
     def __init__(self, blob: bytes):
         self.blob = blob or b"fake-timing-cache"
 
@@ -181,6 +197,8 @@ class FakeTimingCache:
 
 
 class FakeBuilderConfig:
+    stands_for = "IBuilderConfig"  # checked against the real API (test_tensorrt_api_contract)
+
     def __init__(self):
         self.pool_limits: dict[Any, int] = {}
         self.profiles: list[FakeOptimizationProfile] = []
@@ -208,11 +226,13 @@ class FakeBuilderConfig:
 
 
 class FakeBuilder:
+    stands_for = "Builder"  # checked against the real API (test_tensorrt_api_contract)
+
     def __init__(self, trt: "FakeTensorRT", logger):
-        self.trt, self.logger = trt, logger
+        self._trt, self.logger = trt, logger
 
     def create_network(self, flags: int = 0) -> FakeNetwork:
-        self.trt.created_network_flags.append(flags)
+        self._trt.created_network_flags.append(flags)
         return FakeNetwork(flags)
 
     def create_builder_config(self) -> FakeBuilderConfig:
@@ -222,12 +242,12 @@ class FakeBuilder:
         return FakeOptimizationProfile()
 
     def build_serialized_network(self, network: FakeNetwork, config: FakeBuilderConfig):
-        self.trt.builds.append({"workspace": config.pool_limits.get(MemoryPoolType.WORKSPACE),
+        self._trt.builds.append({"workspace": config.pool_limits.get(MemoryPoolType.WORKSPACE),
                                 "profiles": [p.shapes for p in config.profiles],
                                 "verbosity": config.profiling_verbosity,
                                 "opt_level": config.builder_optimization_level})
         ws = config.pool_limits.get(MemoryPoolType.WORKSPACE)
-        if ws is not None and ws < self.trt.min_workspace_bytes:
+        if ws is not None and ws < self._trt.min_workspace_bytes:
             self.logger.log(ILogger.Severity.ERROR,
                             f"Insufficient workspace memory: {ws} bytes given (test double)")
             return None
@@ -238,6 +258,8 @@ class FakeBuilder:
 
 
 class FakeExecutionContext:
+    stands_for = "IExecutionContext"  # checked against the real API (test_tensorrt_api_contract)
+
     def __init__(self, engine: "FakeEngine"):
         self.engine = engine
         self.shapes: dict[str, tuple] = {}
@@ -264,7 +286,7 @@ class FakeExecutionContext:
 
     def execute_async_v3(self, stream_handle) -> bool:
         self.enqueues += 1
-        cuda = self.engine.trt.cuda
+        cuda = self.engine._trt.cuda
         cuda.note_enqueue()
         cuda.now_ms += cuda.compute_ms
         feeds = {}
@@ -283,20 +305,24 @@ class FakeExecutionContext:
 
 
 class FakeInspector:
+    stands_for = "EngineInspector"  # checked against the real API (test_tensorrt_api_contract)
+
     def __init__(self, engine: "FakeEngine"):
-        self.engine = engine
+        self._engine = engine
         self.execution_context = None
 
     def get_engine_information(self, fmt):
-        return json.dumps({"Layers": [{"Name": n, "LayerType": "Fake"} for n in self.engine.layer_names],
-                           "Bindings": list(self.engine.io)})
+        return json.dumps({"Layers": [{"Name": n, "LayerType": "Fake"} for n in self._engine.layer_names],
+                           "Bindings": list(self._engine.io)})
 
 
 class FakeEngine:
+    stands_for = "ICudaEngine"  # checked against the real API (test_tensorrt_api_contract)
+
     def __init__(self, trt: "FakeTensorRT", payload: dict):
         import onnxruntime as ort
 
-        self.trt = trt
+        self._trt = trt
         self.sess = ort.InferenceSession(payload["model_path"], providers=["CPUExecutionProvider"])
         self.layer_names = payload["nodes"]
         self.io: dict[str, tuple[TensorIOMode, tuple, DataType]] = {}
@@ -343,14 +369,16 @@ class FakeEngine:
 
 
 class FakeRuntime:
+    stands_for = "Runtime"  # checked against the real API (test_tensorrt_api_contract)
+
     def __init__(self, trt, logger):
-        self.trt = trt
+        self._trt = trt
 
     def deserialize_cuda_engine(self, plan: bytes):
         if not plan.startswith(b"FAKEPLAN"):
             return None
-        self.trt.deserialized += 1
-        return FakeEngine(self.trt, json.loads(plan[len(b"FAKEPLAN"):]))
+        self._trt.deserialized += 1
+        return FakeEngine(self._trt, json.loads(plan[len(b"FAKEPLAN"):]))
 
 
 class FakeTensorRT(types.SimpleNamespace):
