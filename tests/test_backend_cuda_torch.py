@@ -287,6 +287,7 @@ def test_build_without_a_gpu_says_why(tmp_path):
     be = CudaTorchBackend()
     d = be.describe()
     assert d["name"] == "cuda" and d["device"] is None and d.get("unavailable")
+    assert "never TensorRT's" in d["executor"]  # the sweep records what its numbers are
     with pytest.raises((BuildError, MissingExtra)) as exc:
         be.build(str(_model("default")), VariantSpec("fp32"))
     text = str(exc.value)

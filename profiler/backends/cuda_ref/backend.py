@@ -32,7 +32,9 @@ class CudaTorchBackend(Backend):
     def describe(self) -> dict[str, Any]:
         from profiler import __version__
 
-        d: dict[str, Any] = {"name": self.name, "version": f"trtprof {__version__}"}
+        d: dict[str, Any] = {"name": self.name, "version": f"trtprof {__version__}",
+                             "executor": "trtprof's reference executor (ONNX nodes on PyTorch kernels): its latencies "
+                                         "are its interpreter's, never TensorRT's"}
         try:
             t = load_torch()
             d["torch"] = t.__version__
