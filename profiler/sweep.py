@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
-import os
 import platform
 import socket
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path

@@ -20,7 +20,7 @@ import pytest
 
 from profiler import stats
 from profiler.capture import series as S
-from profiler.capture.analyze import AnalysisOptions, analyze, analyze_path
+from profiler.capture.analyze import analyze, analyze_path
 from profiler.capture.trace import Trace
 from tests.conftest import SAMPLE_TRACES, nsys_fixture_files
 
@@ -232,7 +232,7 @@ def test_wall_statistics_are_trtexec_summaries_and_outliers_are_indexed_in_start
 
 def test_outlier_causes_from_synthetic_components():
     """Four slow instances, each with a different component grown: the cause names it."""
-    nv_rows, krows, arows, orows = [], [], [], []
+    nv_rows, krows, arows = [], [], []
     osrt = []
     corr = 1
     for i in range(20):

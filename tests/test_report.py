@@ -6,7 +6,6 @@ The browser test (real headless Chromium) is tests/test_report_browser.py; it re
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import re

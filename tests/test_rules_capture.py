@@ -3,7 +3,6 @@ every sample trace (sample_traces/README.md states it), checked against nsys's o
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pandas as pd

@@ -12,11 +12,11 @@ pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper  # noqa: E402
 
 from profiler import stats  # noqa: E402
-from profiler.backends.base import QueryTiming, VariantSpec  # noqa: E402
+from profiler.backends.base import QueryTiming  # noqa: E402
 from profiler.backends.onnxruntime import OnnxRuntimeBackend  # noqa: E402
 from profiler.cli import main  # noqa: E402
 from profiler.harness import summarize_timings  # noqa: E402
-from profiler.rules.sweep import SweepContext, jitter_threshold_pct, sweep_findings  # noqa: E402
+from profiler.rules.sweep import jitter_threshold_pct, sweep_findings  # noqa: E402
 from profiler.store import Store  # noqa: E402
 from profiler.sweep import SweepConfig, plan_variants, resume_sweep, run_sweep  # noqa: E402
 

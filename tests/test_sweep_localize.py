@@ -3,7 +3,6 @@ provider, whose fp16 accuracy is measured with float16 storage between nodes."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from profiler.sweep import SweepConfig, run_sweep

@@ -9,11 +9,11 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from profiler.report.common import (
-    NOT_IN_CAPTURE, OUTLIER_COLOR, PALETTE, card, cell, chart, details, figure, finding_views, findings_block,
+    NOT_IN_CAPTURE, OUTLIER_COLOR, PALETTE, card, cell, chart, figure, findings_block,
     findings_cards, finite, kv, missing, new_page, note, rounded, rounded_list, scalar_items, section,
     short_label, stat, table, unique_labels,
 )
-from profiler.report.fmt import fmt_ms, fmt_num, fmt_pct, fmt_value, is_number
+from profiler.report.fmt import fmt_pct, fmt_value, is_number
 
 MAX_DISTRIBUTION_RANGES = 16
 MAX_TIMELINE_RANGES = 8

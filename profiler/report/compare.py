@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from profiler.report.common import (
-    NOT_IN_RUN, OUTLIER_COLOR, card, cell, chart, details, figure, findings_block, finite, kv, missing, new_page,
-    note, rounded, rounded_list, scalar_items, section, shared_edges, short_label, histogram, table, unique_labels,
+    NOT_IN_RUN, OUTLIER_COLOR, cell, chart, details, figure, findings_block, finite, kv, missing, new_page,
+    note, rounded, rounded_list, section, shared_edges, short_label, histogram, table, unique_labels,
 )
 from profiler.report.fmt import DASH, fmt_ms, fmt_num, fmt_pct, fmt_ratio_pct, fmt_value, humanize_key, is_number
 
@@ -302,7 +302,6 @@ def build_compare_page(data: dict) -> dict[str, Any]:
             if i < MAX_DISTRIBUTIONS:
                 blocks.append(chart(page, f"{kind}-delta-{i}", delta_figure(rows[:TOP_DELTAS] +
                                                                             [r for r in rows[TOP_DELTAS:]][-5:])))
-            cols = ["baseline_ms", "candidate_ms", "delta_ms", "delta_pct"]
             extra = [c for c in ("type", "precision_baseline", "precision_candidate") if any(c in r for r in rows)]
             blocks.append(table([label] + [humanize_key(c) for c in extra] + ["baseline ms", "candidate ms",
                                                                              "delta ms", "delta"],

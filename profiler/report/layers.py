@@ -14,7 +14,7 @@ from profiler.report.common import (
     NOT_IN_RUN, PALETTE, card, cell, chart, details, figure, findings_block, findings_cards, finite, kv, missing,
     new_page, note, rounded_list, scalar_items, section, short_label, stat, table, unique_labels,
 )
-from profiler.report.fmt import DASH, fmt_ms, fmt_num, fmt_pct, fmt_value, humanize_key, is_number
+from profiler.report.fmt import DASH, fmt_pct, fmt_value, humanize_key, is_number
 from profiler.report.sweep import PRECISION_COLORS, layer_time_by_type, layer_time_metric, variant_key
 
 MAX_LAYER_CHARTS = 6

@@ -12,7 +12,7 @@ from typing import Any, Iterable, Sequence
 from profiler.report.analysis import box_stats, box_traces
 from profiler.report.common import (
     NOT_IN_RUN, PALETTE, card, cell, chart, details, figure, findings_block, findings_cards, finite, kv, missing,
-    new_page, note, rounded, rounded_list, scalar_items, section, short_label, stat, status_class, table,
+    new_page, note, rounded, rounded_list, scalar_items, section, stat, status_class, table,
 )
 from profiler.report.fmt import DASH, fmt_bytes, fmt_ms, fmt_num, fmt_pct, fmt_value, humanize_key, is_number
 

@@ -238,7 +238,6 @@ def _host_during(ctx: Any, d: S.DeviceGaps, gs: np.ndarray, ge: np.ndarray, deta
             labels = by_series[sub["series_id"].to_numpy()[q]]
             s = pd.Series(ov, index=labels).groupby(level=0).sum().sort_values(ascending=False)
             agg["nvtx"] = {str(k): v / 1e6 for k, v in s.head(8).items()}
-    from profiler.capture import intervals
 
     in_calls = 0
     if covered_s:
