@@ -27,13 +27,18 @@ class Finding:
     threshold: dict[str, Any] = field(default_factory=dict)
     recommendation: str = ""
     variant: str | None = None
+    impact: dict[str, Any] | None = None
+    """What the finding costs: ``{"ms_per_instance", "share"}`` (share of the steady state; capture rules)."""
 
     def __post_init__(self) -> None:
         if self.severity not in _RANK:
             raise ValueError(f"severity must be one of {SEVERITIES}, not {self.severity!r}")
 
     def to_dict(self) -> dict[str, Any]:
-        return json_safe(asdict(self))
+        d = asdict(self)
+        if d["impact"] is None:  # only the capture rules measure impact so far
+            del d["impact"]
+        return json_safe(d)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Finding":

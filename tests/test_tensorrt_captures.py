@@ -133,7 +133,9 @@ def test_pageable_copies_fire_where_they_cost(analysed, which, fires):
     if fires:
         f = rules["pageable_memcpy"]
         assert f["impact"]["ms_per_instance"] > 0.1
-        assert f["evidence"]["copies"] >= 70  # the 4-byte copies of the build are not steady state
+        # the 30 pageable copies of run1's last loop; the build's 4-byte copies are setup, not steady state
+        assert f["evidence"]["copies"] >= 30
+        assert f["evidence"]["bytes"] / f["evidence"]["copies"] > 2**20
     else:
         assert "pageable_memcpy" not in rules or rules["pageable_memcpy"]["severity"] == "low"
 

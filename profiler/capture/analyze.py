@@ -58,6 +58,11 @@ class AnalysisOptions:
     max_outliers: int = 50
     max_instances: int = 20_000
     top_kernels: int = 50
+    unit: str | None = None
+    """The NVTX range that is one inference ('domain:name' or name); default: TensorRT's enqueue, else the
+    outermost repeated range, else the whole capture."""
+    include_setup: bool = False
+    """Run the statistics and rules over the whole capture instead of the steady state."""
 
     def rule_overrides(self) -> dict[str, dict[str, Any]]:
         out = {k: dict(v) for k, v in (self.thresholds or {}).items()}
@@ -77,6 +82,24 @@ class CaptureContext:
     outliers: pd.DataFrame  # explain_outliers() rows
     capture_start_ns: int
     thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)
+    unit: Any = None  # profiler.capture.unit.Unit (over the full capture's table)
+    phases: Any = None  # profiler.capture.phases.Phases
+    tensorrt: bool = False  # the capture holds TensorRT's NVTX ranges
+    include_setup: bool = False
+
+    @property
+    def steady_ns(self) -> int:
+        """Duration of what the rules judge: the steady state (or the whole capture with setup)."""
+        ph = self.phases
+        if ph is None:
+            return 0
+        lo = ph.capture_start_ns if self.include_setup else ph.steady_start_ns
+        return max(int(ph.steady_end_ns - lo), 0)
+
+    @property
+    def steady_instances(self) -> int:
+        u = self.unit
+        return max(u.count - (0 if self.include_setup else u.warmup), 1) if u is not None else 1
 
     def label(self, series_id: int) -> str | None:
         """A finding's ``range``: 'domain:name' (just the name in the default domain); None for the
@@ -127,36 +150,72 @@ def analyze_path(path: str | os.PathLike, options: AnalysisOptions | None = None
     return analyze(trace, options)
 
 
-ANALYSIS_COLUMNS = {"kernels": ("name", "short_name"), "api": (), "osrt": ()}
+ANALYSIS_COLUMNS = {"kernels": ("name", "short_name", "stream_id"), "api": (), "osrt": ()}
 """Columns of the large frames that ``analyze`` reads beyond those always loaded (times, pid,
 global_tid, device, correlation and the API link, names of API and OS runtime calls)."""
 
 
 def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResult:
-    """Series statistics, GPU busy projection, idle gaps and the capture rules' findings."""
+    """The inference unit, its layers, phases and streams; series statistics, GPU busy projection, idle
+    gaps and the capture rules' findings, over the steady state unless ``options.include_setup``."""
+    from profiler.capture import layer_table, phases, streams, unit as U
     from profiler.rules import run_rules
+    from profiler.rules.capture import calibrate
 
     options = options or AnalysisOptions()
-    table = S.build_series(trace)
-    summaries = S.series_summary(table)
-    outl = S.explain_outliers(table)
-    devices = S.device_gaps(table.activity, None if table.window else S.attributed_activity(table))
+    full = S.build_series(trace)
     meta = dict(getattr(trace, "meta", None) or {})
     start_ns = meta.get("capture_start_ns")
     if start_ns is None:
-        start_ns = int(table.instances["start_ns"].min()) if len(table.instances) else 0
-    ctx = CaptureContext(trace=trace, table=table, ranges=summaries, devices=devices, outliers=outl,
-                         capture_start_ns=int(start_ns))
-    findings = run_rules("capture", ctx, only=options.rules, overrides=options.rule_overrides())
+        start_ns = int(full.instances["start_ns"].min()) if len(full.instances) else 0
+    unit = U.build_unit(full, options.unit)
+    ph = phases.split(full, unit, int(start_ns))
+    table, judged = full, trace
+    if not options.include_setup and _trims(full, ph):
+        judged = phases.trim(trace, ph.steady_start_ns, ph.steady_end_ns)
+        table = S.build_series(judged)
+    summaries = S.series_summary(table)
+    outl = S.explain_outliers(table)
+    devices = S.device_gaps(table.activity, None if table.window else S.attributed_activity(table))
+    trt = bool((full.series["domain"] == U.TENSORRT_DOMAIN).any()) if len(full.series) else False
+    ctx = CaptureContext(trace=judged, table=table, ranges=summaries, devices=devices, outliers=outl,
+                         capture_start_ns=int(start_ns), unit=unit, phases=ph, tensorrt=trt,
+                         include_setup=options.include_setup)
+    findings = calibrate(ctx, run_rules("capture", ctx, only=options.rules, overrides=options.rule_overrides()))
     capture = _capture_info(trace, meta, table)
     ranges = _ranges_json(ctx, options)
+    kernels = getattr(trace, "kernels", None)
+    knames = S.factor(kernels, "name") if kernels is not None and len(kernels) else None
     extra = {
+        "inference": U.unit_json(unit),
+        "phases": phases.phases_json(ph, full.activity),
+        **layer_table.layer_table(full, unit, knames),
+        **streams.streams_json(table.activity),
         "top_kernels": top_kernels(trace, options.top_kernels),
         "gap_histogram": _gap_histograms(ctx),
         "sync_summary": sync_summary(table),
         "thresholds": ctx.thresholds,
     }
+    extra["inference"]["bound_by"] = _bound_by(extra["phases"]["steady"]["gpu_ms_by_kind"])
+    extra["phases"]["included_in_statistics"] = "whole capture" if table is full else "steady state"
     return AnalysisResult(capture=capture, ranges=ranges, findings=findings, extra=extra, context=ctx)
+
+
+def _trims(full: S.SeriesTable, ph: Any) -> bool:
+    """Whether the steady state leaves anything of the capture out."""
+    act, inst = full.activity, full.instances
+    starts = [a.min() for a in (act.start_ns, inst["start_ns"].to_numpy(), full.api.start_ns) if len(a)]
+    ends = [a.max() for a in (act.start_ns, inst["start_ns"].to_numpy(), full.api.start_ns) if len(a)]
+    if not starts:
+        return False
+    return min(starts) < ph.steady_start_ns or max(ends) > ph.steady_end_ns
+
+
+def _bound_by(by_kind: dict[str, float]) -> str | None:
+    """The kind of GPU work with the most time in the steady state ('compute', 'HtoD', 'DtoH', ...)."""
+    if not by_kind or max(by_kind.values()) <= 0:
+        return None
+    return max(by_kind, key=by_kind.get)
 
 
 # ----------------------------------------------------------------------------- JSON pieces
@@ -222,7 +281,9 @@ def _ranges_json(ctx: CaptureContext, options: AnalysisOptions) -> list[dict[str
         pos = np.arange(bounds[sid], bounds[sid + 1])
         if len(pos) > options.max_outliers:
             pos = np.sort(pos[np.argsort(-o_exc[pos], kind="stable")[: options.max_outliers]])
-        rj = {k: v for k, v in r.items() if k not in ("series_id", "outlier_indices") and not k.startswith("_")}
+        rj = {k: v for k, v in r.items() if k not in ("series_id", "outlier_indices", "parent_id")
+              and not k.startswith("_")}
+        rj["parent"] = ctx.label(r["parent_id"]) if r["parent_id"] >= 0 else None
         rj["outliers"] = [{"index": int(o_idx[i]), "wall_ms": float(o_wall[i]), "excess_ms": float(o_exc[i]),
                            "cause": o_cause[i], "detail": o_detail[i]} for i in pos]
         rj["outlier_count"] = len(r["outlier_indices"])

@@ -199,6 +199,7 @@ class Activity:
     start_ns: np.ndarray
     end_ns: np.ndarray
     device_id: np.ndarray
+    stream_id: np.ndarray
     api_tid: np.ndarray
     api_start_ns: np.ndarray  # INT64_MIN where the launching call is not in the capture
     bytes: np.ndarray
@@ -237,6 +238,7 @@ def build_activity(trace: Any) -> Activity:
         parts["start_ns"].append(start)
         parts["end_ns"].append(np.maximum(i64(df, "end_ns", 0), start))
         parts["device_id"].append(i64(df, "device_id", -1))
+        parts["stream_id"].append(i64(df, "stream_id", -1))
         parts["api_tid"].append(tid)
         # a launch whose call is not in the capture has api_tid -1: its api_start_ns means nothing
         parts["api_start_ns"].append(np.where(tid < 0, int64_min, i64(df, "api_start_ns", int64_min)))
@@ -290,6 +292,11 @@ class HostCalls:
             self._blocking = (self.category == 3) & (names[self.name_code] if len(self.name_code) else
                                                      np.zeros(0, dtype=bool))
         return self._blocking
+
+    def named_prefix(self, prefixes: tuple[str, ...]) -> np.ndarray:
+        """Boolean mask of the calls whose name starts with one of ``prefixes``."""
+        wanted = np.array([str(n).startswith(prefixes) for n in self.names], dtype=bool)
+        return wanted[self.name_code] if len(self.name_code) else np.zeros(0, dtype=bool)
 
     def named(self, names: Iterable[str]) -> np.ndarray:
         """Boolean mask of the calls whose name is in ``names``."""
@@ -381,7 +388,7 @@ def extract_ranges(trace: Any) -> Ranges:
 
 # ----------------------------------------------------------------------------- the series table
 
-INSTANCE_METRICS = ("wall_ns", "gpu_busy_ns", "compute_ns", "copy_ns", "kernel_sum_ns", "copy_sum_ns",
+INSTANCE_METRICS = ("wall_ns", "span_ns", "gpu_busy_ns", "compute_ns", "copy_ns", "kernel_sum_ns", "copy_sum_ns",
                     "copy_bytes", "pageable_copies", "kernels", "launches", "activities", "api_ns",
                     "launch_api_ns", "launch_calls", "sync_ns", "sync_count", "device_sync_count",
                     "memcpy_api_ns", "osrt_ns", "osrt_count")
@@ -614,6 +621,7 @@ def _activity_metrics(inst: pd.DataFrame, act: Activity, srt: Sorted, unknown: n
     busy = np.zeros(n, np.int64)
     compute = np.zeros(n, np.int64)
     copy = np.zeros(n, np.int64)
+    last = inst["end_ns"].to_numpy().copy()  # the end of the instance's GPU work, at least its own end
     # Unions need the member rows themselves: expand windows in chunks of whole instances.
     cum = np.concatenate([[0], np.cumsum(np.maximum(hi - lo, 0))])
     start_i = 0
@@ -625,6 +633,10 @@ def _activity_metrics(inst: pd.DataFrame, act: Activity, srt: Sorted, unknown: n
         s, e, k = act.start_ns[rows], act.end_ns[rows], act.kind[rows]
         m = stop - start_i
         busy[start_i:stop] = b = intervals.union_length_by_group(q, s, e, m)
+        if len(q):
+            heads = np.flatnonzero(np.concatenate(([True], q[1:] != q[:-1])))  # q is sorted (expand)
+            who = start_i + q[heads]
+            last[who] = np.maximum(last[who], np.maximum.reduceat(e, heads))
         c = k != MEMCPY
         if c.all():
             compute[start_i:stop] = b
@@ -635,6 +647,9 @@ def _activity_metrics(inst: pd.DataFrame, act: Activity, srt: Sorted, unknown: n
             copy[start_i:stop] = intervals.union_length_by_group(q[~c], s[~c], e[~c], m)
         start_i = stop
     inst["gpu_busy_ns"], inst["compute_ns"], inst["copy_ns"] = busy, compute, copy
+    # start of the range to the end of the later of the range and its GPU work: an async launch's work
+    # runs after the range closes, so busy time over this span (never over the wall time) is a fraction
+    inst["span_ns"] = np.maximum(last - inst["start_ns"].to_numpy(), 0)
 
 
 def _host_metrics(inst: pd.DataFrame, api: HostCalls, api_srt: Sorted, osrt: HostCalls, osrt_srt: Sorted) -> None:
@@ -694,6 +709,7 @@ def series_summary(table: SeriesTable) -> list[dict[str, Any]]:
     sums = {m: np.add.reduceat(v, first) for m, v in cols.items()}
     wall, busy = cols["wall_ns"], cols["gpu_busy_ns"]
     idx, outlier, depth, tid = (inst[c].to_numpy() for c in ("idx", "outlier", "depth", "tid"))
+    parent_sid, series_depth = series_tree(table)
     for row in table.series.itertuples(index=False):
         sid = int(row.series_id)
         sl = slice(int(row.first_row), int(row.first_row) + int(row.count))
@@ -704,10 +720,12 @@ def series_summary(table: SeriesTable) -> list[dict[str, Any]]:
             "series_id": sid,
             "name": row.name,
             "domain": row.domain,
+            "parent_id": int(parent_sid[sid]),
+            "depth": int(series_depth[sid]),
             "count": count,
             "wall_ms": stats.summarize(ms(wall[sl])),
             "gpu_busy_ms": stats.summarize(ms(busy[sl])),
-            "gpu_busy_fraction": float(totals["gpu_busy_ns"]) / wall_total if wall_total > 0 else float("nan"),
+            "gpu_busy_fraction": busy_fraction(totals["gpu_busy_ns"], totals["span_ns"]),
             "total_wall_ms": wall_total / 1e6,
             "total_gpu_busy_ms": float(totals["gpu_busy_ns"]) / 1e6,
             "api_ms_per_instance": float(totals["api_ns"]) / 1e6 / count,
@@ -724,6 +742,38 @@ def series_summary(table: SeriesTable) -> list[dict[str, Any]]:
             "_totals": totals,
         })
     return out
+
+
+def busy_fraction(busy_ns: float, span_ns: float) -> float:
+    """GPU busy time over the span it happened in, in [0, 1] (NaN without a span)."""
+    if span_ns <= 0:
+        return float("nan")
+    return min(max(float(busy_ns) / float(span_ns), 0.0), 1.0)
+
+
+def series_tree(table: SeriesTable) -> tuple[np.ndarray, np.ndarray]:
+    """(parent series id or -1, depth) per series: the series enclosing most of its instances, and the
+    most common nesting depth of its instances (0 = outermost on its thread)."""
+    n = len(table.series)
+    inst = table.instances
+    parent = np.full(n, -1, np.int64)
+    depth = np.zeros(n, np.int64)
+    if inst.empty or "parent" not in inst.columns:
+        return parent, depth
+    sid = inst["series_id"].to_numpy()
+    prow = inst["parent"].to_numpy()
+    psid = np.where(prow >= 0, sid[np.maximum(prow, 0)], -1)
+    pairs = pd.DataFrame({"s": sid, "p": psid, "d": inst["depth"].to_numpy()})
+    top_p = pairs.groupby(["s", "p"]).size().reset_index(name="n").sort_values(["s", "n", "p"],
+                                                                             ascending=[True, False, False])
+    first = top_p.drop_duplicates("s")
+    parent[first["s"].to_numpy()] = first["p"].to_numpy()
+    top_d = pairs.groupby(["s", "d"]).size().reset_index(name="n").sort_values(["s", "n", "d"],
+                                                                             ascending=[True, False, True])
+    first = top_d.drop_duplicates("s")
+    depth[first["s"].to_numpy()] = first["d"].to_numpy()
+    parent[parent == np.arange(n)] = -1  # recursion: a series is not its own parent
+    return parent, depth
 
 
 # ----------------------------------------------------------------------------- devices and gaps

@@ -13,6 +13,7 @@ from profiler.cli.outputs import check_output_file, write_text
 from profiler.errors import InputError, UsageError
 
 MAX_RANGES_SHOWN = 15
+MAX_LAYERS_SHOWN = 10
 
 
 def _fmt(v: Any, spec: str = ".3f") -> str:
@@ -20,40 +21,124 @@ def _fmt(v: Any, spec: str = ".3f") -> str:
 
 
 def summary_lines(data: dict[str, Any], max_ranges: int = MAX_RANGES_SHOWN) -> list[str]:
-    """The terminal summary: capture line, what was missing, the ranges table, the findings."""
+    """The terminal summary: capture line, the inference, top layers, phases and streams, what was
+    missing, the ranges (children under their parent), the findings ranked by impact."""
     cap = data["capture"]
     gpus = ", ".join(sorted({str(g.get("name")) for g in cap.get("gpus") or [] if isinstance(g, dict)})) or "unknown"
     counts = cap.get("counts") or {}
     lines = [f"capture: {cap.get('source_path')}  (nsys {cap.get('nsys_version') or '?'}, GPUs: {gpus}, "
              f"{counts.get('kernels', 0)} kernels, {counts.get('graphs', 0)} graph launches, "
              f"{counts.get('memcpy', 0)} copies)"]
+    lines += inference_lines(data)
     for m in cap.get("missing") or []:
         lines.append(f"missing: {m}")
     for w in cap.get("warnings") or []:
         lines.append(f"warning: {w}")
-    ranges = data["ranges"]
+    ranges = tree_order(data["ranges"])
     if ranges:
-        name_w = min(max(len(_label(r)) for r in ranges[:max_ranges]), 48)
+        name_w = min(max(len(_label(r)) + 2 * (r.get("depth") or 0) for r in ranges[:max_ranges]), 48)
         lines.append("")
         lines.append(f"{'range':<{name_w}} {'count':>7} {'median ms':>10} {'p99 ms':>10} {'CoV %':>7} "
                      f"{'GPU busy':>8} {'launches':>8} {'outliers':>8}")
         for r in ranges[:max_ranges]:
             w = r["wall_ms"]
             frac = r.get("gpu_busy_fraction")
-            lines.append(f"{_label(r)[:name_w]:<{name_w}} {r['count']:>7} {_fmt(w.get('median')):>10} "
+            name = "  " * min(int(r.get("depth") or 0), 4) + _label(r)
+            lines.append(f"{name[:name_w]:<{name_w}} {r['count']:>7} {_fmt(w.get('median')):>10} "
                          f"{_fmt(w.get('p99')):>10} {_fmt(w.get('cov_pct'), '.1f'):>7} "
                          f"{_fmt(frac * 100 if isinstance(frac, (int, float)) else None, '.1f') + '%':>8} "
                          f"{_fmt(r.get('launches_per_instance'), '.1f'):>8} {r.get('outlier_count', 0):>8}")
         if len(ranges) > max_ranges:
             lines.append(f"... {len(ranges) - max_ranges} more range series (by total wall time) in --json")
+        lines.append("(GPU busy: busy time over the span from the range's start to the end of its GPU work)")
     lines.append("")
     findings = data["findings"]
     if not findings:
         lines.append("findings: none")
     for f in findings:
         where = f" [{f['range']}]" if f.get("range") else ""
-        lines.append(f"{f['severity'].upper():<6} {f['rule']}{where}: {f['title']}")
+        lines.append(f"{f['severity'].upper():<6} {f['rule']}{where}: {f['title']}{_impact(f.get('impact'))}")
     return lines
+
+
+def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) -> list[str]:
+    """The inference line, the top layers, the phases and the streams (empty for an old JSON)."""
+    inf = data.get("inference")
+    if not isinstance(inf, dict):
+        return []
+    st = lambda d, k="median": (d or {}).get(k)  # noqa: E731
+    what = {"tensorrt": "TensorRT enqueue", "nvtx": "outermost repeated NVTX range",
+            "window": "no repeated NVTX range: the whole capture"}.get(inf.get("source"), "?")
+    bound = inf.get("bound_by")
+    bound_txt = f"; steady state bound by {'compute' if bound == 'compute' else bound + ' copies'}" if bound else ""
+    lines = [f"inference: {inf.get('series') or '(whole capture)'} ({what}), {inf.get('count')} instances "
+             f"({inf.get('steady_count')} steady): GPU {_fmt(st(inf['gpu_ms']))} ms median "
+             f"(p99 {_fmt(st(inf['gpu_ms'], 'p99'))}), GPU latency {_fmt(st(inf['gpu_latency_ms']))} ms, "
+             f"queue {_fmt(st(inf['queue_ms']))} ms, host {_fmt(st(inf['host_ms']))} ms{bound_txt}"]
+    layers = data.get("layers") or []
+    total = data.get("layer_total") or {}
+    if layers:
+        lines.append("layers (GPU ms per inference: median / p99, share of inference GPU time):")
+        for r in layers[:max_layers]:
+            tc = {True: "Tensor Cores", False: "no Tensor Cores"}.get(r.get("tensor_cores"), "")
+            kern = (r.get("kernels") or [{}])[0].get("name", "")
+            lines.append(f"  {r['name'][:60]:<60} {_fmt(st(r['gpu_ms'])):>8} / {_fmt(st(r['gpu_ms'], 'p99')):>8} "
+                         f"{_fmt((r.get('share') or 0) * 100, '.1f'):>5}%  {tc}  {kern[:50]}")
+        if len(layers) > max_layers:
+            lines.append(f"  ... {len(layers) - max_layers} more layers in --json")
+        lines.append(f"  sum of layers {_fmt(total.get('layers_gpu_ms'))} ms vs inference "
+                     f"{_fmt(total.get('inference_gpu_ms'))} ms per inference "
+                     f"(difference {_fmt(total.get('difference_ms'))} ms)")
+    if total.get("note"):
+        lines.append(f"layers: {total['note']}")
+    ph = data.get("phases") or {}
+    if ph.get("setup"):
+        su, sd = ph["setup"], ph["steady"]
+        w = su.get("what") or {}
+        up = w.get("uploads") or {}
+        lines.append(f"setup: {_fmt(su.get('duration_ms'), '.1f')} ms (time to first inference "
+                     f"{_fmt(ph.get('time_to_first_inference_ms'), '.1f')} ms; {w.get('warmup_inferences', 0)} "
+                     f"warm-up inferences, {up.get('count', 0)} uploads of {up.get('bytes', 0) / 2**20:.1f} MiB, "
+                     f"GPU work outside inferences {_fmt(w.get('gpu_work_outside_inferences_ms'), '.1f')} ms); "
+                     f"steady state {_fmt(sd.get('duration_ms'), '.1f')} ms, GPU busy "
+                     f"{_fmt((sd.get('gpu_busy_fraction') or 0) * 100, '.1f')}% "
+                     f"(statistics and findings: {ph.get('included_in_statistics', 'steady state')})")
+    streams = [s for s in data.get("streams") or [] if (s.get("busy_ms") or 0) > 0]
+    if streams:
+        ov = data.get("copy_compute_overlap") or {}
+        conc = data.get("gpu_concurrency")
+        lines.append(f"streams: {len(streams)} with GPU work; concurrency {_fmt(conc, '.2f')}x "
+                     f"(overlap saved {_fmt(data.get('overlap_saved_ms'), '.1f')} ms); copies overlap compute for "
+                     f"{_fmt(ov.get('overlap_ms'), '.1f')} of {_fmt(ov.get('copy_ms'), '.1f')} ms of copy time")
+    return lines
+
+
+def tree_order(ranges: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Ranges with each child right after its parent (children by total wall time, as given)."""
+    labels = {_label(r) for r in ranges}
+    kids: dict[str | None, list[dict[str, Any]]] = {}
+    for r in ranges:
+        p = r.get("parent")
+        kids.setdefault(p if p in labels else None, []).append(r)
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    stack = list(reversed(kids.get(None, [])))
+    while stack:
+        r = stack.pop()
+        if _label(r) in seen:
+            continue
+        seen.add(_label(r))
+        out.append(r)
+        stack.extend(reversed(kids.get(_label(r), [])))
+    out += [r for r in ranges if _label(r) not in seen]  # cycles (recursive names): as given
+    return out
+
+
+def _impact(imp: Any) -> str:
+    if not isinstance(imp, dict) or imp.get("share") is None:
+        return ""
+    per = imp.get("ms_per_instance")
+    return f" (costs {_fmt(per, '.3g')} ms per inference, {100 * imp['share']:.1f}% of steady state)"
 
 
 def _label(r: dict[str, Any]) -> str:

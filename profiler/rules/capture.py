@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from profiler.capture import intervals
 from profiler.capture import series as S
 from profiler.findings import Finding
 from profiler.rules import rule, thresholds
@@ -58,6 +59,10 @@ SYNC_MAX_PER_INSTANCE = 1.0
 """... and there are more stream/event syncs per instance than this (one wait for the result is
 normal) or any device-wide synchronisation."""
 
+SYNC_MIN_GPU_IDLE_SHARE = 0.5
+"""... and the GPU is idle for at least this share of the time the host blocks (a wait on a busy GPU
+costs nothing: the GPU sets the pace)."""
+
 # ---- pageable_memcpy
 PAGEABLE_MIN_TOTAL_US = 50.0
 """Ignore captures whose pageable copies add up to less GPU time than this."""
@@ -69,6 +74,20 @@ TRANSFER_MIN_COPY_TO_COMPUTE = 1.0
 """Fire when a range's copy time is at least this multiple of its compute time ..."""
 TRANSFER_MIN_COPY_FRACTION = 0.10
 """... and copies take at least this share of its wall time."""
+
+TRT_SYNC_ADVICE = (
+    "TensorRT: enqueue with enqueueV3 / execute_async_v3 on your own stream and synchronise once per batch on "
+    "that stream (execute_v2 is synchronous by design: it waits for every inference); keep a second execution "
+    "context on a second stream so one batch's copies and the host's work overlap the other's inference; replay "
+    "the enqueue as a CUDA graph (trtexec --useCudaGraph) once shapes are fixed.")
+TRT_TRANSFER_ADVICE = (
+    "TensorRT: use pinned host buffers (cudaHostAlloc / cudaMallocHost) and cudaMemcpyAsync on the inference's "
+    "stream; overlap the next batch's input copy with this batch's enqueue (two execution contexts on two "
+    "streams, double-buffered I/O); shrink I/O (FP16 or INT8 I/O formats, trtexec --inputIOFormats, keep "
+    "pre/post-processing on the GPU). trtexec --noDataTransfers shows the compute-only bound.")
+TRT_LAUNCH_ADVICE = (
+    "TensorRT: replay the enqueue as a CUDA graph (trtexec --useCudaGraph, or capture enqueueV3 with "
+    "cudaStreamBeginCapture and replay with cudaGraphLaunch); larger batches give each layer's kernels more work.")
 
 MAX_FINDINGS_PER_RULE = 5
 """Per-range rules report at most this many ranges (the costliest), so nested series do not flood."""
@@ -171,7 +190,7 @@ def launch_overhead(ctx: Any) -> list[Finding]:
             evidence=ev,
             threshold={k: t[k] for k in ("max_busy_fraction", "min_launches_per_instance",
                                          "max_kernel_to_launch_ratio", "min_saving_pct", "graph_node_overhead_us")},
-            recommendation=(
+            recommendation=TRT_LAUNCH_ADVICE if ctx.tensorrt else (
                 "Capture the range's work once as a CUDA graph and replay it (torch.cuda.CUDAGraph / "
                 "torch.compile mode='reduce-overhead', cudaStreamBeginCapture + cudaGraphLaunch, TensorRT "
                 "with --useCudaGraph); or fuse the short kernels (larger batch, fused ops) so each launch "
@@ -366,6 +385,8 @@ def jitter(ctx: Any) -> list[Finding]:
             continue
         if r["top_level_share"] < 0.5 and r["launches_per_instance"] == 0 and r["total_gpu_busy_ms"] == 0:
             continue  # a nested host-only helper, not a latency anyone serves
+        if r.get("parent_id", -1) >= 0:
+            continue  # a child range (a layer): its variability belongs to the parent's layer table
         tail = w["p99"] / med
         cov = w["cov_pct"]
         if cov < t["max_cov_pct"] and tail < t["max_tail_ratio"]:
@@ -374,8 +395,9 @@ def jitter(ctx: Any) -> list[Finding]:
         causes = o["cause"].value_counts().to_dict() if len(o) else {}
         excess = float(o["excess_ms"].sum()) if len(o) else 0.0
         listed = o.nlargest(20, "excess_ms").sort_values("idx") if len(o) else o
-        cands.append((max(excess, (w["mean"] - med) * r["count"]), r, {
-            "count": r["count"], "median_ms": med, "p90_ms": w["p90"], "p99_ms": w["p99"], "max_ms": w["max"],
+        cost_ms = max(excess, (w["mean"] - med) * r["count"])
+        cands.append((cost_ms, r, {
+            "count": r["count"], "excess_ms_total": cost_ms, "median_ms": med, "p90_ms": w["p90"], "p99_ms": w["p99"], "max_ms": w["max"],
             "cov_pct": cov, "p99_over_median": tail, "max_over_median": w["max"] / med,
             "outlier_count": int(len(o)), "outlier_excess_ms": excess, "outlier_causes": causes,
             "outliers": [{"index": int(x.idx), "wall_ms": float(x.wall_ms), "excess_ms": float(x.excess_ms),
@@ -423,6 +445,7 @@ def _jitter_advice(cause: str | None) -> str:
 
 @rule("sync_api", scope="capture", defaults={
     "min_fraction": SYNC_MIN_FRACTION, "max_syncs_per_instance": SYNC_MAX_PER_INSTANCE,
+    "min_gpu_idle_share": SYNC_MIN_GPU_IDLE_SHARE,
     "max_findings": MAX_FINDINGS_PER_RULE})
 def sync_api(ctx: Any) -> list[Finding]:
     """Synchronisation calls that block the host inside hot ranges."""
@@ -443,12 +466,19 @@ def sync_api(ctx: Any) -> list[Finding]:
         q, rows = table.members(inst, "api")
         m = table.api.top_level[rows] & table.api.blocking_sync[rows]
         rows = rows[m]
+        act = table.activity
+        busy_in = intervals.clipped_union_length(act.start_ns, act.end_ns, table.api.start_ns[rows],
+                                                 table.api.end_ns[rows])
+        idle_ns = float(np.maximum((table.api.end_ns - table.api.start_ns)[rows] - busy_in, 0).sum())
+        if idle_ns < t["min_gpu_idle_share"] * sync:
+            continue  # the host waits while the GPU works: the GPU, not the sync, sets the pace
         df = pd.DataFrame({"n": table.api.name_of(rows), "d": (table.api.end_ns - table.api.start_ns)[rows]})
         calls = {str(n): {"count": int(g.size), "total_ms": float(g.sum()) / 1e6, "median_us": float(g.median()) / 1e3}
                  for n, g in df.groupby("n")["d"]}
         cands.append((sync, r, {
             "sync_fraction": frac, "sync_calls_per_instance": per, "device_syncs_per_instance": dev,
             "sync_ms_per_instance": sync / 1e6 / len(inst), "wall_ms_median": r["wall_ms"]["median"],
+            "gpu_idle_during_sync_ms": idle_ns / 1e6, "gpu_busy_share_during_sync": 1.0 - idle_ns / sync,
             "instances": r["count"], "calls": calls,
         }))
     out = []
@@ -461,8 +491,9 @@ def sync_api(ctx: Any) -> list[Finding]:
             title=(f"The host blocks in synchronisation {_pct(frac)}% of the range ({per:.1f} calls per instance"
                    f"{f', {dev:.1f} device-wide' if dev else ''}: {names})"),
             evidence=ev,
-            threshold={"min_fraction": t["min_fraction"], "max_syncs_per_instance": t["max_syncs_per_instance"]},
-            recommendation=(
+            threshold={"min_fraction": t["min_fraction"], "max_syncs_per_instance": t["max_syncs_per_instance"],
+                       "min_gpu_idle_share": t["min_gpu_idle_share"]},
+            recommendation=TRT_SYNC_ADVICE if ctx.tensorrt else (
                 "Synchronise once per iteration, on the stream (or an event) that produces the result, not the "
                 "whole device; replace intermediate syncs with cudaStreamWaitEvent between streams, and avoid "
                 "implicit ones (.item(), .cpu(), pageable copies, cudaMalloc/cudaFree in the loop)."),
@@ -608,8 +639,11 @@ def transfer_bound(ctx: Any) -> list[Finding]:
             "pageable_copies": int(tot["pageable_copies"]), "by_direction": dirs,
             "wall_ms_median": r["wall_ms"]["median"], "instances": r["count"],
         }))
-    out = []
+    out = _inference_transfer_bound(ctx, t)
+    if out:
+        cands = [c for c in cands if ctx.label(c[1]["series_id"]) != out[0].range]
     for _, r, ev in _outermost(ctx, cands, int(t["max_findings"])):
+        ev["exposed_copy_ms_total"] = max(ev["copy_ms_per_instance"] - ev["overlap_ms_per_instance"], 0.0) * r["count"]
         ratio, frac = ev["copy_to_compute"], ev["copy_fraction_of_wall"]
         sev = "high" if ratio >= 2 and frac >= 0.5 else "medium" if ratio >= 1 and frac >= 0.25 else "low"
         out.append(Finding(
@@ -618,9 +652,113 @@ def transfer_bound(ctx: Any) -> list[Finding]:
                    f"{ev['compute_ms_per_instance']:.3g} ms of compute (median wall {ev['wall_ms_median']:.3g} ms)"),
             evidence=ev,
             threshold={"min_copy_to_compute": t["min_copy_to_compute"], "min_copy_fraction": t["min_copy_fraction"]},
-            recommendation=(
+            recommendation=TRT_TRANSFER_ADVICE if ctx.tensorrt else (
                 "Move less data: keep tensors on the GPU between steps, send compact inputs (uint8 images, "
                 "FP16) and decode/normalise on the GPU; overlap copies with compute (pinned buffers, "
                 "cudaMemcpyAsync on a second stream, double buffering); batch to amortise per-copy cost."),
         ))
     return out
+
+
+def _inference_transfer_bound(ctx: Any, t: dict[str, Any]) -> list[Finding]:
+    """The steady state as a whole: copies of one direction take longer than the compute (copies made
+    outside the inference ranges, as TensorRT applications make them, count)."""
+    from profiler.capture.phases import steady_breakdown
+
+    unit, ph = ctx.unit, ctx.phases
+    if unit is None or ph is None or ctx.steady_ns <= 0:
+        return []
+    act = ctx.table.activity
+    lo = ph.capture_start_ns if ctx.include_setup else ph.steady_start_ns
+    by_kind = steady_breakdown(act, lo, ph.steady_end_ns)
+    compute = by_kind.pop("compute")
+    direction = max(by_kind, key=by_kind.get)
+    steady_ms = ctx.steady_ns / 1e6
+    m = (act.start_ns >= lo) & (act.start_ns <= ph.steady_end_ns)
+    c, k = m & (act.kind == S.MEMCPY), m & (act.kind != S.MEMCPY)
+    copy_ms = intervals.union_length(act.start_ns[c], act.end_ns[c]) / 1e6
+    if by_kind[direction] <= 0 or compute <= 0 or by_kind[direction] < t["min_copy_to_compute"] * compute \
+            or copy_ms < t["min_copy_fraction"] * steady_ms:
+        return []
+    overlap_ms = intervals.overlap_length(act.start_ns[c], act.end_ns[c], act.start_ns[k], act.end_ns[k]) / 1e6
+    n = ctx.steady_instances
+    dirs = {}
+    for name in ("HtoD", "DtoH", "DtoD"):
+        sel = c & (np.asarray(S.COPY_KINDS, dtype=object)[act.copy_kind] == name)
+        ns, b = float((act.end_ns - act.start_ns)[sel].sum()), float(act.bytes[sel].sum())
+        if sel.any():
+            dirs[name] = {"copies_per_instance": int(sel.sum()) / n, "bytes_per_instance": b / n,
+                          "gpu_ms_per_instance": ns / 1e6 / n, "gbps": b / ns if ns > 0 else None}
+    ev = {"bound_by": direction, "gpu_ms_by_kind": {"compute": compute, **by_kind},
+          "copy_ms_per_instance": copy_ms / n, "compute_ms_per_instance": compute / n,
+          "copy_to_compute": by_kind[direction] / compute, "copy_fraction_of_steady_state": copy_ms / steady_ms,
+          "overlap_ms_per_instance": overlap_ms / n, "exposed_copy_ms_total": max(copy_ms - overlap_ms, 0.0),
+          "by_direction": dirs, "instances": n}
+    return [Finding(
+        rule="transfer_bound", severity="high", range=unit.label,
+        title=(f"{direction}-bound: {direction} copies take {by_kind[direction] / n:.3g} ms per inference against "
+               f"{compute / n:.3g} ms of compute ({by_kind[direction] / compute:.2f}x); "
+               f"{100 * overlap_ms / copy_ms:.0f}% of copy time overlaps compute"),
+        evidence=ev,
+        threshold={"min_copy_to_compute": t["min_copy_to_compute"], "min_copy_fraction": t["min_copy_fraction"]},
+        recommendation=TRT_TRANSFER_ADVICE if ctx.tensorrt else (
+            "Move less data per inference (compact input types, pre/post-processing on the GPU), use pinned "
+            "buffers and overlap copies with compute on a second stream (double buffering)."),
+    )]
+
+
+# ----------------------------------------------------------------------------- impact and severity
+
+IMPACT_HIGH_SHARE = 0.25
+"""A finding costing this share of the steady state (or more) is high severity ..."""
+IMPACT_MEDIUM_SHARE = 0.05
+"""... this share medium, less low ..."""
+IMPACT_MIN_SHARE = 0.01
+"""... and below this share it is negligible and not reported."""
+ONE_INSTANCE_MIN_SHARE = 0.25
+"""A finding on a series with one instance needs at least this impact (one event is no pattern)."""
+
+
+def _cost_ms(f: Finding) -> float | None:
+    """What a finding costs over the judged period (ms), from its evidence; None when unknown."""
+    ev = f.evidence
+    value = {
+        "launch_overhead": ev.get("graph_saving_ms_total"),
+        "gpu_idle": ev.get("idle_ms"),
+        "jitter": ev.get("excess_ms_total"),
+        "sync_api": ev.get("gpu_idle_during_sync_ms"),
+        "pageable_memcpy": ev.get("estimated_saving_ms"),
+        "transfer_bound": ev.get("exposed_copy_ms_total"),
+    }.get(f.rule)
+    return float(value) if isinstance(value, (int, float)) and np.isfinite(value) else None
+
+
+def _severity(share: float) -> str:
+    return "high" if share >= IMPACT_HIGH_SHARE else "medium" if share >= IMPACT_MEDIUM_SHARE else "low"
+
+
+def calibrate(ctx: Any, findings: list[Finding]) -> list[Finding]:
+    """Give every finding its impact ``{ms_per_instance, share}`` of the steady state; severity follows the
+    impact; negligible findings and weak findings on one-instance series are dropped; costliest first."""
+    steady_ms = ctx.steady_ns / 1e6
+    n_inf = ctx.steady_instances
+    counts = {ctx.label(r["series_id"]): r["count"] for r in ctx.ranges}
+    out = []
+    for f in findings:
+        cost = _cost_ms(f)
+        share = min(max(cost / steady_ms, 0.0), 1.0) if cost is not None and steady_ms > 0 else None
+        f.impact = {"ms_per_instance": max(cost, 0.0) / n_inf if cost is not None else None, "share": share,
+                    "instances": n_inf, "steady_ms": steady_ms}
+        f.evidence["impact"] = dict(f.impact)
+        if share is None:
+            f.severity = "low" if f.severity in ("high", "medium") else f.severity
+        else:
+            if share < IMPACT_MIN_SHARE:
+                continue
+            if f.range is not None and counts.get(f.range, 2) < 2 and share < ONE_INSTANCE_MIN_SHARE:
+                continue
+            f.severity = _severity(share)
+        out.append(f)
+    rank = {"high": 0, "medium": 1, "low": 2, "info": 3}
+    return sorted(out, key=lambda f: (-(f.impact["share"] if f.impact["share"] is not None else -1.0),
+                                      rank[f.severity], f.rule, f.range or ""))

@@ -1,0 +1,106 @@
+"""Layers from the capture: the child ranges of the inference unit (TensorRT's per-layer NVTX ranges).
+
+Per layer (a series whose instances sit directly inside steady-state unit instances): GPU time per
+inference (the busy union of the work launched inside the layer range, summed per inference; median
+and p99), share of the inference's GPU time, the kernels it ran (TensorRT's tactics) and whether their
+names say they use Tensor Cores. The layers' sum is set against the inference GPU time.
+
+Under CUDA graphs an inference is one graph launch: TensorRT's layer ranges exist only while the graph
+is captured, so per-layer GPU time is not in the capture; the replays are attributed as a unit.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from profiler import stats
+from profiler.capture import series as S
+from profiler.capture.unit import Unit, label_of
+
+TENSOR_CORE_KERNEL = re.compile(
+    r"(h884|h1688|h16816|s1688|s16816|i8816|i16832|hmma|imma|gmma|wgmma|tensorop|tensor_op|xmma|_tc_|"
+    r"tensorcore|nvjet_(?:sm\d+_)?[hbteqi][a-z]{2}_)", re.IGNORECASE)
+"""Kernel names that say they run on Tensor Cores (cuDNN/cuBLAS/TensorRT naming: HMMA/IMMA/GMMA
+instructions, xmma kernels, tile shapes such as 1688/16816, nvjet half/bf16/tf32/fp8/int8 variants)."""
+MAX_KERNELS = 5
+
+GRAPH_NOTE = ("The inference replays a CUDA graph: TensorRT's layer ranges exist only while the graph is "
+              "captured, so per-layer GPU time is not in this capture and each replay is attributed as a "
+              "whole. Profile a run without CUDA graphs (trtexec without --useCudaGraph) for per-layer times.")
+
+
+def uses_tensor_cores(name: str) -> bool:
+    return bool(TENSOR_CORE_KERNEL.search(name))
+
+
+def layer_table(table: S.SeriesTable, unit: Unit, kernel_names: tuple[np.ndarray, np.ndarray] | None = None,
+                ) -> dict[str, Any]:
+    """``layers`` (list, most GPU time first) and ``layer_total`` for the unit's steady instances."""
+    empty = {"layers": [], "layer_total": None}
+    if unit.source == "window" or unit.series_id is None or unit.count <= unit.warmup:
+        return empty
+    inst = table.instances
+    steady_rows = unit.rows[unit.warmup:]
+    unit_gpu_ns = float(unit.gpu_ns[unit.warmup:].sum())
+    parent = inst["parent"].to_numpy()
+    is_steady = np.zeros(len(inst), bool)
+    is_steady[steady_rows] = True
+    child = np.flatnonzero((parent >= 0) & is_steady[np.maximum(parent, 0)])
+    total = {"layers_gpu_ms": 0.0, "inference_gpu_ms": unit_gpu_ns / 1e6 / max(len(steady_rows), 1),
+             "note": None}
+    if unit.graph_launches:
+        total["note"] = GRAPH_NOTE
+    if not len(child):
+        total["difference_ms"] = -total["inference_gpu_ms"]
+        return {"layers": [], "layer_total": total}
+    sid = inst["series_id"].to_numpy()[child]
+    busy = inst["gpu_busy_ns"].to_numpy()[child]
+    df = pd.DataFrame({"s": sid, "p": parent[child], "b": busy})
+    per = df.groupby(["s", "p"])["b"].sum().reset_index()
+    n_inf = len(steady_rows)
+    act = table.activity
+    q, rows = table.members(inst.iloc[child], "activity")
+    kern = act.kind[rows] == S.KERNEL
+    layers = []
+    for s, g in per.groupby("s"):
+        vals = np.zeros(n_inf)  # an inference without this layer spent 0 on it
+        vals[: len(g)] = g["b"].to_numpy()
+        mine = kern & (sid[q] == s)
+        layers.append({
+            "name": label_of(table.series["domain"].iat[s], table.series["name"].iat[s]),
+            "parent": unit.label, "count": int((sid == s).sum()),
+            "gpu_ms": stats.summarize(vals / 1e6),
+            "share": float(g["b"].sum()) / unit_gpu_ns if unit_gpu_ns > 0 else None,
+            "kernels": _kernels(act, rows[mine], kernel_names),
+        })
+        layers[-1]["tensor_cores"] = any(uses_tensor_cores(k["name"]) for k in layers[-1]["kernels"]) \
+            if layers[-1]["kernels"] else None
+    layers.sort(key=lambda r: -(r["share"] or 0.0))
+    layers_ms = float(per["b"].sum()) / 1e6 / n_inf
+    total.update(layers_gpu_ms=layers_ms, difference_ms=layers_ms - total["inference_gpu_ms"])
+    # shares of a total must add up to it: overlapping child ranges (streams inside a layer) are capped
+    share_sum = sum(r["share"] or 0.0 for r in layers)
+    if share_sum > 1.0:
+        for r in layers:
+            r["share"] = (r["share"] or 0.0) / share_sum
+        total["note"] = ((total["note"] + " ") if total["note"] else "") + (
+            "Layer ranges overlap in GPU time (work of several layers running at once); shares are scaled to sum to 1.")
+    return {"layers": layers, "layer_total": total}
+
+
+def _kernels(act: S.Activity, rows: np.ndarray, names: tuple[np.ndarray, np.ndarray] | None,
+             ) -> list[dict[str, Any]]:
+    """The layer's kernels by total GPU time: [{name, count, total_ms}] (at most ``MAX_KERNELS``);
+    ``names`` is (code per kernel row, distinct names) of the trace's kernel frame."""
+    if names is None or not len(rows):
+        return []
+    codes, values = names
+    d = act.end_ns[rows] - act.start_ns[rows]
+    s = pd.DataFrame({"n": values[codes[act.row[rows]]], "d": d}).groupby("n")["d"].agg(["size", "sum"])
+    s = s.sort_values("sum", ascending=False).head(MAX_KERNELS)
+    return [{"name": str(n), "count": int(c), "total_ms": float(t) / 1e6, "tensor_cores": uses_tensor_cores(str(n))}
+            for n, c, t in zip(s.index, s["size"], s["sum"])]

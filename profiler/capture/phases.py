@@ -1,0 +1,166 @@
+"""Setup against steady state, and the capture cut down to its steady state.
+
+Setup is everything before the first steady inference: engine build or deserialisation, context
+creation, lazy module loading, allocations and weight uploads, and the warm-up inferences (see
+:mod:`profiler.capture.unit`). The steady state runs from the first steady inference to the end of the
+last inference's GPU work; teardown after it is left out too. Without an inference unit (no NVTX), the
+setup ends with the last module load or context call, when that comes before most of the GPU work.
+
+Rules and statistics run on :func:`trim` 's steady-state trace by default, so start-up gaps, one-time
+uploads and warm-up instances are never blamed on the steady state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from profiler.capture import intervals
+from profiler.capture import series as S
+from profiler.capture.unit import Unit
+
+MODULE_LOAD_PREFIXES = ("cuModuleLoad", "cuLibraryLoad", "cuModuleGetFunction", "cuLibraryGetKernel")
+CONTEXT_PREFIXES = ("cuInit", "cuCtxCreate", "cuDevicePrimaryCtxRetain", "cudaSetDevice")
+ALLOC_PREFIXES = ("cudaMalloc", "cuMemAlloc", "cudaHostAlloc", "cuMemHostAlloc", "cuMemCreate", "cudaMallocHost")
+COPY_KIND_ORDER = ("compute", "HtoD", "DtoH", "DtoD", "other_copy")
+
+
+@dataclass
+class Phases:
+    """Where setup ends and steady state begins and ends (ns), and what the setup did."""
+
+    capture_start_ns: int
+    steady_start_ns: int
+    steady_end_ns: int
+    first_inference_end_ns: int | None
+    what: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def has_setup(self) -> bool:
+        return self.steady_start_ns > self.capture_start_ns
+
+
+def split(table: S.SeriesTable, unit: Unit, capture_start_ns: int) -> Phases:
+    """The phases of a capture from its (full) series table and inference unit."""
+    act = table.activity
+    act_end = int(act.end_ns.max()) if len(act) else capture_start_ns
+    if unit.source != "window" and unit.count > unit.warmup:
+        start = int(unit.start_ns[unit.warmup])
+        end = int(max(unit.gpu_end_ns[unit.warmup:].max(), (unit.start_ns + unit.host_ns)[unit.warmup:].max()))
+        first_end = int(unit.gpu_end_ns[0])
+    else:
+        start = _window_steady_start(table, capture_start_ns)
+        end = max(act_end, start)
+        first_end = None
+    start = max(start, capture_start_ns)
+    ph = Phases(capture_start_ns=capture_start_ns, steady_start_ns=start, steady_end_ns=max(end, start),
+                first_inference_end_ns=first_end)
+    ph.what = setup_contents(table, unit, capture_start_ns, start)
+    return ph
+
+
+def _window_steady_start(table: S.SeriesTable, capture_start_ns: int) -> int:
+    """End of the last module load / context call, if at least half the GPU work comes after it."""
+    act, api = table.activity, table.api
+    if not len(act):
+        return capture_start_ns
+    first_act = int(act.start_ns.min())
+    once = api.named_prefix(MODULE_LOAD_PREFIXES + CONTEXT_PREFIXES) if len(api) else np.zeros(0, bool)
+    ends = api.end_ns[once]
+    ends = ends[ends < int(np.median(act.start_ns))] if len(ends) else ends
+    start = int(ends.max()) if len(ends) else first_act
+    return max(start, capture_start_ns)
+
+
+def setup_contents(table: S.SeriesTable, unit: Unit, lo: int, hi: int) -> dict[str, Any]:
+    """What happened before steady state: one-time API work, uploads, GPU work outside inferences."""
+    api, act = table.api, table.activity
+    out: dict[str, Any] = {"warmup_inferences": int(unit.warmup)}
+    if hi <= lo:
+        return out
+    in_setup = (api.start_ns >= lo) & (api.start_ns < hi) & api.top_level if len(api) else np.zeros(0, bool)
+    dur = api.end_ns - api.start_ns
+    for key, prefixes in (("module_loading_ms", MODULE_LOAD_PREFIXES), ("context_creation_ms", CONTEXT_PREFIXES),
+                          ("allocation_ms", ALLOC_PREFIXES)):
+        m = in_setup & api.named_prefix(prefixes) if len(api) else in_setup
+        out[key] = float(dur[m].sum()) / 1e6
+    a = (act.start_ns >= lo) & (act.start_ns < hi)
+    up = a & (act.kind == S.MEMCPY) & (act.copy_kind == S.COPY_KINDS.index("HtoD"))
+    out["uploads"] = {"count": int(up.sum()), "bytes": int(act.bytes[up].sum()),
+                      "gpu_ms": float((act.end_ns - act.start_ns)[up].sum()) / 1e6,
+                      "largest_bytes": int(act.bytes[up].max()) if up.any() else 0}
+    # GPU work of the setup outside any inference instance (engine build's tactic timing, weight init)
+    mine = np.zeros(len(act), bool)
+    if unit.source != "window" and unit.count:
+        _, rows = table.members(table.instances.iloc[unit.rows], "activity")
+        mine[rows] = True
+    other = a & ~mine
+    out["gpu_work_outside_inferences_ms"] = intervals.union_length(act.start_ns[other], act.end_ns[other]) / 1e6
+    out["ranges"] = _setup_ranges(table, unit, lo, hi)
+    return out
+
+
+def _setup_ranges(table: S.SeriesTable, unit: Unit, lo: int, hi: int, limit: int = 8) -> dict[str, float]:
+    """Top-level NVTX ranges of the setup other than the unit (deserialisation, build): label -> ms."""
+    inst = table.instances
+    if table.window or inst.empty:
+        return {}
+    m = (inst["depth"].to_numpy() == 0) & (inst["start_ns"].to_numpy() >= lo) & (inst["start_ns"].to_numpy() < hi)
+    if unit.series_id is not None:
+        m &= inst["series_id"].to_numpy() != unit.series_id
+    if not m.any():
+        return {}
+    sub = inst[m].groupby("series_id")["wall_ns"].sum().sort_values(ascending=False).head(limit)
+    ser = table.series
+    return {(f"{ser['domain'].iat[s]}:{ser['name'].iat[s]}" if ser["domain"].iat[s] else ser["name"].iat[s]):
+            float(v) / 1e6 for s, v in sub.items()}
+
+
+def steady_breakdown(act: S.Activity, lo: int, hi: int) -> dict[str, float]:
+    """GPU time per kind of work in [lo, hi]: busy union of compute and of each copy direction (ms)."""
+    m = (act.start_ns >= lo) & (act.start_ns <= hi)
+    out = {}
+    names = np.asarray(S.COPY_KINDS, dtype=object)[act.copy_kind]
+    for key in COPY_KIND_ORDER:
+        if key == "compute":
+            k = m & (act.kind != S.MEMCPY)
+        elif key == "other_copy":
+            k = m & (act.kind == S.MEMCPY) & ~np.isin(names, ("HtoD", "DtoH", "DtoD"))
+        else:
+            k = m & (act.kind == S.MEMCPY) & (names == key)
+        out[key] = intervals.union_length(act.start_ns[k], act.end_ns[k]) / 1e6
+    return out
+
+
+def phases_json(ph: Phases, act: S.Activity) -> dict[str, Any]:
+    """The ``phases`` object of the analysis JSON (times relative to the capture start)."""
+    rel = lambda t: (t - ph.capture_start_ns) / 1e6  # noqa: E731
+    by_kind = steady_breakdown(act, ph.steady_start_ns, ph.steady_end_ns)
+    m = (act.start_ns >= ph.steady_start_ns) & (act.start_ns <= ph.steady_end_ns)
+    busy = intervals.union_length(act.start_ns[m], act.end_ns[m]) / 1e6
+    dur = (ph.steady_end_ns - ph.steady_start_ns) / 1e6
+    return {
+        "setup": {"start_ms": 0.0, "end_ms": rel(ph.steady_start_ns), "duration_ms": rel(ph.steady_start_ns),
+                  "what": ph.what},
+        "steady": {"start_ms": rel(ph.steady_start_ns), "end_ms": rel(ph.steady_end_ns), "duration_ms": dur,
+                   "gpu_busy_ms": busy, "gpu_busy_fraction": min(busy / dur, 1.0) if dur > 0 else None,
+                   "gpu_ms_by_kind": by_kind},
+        "time_to_first_inference_ms": rel(ph.first_inference_end_ns) if ph.first_inference_end_ns else None,
+    }
+
+
+def trim(trace: Any, lo: int, hi: int) -> Any:
+    """The trace cut to events starting in [lo, hi] (a new Trace; the frames are filtered copies)."""
+    from profiler.capture.trace import FRAMES, Trace
+
+    frames = {}
+    for name in FRAMES:
+        df = getattr(trace, name, None)
+        if df is None or len(df) == 0:
+            frames[name] = df
+            continue
+        t = S.i64(df, "start_ns", 0)
+        frames[name] = df[(t >= lo) & (t <= hi)].reset_index(drop=True)
+    return Trace(meta=dict(getattr(trace, "meta", None) or {}), **frames)

@@ -1,0 +1,182 @@
+"""The inference unit of a capture: what one inference is, and what each one cost on the GPU.
+
+The unit is, in this order: TensorRT's ``ExecutionContext::enqueue*`` / ``execute*`` ranges (NVTX domain
+"TensorRT"), the range the user names (``--unit NAME``), the user's outermost repeated range, or the
+whole capture window. Per instance, the GPU work it launched (kernels, copies, memsets, graph launches,
+joined to the launching API call through the correlation id by the loader, attributed by thread and
+launch time by :mod:`profiler.capture.series`):
+
+- ``gpu_ns``: the busy union of that work on the GPU timeline (async: it may run after the range);
+- ``latency_ns``: first start to last end of that work;
+- ``queue_ns``: from the launch call of the first work to its start on the GPU;
+- ``host_ns``: the range's own wall time (host enqueue time).
+
+Warm-up: the leading instances that cost much more than the typical one (lazy module loading, first
+uploads, allocator growth) are setup, not steady state; the first instance always is when there are
+at least three.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from profiler import stats
+from profiler.capture import series as S
+from profiler.errors import UsageError
+
+TENSORRT_DOMAIN = "TensorRT"
+TENSORRT_UNIT = re.compile(r"^ExecutionContext::(enqueue|execute)")
+"""TensorRT's NVTX range around each inference (enqueue, enqueueV2/V3, execute, executeV2)."""
+WARMUP_RATIO = 1.5
+"""A leading instance is warm-up when its host + GPU time exceeds this multiple of the typical one."""
+WARMUP_MAX_SHARE = 0.25
+"""At most this share of the instances is dropped as warm-up (a slowly settling series stays measured)."""
+NO_INT = np.iinfo(np.int64).min
+
+
+@dataclass
+class Unit:
+    """The inference unit: its series in the table and per-instance arrays (ns), in start order."""
+
+    source: str  # "tensorrt", "nvtx" or "window"
+    series_id: int | None
+    label: str | None
+    rows: np.ndarray  # instance rows of the series in table.instances
+    start_ns: np.ndarray
+    host_ns: np.ndarray
+    gpu_ns: np.ndarray
+    latency_ns: np.ndarray  # NaN where the instance launched no GPU work
+    queue_ns: np.ndarray
+    gpu_end_ns: np.ndarray  # end of the instance's GPU work (its own end when it has none)
+    graph_launches: int
+    warmup: int
+
+    @property
+    def count(self) -> int:
+        return len(self.rows)
+
+    @property
+    def steady(self) -> slice:
+        return slice(self.warmup, self.count)
+
+
+def label_of(domain: Any, name: Any) -> str:
+    return f"{domain}:{name}" if domain else str(name)
+
+
+def choose_series(table: S.SeriesTable, unit_name: str | None = None) -> tuple[int | None, str]:
+    """(series id, source) of the inference unit; (None, 'window') when nothing qualifies."""
+    series = table.series
+    if table.window or series.empty:
+        if unit_name:
+            raise UsageError(f"--unit {unit_name!r}: this capture has no NVTX ranges to choose from")
+        return (0 if len(series) else None), "window"
+    inst = table.instances
+    sid = inst["series_id"].to_numpy()
+    wall = np.bincount(sid, weights=inst["wall_ns"].to_numpy(dtype=np.float64), minlength=len(series))
+    top = np.bincount(sid, weights=(inst["depth"].to_numpy() == 0).astype(np.float64), minlength=len(series))
+    count = series["count"].to_numpy()
+    labels = [label_of(d, n) for d, n in zip(series["domain"], series["name"])]
+    if unit_name:
+        hits = [i for i, lab in enumerate(labels) if unit_name in (lab, series["name"].iat[i])]
+        if not hits:
+            shown = ", ".join(sorted(labels, key=lambda x: -count[labels.index(x)])[:8])
+            raise UsageError(f"--unit {unit_name!r} names no NVTX range of this capture; ranges: {shown}")
+        best = max(hits, key=lambda i: (count[i], wall[i]))
+        return best, "tensorrt" if _is_trt(series, best) else "nvtx"
+    trt = [i for i in range(len(series)) if _is_trt(series, i)]
+    if trt:
+        return max(trt, key=lambda i: (count[i], wall[i])), "tensorrt"
+    outer = [i for i in range(len(series)) if count[i] >= 2 and top[i] >= 0.5 * count[i]]
+    if outer:
+        return max(outer, key=lambda i: (wall[i], count[i])), "nvtx"
+    return None, "window"
+
+
+def _is_trt(series: pd.DataFrame, i: int) -> bool:
+    return series["domain"].iat[i] == TENSORRT_DOMAIN and bool(TENSORRT_UNIT.match(str(series["name"].iat[i])))
+
+
+def build_unit(table: S.SeriesTable, unit_name: str | None = None) -> Unit:
+    """The unit and its per-instance GPU time, latency, queueing delay and host time."""
+    sid, source = choose_series(table, unit_name)
+    if sid is None:  # NVTX ranges, none repeated: the whole window of GPU work is the unit
+        return _window_unit(table)
+    rows = np.arange(table.rows_of(sid).start, table.rows_of(sid).stop)
+    inst = table.instances.iloc[rows]
+    q, act_rows = table.members(inst, "activity")
+    act = table.activity
+    n = len(rows)
+    first = np.full(n, NO_INT, np.int64)
+    last = inst["end_ns"].to_numpy().copy()
+    queue = np.full(n, np.nan)
+    latency = np.full(n, np.nan)
+    if len(q):
+        df = pd.DataFrame({"q": q, "s": act.start_ns[act_rows], "e": act.end_ns[act_rows],
+                           "a": act.api_start_ns[act_rows]})
+        g = df.groupby("q")
+        who = g.size().index.to_numpy()
+        first[who] = g["s"].min().to_numpy()
+        end = g["e"].max().to_numpy()
+        api0 = df["a"].to_numpy()[g["s"].idxmin().to_numpy()]  # the launch call of the first work
+        queue[who] = np.where(api0 == NO_INT, np.nan, np.maximum(first[who] - api0, 0))
+        latency[who] = end - first[who]
+        last[who] = np.maximum(last[who], end)
+    graphs = int(np.count_nonzero(act.kind[act_rows] == S.GRAPH)) if len(q) else 0
+    label = label_of(table.series["domain"].iat[sid], table.series["name"].iat[sid])
+    host = inst["wall_ns"].to_numpy()
+    gpu = inst["gpu_busy_ns"].to_numpy()
+    return Unit(source=source, series_id=sid, label=label, rows=rows, start_ns=inst["start_ns"].to_numpy(),
+                host_ns=host, gpu_ns=gpu, latency_ns=latency, queue_ns=queue, gpu_end_ns=last,
+                graph_launches=graphs, warmup=warmup_count(host, latency))
+
+
+def _window_unit(table: S.SeriesTable) -> Unit:
+    act = table.activity
+    if len(act):
+        lo, hi = int(act.start_ns.min()), int(act.end_ns.max())
+        busy = S.intervals.union_length(act.start_ns, act.end_ns)
+    else:
+        lo = hi = busy = 0
+    one = lambda v: np.array([v], dtype=np.float64)  # noqa: E731
+    graphs = int(np.count_nonzero(act.kind == S.GRAPH))
+    return Unit(source="window", series_id=0 if table.window else None, label=None,
+                rows=np.zeros(1 if len(act) else 0, np.int64), start_ns=np.array([lo]), host_ns=one(hi - lo),
+                gpu_ns=one(busy), latency_ns=one(hi - lo), queue_ns=one(np.nan), gpu_end_ns=np.array([hi]),
+                graph_launches=graphs, warmup=0)
+
+
+def warmup_count(host_ns: np.ndarray, latency_ns: np.ndarray, ratio: float = WARMUP_RATIO,
+                 max_share: float = WARMUP_MAX_SHARE) -> int:
+    """Leading instances that cost more than ``ratio`` x the typical instance (the first always, from 3)."""
+    n = len(host_ns)
+    if n < 3:
+        return 0
+    cost = host_ns.astype(np.float64) + np.nan_to_num(latency_ns.astype(np.float64))
+    typical = float(np.median(cost[n // 2:]))
+    limit = max(1, int(n * max_share))
+    k = 1
+    while k < limit and cost[k] > ratio * typical:
+        k += 1
+    return k
+
+
+def unit_json(unit: Unit) -> dict[str, Any]:
+    """The ``inference`` object of the analysis JSON (statistics over the steady-state instances)."""
+    st = unit.steady
+
+    def summ(a: np.ndarray) -> dict[str, Any]:
+        a = np.asarray(a[st], dtype=np.float64)
+        return stats.summarize(a[np.isfinite(a)] / 1e6)
+
+    return {
+        "series": unit.label, "source": unit.source, "count": unit.count,
+        "steady_count": max(unit.count - unit.warmup, 0), "warmup_count": unit.warmup,
+        "gpu_ms": summ(unit.gpu_ns), "gpu_latency_ms": summ(unit.latency_ns), "queue_ms": summ(unit.queue_ns),
+        "host_ms": summ(unit.host_ns), "graph_launches": unit.graph_launches,
+    }
