@@ -47,12 +47,16 @@ def split(table: S.SeriesTable, unit: Unit, capture_start_ns: int) -> Phases:
     act = table.activity
     act_end = int(act.end_ns.max()) if len(act) else capture_start_ns
     if unit.source != "window" and unit.count > unit.warmup:
-        start = int(unit.start_ns[unit.warmup])
-        end = int(max(unit.gpu_end_ns[unit.warmup:].max(), (unit.start_ns + unit.host_ns)[unit.warmup:].max()))
+        # from the first steady inference (or the first instance of another repeated top-level range: a
+        # capture comparing two loops keeps both) to the end of the last GPU work or inference
+        start = min([int(unit.start_ns[unit.warmup])] + _other_repeated_starts(table, unit))
+        end = int(max(unit.gpu_end_ns[unit.warmup:].max(), (unit.start_ns + unit.host_ns)[unit.warmup:].max(),
+                      act_end))
         first_end = int(unit.gpu_end_ns[0])
     else:
         start = _window_steady_start(table, capture_start_ns)
-        end = max(act_end, start)
+        ends = [int(a.max()) for a in (table.api.end_ns, table.instances["end_ns"].to_numpy()) if len(a)]
+        end = max([act_end, start] + ends)
         first_end = None
     start = max(start, capture_start_ns)
     ph = Phases(capture_start_ns=capture_start_ns, steady_start_ns=start, steady_end_ns=max(end, start),
@@ -61,17 +65,25 @@ def split(table: S.SeriesTable, unit: Unit, capture_start_ns: int) -> Phases:
     return ph
 
 
+def _other_repeated_starts(table: S.SeriesTable, unit: Unit) -> list[int]:
+    """First start of each repeated top-level series other than the unit and its ancestors' kind."""
+    inst = table.instances
+    if table.window or inst.empty:
+        return []
+    top = inst[(inst["depth"].to_numpy() == 0) & (inst["series_id"].to_numpy() != unit.series_id)]
+    g = top.groupby("series_id")["start_ns"].agg(["size", "min"])
+    return [int(v) for v in g.loc[g["size"] >= 2, "min"]]
+
+
 def _window_steady_start(table: S.SeriesTable, capture_start_ns: int) -> int:
     """End of the last module load / context call, if at least half the GPU work comes after it."""
     act, api = table.activity, table.api
-    if not len(act):
+    if not len(act) or not len(api):
         return capture_start_ns
-    first_act = int(act.start_ns.min())
-    once = api.named_prefix(MODULE_LOAD_PREFIXES + CONTEXT_PREFIXES) if len(api) else np.zeros(0, bool)
+    once = api.named_prefix(MODULE_LOAD_PREFIXES + CONTEXT_PREFIXES)
     ends = api.end_ns[once]
     ends = ends[ends < int(np.median(act.start_ns))] if len(ends) else ends
-    start = int(ends.max()) if len(ends) else first_act
-    return max(start, capture_start_ns)
+    return max(int(ends.max()), capture_start_ns) if len(ends) else capture_start_ns
 
 
 def setup_contents(table: S.SeriesTable, unit: Unit, lo: int, hi: int) -> dict[str, Any]:

@@ -621,7 +621,8 @@ def _activity_metrics(inst: pd.DataFrame, act: Activity, srt: Sorted, unknown: n
     busy = np.zeros(n, np.int64)
     compute = np.zeros(n, np.int64)
     copy = np.zeros(n, np.int64)
-    last = inst["end_ns"].to_numpy().copy()  # the end of the instance's GPU work, at least its own end
+    first = np.zeros(n, np.int64)  # first start and last end of the instance's GPU work (0, 0 without)
+    last = np.zeros(n, np.int64)
     # Unions need the member rows themselves: expand windows in chunks of whole instances.
     cum = np.concatenate([[0], np.cumsum(np.maximum(hi - lo, 0))])
     start_i = 0
@@ -636,7 +637,8 @@ def _activity_metrics(inst: pd.DataFrame, act: Activity, srt: Sorted, unknown: n
         if len(q):
             heads = np.flatnonzero(np.concatenate(([True], q[1:] != q[:-1])))  # q is sorted (expand)
             who = start_i + q[heads]
-            last[who] = np.maximum(last[who], np.maximum.reduceat(e, heads))
+            first[who] = np.minimum.reduceat(s, heads)
+            last[who] = np.maximum.reduceat(e, heads)
         c = k != MEMCPY
         if c.all():
             compute[start_i:stop] = b
@@ -647,9 +649,10 @@ def _activity_metrics(inst: pd.DataFrame, act: Activity, srt: Sorted, unknown: n
             copy[start_i:stop] = intervals.union_length_by_group(q[~c], s[~c], e[~c], m)
         start_i = stop
     inst["gpu_busy_ns"], inst["compute_ns"], inst["copy_ns"] = busy, compute, copy
-    # start of the range to the end of the later of the range and its GPU work: an async launch's work
-    # runs after the range closes, so busy time over this span (never over the wall time) is a fraction
-    inst["span_ns"] = np.maximum(last - inst["start_ns"].to_numpy(), 0)
+    # the longer of the range's wall time and the GPU span of its work (first start to last end): an async
+    # launch's work runs after the range closes, so busy time over this (never over the wall time alone)
+    # is a fraction in [0, 1] that neither counts the host's queueing nor exceeds 1
+    inst["span_ns"] = np.maximum(inst["wall_ns"].to_numpy(), last - first)
 
 
 def _host_metrics(inst: pd.DataFrame, api: HostCalls, api_srt: Sorted, osrt: HostCalls, osrt_srt: Sorted) -> None:

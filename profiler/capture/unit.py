@@ -12,8 +12,8 @@ launch time by :mod:`profiler.capture.series`):
 - ``host_ns``: the range's own wall time (host enqueue time).
 
 Warm-up: the leading instances that cost much more than the typical one (lazy module loading, first
-uploads, allocator growth) are setup, not steady state; the first instance always is when there are
-at least three.
+uploads, allocator growth) are setup, not steady state; a TensorRT context's first enqueue always is
+(when there are at least three).
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def build_unit(table: S.SeriesTable, unit_name: str | None = None) -> Unit:
     gpu = inst["gpu_busy_ns"].to_numpy()
     return Unit(source=source, series_id=sid, label=label, rows=rows, start_ns=inst["start_ns"].to_numpy(),
                 host_ns=host, gpu_ns=gpu, latency_ns=latency, queue_ns=queue, gpu_end_ns=last,
-                graph_launches=graphs, warmup=warmup_count(host, latency))
+                graph_launches=graphs, warmup=warmup_count(host, latency, first_is_warmup=source == "tensorrt"))
 
 
 def _window_unit(table: S.SeriesTable) -> Unit:
@@ -151,16 +151,18 @@ def _window_unit(table: S.SeriesTable) -> Unit:
                 graph_launches=graphs, warmup=0)
 
 
-def warmup_count(host_ns: np.ndarray, latency_ns: np.ndarray, ratio: float = WARMUP_RATIO,
-                 max_share: float = WARMUP_MAX_SHARE) -> int:
-    """Leading instances that cost more than ``ratio`` x the typical instance (the first always, from 3)."""
+def warmup_count(host_ns: np.ndarray, latency_ns: np.ndarray, first_is_warmup: bool = False,
+                 ratio: float = WARMUP_RATIO, max_share: float = WARMUP_MAX_SHARE) -> int:
+    """Leading instances that cost more than ``ratio`` x the typical instance (host + GPU latency; the
+    typical one is the median of the second half). ``first_is_warmup``: the first instance is warm-up
+    whatever it cost (a TensorRT context's first enqueue initialises it). Needs at least 3 instances."""
     n = len(host_ns)
     if n < 3:
         return 0
     cost = host_ns.astype(np.float64) + np.nan_to_num(latency_ns.astype(np.float64))
     typical = float(np.median(cost[n // 2:]))
     limit = max(1, int(n * max_share))
-    k = 1
+    k = 1 if first_is_warmup else 0
     while k < limit and cost[k] > ratio * typical:
         k += 1
     return k

@@ -50,7 +50,8 @@ def summary_lines(data: dict[str, Any], max_ranges: int = MAX_RANGES_SHOWN) -> l
                          f"{_fmt(r.get('launches_per_instance'), '.1f'):>8} {r.get('outlier_count', 0):>8}")
         if len(ranges) > max_ranges:
             lines.append(f"... {len(ranges) - max_ranges} more range series (by total wall time) in --json")
-        lines.append("(GPU busy: busy time over the span from the range's start to the end of its GPU work)")
+        lines.append("(GPU busy: GPU busy time of the work a range launched, over the longer of its wall time and "
+                     "the span of that work)")
     lines.append("")
     findings = data["findings"]
     if not findings:

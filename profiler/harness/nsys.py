@@ -159,6 +159,10 @@ def analyze_iterations(capture_path: str | os.PathLike, options: Any = None) -> 
     if nv is not None and len(nv):
         names = nv["name"].astype(str)
         trace.nvtx = nv[~names.str.startswith(prefix)].reset_index(drop=True)
+    if options is None:  # the variants' own iteration ranges are what the sweep judges: no setup cut
+        from profiler.capture.analyze import AnalysisOptions
+
+        options = AnalysisOptions(include_setup=True)
     return analyze(trace, options)
 
 

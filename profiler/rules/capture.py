@@ -59,9 +59,9 @@ SYNC_MAX_PER_INSTANCE = 1.0
 """... and there are more stream/event syncs per instance than this (one wait for the result is
 normal) or any device-wide synchronisation."""
 
-SYNC_MIN_GPU_IDLE_SHARE = 0.5
-"""... and the GPU is idle for at least this share of the time the host blocks (a wait on a busy GPU
-costs nothing: the GPU sets the pace)."""
+SYNC_MIN_GPU_IDLE_SHARE = 0.05
+"""... and the GPU idles for at least this share of the range's wall time while the host blocks or right
+after it returns (a wait on a busy GPU that is refed at once costs nothing: the GPU sets the pace)."""
 
 # ---- pageable_memcpy
 PAGEABLE_MIN_TOTAL_US = 50.0
@@ -466,19 +466,18 @@ def sync_api(ctx: Any) -> list[Finding]:
         q, rows = table.members(inst, "api")
         m = table.api.top_level[rows] & table.api.blocking_sync[rows]
         rows = rows[m]
-        act = table.activity
-        busy_in = intervals.clipped_union_length(act.start_ns, act.end_ns, table.api.start_ns[rows],
-                                                 table.api.end_ns[rows])
-        idle_ns = float(np.maximum((table.api.end_ns - table.api.start_ns)[rows] - busy_in, 0).sum())
-        if idle_ns < t["min_gpu_idle_share"] * sync:
-            continue  # the host waits while the GPU works: the GPU, not the sync, sets the pace
+        idle_ns = _gpu_idle_from_sync(table, rows)
+        if idle_ns < t["min_gpu_idle_share"] * wall:
+            continue  # the host waits while the GPU works and refeeds it at once: the GPU sets the pace
         df = pd.DataFrame({"n": table.api.name_of(rows), "d": (table.api.end_ns - table.api.start_ns)[rows]})
         calls = {str(n): {"count": int(g.size), "total_ms": float(g.sum()) / 1e6, "median_us": float(g.median()) / 1e3}
                  for n, g in df.groupby("n")["d"]}
         cands.append((sync, r, {
             "sync_fraction": frac, "sync_calls_per_instance": per, "device_syncs_per_instance": dev,
             "sync_ms_per_instance": sync / 1e6 / len(inst), "wall_ms_median": r["wall_ms"]["median"],
-            "gpu_idle_during_sync_ms": idle_ns / 1e6, "gpu_busy_share_during_sync": 1.0 - idle_ns / sync,
+            "gpu_idle_during_sync_ms": idle_ns / 1e6,
+            "gpu_idle_method": ("GPU idle time while each sync blocks plus the idle gap from its return to the "
+                                "next GPU work (the relaunch it delays)"),
             "instances": r["count"], "calls": calls,
         }))
     out = []
@@ -499,6 +498,26 @@ def sync_api(ctx: Any) -> list[Finding]:
                 "implicit ones (.item(), .cpu(), pageable copies, cudaMalloc/cudaFree in the loop)."),
         ))
     return out
+
+
+def _gpu_idle_from_sync(table: Any, rows: np.ndarray) -> float:
+    """GPU idle time (ns) the sync calls ``rows`` account for: idle while each blocks, plus the gap from
+    its return to the next GPU work (capped at the next sync's start)."""
+    act, api = table.activity, table.api
+    s, e = api.start_ns[rows], api.end_ns[rows]
+    us, ue = intervals.union(act.start_ns, act.end_ns)
+    if not len(us):
+        return float((e - s).sum())
+    busy_in = intervals.clipped_union_length(us, ue, s, e)
+    k = np.searchsorted(ue, e, side="right")  # first busy piece ending after the call returns
+    inside = (k < len(us)) & (us[np.minimum(k, len(us) - 1)] <= e)
+    nxt = np.where(k < len(us), us[np.minimum(k, len(us) - 1)], e)
+    after = np.where(inside, 0, np.maximum(nxt - e, 0))
+    order = np.argsort(s)
+    cap = np.empty_like(s)
+    cap[order] = np.append(s[order][1:], np.iinfo(np.int64).max)
+    after = np.minimum(after, np.maximum(cap - e, 0))
+    return float(np.maximum(e - s - busy_in, 0).sum() + after.sum())
 
 
 # ----------------------------------------------------------------------------- pageable_memcpy
@@ -693,7 +712,8 @@ def _inference_transfer_bound(ctx: Any, t: dict[str, Any]) -> list[Finding]:
           "copy_ms_per_instance": copy_ms / n, "compute_ms_per_instance": compute / n,
           "copy_to_compute": by_kind[direction] / compute, "copy_fraction_of_steady_state": copy_ms / steady_ms,
           "overlap_ms_per_instance": overlap_ms / n, "exposed_copy_ms_total": max(copy_ms - overlap_ms, 0.0),
-          "by_direction": dirs, "instances": n}
+          "by_direction": dirs, "instances": n, "pageable_copies": int((c & act.pageable).sum()),
+          "wall_ms_median": float(np.median(unit.host_ns[unit.steady])) / 1e6 if unit.count > unit.warmup else None}
     return [Finding(
         rule="transfer_bound", severity="high", range=unit.label,
         title=(f"{direction}-bound: {direction} copies take {by_kind[direction] / n:.3g} ms per inference against "
