@@ -91,3 +91,67 @@ def test_harness_streams_capture_overlaps():
             cur_e = max(cur_e, e)
     union += cur_e - cur_s
     assert total / union > 1.4  # the two streams' graphs run side by side much of the time
+
+
+# ----------------------------------------------------------------------------- TensorRT-shaped captures
+
+@pytest.fixture(scope="module")
+def trt_shaped() -> dict:
+    """trt_eager / trt_graph (sample_traces/trt_shaped.py on the H200), each analysed once."""
+    from profiler.capture.analyze import analyze_path
+
+    return {m: analyze_path(SAMPLE_TRACES / f"trt_{m}.sqlite").to_json() for m in ("eager", "graph")}
+
+
+def test_trt_eager_inference_layers_and_setup(trt_shaped):
+    d = trt_shaped["eager"]
+    inf = d["inference"]
+    assert inf["source"] == "tensorrt" and inf["series"] == "TensorRT:ExecutionContext::enqueue"
+    assert inf["count"] == 80 and 76 <= inf["steady_count"] <= 79  # first inferences load modules lazily
+    # six layer ranges inside the enqueue, not beside it
+    names = [r["name"].split(":", 1)[1] for r in d["layers"]]
+    assert sorted(names) == sorted(json.loads((SAMPLE_TRACES / "trt_eager.json").read_text())["layers"])
+    assert all(r["parent"] == inf["series"] for r in d["layers"])
+    assert {r["name"]: r["depth"] for r in d["ranges"]}["conv1 + relu1"] == 1
+    # the three fp16 convolutions are the costliest layers and run cuDNN's tensor-core (xmma) kernels
+    assert {r["name"] for r in d["layers"][:3]} == {f"TensorRT:conv{i} + relu{i}" for i in (1, 2, 3)}
+    tc = {r["name"].split(":", 1)[1]: r["tensor_cores"] for r in d["layers"]}
+    assert tc["conv1 + relu1"] and tc["fc1 + gelu"] and tc["pool"] is False
+    total = d["layer_total"]
+    assert abs(total["difference_ms"]) < 0.02 * total["inference_gpu_ms"]  # an unranged 32 KB DtoD copy
+    assert sum(r["share"] for r in d["layers"]) == pytest.approx(1.0, abs=0.02)
+    # setup: the 512 MiB pageable weight upload inside deserializeCudaEngine, before the first inference
+    what = d["phases"]["setup"]["what"]
+    assert what["uploads"]["largest_bytes"] == 512 * 2**20
+    assert "TensorRT:deserializeCudaEngine" in what["ranges"]
+    assert d["phases"]["time_to_first_inference_ms"] > d["phases"]["setup"]["what"]["ranges"]["TensorRT:deserializeCudaEngine"]
+
+
+def test_trt_eager_diagnosis_is_launch_bound_not_pageable(trt_shaped):
+    """Eager: 21 launches per inference from Python take ~0.7 ms of host time for ~0.16 ms of GPU work."""
+    d = trt_shaped["eager"]
+    rules = {f["rule"]: f for f in d["findings"]}
+    assert rules["launch_overhead"]["range"] == "TensorRT:ExecutionContext::enqueue"
+    assert rules["launch_overhead"]["severity"] == "high"
+    assert "useCudaGraph" in rules["launch_overhead"]["recommendation"]
+    # the 512 MiB upload is setup and the per-request 8-byte pageable copies cost nothing
+    assert "pageable_memcpy" not in rules
+    assert d["inference"]["host_ms"]["median"] > 3 * d["inference"]["gpu_ms"]["median"]
+    shares = [f["impact"]["share"] for f in d["findings"]]
+    assert shares == sorted(shares, reverse=True) and all(0 < s <= 1 for s in shares)
+
+
+def test_trt_graph_replays_are_one_unit_and_healthy(trt_shaped):
+    d = trt_shaped["graph"]
+    inf = d["inference"]
+    assert inf["series"] == "TensorRT:ExecutionContext::enqueueV3" and inf["count"] == 80
+    assert inf["graph_launches"] >= 79
+    assert d["layers"] == [] and "captured" in d["layer_total"]["note"]
+    # the capture-time enqueue and its layer ranges are setup, not steady state
+    assert [r["name"] for r in d["ranges"]] == ["ExecutionContext::enqueueV3"]
+    # one graph launch per inference: the GPU time per inference matches eager's GPU time within 25%
+    assert inf["gpu_ms"]["median"] == pytest.approx(trt_shaped["eager"]["inference"]["gpu_ms"]["median"], rel=0.25)
+    assert not [f for f in d["findings"] if f["severity"] in ("high", "medium")]
+    # two streams, two requests in flight: with graphs the host keeps up and the streams overlap
+    assert d["gpu_concurrency"] > 1.1
+    assert len([s for s in d["streams"] if s["busy_ms"] > 1]) == 2

@@ -47,9 +47,10 @@ def split(table: S.SeriesTable, unit: Unit, capture_start_ns: int) -> Phases:
     act = table.activity
     act_end = int(act.end_ns.max()) if len(act) else capture_start_ns
     if unit.source != "window" and unit.count > unit.warmup:
-        # from the first steady inference (or the first instance of another repeated top-level range: a
-        # capture comparing two loops keeps both) to the end of the last GPU work or inference
-        start = min([int(unit.start_ns[unit.warmup])] + _other_repeated_starts(table, unit))
+        # from the first steady inference (for user ranges, or the first instance of another repeated
+        # top-level range: a capture comparing two loops keeps both) to the end of the last GPU work
+        others = _other_repeated_starts(table, unit) if unit.source == "nvtx" else []
+        start = min([int(unit.start_ns[unit.warmup])] + others)
         end = int(max(unit.gpu_end_ns[unit.warmup:].max(), (unit.start_ns + unit.host_ns)[unit.warmup:].max(),
                       act_end))
         first_end = int(unit.gpu_end_ns[0])

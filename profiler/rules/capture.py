@@ -66,6 +66,8 @@ after it returns (a wait on a busy GPU that is refed at once costs nothing: the 
 # ---- pageable_memcpy
 PAGEABLE_MIN_TOTAL_US = 50.0
 """Ignore captures whose pageable copies add up to less GPU time than this."""
+PAGEABLE_STAGED_MIN_BYTES = 64 * 1024
+"""Copies at least this large are staged through the driver's pinned buffer (their host time is the cost)."""
 PAGEABLE_HIGH_SHARE = 0.10
 """High severity when pageable copies take this share of the active GPU window (or are 2x slower)."""
 
@@ -568,6 +570,7 @@ def pageable_memcpy(ctx: Any) -> list[Finding]:
     share = total_ns / active
     # API time of the pageable copies (async copies from pageable memory block the host).
     api_ms = None
+    big_api_ms = 0.0
     n_async = None
     if memcpy is not None and len(memcpy) and "api_start_ns" in memcpy.columns:
         rows = act.row[pg]
@@ -575,6 +578,8 @@ def pageable_memcpy(ctx: Any) -> list[Finding]:
         a1 = S.i64(memcpy, "api_end_ns", -1)[rows]
         ok = (a0 >= 0) & (a1 >= a0) & (S.i64(memcpy, "api_tid", -1)[rows] >= 0)
         api_ms = float((a1 - a0)[ok].sum()) / 1e6 if ok.any() else None
+        big = ok & (act.bytes[pg] >= PAGEABLE_STAGED_MIN_BYTES)
+        big_api_ms = float((a1 - a0)[big].sum()) / 1e6
         if "api_name" in memcpy.columns:
             codes, names = S.factor(memcpy, "api_name")
             is_async = np.array(["Async" in str(n) for n in names], dtype=bool)
@@ -599,6 +604,9 @@ def pageable_memcpy(ctx: Any) -> list[Finding]:
         "async_calls_made_synchronous": n_async, "ranges": per_range,
         "pinned_comparison": compare[:10],
         "estimated_saving_ms": saving_ns / 1e6 if compare else None,
+        # without a pinned twin the saving is unknown; it cannot exceed the copies plus the host time they block
+        # (small copies cost their API call whatever the memory: only large ones' host time counts)
+        "cost_upper_bound_ms": total_ns / 1e6 + big_api_ms,
     }
     if compare:
         c = compare[0]
@@ -771,6 +779,9 @@ def calibrate(ctx: Any, findings: list[Finding]) -> list[Finding]:
                     "instances": n_inf, "steady_ms": steady_ms}
         f.evidence["impact"] = dict(f.impact)
         if share is None:
+            bound = f.evidence.get("cost_upper_bound_ms")  # the most it can cost, when the cost is unknown
+            if isinstance(bound, (int, float)) and steady_ms > 0 and bound / steady_ms < IMPACT_MIN_SHARE:
+                continue
             f.severity = "low" if f.severity in ("high", "medium") else f.severity
         else:
             if share < IMPACT_MIN_SHARE:
