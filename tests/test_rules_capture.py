@@ -152,7 +152,9 @@ def test_sync_api_allows_one_wait_for_the_result_but_not_more():
     assert f.evidence["sync_calls_per_instance"] == 2
     assert f.evidence["sync_fraction"] == pytest.approx(0.7)
     [f] = fired(analyze(_sync_loop(["cudaDeviceSynchronize"])), "sync_api")
-    assert f.evidence["device_syncs_per_instance"] == 1 and f.severity == "high"
+    # the GPU idles 15 us of each 35 us wait: severity follows that impact (15 us per 200 us step)
+    assert f.evidence["device_syncs_per_instance"] == 1
+    assert f.impact["share"] == pytest.approx(15 / 200, rel=0.1) and f.severity == "medium"
 
 
 def _copies(copy_us: int, compute_us: int, pageable: bool = False, pinned_twin: bool = False):
@@ -312,7 +314,9 @@ def test_sync_heavy_sample_and_nsys_cuda_api_sync():
     assert ev["device_syncs_per_instance"] == 8 and ev["sync_calls_per_instance"] == 9
     assert ev["calls"]["cudaDeviceSynchronize"]["count"] == 480
     assert ev["calls"]["cudaDeviceSynchronize"]["median_us"] == pytest.approx(53, rel=0.2)
-    assert f.severity == "high"
+    # the matmuls keep the GPU busy during each wait; what the syncs cost is the relaunch gap after each of
+    # the 8 device syncs: about a quarter of the step, and the severity follows that impact
+    assert 0.15 < f.impact["share"] < 0.35 and f.severity in ("high", "medium")
     summary = {s["name"]: s for s in res.to_json()["sync_summary"]}
     assert summary["cudaDeviceSynchronize"]["count"] == 480  # the steady state: the 60 steps
     whole = {s["name"]: s for s in sample("sync_heavy", include_setup=True).to_json()["sync_summary"]}

@@ -63,6 +63,8 @@ class AnalysisOptions:
     outermost repeated range, else the whole capture."""
     include_setup: bool = False
     """Run the statistics and rules over the whole capture instead of the steady state."""
+    layer_info: str | None = None
+    """trtexec ``--exportLayerInfo`` JSON to join to the capture's layers (precision, formats, tactic)."""
 
     def rule_overrides(self) -> dict[str, dict[str, Any]]:
         out = {k: dict(v) for k, v in (self.thresholds or {}).items()}
@@ -198,6 +200,8 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
         "thresholds": ctx.thresholds,
     }
     extra["inference"]["bound_by"] = _bound_by(extra["phases"]["steady"]["gpu_ms_by_kind"])
+    if options.layer_info:
+        extra["layer_info"] = layer_table.join_layer_info(extra["layers"], options.layer_info)
     extra["phases"]["included_in_statistics"] = "whole capture" if table is full else "steady state"
     return AnalysisResult(capture=capture, ranges=ranges, findings=findings, extra=extra, context=ctx)
 

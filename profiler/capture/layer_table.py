@@ -104,3 +104,28 @@ def _kernels(act: S.Activity, rows: np.ndarray, names: tuple[np.ndarray, np.ndar
     s = s.sort_values("sum", ascending=False).head(MAX_KERNELS)
     return [{"name": str(n), "count": int(c), "total_ms": float(t) / 1e6, "tensor_cores": uses_tensor_cores(str(n))}
             for n, c, t in zip(s.index, s["size"], s["sum"])]
+
+
+def join_layer_info(layers: list[dict[str, Any]], path: str) -> dict[str, Any]:
+    """Add the engine's view of each layer (type, precisions, formats, tactic) from trtexec's
+    ``--exportLayerInfo`` JSON (``profiler.layers.trtexec.parse_layer_info``), matched by layer name
+    (TensorRT names its layer ranges after its layers; a ``[profile N]`` suffix is ignored). Returns
+    ``{"path", "matched", "unmatched": [capture layer names], "messages"}``."""
+    from profiler.layers.trtexec import _strip_profile, parse_layer_info
+
+    info, messages, _ = parse_layer_info(path)
+    by_name: dict[str, dict[str, Any]] = {}
+    for rec in info.to_dict("records"):
+        by_name.setdefault(str(rec["name"]), rec)
+        by_name.setdefault(str(rec["base_name"]), rec)
+    unmatched = []
+    for layer in layers:
+        name = layer["name"].split(":", 1)[1] if layer["name"].startswith("TensorRT:") else layer["name"]
+        rec = by_name.get(name) or by_name.get(_strip_profile(name)[0])
+        if rec is None:
+            unmatched.append(layer["name"])
+            continue
+        layer["engine"] = {k: rec.get(k) for k in ("type", "precision_in", "precision_out", "tactic",
+                                                   "formats_in", "formats_out") if k in rec}
+    return {"path": str(path), "matched": len(layers) - len(unmatched), "unmatched": unmatched,
+            "messages": messages}

@@ -157,18 +157,28 @@ def _label(r: dict[str, Any]) -> str:
 @db_option
 @click.option("--min-gap-us", type=click.FloatRange(min=0), default=None,
               help="Smallest GPU idle gap that counts as idleness, in microseconds (default 50).")
+@click.option("--unit", default=None, metavar="NAME",
+              help="The NVTX range that is one inference ('domain:name' or name). Default: TensorRT's "
+                   "ExecutionContext::enqueue/execute ranges, else the outermost repeated range, else the capture.")
+@click.option("--include-setup", is_flag=True,
+              help="Run statistics and findings over the whole capture, not only the steady state (setup: "
+                   "engine deserialisation, context creation, lazy loading, uploads, warm-up inferences).")
+@click.option("--layer-info", type=click.Path(dir_okay=False), default=None,
+              help="trtexec --exportLayerInfo JSON: adds each layer's type, precision, formats and tactic.")
 @click.option("--cdn", is_flag=True, help="Reference plotly.js from a CDN in the report instead of embedding it.")
 @click.option("--no-cache", is_flag=True,
               help="Read the export itself even when its frames are cached ($TRTPROF_CACHE_DIR/traces).")
 @click.pass_context
 def command(ctx: click.Context, capture: str, json_path: str | None, report_path: str | None, no_store: bool,
-            label: str | None, db: str | None, min_gap_us: float | None, cdn: bool, no_cache: bool) -> None:
+            label: str | None, db: str | None, min_gap_us: float | None, unit: str | None, include_setup: bool,
+            layer_info: str | None, cdn: bool, no_cache: bool) -> None:
     """Diagnose CAPTURE, an nsys SQLite export or a .nsys-rep (exported with nsys when it is on PATH).
 
     Each NVTX range name becomes a series of iterations (without NVTX the whole capture is one window);
     prints the series and the findings of the capture rules (launch_overhead, gpu_idle, jitter,
     sync_api, pageable_memcpy, transfer_bound) and stores the run unless --no-store.
     """
+    from profiler.capture.analyze import AnalysisOptions
     from profiler.store.api import resolve_url
 
     if Path(capture).is_dir():
@@ -176,6 +186,8 @@ def command(ctx: click.Context, capture: str, json_path: str | None, report_path
     # everything that can fail cheaply fails before the analysis, not after it
     check_output_file(json_path, "--json")
     check_output_file(report_path, "--report")
+    if layer_info and not Path(layer_info).is_file():
+        raise InputError(f"--layer-info {layer_info}: no such file (give trtexec's --exportLayerInfo JSON)")
     store = None
     if not no_store:
         if Path(capture).exists() and _same_file(resolve_url(db_url(ctx, db)), capture):
@@ -183,17 +195,19 @@ def command(ctx: click.Context, capture: str, json_path: str | None, report_path
                              "(default ./trtprof.db)")
         store = open_store(ctx, db)
     try:
-        _analyze(capture, json_path, report_path, store, label, min_gap_us, cdn, cache=False if no_cache else None)
+        options = AnalysisOptions(min_gap_us=min_gap_us, unit=unit, include_setup=include_setup,
+                                  layer_info=layer_info)
+        _analyze(capture, json_path, report_path, store, label, options, cdn, cache=False if no_cache else None)
     finally:
         if store is not None:
             store.close()
 
 
 def _analyze(capture: str, json_path: str | None, report_path: str | None, store, label: str | None,
-             min_gap_us: float, cdn: bool, cache: bool | None = None) -> None:
-    from profiler.capture.analyze import AnalysisOptions, analyze_path, store_analysis
+             options: Any, cdn: bool, cache: bool | None = None) -> None:
+    from profiler.capture.analyze import analyze_path, store_analysis
 
-    result = analyze_path(capture, AnalysisOptions(min_gap_us=min_gap_us), cache=cache)
+    result = analyze_path(capture, options, cache=cache)
     data = result.to_json()
     artifacts: list[tuple[str, str]] = [("capture", str(Path(capture).resolve()))]
     if json_path:
@@ -213,7 +227,9 @@ def _analyze(capture: str, json_path: str | None, report_path: str | None, store
             artifacts.append(("report", str(Path(report_path).resolve())))
     if store is not None:
         data["run_id"] = store_analysis(store, result, source=capture, label=label, artifacts=artifacts,
-                                        options={"min_gap_us": min_gap_us}, data=dict(data))
+                                        options={"min_gap_us": options.min_gap_us, "unit": options.unit,
+                                                 "include_setup": options.include_setup,
+                                                 "layer_info": options.layer_info}, data=dict(data))
     if json_path != "-":
         for line in summary_lines(data):
             click.echo(line)

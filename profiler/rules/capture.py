@@ -467,8 +467,8 @@ def sync_api(ctx: Any) -> list[Finding]:
         inst = table.instances_of(r["series_id"])
         q, rows = table.members(inst, "api")
         m = table.api.top_level[rows] & table.api.blocking_sync[rows]
-        rows = rows[m]
-        idle_ns = _gpu_idle_from_sync(table, rows)
+        rows, q = rows[m], q[m]
+        idle_ns = _gpu_idle_from_sync(table, rows, q)
         if idle_ns < t["min_gpu_idle_share"] * wall:
             continue  # the host waits while the GPU works and refeeds it at once: the GPU sets the pace
         df = pd.DataFrame({"n": table.api.name_of(rows), "d": (table.api.end_ns - table.api.start_ns)[rows]})
@@ -502,9 +502,10 @@ def sync_api(ctx: Any) -> list[Finding]:
     return out
 
 
-def _gpu_idle_from_sync(table: Any, rows: np.ndarray) -> float:
-    """GPU idle time (ns) the sync calls ``rows`` account for: idle while each blocks, plus the gap from
-    its return to the next GPU work (capped at the next sync's start)."""
+def _gpu_idle_from_sync(table: Any, rows: np.ndarray, q: np.ndarray) -> float:
+    """GPU idle time (ns) the sync calls ``rows`` (of instances ``q``) account for: idle while each blocks,
+    plus the gap from its return to the next GPU work (capped at the next sync's start), except after an
+    instance's last sync (the one wait for the result every iteration needs)."""
     act, api = table.activity, table.api
     s, e = api.start_ns[rows], api.end_ns[rows]
     us, ue = intervals.union(act.start_ns, act.end_ns)
@@ -519,6 +520,10 @@ def _gpu_idle_from_sync(table: Any, rows: np.ndarray) -> float:
     cap = np.empty_like(s)
     cap[order] = np.append(s[order][1:], np.iinfo(np.int64).max)
     after = np.minimum(after, np.maximum(cap - e, 0))
+    last = np.lexsort((s, q))
+    is_last = np.ones(len(q), bool)
+    is_last[last[:-1]] = q[last][:-1] != q[last][1:]
+    after[is_last] = 0
     return float(np.maximum(e - s - busy_in, 0).sum() + after.sum())
 
 

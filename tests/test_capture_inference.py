@@ -1,0 +1,194 @@
+"""The inference unit, layers, phases, streams and calibrated findings on synthetic captures: the edges
+real captures lack (a TensorRT enqueue beside user ranges, --unit, warm-up, a start-up gap, overlapping
+streams, negligible and one-off findings)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from profiler.capture import unit as U
+from profiler.capture.analyze import AnalysisOptions, analyze
+from profiler.capture.trace import Trace
+from profiler.errors import UsageError
+from tests.test_capture_analysis import T, api, kernels, ranges
+
+
+def trt_app(n: int = 20, warm_us: int = 0, stream_of=lambda i: 7, layer_us=(30, 10), startup_gap_us: int = 0):
+    """A TensorRT-shaped loop: per inference an enqueue range (domain TensorRT, 20 us on the host) holding
+    two layer ranges, each launching one kernel that runs after the range (async). Inference 0 takes
+    ``warm_us`` longer on the GPU; a ``startup_gap_us`` idle gap (module loading) precedes it."""
+    krows, nv, arows = [], [], []
+    t = startup_gap_us * T
+    if startup_gap_us:
+        arows.append(("cuLibraryLoadData", 0, startup_gap_us * T - T, 5, "other"))
+    corr = 1
+    for i in range(n):
+        nv.append(("ExecutionContext::enqueue", t, t + 20 * T, 5, "TensorRT"))
+        g = t + 50 * T  # GPU time cursor
+        for j, dur in enumerate(layer_us):
+            ls = t + 2 * T + j * 8 * T
+            nv.append((f"layer{j}", ls, ls + 6 * T, 5, "TensorRT"))
+            d = dur + (warm_us if i == 0 and j == 0 else 0)
+            krows.append({"start_ns": g, "end_ns": g + d * T, "api_tid": 5, "api_start_ns": ls + T,
+                          "api_end_ns": ls + 3 * T, "correlation_id": corr, "device_id": 0,
+                          "stream_id": stream_of(i), "pid": 1, "name": f"sm80_xmma_gemm_f16_{j}" if j == 0 else "k1",
+                          "short_name": "k"})
+            arows.append(("cudaLaunchKernel", ls + T, ls + 3 * T, 5, "launch"))
+            corr += 1
+            g += d * T
+        t += 200 * T
+    return Trace(kernels=pd.DataFrame(krows), nvtx=ranges(*nv), api=api(*arows))
+
+
+def test_tensorrt_enqueue_is_the_unit_with_async_gpu_time():
+    data = analyze(trt_app()).to_json()
+    inf = data["inference"]
+    assert inf["source"] == "tensorrt" and inf["series"] == "TensorRT:ExecutionContext::enqueue"
+    assert inf["count"] == 20 and inf["steady_count"] == 19  # a TensorRT context's first enqueue is setup
+    assert inf["gpu_ms"]["median"] == pytest.approx(0.040)   # 30 + 10 us, after the 20 us host range
+    assert inf["host_ms"]["median"] == pytest.approx(0.020)
+    assert inf["gpu_latency_ms"]["median"] == pytest.approx(0.040)
+    # queue: launch call of the first kernel (t + 3 us) to its start (t + 50 us)
+    assert inf["queue_ms"]["median"] == pytest.approx(0.047)
+    enq = next(r for r in data["ranges"] if r["name"] == "ExecutionContext::enqueue")
+    assert 0 <= enq["gpu_busy_fraction"] <= 1  # busy over max(wall, GPU span): 40 / 40, never 40 / 20
+    assert enq["gpu_busy_fraction"] == pytest.approx(1.0)
+
+
+def test_layers_are_children_with_shares_that_sum_to_the_inference():
+    data = analyze(trt_app(layer_us=(30, 10))).to_json()
+    by = {r["name"]: r for r in data["ranges"]}
+    assert by["layer0"]["parent"] == "TensorRT:ExecutionContext::enqueue" and by["layer0"]["depth"] == 1
+    assert by["ExecutionContext::enqueue"]["parent"] is None and by["ExecutionContext::enqueue"]["depth"] == 0
+    layers = data["layers"]
+    assert [x["name"] for x in layers] == ["TensorRT:layer0", "TensorRT:layer1"]  # most GPU time first
+    assert [x["share"] for x in layers] == pytest.approx([0.75, 0.25])
+    assert layers[0]["gpu_ms"]["median"] == pytest.approx(0.030)
+    assert layers[0]["tensor_cores"] is True and layers[1]["tensor_cores"] is False
+    assert data["layer_total"]["difference_ms"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_user_unit_outermost_repeated_and_window():
+    tr = trt_app()
+    assert U.choose_series.__doc__
+    data = analyze(tr, AnalysisOptions(unit="TensorRT:layer1")).to_json()
+    assert data["inference"]["series"] == "TensorRT:layer1" and data["inference"]["gpu_ms"]["median"] == \
+        pytest.approx(0.010)
+    with pytest.raises(UsageError, match="names no NVTX range"):
+        analyze(tr, AnalysisOptions(unit="nope"))
+    # without TensorRT's domain: the outermost repeated range, not its children
+    nv = tr.nvtx.assign(domain="")
+    data = analyze(Trace(kernels=tr.kernels, api=tr.api, nvtx=nv)).to_json()
+    assert data["inference"]["source"] == "nvtx" and data["inference"]["series"] == "ExecutionContext::enqueue"
+    data = analyze(Trace(kernels=tr.kernels, api=tr.api)).to_json()
+    assert data["inference"]["source"] == "window" and data["inference"]["count"] == 1
+
+
+def test_warmup_and_startup_gap_are_setup_not_steady_state():
+    tr = trt_app(n=20, warm_us=3000, startup_gap_us=100_000, layer_us=(150, 40))  # GPU busy 190 of 200 us
+    res = analyze(tr)
+    data = res.to_json()
+    ph = data["phases"]
+    assert data["inference"]["warmup_count"] == 1
+    assert ph["setup"]["end_ms"] == pytest.approx(100.2)  # inference 1 starts at 100 ms + 200 us
+    assert ph["setup"]["what"]["module_loading_ms"] == pytest.approx(99.999)
+    assert ph["time_to_first_inference_ms"] == pytest.approx(100 + 0.05 + 3.19)
+    # the 100 ms start-up gap and the 3 ms warm-up kernel are not steady-state idleness or jitter
+    assert not [f for f in data["findings"] if f["rule"] in ("gpu_idle", "jitter")]
+    whole = analyze(tr, AnalysisOptions(include_setup=True)).to_json()
+    enq = next(r for r in whole["ranges"] if r["name"] == "ExecutionContext::enqueue")
+    assert enq["count"] == 20 and whole["phases"]["included_in_statistics"] == "whole capture"
+    steady = next(r for r in data["ranges"] if r["name"] == "ExecutionContext::enqueue")
+    assert steady["count"] == 19 and steady["instances"]["start_ms"][0] == pytest.approx(100.2)
+
+
+def test_streams_overlap_and_concurrency():
+    k = kernels((0, 100 * T, 5, 0, 1), (50 * T, 150 * T, 5, 1, 2))
+    k.loc[1, "stream_id"] = 8
+    mc = pd.DataFrame([{"start_ns": 120 * T, "end_ns": 220 * T, "api_tid": 5, "api_start_ns": 2, "bytes": 1 << 20,
+                        "copy_kind": "HtoD", "src_kind": "pinned", "dst_kind": "device", "correlation_id": 3,
+                        "device_id": 0, "stream_id": 9, "pid": 1}])
+    data = analyze(Trace(kernels=k, memcpy=mc)).to_json()
+    streams = {s["stream"]: s for s in data["streams"]}
+    assert streams[7]["busy_ms"] == pytest.approx(0.1) and streams[9]["copies"] == 1
+    assert data["gpu_concurrency"] == pytest.approx(300 / 220)  # 300 us of stream time in a 220 us union
+    assert data["overlap_saved_ms"] == pytest.approx(0.08)
+    ov = data["copy_compute_overlap"]
+    assert ov["overlap_ms"] == pytest.approx(0.03) and ov["share_of_copy"] == pytest.approx(0.3)
+
+
+def test_one_instance_and_negligible_findings_are_dropped_and_severity_follows_impact():
+    from profiler.findings import Finding
+    from profiler.rules.capture import calibrate
+
+    res = analyze(trt_app())
+    ctx = res.context
+    steady_ms = ctx.steady_ns / 1e6
+    mk = lambda rule, ev, rng=None: Finding(rule=rule, severity="high", title="t", range=rng, evidence=ev)  # noqa: E731
+    out = calibrate(ctx, [
+        mk("gpu_idle", {"idle_ms": 0.001 * steady_ms}),                       # 0.1%: negligible, dropped
+        mk("gpu_idle", {"idle_ms": 0.10 * steady_ms}),                        # 10%: medium
+        mk("jitter", {"excess_ms_total": 0.5 * steady_ms}, "TensorRT:ExecutionContext::enqueue"),  # 50%: high
+        mk("pageable_memcpy", {"estimated_saving_ms": None, "cost_upper_bound_ms": 0.0001}),  # negligible
+        mk("pageable_memcpy", {"estimated_saving_ms": None}),                 # unknown: at most low
+    ])
+    assert [(f.rule, f.severity) for f in out] == [("jitter", "high"), ("gpu_idle", "medium"),
+                                                    ("pageable_memcpy", "low")]
+    assert out[0].impact["share"] == pytest.approx(0.5)
+    assert out[0].impact["ms_per_instance"] == pytest.approx(0.5 * steady_ms / 19)
+    # a one-instance series needs a large impact
+    one = Trace(kernels=kernels((10 * T, 11 * T, 5, 9 * T)), nvtx=ranges(("once", 0, 20 * T, 5)))
+    ctx1 = analyze(one).context
+    assert calibrate(ctx1, [mk("jitter", {"excess_ms_total": 0.1 * ctx1.steady_ns / 1e6}, "once")]) == []
+
+
+def test_sync_on_a_busy_gpu_is_not_a_finding():
+    """Two stream syncs per step: while the GPU runs the step's kernel the waits cost nothing."""
+    krows, arows, nv = [], [], []
+    t = 0
+    for i in range(20):
+        nv.append(("step", t, t + 100 * T, 5))
+        krows.append((t + 2 * T, t + 96 * T, 5, t + 1 * T, i + 1))
+        arows += [("cudaStreamSynchronize", t + 5 * T, t + 40 * T, 5, "sync"),
+                  ("cudaStreamSynchronize", t + 41 * T, t + 96 * T, 5, "sync")]
+        t += 100 * T
+    res = analyze(Trace(kernels=kernels(*krows), api=api(*arows), nvtx=ranges(*nv)))
+    assert not [f for f in res.findings if f.rule == "sync_api"]
+
+
+def test_cuda_graph_inference_says_layers_exist_only_at_capture():
+    tr = trt_app(n=5)
+    g = pd.DataFrame([{"start_ns": i * 200 * T + 50 * T, "end_ns": i * 200 * T + 90 * T, "api_tid": 5,
+                       "api_start_ns": i * 200 * T + 3 * T, "correlation_id": 100 + i, "device_id": 0,
+                       "stream_id": 7, "pid": 1, "graph_id": 1} for i in range(5)])
+    nv = tr.nvtx[tr.nvtx["name"] == "ExecutionContext::enqueue"]
+    data = analyze(Trace(graphs=g, nvtx=nv)).to_json()
+    assert data["inference"]["graph_launches"] == 5 and data["layers"] == []
+    assert "captured" in data["layer_total"]["note"]
+
+
+def test_layer_info_join(tmp_path):
+    info = tmp_path / "layers.json"
+    info.write_text(json.dumps({"Layers": [
+        {"Name": "layer0", "LayerType": "CaskConvolution", "TacticName": "sm80_xmma_fprop", "Inputs": [
+            {"Name": "x", "Format/Datatype": "Channel major FP16 format"}], "Outputs": []},
+        {"Name": "other", "LayerType": "Reformat"}]}))
+    data = analyze(trt_app(), AnalysisOptions(layer_info=str(info))).to_json()
+    by = {x["name"]: x for x in data["layers"]}
+    assert by["TensorRT:layer0"]["engine"]["type"] == "CaskConvolution"
+    assert by["TensorRT:layer0"]["engine"]["tactic"] == "sm80_xmma_fprop"
+    assert data["layer_info"]["matched"] == 1 and data["layer_info"]["unmatched"] == ["TensorRT:layer1"]
+
+
+def test_cli_flags(tmp_path):
+    import subprocess
+    import sys
+
+    def trtprof(*args):
+        return subprocess.run([sys.executable, "-m", "profiler", *args], capture_output=True, text=True)
+
+    r = trtprof("analyze", str(tmp_path / "cap.sqlite"), "--no-store", "--layer-info", str(tmp_path / "no.json"))
+    assert r.returncode == 3 and "--layer-info" in r.stderr
