@@ -17,6 +17,8 @@ Each real capture is analysed once per module. Skipped when ../shared is absent.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from profiler.capture.analyze import analyze_path
@@ -154,3 +156,15 @@ def test_terminal_summary_starts_with_the_inference(analysed):
     assert first <= 2
     assert "ExecutionContext::enqueue" in lines[first] and "121" in lines[first]
     assert any(line.lstrip().startswith("layer") for line in lines[first:first + 6])
+
+
+def test_html_report_shows_the_inference_then_findings(analysed):
+    from profiler.report.analysis import build_analysis_page
+
+    page = build_analysis_page(analysed["dtoh"])
+    assert [s["id"] for s in page["sections"][:2]] == ["inference", "findings"]
+    blocks = page["sections"][0]["blocks"]
+    tables = [b for b in blocks if b.get("type") == "table"]
+    text = json.dumps(tables)
+    assert "(Unnamed Layer* 0) [Convolution]" in text and "device-to-host copies" in text
+    assert any(c["label"] == "bound by" and c["value"] == "device-to-host copies" for c in page["cards"])

@@ -14,6 +14,7 @@ from profiler.report.common import (
     short_label, stat, table, unique_labels,
 )
 from profiler.report.fmt import fmt_pct, fmt_value, is_number
+from profiler.report.inference import add_inference
 
 MAX_DISTRIBUTION_RANGES = 16
 MAX_TIMELINE_RANGES = 8
@@ -244,6 +245,7 @@ def build_analysis_page(result: dict) -> dict[str, Any]:
     findings = result.get("findings") or []
     source = capture.get("source_path") or capture.get("path") or capture.get("source") or capture.get("file") or ""
     page = new_page("analysis", "trtprof capture analysis", str(source))
+    add_inference(page, result)  # the inference, its layers, phases and streams come first
 
     # ---- summary
     n_inst = sum(int(r["count"]) for r in ranges if is_number(r.get("count")))
@@ -374,6 +376,9 @@ def build_analysis_page(result: dict) -> dict[str, Any]:
                                   if not isinstance(v, (list, dict))]))
     else:
         blocks.append(missing("Gap histogram " + NOT_IN_CAPTURE + "."))
+    # as in the terminal: the inference (with layers, phases, streams), then the findings ranked by impact
+    order = {"inference": 0, "findings": 1}
+    page["sections"].sort(key=lambda sec: order.get(sec["id"], 2))
     return page
 
 

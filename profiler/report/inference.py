@@ -1,0 +1,112 @@
+"""The inference part of the capture-analysis report: the unit, its layers, phases and streams.
+
+Input: the ``trtprof analyze --json`` dict (``inference``, ``layers``, ``layer_total``, ``phases``,
+``streams``, ``gpu_concurrency``, ``copy_compute_overlap``). Absent keys (an older JSON) add nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from profiler.report.common import card, cell, kv, note, section, stat, table
+from profiler.report.fmt import fmt_pct
+
+SOURCES = {"tensorrt": "TensorRT's ExecutionContext enqueue/execute ranges",
+           "nvtx": "the outermost repeated NVTX range", "window": "the whole capture (no repeated NVTX range)"}
+BOUND = {"compute": "compute", "HtoD": "host-to-device copies", "DtoH": "device-to-host copies",
+         "DtoD": "device-to-device copies", "other_copy": "other copies"}
+MAX_LAYERS = 60
+
+
+def add_inference(page: dict, result: dict) -> None:
+    """Cards and an 'Inference' section (unit, layers, phases, streams) ahead of the other sections."""
+    inf = result.get("inference")
+    if not isinstance(inf, dict):
+        return
+    gpu = inf.get("gpu_ms") or {}
+    page["cards"].append(card("inference GPU ms", stat(gpu, "median"), sub=f"median of {inf.get('steady_count')} "
+                                                                        f"steady of {inf.get('count')}"))
+    page["cards"].append(card("host ms", stat(inf.get("host_ms"), "median"), sub="median enqueue time"))
+    if inf.get("bound_by"):
+        page["cards"].append(card("bound by", BOUND.get(inf["bound_by"], str(inf["bound_by"])), sub="steady state"))
+    ph = result.get("phases") or {}
+    if ph.get("time_to_first_inference_ms") is not None:
+        page["cards"].append(card("time to first inference ms", ph["time_to_first_inference_ms"]))
+    blocks = section(page, "inference", "Inference",
+                     f"One inference is {SOURCES.get(inf.get('source'), '?')}: "
+                     f"{inf.get('series') or '(whole capture)'}. Statistics over the steady-state instances; GPU "
+                     "time is the busy union of the work each launched, on the GPU timeline.")
+    rows = [[name, stat(inf.get(key), "median"), stat(inf.get(key), "p99"), stat(inf.get(key), "max")]
+            for name, key in (("GPU time", "gpu_ms"), ("GPU latency (first start to last end)", "gpu_latency_ms"),
+                              ("queueing delay (launch call to GPU start)", "queue_ms"),
+                              ("host enqueue time", "host_ms"))]
+    blocks.append(table(["per inference", "median ms", "p99 ms", "max ms"], rows,
+                        numeric=[False, True, True, True]))
+    blocks += _layers(result)
+    blocks += _phases(ph)
+    blocks += _streams(result)
+
+
+def _layers(result: dict) -> list[dict]:
+    layers = [x for x in result.get("layers") or [] if isinstance(x, dict)]
+    total = result.get("layer_total") or {}
+    out: list[dict] = [{"type": "heading", "text": "Layers"}]
+    if layers:
+        rows = []
+        for x in layers[:MAX_LAYERS]:
+            eng = x.get("engine") or {}
+            kern = (x.get("kernels") or [{}])[0].get("name", "")
+            rows.append([cell(x["name"]), stat(x.get("gpu_ms"), "median"), stat(x.get("gpu_ms"), "p99"),
+                         cell(fmt_pct((x.get("share") or 0) * 100)),
+                         cell({True: "yes", False: "no"}.get(x.get("tensor_cores"), "—")),
+                         cell(eng.get("precision_in") or "—"), cell(str(kern)[:80] or "—")])
+        out.append(table(["layer", "GPU ms median", "GPU ms p99", "share", "Tensor Cores (by kernel name)",
+                          "precision (layer info)", "top kernel"], rows,
+                         numeric=[False, True, True, True, False, False, False]))
+        out.append(note(f"Sum of the layers {total.get('layers_gpu_ms', 0):.4g} ms against the inference's "
+                        f"{total.get('inference_gpu_ms', 0):.4g} ms of GPU time per inference "
+                        f"(difference {total.get('difference_ms', 0):+.3g} ms)."))
+    elif not total.get("note"):
+        out.append(note("No child ranges inside the inference: no layer table."))
+    if total.get("note"):
+        out.append(note(total["note"], "medium"))
+    return out
+
+
+def _phases(ph: dict) -> list[dict]:
+    if not ph.get("setup"):
+        return []
+    su, sd = ph["setup"], ph["steady"]
+    w = su.get("what") or {}
+    up = w.get("uploads") or {}
+    items = [("setup duration ms", su.get("duration_ms")), ("warm-up inferences", w.get("warmup_inferences")),
+             ("module loading ms", w.get("module_loading_ms")), ("context creation ms", w.get("context_creation_ms")),
+             ("allocation ms", w.get("allocation_ms")), ("uploads", f"{up.get('count', 0)} ({up.get('bytes', 0) / 2**20:.1f} MiB)"),
+             ("GPU work outside inferences ms", w.get("gpu_work_outside_inferences_ms")),
+             ("steady state ms", sd.get("duration_ms")),
+             ("steady GPU busy", fmt_pct((sd.get("gpu_busy_fraction") or 0) * 100)),
+             ("statistics and findings over", ph.get("included_in_statistics", "steady state"))]
+    items += [(f"setup range {k} ms", v) for k, v in (w.get("ranges") or {}).items()]
+    by_kind = sd.get("gpu_ms_by_kind") or {}
+    return [{"type": "heading", "text": "Setup and steady state"}, kv(items),
+            table(["steady-state GPU work", "ms"], [[BOUND.get(k, k), v] for k, v in by_kind.items()],
+                  numeric=[False, True])]
+
+
+def _streams(result: dict) -> list[dict]:
+    streams = [s for s in result.get("streams") or [] if isinstance(s, dict) and (s.get("busy_ms") or 0) > 0]
+    if not streams:
+        return []
+    ov = result.get("copy_compute_overlap") or {}
+    conc = result.get("gpu_concurrency")
+    text = (f"Concurrency {conc:.2f}x: the streams' busy time adds up to {conc:.2f} times the GPU's busy union "
+            f"(overlap saved {result.get('overlap_saved_ms') or 0:.3g} ms); copies overlapped compute for "
+            f"{ov.get('overlap_ms') or 0:.3g} of {ov.get('copy_ms') or 0:.3g} ms of copy time.") if conc else ""
+    return [{"type": "heading", "text": "Streams"},
+            table(["device", "stream", "busy ms", "kernels", "graph launches", "copies", "copy ms"],
+                  [[s.get("device"), s.get("stream"), s.get("busy_ms"), s.get("kernels"), s.get("graph_launches"),
+                    s.get("copies"), s.get("copy_ms")] for s in streams], numeric=[True] * 7, limit=40),
+            note(text)] if text else []
+
+
+__all__ = ["add_inference"]
