@@ -1,4 +1,5 @@
-"""Diagnose a capture: series statistics, GPU busy projection, idle gaps, then the capture rules.
+"""Diagnose a capture: the inference unit and its layers, setup vs steady state, streams, series
+statistics, GPU busy projection, idle gaps, then the capture rules with each finding's impact.
 
     from profiler.capture.analyze import analyze, analyze_path
     result = analyze_path("capture.sqlite")          # or analyze(trace) on a loaded Trace
@@ -16,14 +17,29 @@
                  launches_per_instance, sync_calls_per_instance, compute_ms_per_instance,
                  copy_ms_per_instance, osrt_ms_per_instance, total_wall_ms, ...),
                  "instances": {"start_ms", "wall_ms", "gpu_busy_ms"}}, ...],   # biggest total wall first
-     "findings": [{rule, severity, title, range, evidence, threshold, recommendation}, ...],
+     "findings": [{rule, severity, title, range, evidence, threshold, recommendation,
+                   impact: {ms_per_instance, share}}, ...],       # costliest first
+     "inference": {series, source: "tensorrt"|"nvtx"|"window", count, steady_count, warmup_count,
+                   gpu_ms, gpu_latency_ms, queue_ms, host_ms (statistics like wall_ms), graph_launches,
+                   bound_by: "compute"|"HtoD"|"DtoH"|...},
+     "layers": [{name, parent, count, gpu_ms (per inference), share, kernels: [{name, count, total_ms,
+                 tensor_cores}], tensor_cores, engine (with --layer-info)}],   # most GPU time first
+     "layer_total": {layers_gpu_ms, inference_gpu_ms, difference_ms, note},
+     "phases": {setup: {start_ms, end_ms, duration_ms, what}, steady: {start_ms, end_ms, duration_ms,
+                gpu_busy_ms, gpu_busy_fraction, gpu_ms_by_kind}, time_to_first_inference_ms,
+                included_in_statistics},
+     "streams": [{device, stream, busy_ms, kernels, graph_launches, copies, copy_ms}], "gpu_concurrency",
+     "overlap_saved_ms", "copy_compute_overlap": {overlap_ms, copy_ms, compute_ms, share_of_copy},
      "top_kernels": [{name, short_name, count, total_ms, mean_ms, median_ms, min_ms, max_ms, share_pct}],
      "gap_histogram": [{device, edges_us, counts, active_ms, busy_ms, idle_ms, busy_fraction,
                         gap_count, gaps_over_threshold, min_gap_us}],
      "sync_summary": [{name, count, total_ms, max_ms}],
      "thresholds": {rule id: {threshold: value}}}
 
-``instances.start_ms`` is relative to the capture start. Per-instance arrays are limited to
+``ranges`` (and the rules) cover the steady state unless ``AnalysisOptions.include_setup``; each range
+has ``parent`` (the enclosing series' 'domain:name', or null) and ``depth``; ``gpu_busy_fraction`` is
+busy time over the longer of the wall time and the span of the range's GPU work, so it is in [0, 1].
+``instances.start_ms`` is relative to the capture start; ``idx`` numbers stay those of the whole capture. Per-instance arrays are limited to
 ``AnalysisOptions.max_instances`` per series (``instances_truncated`` says when).
 """
 

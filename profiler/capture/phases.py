@@ -1,6 +1,6 @@
 """Setup against steady state, and the capture cut down to its steady state.
 
-Setup is everything before the first steady inference: engine build or deserialisation, context
+Setup is everything from the capture's first event to the first steady inference: engine build or deserialisation, context
 creation, lazy module loading, allocations and weight uploads, and the warm-up inferences (see
 :mod:`profiler.capture.unit`). The steady state runs from the first steady inference to the end of the
 last inference's GPU work; teardown after it is left out too. Without an inference unit (no NVTX), the
@@ -35,11 +35,12 @@ class Phases:
     steady_start_ns: int
     steady_end_ns: int
     first_inference_end_ns: int | None
+    first_event_ns: int = 0  # the capture's first event (a capture can begin long before it)
     what: dict[str, Any] = field(default_factory=dict)
 
     @property
     def has_setup(self) -> bool:
-        return self.steady_start_ns > self.capture_start_ns
+        return self.steady_start_ns > self.first_event_ns
 
 
 def split(table: S.SeriesTable, unit: Unit, capture_start_ns: int) -> Phases:
@@ -59,10 +60,13 @@ def split(table: S.SeriesTable, unit: Unit, capture_start_ns: int) -> Phases:
         ends = [int(a.max()) for a in (table.api.end_ns, table.instances["end_ns"].to_numpy()) if len(a)]
         end = max([act_end, start] + ends)
         first_end = None
-    start = max(start, capture_start_ns)
+    firsts = [int(a.min()) for a in (act.start_ns, table.api.start_ns, table.osrt.start_ns,
+                                     table.instances["start_ns"].to_numpy()) if len(a)]
+    first_event = max(min(firsts), capture_start_ns) if firsts else capture_start_ns
+    start = max(start, first_event)
     ph = Phases(capture_start_ns=capture_start_ns, steady_start_ns=start, steady_end_ns=max(end, start),
-                first_inference_end_ns=first_end)
-    ph.what = setup_contents(table, unit, capture_start_ns, start)
+                first_inference_end_ns=first_end, first_event_ns=min(first_event, start))
+    ph.what = setup_contents(table, unit, ph.first_event_ns, start)
     return ph
 
 
@@ -155,12 +159,15 @@ def phases_json(ph: Phases, act: S.Activity) -> dict[str, Any]:
     busy = intervals.union_length(act.start_ns[m], act.end_ns[m]) / 1e6
     dur = (ph.steady_end_ns - ph.steady_start_ns) / 1e6
     return {
-        "setup": {"start_ms": 0.0, "end_ms": rel(ph.steady_start_ns), "duration_ms": rel(ph.steady_start_ns),
-                  "what": ph.what},
+        "setup": {"start_ms": rel(ph.first_event_ns), "end_ms": rel(ph.steady_start_ns),
+                  "duration_ms": (ph.steady_start_ns - ph.first_event_ns) / 1e6, "what": ph.what},
         "steady": {"start_ms": rel(ph.steady_start_ns), "end_ms": rel(ph.steady_end_ns), "duration_ms": dur,
                    "gpu_busy_ms": busy, "gpu_busy_fraction": min(busy / dur, 1.0) if dur > 0 else None,
                    "gpu_ms_by_kind": by_kind},
-        "time_to_first_inference_ms": rel(ph.first_inference_end_ns) if ph.first_inference_end_ns else None,
+        # from the capture's first event (the process start when nsys launched it) to the end of the first
+        # inference's GPU work
+        "time_to_first_inference_ms": (ph.first_inference_end_ns - ph.first_event_ns) / 1e6
+        if ph.first_inference_end_ns else None,
     }
 
 

@@ -1,8 +1,8 @@
 """The inference unit of a capture: what one inference is, and what each one cost on the GPU.
 
-The unit is, in this order: TensorRT's ``ExecutionContext::enqueue*`` / ``execute*`` ranges (NVTX domain
-"TensorRT"), the range the user names (``--unit NAME``), the user's outermost repeated range, or the
-whole capture window. Per instance, the GPU work it launched (kernels, copies, memsets, graph launches,
+The unit is, in this order: the range the user names (``--unit NAME``), TensorRT's
+``ExecutionContext::enqueue*`` / ``execute*`` ranges (NVTX domain "TensorRT"), the user's outermost
+repeated range that launches a fair share of the GPU work, or the whole capture window. Per instance, the GPU work it launched (kernels, copies, memsets, graph launches,
 joined to the launching API call through the correlation id by the loader, attributed by thread and
 launch time by :mod:`profiler.capture.series`):
 
@@ -32,6 +32,8 @@ from profiler.errors import UsageError
 TENSORRT_DOMAIN = "TensorRT"
 TENSORRT_UNIT = re.compile(r"^ExecutionContext::(enqueue|execute)")
 """TensorRT's NVTX range around each inference (enqueue, enqueueV2/V3, execute, executeV2)."""
+UNIT_MIN_GPU_SHARE = 0.25
+"""A user range is the inference unit only if its instances launch at least this share of the GPU work."""
 WARMUP_RATIO = 1.5
 """A leading instance is warm-up when its host + GPU time exceeds this multiple of the typical one."""
 WARMUP_MAX_SHARE = 0.25
@@ -92,7 +94,12 @@ def choose_series(table: S.SeriesTable, unit_name: str | None = None) -> tuple[i
     trt = [i for i in range(len(series)) if _is_trt(series, i)]
     if trt:
         return max(trt, key=lambda i: (count[i], wall[i])), "tensorrt"
-    outer = [i for i in range(len(series)) if count[i] >= 2 and top[i] >= 0.5 * count[i]]
+    busy = np.bincount(sid, weights=inst["gpu_busy_ns"].to_numpy(dtype=np.float64), minlength=len(series))
+    act = table.activity
+    total_busy = S.intervals.union_length(act.start_ns, act.end_ns) if len(act) else 0
+    # a unit launches a fair share of the GPU work: not a host-only helper or a sync point (aten::item)
+    outer = [i for i in range(len(series)) if count[i] >= 2 and top[i] >= 0.5 * count[i]
+             and busy[i] >= UNIT_MIN_GPU_SHARE * total_busy]
     if outer:
         return max(outer, key=lambda i: (wall[i], count[i])), "nvtx"
     return None, "window"

@@ -91,6 +91,11 @@ TRT_LAUNCH_ADVICE = (
     "TensorRT: replay the enqueue as a CUDA graph (trtexec --useCudaGraph, or capture enqueueV3 with "
     "cudaStreamBeginCapture and replay with cudaGraphLaunch); larger batches give each layer's kernels more work.")
 
+TRT_IDLE_ADVICE = (
+    " With TensorRT: keep the next inference queued before waiting on this one (enqueueV3 on a second execution "
+    "context with its own stream), and replay the enqueue as a CUDA graph (--useCudaGraph) so the host feeds the "
+    "GPU in one call.")
+
 MAX_FINDINGS_PER_RULE = 5
 """Per-range rules report at most this many ranges (the costliest), so nested series do not flood."""
 
@@ -338,7 +343,7 @@ def gpu_idle(ctx: Any) -> list[Finding]:
                 "host_during_gaps_ms": host, "top_gaps": top_gaps,
             },
             threshold={"min_gap_us": t["min_gap_us"], "min_idle_fraction": t["min_idle_fraction"]},
-            recommendation=_idle_advice(dominant[0]),
+            recommendation=_idle_advice(dominant[0]) + (TRT_IDLE_ADVICE if ctx.tensorrt else ""),
         ))
     return out
 
