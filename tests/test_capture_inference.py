@@ -122,7 +122,7 @@ def test_streams_overlap_and_concurrency():
 
 def test_one_instance_and_negligible_findings_are_dropped_and_severity_follows_impact():
     from profiler.findings import Finding
-    from profiler.rules.capture import calibrate
+    from profiler.rules.impact import calibrate
 
     res = analyze(trt_app())
     ctx = res.context

@@ -178,7 +178,7 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
     gaps and the capture rules' findings, over the steady state unless ``options.include_setup``."""
     from profiler.capture import layer_table, phases, streams, unit as U
     from profiler.rules import run_rules
-    from profiler.rules.capture import calibrate
+    from profiler.rules.impact import calibrate
 
     options = options or AnalysisOptions()
     full = S.build_series(trace)

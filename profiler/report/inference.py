@@ -6,7 +6,6 @@ Input: the ``trtprof analyze --json`` dict (``inference``, ``layers``, ``layer_t
 
 from __future__ import annotations
 
-from typing import Any
 
 from profiler.report.common import card, cell, kv, note, section, stat, table
 from profiler.report.fmt import fmt_pct

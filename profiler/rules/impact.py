@@ -1,0 +1,73 @@
+"""Impact and severity of capture findings: what each costs the steady state, and how much that matters.
+
+Each finding gets ``impact = {ms_per_instance, share}``: the time the problem costs over the judged
+period (the steady state by default) per inference and as a share of that period, from the evidence
+its rule measured (the launch-overhead saving, idle time, the outliers' excess, the GPU idle time a
+sync causes, the pinned-copy saving, the copy time not hidden behind compute). Severity follows the
+share, not the rule; negligible findings and weak ones on one-instance series are dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from profiler.findings import Finding
+
+IMPACT_HIGH_SHARE = 0.25
+"""A finding costing this share of the steady state (or more) is high severity ..."""
+IMPACT_MEDIUM_SHARE = 0.05
+"""... this share medium, less low ..."""
+IMPACT_MIN_SHARE = 0.01
+"""... and below this share it is negligible and not reported."""
+ONE_INSTANCE_MIN_SHARE = 0.25
+"""A finding on a series with one instance needs at least this impact (one event is no pattern)."""
+
+
+def _cost_ms(f: Finding) -> float | None:
+    """What a finding costs over the judged period (ms), from its evidence; None when unknown."""
+    ev = f.evidence
+    value = {
+        "launch_overhead": ev.get("graph_saving_ms_total"),
+        "gpu_idle": ev.get("idle_ms"),
+        "jitter": ev.get("excess_ms_total"),
+        "sync_api": ev.get("gpu_idle_during_sync_ms"),
+        "pageable_memcpy": ev.get("estimated_saving_ms"),
+        "transfer_bound": ev.get("exposed_copy_ms_total"),
+    }.get(f.rule)
+    return float(value) if isinstance(value, (int, float)) and np.isfinite(value) else None
+
+
+def _severity(share: float) -> str:
+    return "high" if share >= IMPACT_HIGH_SHARE else "medium" if share >= IMPACT_MEDIUM_SHARE else "low"
+
+
+def calibrate(ctx: Any, findings: list[Finding]) -> list[Finding]:
+    """Give every finding its impact ``{ms_per_instance, share}`` of the steady state; severity follows the
+    impact; negligible findings and weak findings on one-instance series are dropped; costliest first."""
+    steady_ms = ctx.steady_ns / 1e6
+    n_inf = ctx.steady_instances
+    counts = {ctx.label(r["series_id"]): r["count"] for r in ctx.ranges}
+    out = []
+    for f in findings:
+        cost = _cost_ms(f)
+        share = min(max(cost / steady_ms, 0.0), 1.0) if cost is not None and steady_ms > 0 else None
+        f.impact = {"ms_per_instance": max(cost, 0.0) / n_inf if cost is not None else None, "share": share,
+                    "instances": n_inf, "steady_ms": steady_ms}
+        f.evidence["impact"] = dict(f.impact)
+        if share is None:
+            bound = f.evidence.get("cost_upper_bound_ms")  # the most it can cost, when the cost is unknown
+            if isinstance(bound, (int, float)) and steady_ms > 0 and bound / steady_ms < IMPACT_MIN_SHARE:
+                continue
+            f.severity = "low" if f.severity in ("high", "medium") else f.severity
+        else:
+            if share < IMPACT_MIN_SHARE:
+                continue
+            if f.range is not None and counts.get(f.range, 2) < 2 and share < ONE_INSTANCE_MIN_SHARE:
+                continue
+            f.severity = _severity(share)
+        out.append(f)
+    rank = {"high": 0, "medium": 1, "low": 2, "info": 3}
+    return sorted(out, key=lambda f: (-(f.impact["share"] if f.impact["share"] is not None else -1.0),
+                                      rank[f.severity], f.rule, f.range or ""))
