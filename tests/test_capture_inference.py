@@ -192,3 +192,33 @@ def test_cli_flags(tmp_path):
 
     r = trtprof("analyze", str(tmp_path / "cap.sqlite"), "--no-store", "--layer-info", str(tmp_path / "no.json"))
     assert r.returncode == 3 and "--layer-info" in r.stderr
+
+
+@pytest.mark.parametrize("name", ["trt_eager", "transfer_bound", "no_nvtx"])
+def test_steady_subset_equals_a_rebuild_of_the_cut_capture(name):
+    """``SeriesTable.subset`` (no re-sort) gives the metrics a fresh build of the cut trace gives."""
+    from profiler.capture import load_trace
+    from profiler.capture import series as S
+    from profiler.capture.phases import split
+    from tests.conftest import SAMPLE_TRACES
+
+    path = SAMPLE_TRACES / f"{name}.sqlite"
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    trace = load_trace(path)
+    full = S.build_series(trace)
+    ph = split(full, U.build_unit(full), int(trace.meta["capture_start_ns"]))
+    lo, hi = ph.steady_start_ns, ph.steady_end_ns
+    assert ph.has_setup
+    cut = {}
+    for f in ("kernels", "memcpy", "memset", "graphs", "api", "nvtx", "osrt"):
+        df = getattr(trace, f)
+        cut[f] = df[(df["start_ns"] >= lo) & (df["start_ns"] <= hi)].reset_index(drop=True) if len(df) else df
+    fresh = S.build_series(Trace(meta=trace.meta, **cut))
+    sub = full.subset(lo, hi)
+    assert list(sub.series["name"]) == list(fresh.series["name"])
+    assert list(sub.series["count"]) == list(fresh.series["count"])
+    for col in ("wall_ns", "gpu_busy_ns", "compute_ns", "copy_ns", "launches", "api_ns", "sync_ns", "osrt_ns",
+                "depth", "outlier"):
+        assert sub.instances[col].tolist() == fresh.instances[col].tolist(), col
+    assert len(sub.activity) == len(fresh.activity) and len(sub.api) == len(fresh.api)

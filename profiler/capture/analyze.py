@@ -188,16 +188,14 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
         start_ns = int(full.instances["start_ns"].min()) if len(full.instances) else 0
     unit = U.build_unit(full, options.unit)
     ph = phases.split(full, unit, int(start_ns))
-    table, judged = full, trace
+    table = full
     if not options.include_setup and _trims(full, ph):
-        judged = phases.trim(trace, ph.steady_start_ns, ph.steady_end_ns)
-        table = S.build_series(judged)
-        _keep_instance_numbers(table, full, ph.steady_start_ns)
+        table = full.subset(ph.steady_start_ns, ph.steady_end_ns)
     summaries = S.series_summary(table)
     outl = S.explain_outliers(table)
     devices = S.device_gaps(table.activity, None if table.window else S.attributed_activity(table))
     trt = bool((full.series["domain"] == U.TENSORRT_DOMAIN).any()) if len(full.series) else False
-    ctx = CaptureContext(trace=judged, table=table, ranges=summaries, devices=devices, outliers=outl,
+    ctx = CaptureContext(trace=trace, table=table, ranges=summaries, devices=devices, outliers=outl,
                          capture_start_ns=int(start_ns), unit=unit, phases=ph, tensorrt=trt,
                          include_setup=options.include_setup)
     findings = calibrate(ctx, run_rules("capture", ctx, only=options.rules, overrides=options.rule_overrides()))
@@ -220,19 +218,6 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
         extra["layer_info"] = layer_table.join_layer_info(extra["layers"], options.layer_info)
     extra["phases"]["included_in_statistics"] = "whole capture" if table is full else "steady state"
     return AnalysisResult(capture=capture, ranges=ranges, findings=findings, extra=extra, context=ctx)
-
-
-def _keep_instance_numbers(table: S.SeriesTable, full: S.SeriesTable, cut_ns: int) -> None:
-    """Instance numbers of the steady-state table as in the whole capture (instance 7 stays 7)."""
-    if table.window or full.window or table.instances.empty:
-        return
-    key = lambda df: df["domain"].astype(str) + "\x00" + df["name"].astype(str)  # noqa: E731
-    inst = full.instances
-    before = inst[inst["start_ns"].to_numpy() < cut_ns].groupby("series_id").size()
-    dropped = pd.Series(before.reindex(range(len(full.series)), fill_value=0).to_numpy(), index=key(full.series))
-    dropped = dropped[~dropped.index.duplicated()]
-    offset = dropped.reindex(key(table.series)).fillna(0).to_numpy(dtype=np.int64)
-    table.instances["idx"] += offset[table.instances["series_id"].to_numpy()]
 
 
 def _trims(full: S.SeriesTable, ph: Any) -> bool:

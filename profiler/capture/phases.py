@@ -6,7 +6,7 @@ creation, lazy module loading, allocations and weight uploads, and the warm-up i
 last inference's GPU work; teardown after it is left out too. Without an inference unit (no NVTX), the
 setup ends with the last module load or context call, when that comes before most of the GPU work.
 
-Rules and statistics run on :func:`trim` 's steady-state trace by default, so start-up gaps, one-time
+Rules and statistics run on the steady state's table (``SeriesTable.subset``) by default, so start-up gaps, one-time
 uploads and warm-up instances are never blamed on the steady state.
 """
 
@@ -169,18 +169,3 @@ def phases_json(ph: Phases, act: S.Activity) -> dict[str, Any]:
         "time_to_first_inference_ms": (ph.first_inference_end_ns - ph.first_event_ns) / 1e6
         if ph.first_inference_end_ns else None,
     }
-
-
-def trim(trace: Any, lo: int, hi: int) -> Any:
-    """The trace cut to events starting in [lo, hi] (a new Trace; the frames are filtered copies)."""
-    from profiler.capture.trace import FRAMES, Trace
-
-    frames = {}
-    for name in FRAMES:
-        df = getattr(trace, name, None)
-        if df is None or len(df) == 0:
-            frames[name] = df
-            continue
-        t = S.i64(df, "start_ns", 0)
-        frames[name] = df[(t >= lo) & (t <= hi)].reset_index(drop=True)
-    return Trace(meta=dict(getattr(trace, "meta", None) or {}), **frames)

@@ -443,6 +443,50 @@ class SeriesTable:
         anc, counts = np.unique(uniq, return_counts=True)
         return {int(a): c / len(rows) for a, c in zip(anc, counts) if a != series_id}
 
+    def subset(self, lo: int, hi: int) -> "SeriesTable":
+        """The table of the events starting in [lo, hi] (the steady state), without re-sorting anything.
+
+        Instances keep their numbers (``idx``) and metrics: an instance's work is launched inside it, so
+        all of it is kept when it starts at or after ``lo`` and ``hi`` is past the last GPU end. A window
+        instance is cut to what is kept and measured again. ``activity.row`` still indexes the trace.
+        """
+        act = _filter(self.activity, (self.activity.start_ns >= lo) & (self.activity.start_ns <= hi))
+        api = _filter(self.api, (self.api.start_ns >= lo) & (self.api.start_ns <= hi))
+        osrt = _filter(self.osrt, (self.osrt.start_ns >= lo) & (self.osrt.start_ns <= hi))
+        sorted_ = {}
+        inst = self.instances
+        start = inst["start_ns"].to_numpy()
+        keep = (start >= lo) & (start <= hi) | (inst["tid"].to_numpy() == WINDOW_TID)
+        new_row = np.cumsum(keep) - 1
+        inst = inst[keep].copy()
+        for prefix, srt, kept in (("act", self.act_sorted, act[1]), ("api", self.api_sorted, api[1]),
+                                  ("osrt", self.osrt_sorted, osrt[1])):
+            in_order = kept[srt.order]
+            remap = np.cumsum(kept) - 1
+            sorted_[prefix] = Sorted(order=remap[srt.order[in_order]], key=srt.key[in_order])
+            before = np.concatenate(([0], np.cumsum(in_order)))  # kept rows before each sorted position
+            inst[f"{prefix}_lo"] = before[inst[f"{prefix}_lo"].to_numpy()]
+            inst[f"{prefix}_hi"] = before[inst[f"{prefix}_hi"].to_numpy()]
+        parent = inst["parent"].to_numpy()
+        inst["parent"] = np.where((parent >= 0) & keep[np.maximum(parent, 0)], new_row[np.maximum(parent, 0)], -1)
+        counts = np.bincount(inst["series_id"].to_numpy(), minlength=len(self.series))
+        live = np.flatnonzero(counts > 0)
+        new_sid = np.full(len(self.series), -1, np.int64)
+        new_sid[live] = np.arange(len(live))
+        inst["series_id"] = new_sid[inst["series_id"].to_numpy()]
+        series = self.series.iloc[live].reset_index(drop=True)
+        series["series_id"] = np.arange(len(live), dtype=np.int64)
+        series["count"] = counts[live].astype(np.int64)
+        series["first_row"] = np.concatenate(([0], np.cumsum(counts[live])[:-1])).astype(np.int64)
+        inst = inst.reset_index(drop=True)
+        out = SeriesTable(series=series, instances=inst, activity=act[0], api=api[0], osrt=osrt[0],
+                          act_sorted=sorted_["act"], api_sorted=sorted_["api"], osrt_sorted=sorted_["osrt"],
+                          window=self.window, notes=list(self.notes))
+        if self.window and len(inst):
+            _remeasure_window(out)
+        inst["outlier"] = mark_outliers(inst)
+        return out
+
     def members(self, instances: pd.DataFrame, table: str) -> tuple[np.ndarray, np.ndarray]:
         """(instance row position in ``instances``, row index into the ``table`` arrays) pairs.
 
@@ -555,6 +599,35 @@ def build_series(trace: Any) -> SeriesTable:
     return SeriesTable(series=series, instances=inst, activity=act, api=api, osrt=osrt,
                        act_sorted=act_sorted, api_sorted=api_sorted, osrt_sorted=osrt_sorted,
                        window=window, notes=notes)
+
+
+def _filter(table: Any, keep: np.ndarray) -> tuple[Any, np.ndarray]:
+    """(a copy of an Activity or HostCalls with the rows of ``keep``, keep)."""
+    fields = {}
+    for name in table.__dataclass_fields__:
+        value = getattr(table, name)
+        if name == "names" or name.startswith("_"):
+            fields[name] = value if name == "names" else None
+        else:
+            fields[name] = value[keep]
+    return type(table)(**fields), keep
+
+
+def _remeasure_window(table: SeriesTable) -> None:
+    """The window instance of a cut table: from its first launch or activity to its last activity end."""
+    act, inst = table.activity, table.instances
+    known = act.api_start_ns[act.api_start_ns > np.iinfo(np.int64).min]
+    if len(act):
+        w_start = int(min(act.start_ns.min(), known.min() if len(known) else act.start_ns.min()))
+        w_end = int(act.end_ns.max())
+    elif len(table.api):
+        w_start, w_end = int(table.api.start_ns.min()), int(table.api.end_ns.max())
+    else:
+        w_start = w_end = int(inst["start_ns"].iat[0])
+    inst["start_ns"], inst["end_ns"], inst["wall_ns"] = w_start, w_end, w_end - w_start
+    unknown = (act.api_tid < 0) | (act.api_start_ns == np.iinfo(np.int64).min)
+    _activity_metrics(inst, act, table.act_sorted, unknown)
+    _host_metrics(inst, table.api, table.api_sorted, table.osrt, table.osrt_sorted)
 
 
 def nesting(keys: ThreadKeys, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
