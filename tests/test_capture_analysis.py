@@ -20,7 +20,7 @@ import pytest
 
 from profiler import stats
 from profiler.capture import series as S
-from profiler.capture.analyze import analyze, analyze_path
+from profiler.capture.analyze import AnalysisOptions, analyze, analyze_path
 from profiler.capture.trace import Trace
 from tests.conftest import SAMPLE_TRACES, nsys_fixture_files
 
