@@ -271,7 +271,8 @@ def build_analysis_page(result: dict) -> dict[str, Any]:
         for r in ranges:
             outs = outliers(r)
             rows.append([
-                cell(range_label(r), sub=f"domain {r.get('domain')}" if r.get("domain") not in (None, "") else ""),
+                cell(range_label(r), sub=(f"inside {r['parent']}" if r.get("parent") else
+                                          f"domain {r.get('domain')}" if r.get("domain") not in (None, "") else "")),
                 r.get("count"),
                 stat(r.get("wall_ms"), "median"), stat(r.get("wall_ms"), "p90"), stat(r.get("wall_ms"), "p99"),
                 stat(r.get("wall_ms"), "max"),
