@@ -452,7 +452,10 @@ class SeriesTable:
         """
         act = _filter(self.activity, (self.activity.start_ns >= lo) & (self.activity.start_ns <= hi))
         api = _filter(self.api, (self.api.start_ns >= lo) & (self.api.start_ns <= hi))
-        osrt = _filter(self.osrt, (self.osrt.start_ns >= lo) & (self.osrt.start_ns <= hi))
+        # OS runtime calls (often the largest table) are shared, not copied: they are only read through
+        # the instances' windows, and around the steady state's GPU gaps; a window instance owns every row
+        osrt = _filter(self.osrt, (self.osrt.start_ns >= lo) & (self.osrt.start_ns <= hi)) if self.window else \
+            (self.osrt, np.ones(len(self.osrt), dtype=bool))
         sorted_ = {}
         inst = self.instances
         start = inst["start_ns"].to_numpy()
@@ -461,6 +464,9 @@ class SeriesTable:
         inst = inst[keep].copy()
         for prefix, srt, kept in (("act", self.act_sorted, act[1]), ("api", self.api_sorted, api[1]),
                                   ("osrt", self.osrt_sorted, osrt[1])):
+            if kept.all():
+                sorted_[prefix] = srt
+                continue
             in_order = kept[srt.order]
             remap = np.cumsum(kept) - 1
             sorted_[prefix] = Sorted(order=remap[srt.order[in_order]], key=srt.key[in_order])

@@ -108,9 +108,10 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
     if streams:
         ov = data.get("copy_compute_overlap") or {}
         conc = data.get("gpu_concurrency")
+        copies = (f"; copies overlap compute for {_fmt(ov.get('overlap_ms'), '.1f')} of "
+                  f"{_fmt(ov.get('copy_ms'), '.1f')} ms of copy time") if ov.get("copy_ms") else ""
         lines.append(f"streams: {len(streams)} with GPU work; concurrency {_fmt(conc, '.2f')}x "
-                     f"(overlap saved {_fmt(data.get('overlap_saved_ms'), '.1f')} ms); copies overlap compute for "
-                     f"{_fmt(ov.get('overlap_ms'), '.1f')} of {_fmt(ov.get('copy_ms'), '.1f')} ms of copy time")
+                     f"(overlap saved {_fmt(data.get('overlap_saved_ms'), '.1f')} ms){copies}")
     return lines
 
 
