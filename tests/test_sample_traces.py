@@ -155,3 +155,13 @@ def test_trt_graph_replays_are_one_unit_and_healthy(trt_shaped):
     # two streams, two requests in flight: with graphs the host keeps up and the streams overlap
     assert d["gpu_concurrency"] > 1.1
     assert len([s for s in d["streams"] if s["busy_ms"] > 1]) == 2
+
+
+def test_trt_eager_report_lists_findings_by_impact(trt_shaped):
+    from profiler.report.analysis import build_analysis_page
+
+    d = trt_shaped["eager"]
+    page = build_analysis_page(d)
+    [sec] = [s for s in page["sections"] if s["id"] == "findings"]
+    assert [i["rule"] for i in sec["blocks"][0]["items"]] == [f["rule"] for f in d["findings"]]
+    assert d["findings"][0]["rule"] == "launch_overhead"  # 61% of the steady state before gpu_idle's 32%

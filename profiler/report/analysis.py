@@ -291,7 +291,7 @@ def build_analysis_page(result: dict) -> dict[str, Any]:
     # ---- findings
     blocks = section(page, "findings", "Findings", "Each diagnosis with the numbers that prove it, the threshold "
                                                    "it was held to and what to do.")
-    blocks.append(findings_block(findings))
+    blocks.append(_by_impact(findings_block(findings), findings))
     sync = [x for x in result.get("sync_summary") or [] if isinstance(x, dict)]
     if sync:
         blocks.append({"type": "heading", "text": "Synchronisation calls"})
@@ -381,6 +381,19 @@ def build_analysis_page(result: dict) -> dict[str, Any]:
     order = {"inference": 0, "findings": 1}
     page["sections"].sort(key=lambda sec: order.get(sec["id"], 2))
     return page
+
+
+def _by_impact(block: dict, findings: list) -> dict:
+    """Within each severity, the findings in the analysis's order (costliest first), as in the terminal."""
+    if block.get("type") != "findings":
+        return block
+    rank = {}
+    for i, f in enumerate(findings):
+        if isinstance(f, dict):
+            rank.setdefault((f.get("rule"), f.get("range"), f.get("title")), i)
+    sev = {s: i for i, s in enumerate(("high", "medium", "low", "info"))}
+    block["items"].sort(key=lambda x: (sev.get(x["severity"], 9), rank.get((x["rule"], x["range"], x["title"]), 0)))
+    return block
 
 
 def _num_or_text(v: Any) -> Any:
