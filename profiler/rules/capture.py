@@ -697,6 +697,16 @@ def transfer_bound(ctx: Any) -> list[Finding]:
     return out
 
 
+def _copies_text(d: dict[str, Any] | None) -> str:
+    """'0.58 copies per inference of 128 MiB at 10.8 GB/s' for one copy direction."""
+    if not d or not d["copies_per_instance"]:
+        return "no copy of this direction"
+    size = d["bytes_per_instance"] / d["copies_per_instance"]
+    rate = f" at {d['gbps']:.3g} GB/s" if d.get("gbps") else ""
+    n = d["copies_per_instance"]
+    return f"{n:.2g} {'copy' if n == 1 else 'copies'} per inference of {size / 2**20:.3g} MiB{rate}"
+
+
 def _inference_transfer_bound(ctx: Any, t: dict[str, Any]) -> list[Finding]:
     """The steady state as a whole: copies of one direction take longer than the compute (copies made
     outside the inference ranges, as TensorRT applications make them, count)."""
@@ -734,9 +744,10 @@ def _inference_transfer_bound(ctx: Any, t: dict[str, Any]) -> list[Finding]:
           "wall_ms_median": float(np.median(unit.host_ns[unit.steady])) / 1e6 if unit.count > unit.warmup else None}
     return [Finding(
         rule="transfer_bound", severity="high", range=unit.label,
-        title=(f"{direction}-bound: {direction} copies take {by_kind[direction] / n:.3g} ms per inference against "
-               f"{compute / n:.3g} ms of compute ({by_kind[direction] / compute:.2f}x); "
-               f"{100 * overlap_ms / copy_ms:.0f}% of copy time overlaps compute"),
+        title=(f"{direction}-bound: {direction} copies take {by_kind[direction] / n:.3g} ms of GPU time per inference "
+               f"on average ({_copies_text(dirs.get(direction))}) against {compute / n:.3g} ms of compute "
+               f"({by_kind[direction] / compute:.2f}x); {100 * overlap_ms / copy_ms:.0f}% of copy time overlaps "
+               "compute"),
         evidence=ev,
         threshold={"min_copy_to_compute": t["min_copy_to_compute"], "min_copy_fraction": t["min_copy_fraction"]},
         recommendation=TRT_TRANSFER_ADVICE if ctx.tensorrt else (
