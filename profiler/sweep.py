@@ -124,6 +124,25 @@ class PlannedVariant:
     skip_reason: str | None = None
 
 
+@dataclass
+class Prepared:
+    """What ``Sweep.prepare`` resolved: the inputs every variant of the run shares, and what is left to do."""
+
+    model_path: Path
+    shapes: dict[str, tuple[int, ...]]
+    backend: Backend
+    plan: list[PlannedVariant]
+    feeds: list[dict[str, np.ndarray]]
+    todo: list[PlannedVariant]
+
+
+def variant_line(rec: dict[str, Any]) -> str:
+    """The progress line of a measured variant."""
+    lat = rec["latency_ms"]
+    return (f"  {rec['key']}: median {lat['median']:.3f} ms, p99 {lat['p99']:.3f} ms, "
+            f"{rec['throughput_qps']:.1f} qps over {rec['count']} queries")
+
+
 def plan_variants(config: SweepConfig, backend: Backend,
                   shapes: dict[str, tuple[int, ...]] | None = None) -> list[PlannedVariant]:
     """The axes' product in a stable order; what the backend cannot run carries its skip reason."""
@@ -252,6 +271,7 @@ class Sweep:
         self.layers: dict[str, list[dict]] = dict(previous_layers or {})
         self.samples_ms: dict[str, list[float]] = {}  # latency per kept query, for the report's distributions
         self.accuracy_findings: list[Finding] = []
+        self.extra_findings: list[Finding] = []  # e.g. profiler.distributed's devices_differ
         self.notes: list[str] = []
         self.started_at = dt.datetime.now(dt.timezone.utc).isoformat()
         self.status = "running"
@@ -441,7 +461,9 @@ class Sweep:
         return rec, m.samples(), layers
 
     # -- the whole run -----------------------------------------------------------------------------
-    def run(self) -> dict[str, Any]:
+    def prepare(self, *, create_run: bool = True) -> "Prepared":
+        """Everything before the first variant: the model, shapes, backend, plan, inputs and (with a store and
+        ``create_run``) the stored run. Also used by each worker of a parallel sweep (profiler.distributed)."""
         from profiler.models import default_model_path, inspect_model, resolve_shapes
 
         c = self.config
@@ -457,7 +479,7 @@ class Sweep:
         self.model_info = info
         self.inputs_source = feeds_source
 
-        if self.store is not None and self.run_id is None:
+        if self.store is not None and self.run_id is None and create_run:
             self.run_id = self.store.create_run(
                 kind="sweep", source=str(model_path), source_hash=info.model_hash, model=model_path.name,
                 label=c.label, backend=backend.name, host=env.get("host"),
@@ -465,7 +487,7 @@ class Sweep:
                 tensorrt_version=env.get("version") if backend.name == "tensorrt" else None,
                 driver_version=env.get("driver_version"), cuda_version=env.get("cuda_version"),
                 config=c.to_dict(), environment=env)
-        elif self.store is not None:
+        elif self.store is not None and create_run:
             self.store.update_run(self.run_id, status="running")
         self.environment = env
         self.model_path = model_path
@@ -473,9 +495,13 @@ class Sweep:
         todo = [p for p in plan if p.spec.key not in done]
         self._say(f"{len(plan)} variant(s): {sum(p.skip_reason is None for p in plan)} to run, "
                   f"{sum(p.skip_reason is not None for p in plan)} skipped, {len(plan) - len(todo)} already done")
+        return Prepared(model_path, shapes, backend, plan, feeds, todo)
 
+    def run(self) -> dict[str, Any]:
+        p0 = self.prepare()
+        backend, model_path, shapes, feeds, todo = p0.backend, p0.model_path, p0.shapes, p0.feeds, p0.todo
         try:
-            reference = self._reference(backend, model_path, shapes, feeds, plan) if todo else None
+            reference = self._reference(backend, model_path, shapes, feeds, p0.plan) if todo else None
             nv = ranges()
             for i, p in enumerate(todo, 1):
                 spec = p.spec
@@ -487,20 +513,26 @@ class Sweep:
                 with nv.range(variant_range_name(spec.key)):
                     rec, samples, layers = self._run_variant(spec, backend, model_path, shapes, feeds, reference)
                 if rec["status"] == "ok":
-                    lat = rec["latency_ms"]
-                    self._say(f"  {spec.key}: median {lat['median']:.3f} ms, p99 {lat['p99']:.3f} ms, "
-                              f"{rec['throughput_qps']:.1f} qps over {rec['count']} queries")
+                    self._say(variant_line(rec))
                 self._store_variant(rec, samples, layers)
         except KeyboardInterrupt:
-            self.status = "interrupted"
-            summary = self.summary()
-            if self.store is not None and self.run_id is not None:
-                self.store.finish_run(self.run_id, status="interrupted", summary=summary)
-            self._say(f"interrupted: {len(self.variants)} variant(s) stored"
-                      + (f"; continue with: trtprof sweep --resume {self.run_id}" if self.run_id else ""))
+            self.interrupted()
             raise
+        return self.finish()
+
+    def interrupted(self) -> None:
+        """Ctrl-C: the run is stored as ``interrupted`` with what was measured, resumable."""
+        self.status = "interrupted"
+        summary = self.summary()
+        if self.store is not None and self.run_id is not None:
+            self.store.finish_run(self.run_id, status="interrupted", summary=summary)
+        self._say(f"interrupted: {len(self.variants)} variant(s) stored"
+                  + (f"; continue with: trtprof sweep --resume {self.run_id}" if self.run_id else ""))
+
+    def finish(self, status: str | None = None) -> dict[str, Any]:
+        """The summary, with the findings and the final status stored (``status`` overrides ok/failed)."""
         ran = [v for v in self.variants if v["status"] != "skipped"]
-        self.status = "failed" if ran and all(v["status"] == "failed" for v in ran) else "ok"
+        self.status = status or ("failed" if ran and all(v["status"] == "failed" for v in ran) else "ok")
         summary = self.summary()
         if self.store is not None and self.run_id is not None:
             self.store.add_findings(self.run_id, [Finding.from_dict(f) for f in summary["findings"]])
@@ -606,7 +638,7 @@ class Sweep:
         from profiler.rules.sweep import sweep_findings
 
         found = sweep_findings(self.variants, getattr(self, "environment", {}), self.config.rule_thresholds)
-        return sort_findings(found + list(self.accuracy_findings))
+        return sort_findings(found + list(self.accuracy_findings) + list(self.extra_findings))
 
     def summary(self) -> dict[str, Any]:
         """summary.json: the run, every variant (in plan order), the findings."""
@@ -706,6 +738,9 @@ def open_resume(store: Any, run_ref: int | str, *, backend: Backend | None = Non
         raise UsageError(f"run {run['id']} is {article} {kind} run, not a sweep; --resume continues sweeps")
     if run.get("status") == "ok":
         raise UsageError(f"run {run['id']} finished already; there is nothing to resume")
+    from profiler.distributed.sweep import forget_lost
+
+    run = forget_lost(store, run)  # variants lost with their worker (parallel sweeps) are measured again
     config = SweepConfig.from_dict(run.get("config") or {})
     if backend is None and run.get("backend"):
         config.backend = run["backend"]  # the backend that measured the stored variants

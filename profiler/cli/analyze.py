@@ -10,6 +10,7 @@ import click
 
 from profiler.cli.options import db_option, db_url, open_store
 from profiler.cli.outputs import check_output_file, write_text
+from profiler.distributed.cli import analyze_batch, analyze_options, is_batch
 from profiler.errors import InputError, UsageError
 
 MAX_RANGES_SHOWN = 15
@@ -148,7 +149,7 @@ def _label(r: dict[str, Any]) -> str:
 
 
 @click.command(name="analyze")
-@click.argument("capture", type=click.Path())
+@click.argument("captures", metavar="CAPTURE...", nargs=-1, required=True, type=click.Path())
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="Write the analysis (capture, ranges, findings, ...) as JSON here ('-' for stdout).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), default=None,
@@ -169,19 +170,32 @@ def _label(r: dict[str, Any]) -> str:
 @click.option("--cdn", is_flag=True, help="Reference plotly.js from a CDN in the report instead of embedding it.")
 @click.option("--no-cache", is_flag=True,
               help="Read the export itself even when its frames are cached ($TRTPROF_CACHE_DIR/traces).")
+@analyze_options
 @click.pass_context
-def command(ctx: click.Context, capture: str, json_path: str | None, report_path: str | None, no_store: bool,
-            label: str | None, db: str | None, min_gap_us: float | None, unit: str | None, include_setup: bool,
-            layer_info: str | None, cdn: bool, no_cache: bool) -> None:
+def command(ctx: click.Context, captures: tuple[str, ...], json_path: str | None, report_path: str | None,
+            no_store: bool, label: str | None, db: str | None, min_gap_us: float | None, unit: str | None,
+            include_setup: bool, layer_info: str | None, cdn: bool, no_cache: bool, jobs: int | None,
+            scheduler: str | None, batch_out: str | None, memory_limit: str | None) -> None:
     """Diagnose CAPTURE, an nsys SQLite export or a .nsys-rep (exported with nsys when it is on PATH).
 
     Each NVTX range name becomes a series of iterations (without NVTX the whole capture is one window);
     prints the series and the findings of the capture rules (launch_overhead, gpu_idle, jitter,
     sync_api, pageable_memcpy, transfer_bound) and stores the run unless --no-store.
+
+    Several captures (or --jobs/--scheduler): each is analysed, reported and stored in a task of its own;
+    --out gets index.html (a sortable table of every capture with a link to its report) and index.json.
     """
     from profiler.capture.analyze import AnalysisOptions
     from profiler.store.api import resolve_url
 
+    if is_batch(captures, jobs, scheduler, batch_out):
+        analyze_batch(ctx, captures, jobs=jobs, scheduler=scheduler, out=batch_out, memory_limit=memory_limit,
+                      json_path=json_path, report_path=report_path, no_store=no_store, label=label, db=db,
+                      min_gap_us=min_gap_us, cdn=cdn)
+        return
+    if memory_limit is not None:
+        raise UsageError("--memory-limit applies to --jobs")
+    capture = captures[0]
     if Path(capture).is_dir():
         raise InputError(f"{capture} is a directory, not a capture: give the nsys .sqlite export or .nsys-rep file")
     # everything that can fail cheaply fails before the analysis, not after it

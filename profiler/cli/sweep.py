@@ -16,6 +16,7 @@ import click
 
 from profiler.cli.options import db_option, open_store
 from profiler.cli.outputs import check_output_dir, write_text
+from profiler.distributed.cli import parallel_runner, sweep_options
 from profiler.errors import GateFailed, InputError, UsageError
 
 
@@ -277,18 +278,21 @@ def write_outputs(sweep: Any, summary: dict[str, Any], out_dir: Path, cdn: bool,
               help="Run the sweep under Nsight Systems (CUDA, NVTX, OS runtime), analyse the capture and attach "
                    "each variant's GPU time and findings to the run; the capture is kept in --out.")
 @click.option("--cdn", is_flag=True, help="Load plotly from a CDN instead of embedding it in report.html.")
+@sweep_options
 @click.pass_context
 def command(ctx: click.Context, model: str | None, precision: str, workspace: str, streams: str, cuda_graph: str,
             shapes: tuple[str, ...], calib: str | None, calib_method: str, inputs: str | None, iterations: int,
             duration: float, warmup: float, backend: str, out_dir: str, label: str | None, db: str | None,
             no_store: bool, resume: str | None, thresholds: tuple[str, ...], no_layers: bool, localize: bool,
-            no_transfers: bool, no_overlap: bool, cache_dir: str | None, nsys: bool, cdn: bool) -> None:
+            no_transfers: bool, no_overlap: bool, cache_dir: str | None, nsys: bool, cdn: bool,
+            devices: str | None, scheduler: str | None) -> None:
     """Build and time engine variants of MODEL (default: the bundled tiny model on onnxruntime), compare each
     with FP32 on the same inputs, store the run and write summary.json and report.html."""
     from profiler.models import parse_shape_args
     from profiler.sweep import Sweep, SweepConfig, gate_failures, open_resume
 
     say = lambda msg: click.echo(msg, err=True)  # noqa: E731 - progress goes to stderr
+    runner = parallel_runner(devices, scheduler, nsys=nsys)  # --devices/--scheduler: profiler.distributed
     if nsys:
         from profiler.harness.nsys import under_nsys
 
@@ -324,7 +328,12 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
         signal.signal(signal.SIGINT, _interrupt_once(say))
     try:
         try:
-            summary = sweep.run()
+            if runner is None:
+                summary = sweep.run()
+            else:
+                from profiler.distributed.cli import run_sweep
+
+                summary = run_sweep(sweep, runner, ctx, db, no_store)
         except KeyboardInterrupt:
             if sweep.variants:
                 write_outputs(sweep, sweep.summary(), out, cdn, store)

@@ -1,0 +1,179 @@
+"""Many captures at once: each analysed, reported and stored in a task of its own, then one index.
+
+    from profiler.distributed.captures import analyze_many
+    index = analyze_many(["host1.sqlite", "host2.sqlite"], "out", jobs=4, store_url="sqlite:///trtprof.db")
+    index["failed"]                   # the captures that could not be analysed, each with the reason
+
+Each task is the same work as ``trtprof analyze CAPTURE --json ... --report ...`` (and its store): a capture
+that fails (unreadable, out of memory, its process killed) is reported with the reason and the others go on.
+``out`` receives ``index.html`` (a sortable table of every capture), ``index.json`` and one folder per capture
+with its ``report.html`` and ``analysis.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import re
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from profiler.errors import TrtprofError
+
+#: modules a capture task imports, loaded once by the local process server (see pools.local_map)
+PRELOAD = ("numpy", "pandas", "pyarrow", "profiler.capture.analyze", "profiler.capture.loader",
+           "profiler.rules.capture", "profiler.store", "profiler.report.analysis")
+TOP_FINDINGS = 3
+
+
+def task_names(paths: list[Path]) -> list[str]:
+    """A short, unique folder name per capture: its stem, prefixed by its folder's name where stems repeat
+    (``host1/report.sqlite``, ``host2/report.sqlite`` -> ``host1_report``, ``host2_report``), numbered last."""
+    def slug(text: str) -> str:
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("._") or "capture"
+
+    stems = [p.stem for p in paths]
+    names: list[str] = []
+    for p in paths:
+        name = slug(p.stem if stems.count(p.stem) == 1 else f"{p.parent.name}_{p.stem}")
+        base, n = name, 2
+        while name in names:
+            name, n = f"{base}-{n}", n + 1
+        names.append(name)
+    return names
+
+
+def analyze_capture(task: dict[str, Any]) -> dict[str, Any]:
+    """One capture, in whatever process runs it: analyse, write its report and JSON, store the run.
+    Returns its index row; a failure becomes ``status: failed`` with the reason, never an exception."""
+    t0 = time.perf_counter()
+    row: dict[str, Any] = {"capture": task["path"], "name": task["name"], "status": "failed", "error": None,
+                           "run_id": None, "report": None, "json": None, "pid": os.getpid()}
+    try:
+        row.update(_analyze_and_write(task))
+        row["status"] = "ok"
+    except MemoryError:
+        limit = task.get("memory_limit_bytes")
+        row["error"] = ("ran out of memory" + (f" (limit {limit / 2**30:.1f} GiB per process)" if limit else "")
+                        + ": give fewer --jobs or a larger --memory-limit")
+    except TrtprofError as exc:
+        row["error"] = str(exc)
+    except Exception as exc:  # a bug in the analysis of this capture: reported, the others go on
+        row["error"] = f"internal error: {type(exc).__name__}: {exc}"
+    row["analysis_s"] = round(time.perf_counter() - t0, 3)
+    row["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return row
+
+
+def _analyze_and_write(task: dict[str, Any]) -> dict[str, Any]:
+    from profiler.capture.analyze import AnalysisOptions, analyze_path, store_analysis
+
+    path = task["path"]
+    if not os.path.isfile(path):
+        from profiler.errors import InputError
+
+        raise InputError(f"{path} is not a file here" + (f" (on {task['host']})" if task.get("host") else ""))
+    result = analyze_path(path, AnalysisOptions(min_gap_us=task.get("min_gap_us")))
+    data = result.to_json()
+    folder = Path(task["out_dir"]) / task["name"]
+    folder.mkdir(parents=True, exist_ok=True)
+    json_path = folder / "analysis.json"
+    tmp = json_path.with_name(f".{json_path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, allow_nan=False))
+    os.replace(tmp, json_path)
+    out: dict[str, Any] = {"json": str(json_path)}
+    artifacts = [("capture", path), ("summary", str(json_path))]
+    try:
+        from profiler.report import write_analysis_report
+    except ImportError:
+        write_analysis_report = None
+    if write_analysis_report is not None:
+        report = write_analysis_report(data, folder / "report.html", cdn=bool(task.get("cdn")))
+        out["report"] = str(report)
+        artifacts.append(("report", str(report)))
+    if task.get("store_url"):
+        from profiler.store import Store
+
+        store = Store.open(task["store_url"], upgrade=False)  # the caller created or upgraded it
+        try:
+            out["run_id"] = store_analysis(store, result, source=path, label=task.get("label"), artifacts=artifacts,
+                                           options={"min_gap_us": task.get("min_gap_us")}, data=dict(data))
+        finally:
+            store.close()
+    out.update(index_fields(data))
+    return out
+
+
+def index_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """What the index shows of one analysis: the capture, its top series (the biggest total wall time,
+    usually the inference loop) and its most severe findings."""
+    cap = data.get("capture") or {}
+    gpus = sorted({str(g.get("name")) for g in cap.get("gpus") or [] if isinstance(g, dict) and g.get("name")})
+    ranges = data.get("ranges") or []
+    top = ranges[0] if ranges else {}
+    wall = top.get("wall_ms") or {}
+    findings = data.get("findings") or []
+    counts = {s: sum(f.get("severity") == s for f in findings) for s in ("high", "medium", "low", "info")}
+    return {
+        "gpus": gpus, "nsys_version": cap.get("nsys_version"), "duration_ms": cap.get("duration_ms"),
+        "series_count": len(ranges),
+        "top_series": (f"{top['domain']}:{top['name']}" if top.get("domain") else top.get("name")) if top else None,
+        "top_series_count": top.get("count"), "top_series_median_ms": wall.get("median"),
+        "top_series_p99_ms": wall.get("p99"), "top_series_cov_pct": wall.get("cov_pct"),
+        "top_series_gpu_busy_fraction": top.get("gpu_busy_fraction"),
+        "finding_counts": counts,
+        "top_findings": [{k: f.get(k) for k in ("severity", "rule", "title", "range")}
+                         for f in findings[:TOP_FINDINGS]],
+    }
+
+
+def analyze_many(captures: Iterable[str | os.PathLike], out_dir: str | os.PathLike, *, jobs: int | None = None,
+                 scheduler: str | None = None, store_url: str | None = None, label: str | None = None,
+                 min_gap_us: float | None = None, cdn: bool = False, memory_limit_bytes: int | None = None,
+                 progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Analyse every capture (``jobs`` local processes, or the Dask cluster at ``scheduler``), write the
+    index into ``out_dir`` and return it. ``store_url`` must already be created (``Store.open``)."""
+    from profiler.distributed import pools
+    from profiler.distributed.index import build_index, write_index
+
+    say = progress or (lambda _m: None)
+    paths = list(dict.fromkeys(Path(os.path.abspath(c)) for c in captures))
+    out = Path(os.path.abspath(out_dir))
+    tasks = [{"path": str(p), "name": n, "out_dir": str(out), "store_url": store_url, "label": label,
+              "min_gap_us": min_gap_us, "cdn": cdn, "memory_limit_bytes": memory_limit_bytes}
+             for p, n in zip(paths, task_names(paths))]
+    t0 = time.perf_counter()
+    if scheduler:
+        client = pools.dask_client(scheduler)
+        try:
+            say(f"{len(tasks)} capture(s) on the Dask cluster at {scheduler}")
+            results = _collect(pools.dask_map(client, analyze_capture, tasks,
+                                              keys=[f"trtprof-analyze-{t['name']}-{os.getpid()}" for t in tasks]), say)
+        finally:
+            client.close()
+    else:
+        say(f"{len(tasks)} capture(s) in {jobs} local process(es)")
+        results = _collect(pools.local_map(analyze_capture, tasks, jobs=max(1, int(jobs or 1)),
+                                           memory_limit_bytes=memory_limit_bytes, preload=PRELOAD), say)
+    order = {t["path"]: i for i, t in enumerate(tasks)}
+    rows = sorted(results, key=lambda r: order.get(r["capture"], len(order)))
+    index = build_index(rows, wall_s=time.perf_counter() - t0,
+                        mode=f"dask {scheduler}" if scheduler else f"{jobs} local process(es)")
+    write_index(index, out)
+    return index
+
+
+def _collect(pairs: Iterable[tuple[dict, Any]], say: Callable[[str], None]) -> list[dict[str, Any]]:
+    rows = []
+    for task, outcome in pairs:
+        if outcome.lost is not None:
+            row = {"capture": task["path"], "name": task["name"], "status": "failed",
+                   "error": f"lost: {outcome.lost}", "run_id": None, "report": None, "json": None}
+        else:
+            row = outcome.value
+        rows.append(row)
+        mark = "ok" if row["status"] == "ok" else f"FAILED: {row['error']}"
+        say(f"[{len(rows)}] {task['name']}: {mark}")
+    return rows

@@ -1,0 +1,106 @@
+"""The index of a many-capture analysis: one row per capture, as data (index.json) and as a sortable page.
+
+An engineer triaging a fleet looks for the capture that is unlike the others: each row carries its top
+series' median against the median of every capture whose top series has the same name
+(``vs_peers``, when at least ``MIN_PEERS`` captures share it), so the slow host sorts to the top.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from pathlib import Path
+from typing import Any
+
+MIN_PEERS = 3  # captures sharing a top series before a peer median means anything
+SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3, None: 4}
+
+
+def build_index(rows: list[dict[str, Any]], *, wall_s: float, mode: str) -> dict[str, Any]:
+    """index.json: the rows (input order) with peer ratios added, the failed captures, the totals."""
+    peers: dict[str, list[float]] = {}
+    for r in rows:
+        if r.get("status") == "ok" and isinstance(r.get("top_series_median_ms"), (int, float)):
+            peers.setdefault(str(r.get("top_series")), []).append(float(r["top_series_median_ms"]))
+    out_rows = []
+    for r in rows:
+        r = dict(r)
+        group = peers.get(str(r.get("top_series"))) or []
+        median = statistics.median(group) if len(group) >= MIN_PEERS else None
+        value = r.get("top_series_median_ms")
+        r["peer_count"] = len(group) if r.get("status") == "ok" else 0
+        r["vs_peers"] = (float(value) / median) if median and isinstance(value, (int, float)) else None
+        worst = next((f.get("severity") for f in r.get("top_findings") or []), None)
+        r["worst_severity"] = worst
+        out_rows.append(r)
+    failed = [{"capture": r["capture"], "error": r.get("error")} for r in out_rows if r.get("status") != "ok"]
+    return {"kind": "analyze_index", "mode": mode, "min_peers": MIN_PEERS, "wall_s": round(wall_s, 3), "captures": out_rows,
+            "counts": {"total": len(out_rows), "ok": len(out_rows) - len(failed), "failed": len(failed)},
+            "failed": failed}
+
+
+def _rel(path: str | None, base: Path) -> str | None:
+    if not path:
+        return None
+    try:
+        return os.path.relpath(path, base)
+    except ValueError:
+        return path
+
+
+def _num(v: Any, digits: int = 3) -> tuple[str, str]:
+    """(shown text, sort value) of a number; missing numbers sort last."""
+    if isinstance(v, (int, float)) and v == v:
+        return f"{v:,.{digits}f}", repr(float(v))
+    return "-", ""
+
+
+def page_rows(index: dict[str, Any], base: Path) -> list[dict[str, Any]]:
+    """The table's rows for the template: each cell as (text, sort value, css class)."""
+    rows = []
+    for r in index["captures"]:
+        counts = r.get("finding_counts") or {}
+        busy = r.get("top_series_gpu_busy_fraction")
+        vs = r.get("vs_peers")
+        cells = {
+            "status": (r["status"], r["status"], "ok" if r["status"] == "ok" else "bad"),
+            "gpus": (", ".join(r.get("gpus") or []) or "-", ", ".join(r.get("gpus") or []), ""),
+            "duration": _num(r.get("duration_ms"), 1) + ("num",),
+            "series": (r.get("top_series") or "-", r.get("top_series") or "", "mono"),
+            "count": _num(r.get("top_series_count"), 0) + ("num",),
+            "median": _num(r.get("top_series_median_ms")) + ("num",),
+            "p99": _num(r.get("top_series_p99_ms")) + ("num",),
+            "busy": (_num(busy * 100 if isinstance(busy, (int, float)) else None, 1)) + ("num",),
+            "vs": (_num(vs, 2)[0] + ("x" if vs is not None else ""), _num(vs, 2)[1],
+                   "num " + ("bad" if vs is not None and vs >= 1.2 else "")),
+            "findings": (" / ".join(str(counts.get(s, 0)) for s in ("high", "medium", "low")),
+                         str(-(counts.get("high", 0) * 10000 + counts.get("medium", 0) * 100 + counts.get("low", 0))),
+                         "num"),
+        }
+        rows.append({"name": r["name"], "capture": r["capture"], "report": _rel(r.get("report"), base),
+                     "json": _rel(r.get("json"), base), "run_id": r.get("run_id"), "error": r.get("error"),
+                     "cells": cells, "top_findings": r.get("top_findings") or [],
+                     "severity_rank": SEVERITY_ORDER.get(r.get("worst_severity"), 4)})
+    return rows
+
+
+def write_index(index: dict[str, Any], out_dir: str | os.PathLike) -> tuple[Path, Path]:
+    """Write ``index.json`` and ``index.html`` into ``out_dir`` (atomically each)."""
+    from profiler import __version__
+    from profiler.report.render import environment
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    json_path = _atomic(out / "index.json", json.dumps(index, indent=1, allow_nan=False))
+    html = environment().get_template("capture_index.html.j2").render(
+        index=index, rows=page_rows(index, out), version=__version__)
+    html_path = _atomic(out / "index.html", html)
+    return json_path, html_path
+
+
+def _atomic(path: Path, text: str) -> Path:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path

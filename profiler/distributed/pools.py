@@ -1,0 +1,183 @@
+"""Where tasks run: local process pools (``concurrent.futures``) or a Dask distributed cluster.
+
+Each runner yields ``(item, Outcome)`` pairs as tasks finish, in completion order. A task's own exceptions
+are the task function's business (they return a record saying what failed); an ``Outcome`` with
+``lost`` set means the process or worker running it died or could not be reached, and says why.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator
+
+from profiler.errors import MissingExtra, UsageError
+
+
+@dataclass
+class Outcome:
+    """What came back from one task: its return value, or why it was lost."""
+
+    value: Any = None
+    lost: str | None = None
+    where: str | None = None  # the device or worker that ran (or lost) it
+
+
+def _limit_memory(limit_bytes: int | None) -> None:
+    """Process initializer: cap the heap (RLIMIT_DATA: brk and private writable mappings) so one capture
+    that needs more than its share fails alone with MemoryError instead of taking the host down."""
+    if limit_bytes:
+        resource.setrlimit(resource.RLIMIT_DATA, (int(limit_bytes), int(limit_bytes)))
+
+
+def _pool(workers: int, initializer: Callable | None = None, initargs: tuple = (),
+          preload: tuple[str, ...] = ()) -> ProcessPoolExecutor:
+    """A process pool whose children inherit nothing of this process: no CUDA context, no open store
+    connection, no threads. With ``preload`` (module names), each task gets a fresh process forked from a
+    server that imported those modules once (forkserver), so a new process per task costs milliseconds."""
+    import multiprocessing
+
+    kwargs: dict[str, Any] = {}
+    if preload and sys.version_info >= (3, 11) and "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(list(preload))
+        kwargs["max_tasks_per_child"] = 1
+    else:
+        ctx = multiprocessing.get_context("spawn")
+    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=initializer, initargs=initargs,
+                               **kwargs)
+
+
+def local_map(fn: Callable[[Any], Any], items: Iterable[Any], *, jobs: int, memory_limit_bytes: int | None = None,
+              preload: tuple[str, ...] = ()) -> Iterator[tuple[Any, Outcome]]:
+    """Run ``fn(item)`` for every item in ``jobs`` local processes, each item in a fresh process (Python 3.11+;
+    on 3.10 the processes are reused), each process's heap capped at ``memory_limit_bytes``.
+
+    When a process dies (killed, out of memory, a crash in native code) the pool breaks and every task in
+    it fails at once; those tasks are then run again one at a time, so only the one that kills its process
+    is reported lost.
+    """
+    items = list(items)
+    suspects: list[Any] = []
+    with _pool(jobs, _limit_memory, (memory_limit_bytes,), preload) as pool:
+        futures = {pool.submit(fn, it): it for it in items}
+        for fut in _as_done(futures):
+            it = futures[fut]
+            try:
+                yield it, Outcome(value=fut.result(), where="local")
+            except BrokenProcessPool:
+                suspects.append(it)
+    for it in suspects:  # one at a time: a second death convicts this item alone
+        with _pool(1, _limit_memory, (memory_limit_bytes,), preload) as pool:
+            try:
+                yield it, Outcome(value=pool.submit(fn, it).result(), where="local")
+            except BrokenProcessPool as exc:
+                yield it, Outcome(lost=f"its worker process died ({exc})", where="local")
+
+
+def _as_done(futures: dict[Future, Any]) -> Iterator[Future]:
+    pending = set(futures)
+    while pending:
+        done, pending = wait(pending, return_when=FIRST_COMPLETED)
+        yield from done
+
+
+def _set_visible_device(device: str) -> None:
+    os.environ["CUDA_VISIBLE_DEVICES"] = device
+
+
+def device_map(fn: Callable[[Any], Any], items: Iterable[Any], *, devices: list[str]) -> Iterator[tuple[Any, Outcome]]:
+    """Run ``fn(item)`` on one long-lived process per device (``CUDA_VISIBLE_DEVICES`` = that device), one
+    item at a time per device: never two items on one device at once. A process that dies loses only the
+    item it was running; a fresh process takes its device's next item."""
+    queue = list(items)
+    pools = {d: _pool(1, _set_visible_device, (d,)) for d in devices}
+    running: dict[Future, tuple[str, Any]] = {}
+    try:
+        def feed(device: str) -> None:
+            if queue:
+                it = queue.pop(0)
+                running[pools[device].submit(fn, it)] = (device, it)
+
+        for d in devices:
+            feed(d)
+        while running:
+            done, _ = wait(set(running), return_when=FIRST_COMPLETED)
+            for fut in done:
+                device, it = running.pop(fut)
+                try:
+                    yield it, Outcome(value=fut.result(), where=device)
+                except BrokenProcessPool as exc:
+                    pools[device].shutdown(wait=False, cancel_futures=True)
+                    pools[device] = _pool(1, _set_visible_device, (device,))
+                    yield it, Outcome(lost=f"the worker process of device {device} died while running it ({exc})",
+                                      where=device)
+                feed(device)
+    finally:
+        for p in pools.values():
+            p.shutdown(wait=True, cancel_futures=True)
+
+
+# -- Dask ---------------------------------------------------------------------------------------------
+def dask_client(address: str):
+    """A Dask distributed client of the scheduler at ``address`` (one clear sentence when it cannot be)."""
+    try:
+        from distributed import Client
+    except ImportError as exc:
+        raise MissingExtra("distributed", "dask", "--scheduler") from exc
+    try:
+        return Client(address, timeout="20s", set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise UsageError(f"--scheduler {address}: cannot reach a Dask scheduler there ({exc})") from None
+
+
+def workers_with(client: Any, resource_name: str) -> list[str]:
+    """The addresses of the cluster's workers that offer ``resource_name``."""
+    info = client.scheduler_info(n_workers=-1) if _takes_n_workers(client) else client.scheduler_info()
+    return [addr for addr, w in (info.get("workers") or {}).items() if (w.get("resources") or {}).get(resource_name)]
+
+
+def _takes_n_workers(client: Any) -> bool:
+    import inspect
+
+    return "n_workers" in inspect.signature(client.scheduler_info).parameters
+
+
+def dask_map(client: Any, fn: Callable[[Any], Any], items: Iterable[Any], *, keys: list[str] | None = None,
+             resources: dict[str, float] | None = None) -> Iterator[tuple[Any, Outcome]]:
+    """Submit ``fn(item)`` per item to the cluster; yield as they finish. A task whose worker died (Dask
+    gives up after the scheduler's ``allowed-failures``) or that could not run comes back lost."""
+    from distributed import as_completed
+
+    items = list(items)
+    futures = {}
+    for i, it in enumerate(items):
+        kw: dict[str, Any] = {"pure": False}
+        if keys:
+            kw["key"] = keys[i]
+        if resources:
+            kw["resources"] = resources
+        futures[client.submit(fn, it, **kw)] = it
+    try:
+        for fut in as_completed(list(futures)):
+            it = futures[fut]
+            where = _where(client, fut)
+            try:
+                yield it, Outcome(value=fut.result(), where=where)
+            except Exception as exc:  # KilledWorker, CommClosedError, a task that could not be unpickled
+                yield it, Outcome(lost=f"{type(exc).__name__}: {exc}", where=where)
+    finally:
+        for fut in futures:
+            fut.release()
+
+
+def _where(client: Any, fut: Any) -> str | None:
+    try:
+        who = client.who_has([fut]).get(fut.key) or ()
+        return next(iter(who), None)
+    except Exception:
+        return None

@@ -1,0 +1,309 @@
+"""A sweep's variants spread over GPUs (one process per GPU) or over a Dask cluster, merged into one run.
+
+    from profiler.distributed.sweep import DeviceRunner, run_parallel
+    summary = run_parallel(Sweep(config, store=store), DeviceRunner(["0", "1"]))
+
+The coordinator (this process) plans the run and stores it; each variant is a task that a worker runs alone
+on its GPU (one process per GPU here, or a Dask worker started with ``--resources GPU=1``): it prepares the
+same sweep (model, inputs, FP32 reference), measures that one variant as the serial sweep does, writes it
+to the store and returns its record. A variant whose worker dies is stored as failed with the reason and
+``lost: true``; the run ends ``interrupted`` and ``--resume`` runs those variants again.
+
+Each record carries ``device``: the host, the GPU (index, name, UUID, clocks where ``nvidia-smi`` answers)
+and when the task ran; ``sweep.devices_differ`` flags variants whose GPUs differ in model or clocks.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from typing import Any, Callable, Iterator
+
+from profiler.findings import Finding, json_safe
+
+RESOURCE = "GPU"  # the Dask worker resource a variant asks for (dask worker --resources "GPU=1")
+LOST_NOTE = "--resume RUN measures it again"
+SMI_FIELDS = ("index", "name", "uuid", "pci.bus_id", "clocks.max.sm", "clocks.max.mem",
+              "clocks.applications.graphics", "clocks.applications.memory", "power.limit")
+COMPARED = ("name", "clocks.max.sm", "clocks.max.mem", "clocks.applications.graphics",
+            "clocks.applications.memory", "power.limit")  # what must match for variants to be comparable
+
+
+# -- worker side --------------------------------------------------------------------------------------
+_PREPARED: dict[str, Any] = {}  # per worker process: the prepared sweep of the run it last served
+
+
+def run_variant_task(task: dict[str, Any]) -> dict[str, Any]:
+    """Measure one variant of a run, in a worker process: returns {record, samples_ms, layers, findings}.
+    The variant is stored by this process (when the run has a store)."""
+    from profiler.harness.nvtx import ranges, variant_range_name
+
+    started = time.time()
+    sweep, prep, reference = _prepared(task)
+    planned = next(p for p in prep.plan if p.spec.key == task["key"])
+    before = len(sweep.accuracy_findings)
+    with ranges().range(variant_range_name(planned.spec.key)):
+        rec, samples, layers = sweep._run_variant(planned.spec, prep.backend, prep.model_path, prep.shapes,
+                                                  prep.feeds, reference(planned.spec))
+    rec["device"] = {**worker_device(prep.backend), "started_at": started, "finished_at": time.time()}
+    rec = json_safe(rec)
+    if task.get("store_url") and task.get("run_id") is not None:
+        from profiler.store import Store
+
+        store = Store.open(task["store_url"], upgrade=False)
+        try:
+            sweep.store, sweep.run_id = store, task["run_id"]
+            sweep._store_variant(rec, samples, layers)
+        finally:
+            sweep.store, sweep.run_id = None, None
+            store.close()
+    return {"record": rec, "samples_ms": [s["latency_ms"] for s in samples], "layers": json_safe(layers),
+            "findings": [f.to_dict() for f in sweep.accuracy_findings[before:]]}
+
+
+def _prepared(task: dict[str, Any]):
+    """(Sweep, Prepared, reference(spec)) for the task's run, prepared once per worker process."""
+    from profiler.sweep import Sweep, SweepConfig
+
+    ident = f"{task.get('run_id')}:{task['config_json']}"
+    if _PREPARED.get("ident") != ident:
+        import json
+
+        _PREPARED.clear()
+        sweep = Sweep(SweepConfig.from_dict(json.loads(task["config_json"])))
+        prep = sweep.prepare(create_run=False)
+        cache: dict[str, Any] = {}
+
+        def reference(spec):
+            if spec.precision == "fp32":
+                return None
+            if "ref" not in cache:
+                cache["ref"] = sweep._reference(prep.backend, prep.model_path, prep.shapes, prep.feeds, prep.plan)
+            return cache["ref"]
+
+        _PREPARED.update(ident=ident, value=(sweep, prep, reference))
+    return _PREPARED["value"]
+
+
+def worker_device(backend: Any) -> dict[str, Any]:
+    """Where this process measures: host, worker, and the GPU it sees (nvidia-smi's view of it)."""
+    d: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(),
+                         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    try:
+        from distributed import get_worker  # only inside a Dask worker; absent on a base install
+
+        d["worker"] = get_worker().address
+    except Exception:
+        pass
+    desc = backend.describe() if backend is not None else {}
+    d["name"] = desc.get("device")
+    uses_gpu = backend is not None and (backend.name != "onnxruntime" or "CUDA" in str(desc.get("provider")))
+    d["gpu"] = bool(uses_gpu)
+    if uses_gpu:
+        visible = (d["cuda_visible_devices"] or "0").split(",")[0].strip()
+        d.update(gpu_query(visible))
+    return d
+
+
+def gpu_query(device: str) -> dict[str, Any]:
+    """nvidia-smi's identity and clock settings of one GPU (index or UUID); {} where it does not answer."""
+    try:
+        out = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader,nounits",
+                              "-i", device], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    if out.returncode != 0 or not out.stdout.strip():
+        return {}
+    values = [v.strip() for v in out.stdout.strip().splitlines()[0].split(",")]
+    return {k: (None if v.startswith("[") or v in ("N/A", "") else v) for k, v in zip(SMI_FIELDS, values)}
+
+
+# -- runners --------------------------------------------------------------------------------------------
+class DeviceRunner:
+    """Local processes, one per GPU (``--devices 0,1``)."""
+
+    def __init__(self, devices: list[str]):
+        self.devices = devices
+        self.describe = f"{len(devices)} GPU process(es): {', '.join(devices)}"
+
+    def map(self, tasks: list[dict[str, Any]]) -> Iterator[tuple[dict, Any]]:
+        from profiler.distributed.pools import device_map
+
+        return device_map(run_variant_task, tasks, devices=self.devices)
+
+    def close(self) -> None:
+        pass
+
+
+class DaskRunner:
+    """The Dask cluster at ``address``; each variant asks for one ``GPU`` resource of a worker."""
+
+    def __init__(self, address: str):
+        from profiler.distributed.pools import dask_client, workers_with
+        from profiler.errors import UsageError
+
+        self.client = dask_client(address)
+        workers = workers_with(self.client, RESOURCE)
+        if not workers:
+            self.client.close()
+            raise UsageError(f"no worker of the Dask cluster at {address} offers the {RESOURCE} resource: start "
+                             f"one worker per GPU with --resources \"{RESOURCE}=1\" (and CUDA_VISIBLE_DEVICES set "
+                             "to that GPU) so that each measures one variant at a time")
+        self.describe = f"Dask cluster {address}: {len(workers)} worker(s) with {RESOURCE}=1"
+
+    def map(self, tasks: list[dict[str, Any]]) -> Iterator[tuple[dict, Any]]:
+        from profiler.distributed.pools import dask_map
+
+        keys = [f"trtprof-variant-{t.get('run_id')}-{t['key']}-{os.getpid()}" for t in tasks]
+        return dask_map(self.client, run_variant_task, tasks, keys=keys, resources={RESOURCE: 1})
+
+    def close(self) -> None:
+        self.client.close()
+
+
+# -- coordinator ---------------------------------------------------------------------------------------
+def run_parallel(sweep: Any, runner: Any, *, store_url: str | None = None) -> dict[str, Any]:
+    """Run a new or resumed ``Sweep``'s remaining variants through ``runner`` and finish the run there."""
+    import json
+
+    prep = sweep.prepare()
+    sweep._say(f"variants run on {runner.describe}")
+    tasks = []
+    for p in prep.todo:
+        if p.skip_reason:
+            sweep._store_variant(sweep._record(p.spec, prep.backend, "skipped", p.skip_reason), [], [])
+            continue
+        tasks.append({"key": p.spec.key, "run_id": sweep.run_id, "store_url": store_url,
+                      "config_json": json.dumps(sweep.config.to_dict(), sort_keys=True)})
+    specs = {p.spec.key: p.spec for p in prep.plan}
+    lost = 0
+    try:
+        for task, outcome in runner.map(tasks):
+            if outcome.lost is None:
+                _keep(sweep, outcome.value)
+                rec = outcome.value["record"]
+                where = _device_label(rec.get("device") or {})
+                sweep._say(f"[{where}] " + (_ok_line(rec) if rec["status"] == "ok"
+                                            else f"{rec['key']}: {rec['status']}: {rec.get('error')}"))
+                continue
+            lost += 1
+            reason = f"lost with its worker ({outcome.where or 'unknown'}): {outcome.lost}; {LOST_NOTE}"
+            sweep._say(f"  {task['key']}: {reason}")
+            rec = sweep._record(specs[task["key"]], prep.backend, "failed", reason, lost=True,
+                                device={"worker": outcome.where})
+            sweep._store_variant(rec, [], [])
+    except KeyboardInterrupt:
+        sweep.interrupted()
+        raise
+    finally:
+        runner.close()
+    table = devices_table(sweep.variants)
+    sweep.environment = {**(sweep.environment or {}), "devices": table}
+    if len(table) > 1 and not any(r.get("gpu") for r in table) and len({r["host"] for r in table}) == 1:
+        note = ("the variants were timed concurrently by processes sharing one host's CPU, not alone: compare "
+                "their latencies with care")
+        if note not in sweep.notes:
+            sweep.notes.append(note)
+    sweep.extra_findings = device_findings(sweep.variants)
+    return sweep.finish("interrupted" if lost else None)
+
+
+def _keep(sweep: Any, value: dict[str, Any]) -> None:
+    """A worker's result into the coordinator's run (the worker stored it already)."""
+    rec = value["record"]
+    sweep.variants.append(rec)
+    if value.get("samples_ms"):
+        sweep.samples_ms[rec["key"]] = value["samples_ms"]
+    if value.get("layers"):
+        sweep.layers[rec["key"]] = value["layers"]
+    sweep.accuracy_findings.extend(Finding.from_dict(f) for f in value.get("findings") or [])
+
+
+def _ok_line(rec: dict[str, Any]) -> str:
+    from profiler.sweep import variant_line
+
+    return variant_line(rec).strip()
+
+
+def _device_label(dev: dict[str, Any]) -> str:
+    where = dev.get("index") or dev.get("cuda_visible_devices") or dev.get("worker") or dev.get("pid")
+    return f"GPU {where}" if dev.get("index") is not None else str(where)
+
+
+def _row_label(r: dict[str, Any]) -> str:
+    if r.get("gpu"):
+        return f"GPU {r.get('index') if r.get('index') is not None else r.get('cuda_visible_devices')}"
+    if r.get("worker"):
+        return str(r["worker"])
+    return f"device {r.get('cuda_visible_devices') or '?'}"
+
+
+def devices_table(variants: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Which device ran which variants: one row per (host, GPU uuid or index, worker)."""
+    rows: dict[tuple, dict[str, Any]] = {}
+    for v in variants:
+        dev = v.get("device") or {}
+        if not dev:
+            continue
+        ident = (dev.get("host"), dev.get("uuid") or dev.get("index") or dev.get("cuda_visible_devices"),
+                 dev.get("worker") if not dev.get("uuid") else None)
+        row = rows.setdefault(ident, {**{k: dev.get(k) for k in ("host", "worker", "gpu", "index", "uuid", "pci.bus_id",
+                                                                  "cuda_visible_devices", *COMPARED)},
+                                      "variants": []})
+        row["variants"].append(v["key"])
+    return list(rows.values())
+
+
+def device_findings(variants: list[dict[str, Any]]) -> list[Finding]:
+    """Which device ran what (info), and a warning when the variants ran on GPUs that differ in model or
+    clock settings: their latencies then compare hardware as well as engines."""
+    rows = devices_table(variants)
+    if not rows:
+        return []
+    where = {f"{r.get('host')}/{_row_label(r)}": {"name": r.get("name"), "variants": r["variants"]} for r in rows}
+    out = [Finding(
+        rule="sweep.devices", severity="info",
+        title=f"{len(rows)} device(s) measured the variants concurrently, one variant at a time each: "
+              + "; ".join(f"{k} ({v['name']}): {', '.join(v['variants'])}" for k, v in where.items()),
+        evidence={"devices": where})]
+    table = [r for r in rows if any(r.get(k) for k in COMPARED)]
+    differ = {k: sorted({str(r.get(k)) for r in table}) for k in COMPARED}
+    differ = {k: vals for k, vals in differ.items() if len(vals) > 1}
+    if not differ:
+        return out
+    groups = {f"{r.get('host')}/{_row_label(r)}": {k: r.get(k) for k in differ} | {"variants": r["variants"]}
+              for r in table}
+    what = ", ".join(f"{k} ({' vs '.join(v)})" for k, v in differ.items())
+    return out + [Finding(
+        rule="sweep.devices_differ", severity="medium",
+        title=f"Variants ran on GPUs that differ in {what}: their latencies compare the GPUs as well as the engines",
+        evidence={"devices": groups}, threshold={"must_match": list(COMPARED)},
+        recommendation="Run the sweep on identical GPUs with the same clock settings (nvidia-smi -lgc / -ac on "
+                       "every GPU), or compare only variants that ran on the same GPU.")]
+
+
+def lost_keys(run: dict[str, Any]) -> list[str]:
+    """The variants of a stored run that were lost with their worker (stored failed, ``lost`` in metrics)."""
+    return [v["key"] for v in run.get("variants") or []
+            if v.get("status") == "failed" and (v.get("metrics") or {}).get("lost")]
+
+
+def forget_lost(store: Any, run: dict[str, Any]) -> dict[str, Any]:
+    """Before a resume: delete the stored rows of the variants lost with their worker, so that they run
+    again (and the run keeps one row per variant). Returns ``run`` without them."""
+    keys = lost_keys(run)
+    if not keys:
+        return run
+    from sqlalchemy import delete
+
+    from profiler.store import models as m
+
+    with store.write_session() as s, s.begin():
+        s.execute(delete(m.Variant).where(m.Variant.run_id == run["id"], m.Variant.key.in_(keys)))
+    return {**run, "variants": [v for v in run["variants"] if v["key"] not in keys]}
+
+
+__all__ = ["DaskRunner", "DeviceRunner", "device_findings", "devices_table", "forget_lost", "run_parallel",
+           "run_variant_task"]
