@@ -148,31 +148,66 @@ def _takes_n_workers(client: Any) -> bool:
 
 
 def dask_map(client: Any, fn: Callable[[Any], Any], items: Iterable[Any], *, keys: list[str] | None = None,
-             resources: dict[str, float] | None = None) -> Iterator[tuple[Any, Outcome]]:
+             resources: dict[str, float] | None = None,
+             in_flight: Callable[[], int] | None = None) -> Iterator[tuple[Any, Outcome]]:
     """Submit ``fn(item)`` per item to the cluster; yield as they finish. A task whose worker died (Dask
-    gives up after the scheduler's ``allowed-failures``) or that could not run comes back lost."""
+    gives up after the scheduler's ``allowed-failures``) or that could not run comes back lost.
+
+    ``in_flight``: how many tasks may be submitted at once (asked again as tasks finish). A sweep submits
+    one task per GPU worker, so a worker that dies holds only the variant it was measuring: tasks queued
+    on a dead worker count as its victims too and would be lost with it.
+    """
     from distributed import as_completed
 
-    items = list(items)
-    futures = {}
-    for i, it in enumerate(items):
+    queue = list(enumerate(items))
+    futures: dict[Any, Any] = {}
+    done = as_completed(loop=client.loop)
+
+    def submit_next() -> None:
+        i, it = queue.pop(0)
         kw: dict[str, Any] = {"pure": False}
         if keys:
             kw["key"] = keys[i]
         if resources:
             kw["resources"] = resources
-        futures[client.submit(fn, it, **kw)] = it
+        fut = client.submit(fn, it, **kw)
+        futures[fut] = it
+        done.add(fut)
+
+    limit = max(1, in_flight()) if in_flight else len(queue)
+    for _ in range(min(limit, len(queue))):
+        submit_next()
+    reported: set[Any] = set()
     try:
-        for fut in as_completed(list(futures)):
-            it = futures[fut]
-            where = _where(client, fut)
-            try:
-                yield it, Outcome(value=fut.result(), where=where)
-            except Exception as exc:  # KilledWorker, CommClosedError, a task that could not be unpickled
-                yield it, Outcome(lost=f"{type(exc).__name__}: {exc}", where=where)
+        for fut in done:
+            if fut.key not in reported:
+                reported.add(fut.key)
+                yield futures[fut], _outcome(client, fut)
+            running = sum(1 for f in futures if f.key not in reported)
+            while queue and running < (max(1, in_flight()) if in_flight else len(queue) + running):
+                submit_next()
+                running += 1
+        # a result lost with its worker before it was read goes back to pending and may slip past the
+        # iterator: wait for every task not reported yet
+        for fut, it in futures.items():
+            if fut.key not in reported:
+                reported.add(fut.key)
+                yield it, _outcome(client, fut)
     finally:
         for fut in futures:
             fut.release()
+
+
+def _outcome(client: Any, fut: Any) -> Outcome:
+    """A finished future's result (then released, so that the cluster never recomputes a finished task
+    when the worker holding its result dies), or why it was lost."""
+    where = _where(client, fut)
+    try:
+        return Outcome(value=fut.result(), where=where)
+    except Exception as exc:  # KilledWorker, CommClosedError, a task that could not be unpickled
+        return Outcome(lost=f"{type(exc).__name__}: {exc}", where=where)
+    finally:
+        fut.release()
 
 
 def _where(client: Any, fut: Any) -> str | None:

@@ -54,6 +54,7 @@ def run_variant_task(task: dict[str, Any]) -> dict[str, Any]:
 
         store = Store.open(task["store_url"], upgrade=False)
         try:
+            delete_variants(store, task["run_id"], [rec["key"]])  # a task run twice still stores one row
             sweep.store, sweep.run_id = store, task["run_id"]
             sweep._store_variant(rec, samples, layers)
         finally:
@@ -157,7 +158,10 @@ class DaskRunner:
         from profiler.distributed.pools import dask_map
 
         keys = [f"trtprof-variant-{t.get('run_id')}-{t['key']}-{os.getpid()}" for t in tasks]
-        return dask_map(self.client, run_variant_task, tasks, keys=keys, resources={RESOURCE: 1})
+        from profiler.distributed.pools import workers_with
+
+        return dask_map(self.client, run_variant_task, tasks, keys=keys, resources={RESOURCE: 1},
+                        in_flight=lambda: len(workers_with(self.client, RESOURCE)))
 
     def close(self) -> None:
         self.client.close()
@@ -296,13 +300,18 @@ def forget_lost(store: Any, run: dict[str, Any]) -> dict[str, Any]:
     keys = lost_keys(run)
     if not keys:
         return run
+    delete_variants(store, run["id"], keys)
+    return {**run, "variants": [v for v in run["variants"] if v["key"] not in keys]}
+
+
+def delete_variants(store: Any, run_id: int, keys: list[str]) -> None:
+    """Delete a run's stored variants of these keys (their samples, layers and accuracy rows cascade)."""
     from sqlalchemy import delete
 
     from profiler.store import models as m
 
     with store.write_session() as s, s.begin():
-        s.execute(delete(m.Variant).where(m.Variant.run_id == run["id"], m.Variant.key.in_(keys)))
-    return {**run, "variants": [v for v in run["variants"] if v["key"] not in keys]}
+        s.execute(delete(m.Variant).where(m.Variant.run_id == run_id, m.Variant.key.in_(keys)))
 
 
 __all__ = ["DaskRunner", "DeviceRunner", "device_findings", "devices_table", "forget_lost", "run_parallel",
