@@ -292,7 +292,7 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
     from profiler.sweep import Sweep, SweepConfig, gate_failures, open_resume
 
     say = lambda msg: click.echo(msg, err=True)  # noqa: E731 - progress goes to stderr
-    runner = parallel_runner(devices, scheduler, nsys=nsys)  # --devices/--scheduler: profiler.distributed
+    runner = parallel_runner(devices, scheduler, nsys=nsys, backend=backend)  # --devices/--scheduler
     if nsys:
         from profiler.harness.nsys import under_nsys
 

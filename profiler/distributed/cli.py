@@ -156,7 +156,7 @@ def parse_devices(text: str) -> list[str]:
     return items
 
 
-def parallel_runner(devices: str | None, scheduler: str | None, *, nsys: bool) -> Any:
+def parallel_runner(devices: str | None, scheduler: str | None, *, nsys: bool, backend: str | None = None) -> Any:
     """The runner that ``--devices``/``--scheduler`` ask for, or None (the serial sweep)."""
     if devices is None and scheduler is None:
         return None
@@ -166,7 +166,7 @@ def parallel_runner(devices: str | None, scheduler: str | None, *, nsys: bool) -
         raise UsageError("--nsys profiles one process; it cannot be combined with --devices or --scheduler")
     from profiler.distributed.sweep import DaskRunner, DeviceRunner
 
-    return DeviceRunner(parse_devices(devices)) if devices is not None else DaskRunner(scheduler)
+    return DeviceRunner(parse_devices(devices), backend) if devices is not None else DaskRunner(scheduler)
 
 
 def run_sweep(sweep: Any, runner: Any, ctx: click.Context, db: str | None, no_store: bool) -> dict[str, Any]:

@@ -90,20 +90,42 @@ def _set_visible_device(device: str) -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = device
 
 
-def device_map(fn: Callable[[Any], Any], items: Iterable[Any], *, devices: list[str]) -> Iterator[tuple[Any, Outcome]]:
-    """Run ``fn(item)`` on one long-lived process per device (``CUDA_VISIBLE_DEVICES`` = that device), one
-    item at a time per device: never two items on one device at once. A process that dies loses only the
-    item it was running; a fresh process takes its device's next item."""
-    queue = list(items)
-    pools = {d: _pool(1, _set_visible_device, (d,)) for d in devices}
-    running: dict[Future, tuple[str, Any]] = {}
-    try:
+class DevicePools:
+    """One long-lived process per device (``CUDA_VISIBLE_DEVICES`` = that device), started at once.
+
+    ``warm`` (a function and its argument) runs first in each process, while the caller still prepares
+    its own work: imports and CUDA initialisation then cost no time later. ``map`` runs one item at a time
+    per device, never two on one device at once; a process that dies loses only the item it was running,
+    and a fresh process takes its device's next item.
+    """
+
+    def __init__(self, devices: list[str], warm: tuple[Callable[[Any], Any], Any] | None = None):
+        self.devices = list(devices)
+        self.warm = warm
+        self.pools = {d: self._start(d) for d in self.devices}
+
+    def _start(self, device: str) -> ProcessPoolExecutor:
+        pool = _pool(1, _set_visible_device, (device,))
+        if self.warm is not None:
+            pool.submit(self.warm[0], self.warm[1])  # failures here resurface in the first real task
+        return pool
+
+    def each(self, fn: Callable[[Any], Any], arg: Any) -> None:
+        """Queue ``fn(arg)`` in every device's process, ahead of the items ``map`` will give it (its
+        result is not waited for; a failure resurfaces in the real task that needs the same work)."""
+        for pool in self.pools.values():
+            pool.submit(fn, arg)
+
+    def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[tuple[Any, Outcome]]:
+        queue = list(items)
+        running: dict[Future, tuple[str, Any]] = {}
+
         def feed(device: str) -> None:
             if queue:
                 it = queue.pop(0)
-                running[pools[device].submit(fn, it)] = (device, it)
+                running[self.pools[device].submit(fn, it)] = (device, it)
 
-        for d in devices:
+        for d in self.devices:
             feed(d)
         while running:
             done, _ = wait(set(running), return_when=FIRST_COMPLETED)
@@ -112,14 +134,24 @@ def device_map(fn: Callable[[Any], Any], items: Iterable[Any], *, devices: list[
                 try:
                     yield it, Outcome(value=fut.result(), where=device)
                 except BrokenProcessPool as exc:
-                    pools[device].shutdown(wait=False, cancel_futures=True)
-                    pools[device] = _pool(1, _set_visible_device, (device,))
+                    self.pools[device].shutdown(wait=False, cancel_futures=True)
+                    self.pools[device] = self._start(device)
                     yield it, Outcome(lost=f"the worker process of device {device} died while running it ({exc})",
                                       where=device)
                 feed(device)
-    finally:
-        for p in pools.values():
+
+    def close(self) -> None:
+        for p in self.pools.values():
             p.shutdown(wait=True, cancel_futures=True)
+
+
+def device_map(fn: Callable[[Any], Any], items: Iterable[Any], *, devices: list[str]) -> Iterator[tuple[Any, Outcome]]:
+    """``DevicePools(devices).map(fn, items)``, closed when done."""
+    pools = DevicePools(devices)
+    try:
+        yield from pools.map(fn, items)
+    finally:
+        pools.close()
 
 
 # -- Dask ---------------------------------------------------------------------------------------------

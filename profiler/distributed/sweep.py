@@ -19,7 +19,7 @@ import os
 import socket
 import subprocess
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from profiler.findings import Finding, json_safe
 
@@ -41,12 +41,12 @@ def run_variant_task(task: dict[str, Any]) -> dict[str, Any]:
     from profiler.harness.nvtx import ranges, variant_range_name
 
     started = time.time()
-    sweep, prep, reference = _prepared(task)
+    sweep, prep, reference = _prepared(task["config_json"])
     planned = next(p for p in prep.plan if p.spec.key == task["key"])
     before = len(sweep.accuracy_findings)
     with ranges().range(variant_range_name(planned.spec.key)):
         rec, samples, layers = sweep._run_variant(planned.spec, prep.backend, prep.model_path, prep.shapes,
-                                                  prep.feeds, reference(planned.spec))
+                                                  prep.feeds, reference(planned.spec.precision))
     rec["device"] = {**worker_device(prep.backend), "started_at": started, "finished_at": time.time()}
     rec = json_safe(rec)
     if task.get("store_url") and task.get("run_id") is not None:
@@ -64,27 +64,34 @@ def run_variant_task(task: dict[str, Any]) -> dict[str, Any]:
             "findings": [f.to_dict() for f in sweep.accuracy_findings[before:]]}
 
 
-def _prepared(task: dict[str, Any]):
-    """(Sweep, Prepared, reference(spec)) for the task's run, prepared once per worker process."""
+def prime_worker(config_json: str) -> None:
+    """Prepare a sweep (model, inputs, backend, FP32 reference) in a device process before its first
+    variant arrives, while the coordinator prepares the run."""
+    _sweep, prep, reference = _prepared(config_json)
+    if any(p.skip_reason is None and p.spec.precision != "fp32" for p in prep.plan):
+        reference("fp16")
+
+
+def _prepared(config_json: str):
+    """(Sweep, Prepared, reference(precision)) of a sweep configuration, prepared once per worker process."""
+    import json
+
     from profiler.sweep import Sweep, SweepConfig
 
-    ident = f"{task.get('run_id')}:{task['config_json']}"
-    if _PREPARED.get("ident") != ident:
-        import json
-
+    if _PREPARED.get("config") != config_json:
         _PREPARED.clear()
-        sweep = Sweep(SweepConfig.from_dict(json.loads(task["config_json"])))
+        sweep = Sweep(SweepConfig.from_dict(json.loads(config_json)))
         prep = sweep.prepare(create_run=False)
         cache: dict[str, Any] = {}
 
-        def reference(spec):
-            if spec.precision == "fp32":
+        def reference(precision: str):
+            if precision == "fp32":
                 return None
             if "ref" not in cache:
                 cache["ref"] = sweep._reference(prep.backend, prep.model_path, prep.shapes, prep.feeds, prep.plan)
             return cache["ref"]
 
-        _PREPARED.update(ident=ident, value=(sweep, prep, reference))
+        _PREPARED.update(config=config_json, value=(sweep, prep, reference))
     return _PREPARED["value"]
 
 
@@ -123,18 +130,32 @@ def gpu_query(device: str) -> dict[str, Any]:
 
 # -- runners --------------------------------------------------------------------------------------------
 class DeviceRunner:
-    """Local processes, one per GPU (``--devices 0,1``)."""
+    """Local processes, one per GPU (``--devices 0,1``), started (and their backend warmed) at once."""
 
-    def __init__(self, devices: list[str]):
+    def __init__(self, devices: list[str], backend: str | None = None):
+        from profiler.distributed.pools import DevicePools
+
         self.devices = devices
         self.describe = f"{len(devices)} GPU process(es): {', '.join(devices)}"
+        self.pools = DevicePools(devices, warm=(warm_backend, backend) if backend else None)
+
+    def prime(self, config_json: str) -> None:
+        self.pools.each(prime_worker, config_json)
 
     def map(self, tasks: list[dict[str, Any]]) -> Iterator[tuple[dict, Any]]:
-        from profiler.distributed.pools import device_map
-
-        return device_map(run_variant_task, tasks, devices=self.devices)
+        return self.pools.map(run_variant_task, tasks)
 
     def close(self) -> None:
+        self.pools.close()
+
+
+def warm_backend(name: str) -> None:
+    """In a fresh device process: import the backend and initialise it on its GPU (torch, CUDA context)."""
+    from profiler.backends import get_backend
+
+    try:
+        get_backend(name).describe()
+    except Exception:  # the variant task reports what is wrong with the backend, with its context
         pass
 
 
@@ -172,6 +193,9 @@ def run_parallel(sweep: Any, runner: Any, *, store_url: str | None = None) -> di
     """Run a new or resumed ``Sweep``'s remaining variants through ``runner`` and finish the run there."""
     import json
 
+    config_json = json.dumps(sweep.config.to_dict(), sort_keys=True)
+    if hasattr(runner, "prime"):
+        runner.prime(config_json)  # the workers prepare while this process plans and stores the run
     prep = sweep.prepare()
     sweep._say(f"variants run on {runner.describe}")
     tasks = []
@@ -179,8 +203,7 @@ def run_parallel(sweep: Any, runner: Any, *, store_url: str | None = None) -> di
         if p.skip_reason:
             sweep._store_variant(sweep._record(p.spec, prep.backend, "skipped", p.skip_reason), [], [])
             continue
-        tasks.append({"key": p.spec.key, "run_id": sweep.run_id, "store_url": store_url,
-                      "config_json": json.dumps(sweep.config.to_dict(), sort_keys=True)})
+        tasks.append({"key": p.spec.key, "run_id": sweep.run_id, "store_url": store_url, "config_json": config_json})
     specs = {p.spec.key: p.spec for p in prep.plan}
     lost = 0
     try:
