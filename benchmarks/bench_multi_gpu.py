@@ -13,6 +13,9 @@ Each mode is the real command line (``python3 -m profiler sweep ...``) in a subp
   GPUs (from each variant's recorded start and end), and the share of ``nvidia-smi`` samples (every
   100 ms) in which both GPUs showed utilisation above zero;
 - whether any GPU ever ran two variants at once (it must not) and the devices_differ finding, if any.
+
+``--modes serial,dask,serial2`` repeats the serial run, so each variant's run-to-run noise on one GPU is
+printed beside the parallel modes' deviations.
 """
 
 from __future__ import annotations
@@ -134,8 +137,8 @@ def main() -> None:
     results = []
     try:
         for mode in args.modes.split(","):
-            if mode == "serial":
-                results.append(run_mode("serial", args, [], env={"CUDA_VISIBLE_DEVICES": gpus[0]}))
+            if mode.startswith("serial"):  # serial2, ...: the same serial run again (run-to-run noise)
+                results.append(run_mode(mode, args, [], env={"CUDA_VISIBLE_DEVICES": gpus[0]}))
             elif mode == "devices":
                 results.append(run_mode("devices", args, ["--devices", args.gpus]))
             elif mode == "dask":

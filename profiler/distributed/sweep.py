@@ -175,6 +175,15 @@ class DaskRunner:
                              "to that GPU) so that each measures one variant at a time")
         self.describe = f"Dask cluster {address}: {len(workers)} worker(s) with {RESOURCE}=1"
 
+    def prime(self, config_json: str) -> None:
+        """One preparation task per GPU worker, pinned to it, ahead of the variants (they queue behind it on
+        the worker's GPU resource)."""
+        from profiler.distributed.pools import workers_with
+
+        self.primes = [self.client.submit(prime_worker, config_json, workers=[w], allow_other_workers=False,
+                                          resources={RESOURCE: 1}, pure=False)
+                       for w in workers_with(self.client, RESOURCE)]
+
     def map(self, tasks: list[dict[str, Any]]) -> Iterator[tuple[dict, Any]]:
         from profiler.distributed.pools import dask_map
 
@@ -185,6 +194,8 @@ class DaskRunner:
                         in_flight=lambda: len(workers_with(self.client, RESOURCE)))
 
     def close(self) -> None:
+        for f in getattr(self, "primes", []):
+            f.release()
         self.client.close()
 
 
