@@ -12,7 +12,7 @@ import pytest
 
 from profiler.cli import main
 from profiler.distributed import pools
-from profiler.distributed.captures import task_names
+from profiler.distributed.captures import task_names, top_series
 from profiler.distributed.index import build_index
 from tests.conftest import ROOT, SAMPLE_TRACES, nsys_fixture_files
 from tests.distributed_helpers import double_or_die, probe_device
@@ -60,6 +60,14 @@ def test_device_map_runs_one_item_per_device_at_a_time():
     assert len({r[2] for r in ran if r[1] == die_device}) >= 2
 
 
+def test_top_series_is_the_biggest_repeated_series():
+    wrapper = {"name": "sweep/fp32", "count": 1, "wall_ms": {"median": 1482.7}}
+    loop = {"name": "fp32/iter", "count": 40, "wall_ms": {"median": 9.9}}
+    layer = {"name": "Conv@0", "count": 57, "wall_ms": {"median": 0.1}}
+    assert top_series([wrapper, loop, layer]) is loop  # ranges come biggest total wall first
+    assert top_series([wrapper]) is wrapper and top_series([]) == {}
+
+
 def test_index_compares_each_capture_with_its_peers():
     def row(name, series, median):
         return {"capture": f"/c/{name}.sqlite", "name": name, "status": "ok", "top_series": series,
@@ -96,7 +104,7 @@ def test_cli_analyze_many_jobs_stores_each_and_names_the_failure(tmp_path, capsy
     serial = analyze_path(caps[0]).to_json()
     assert json.loads((tmp_path / "o" / "launch_bound" / "analysis.json").read_text()) == serial
     row = index["captures"][0]
-    assert row["top_series_median_ms"] == serial["ranges"][0]["wall_ms"]["median"]
+    assert row["top_series_median_ms"] == top_series(serial["ranges"])["wall_ms"]["median"]
     assert [f["rule"] for f in row["top_findings"]] == [f["rule"] for f in serial["findings"][:3]]
     html = (tmp_path / "o" / "index.html").read_text()
     assert 'href="launch_bound/report.html"' in html and (tmp_path / "o" / "launch_bound" / "report.html").is_file()
@@ -285,3 +293,41 @@ def test_dask_scheduler_without_gpu_workers_is_a_usage_error(tmp_path):
         with pytest.raises(UsageError, match='--resources "GPU=1"'):
             DaskRunner(c.scheduler_address)
 
+
+
+@pytest.mark.browser
+def test_index_page_sorts_by_a_clicked_column(tmp_path):
+    from profiler.distributed.index import write_index
+    from tests.test_report_browser import CHROMIUM_ARGS, chromium_path
+
+    exe = chromium_path()
+    if exe is None:
+        pytest.skip("headless Chromium not found (apt-get install chromium, or set TRTPROF_CHROMIUM)")
+    sync_playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed").sync_playwright
+
+    def row(name, median):
+        return {"capture": f"/c/{name}.sqlite", "name": name, "status": "ok", "top_series": "iter",
+                "top_series_median_ms": median, "top_findings": [], "report": str(tmp_path / name / "report.html")}
+    rows = [row("a", 2.0), row("b", 10.0), row("c", 0.5), {"capture": "/c/d.sqlite", "name": "d", "status": "failed",
+                                                            "error": "<script>alert(1)</script>"}]
+    _, html = write_index(build_index(rows, wall_s=1.0, mode="test"), tmp_path)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            errors = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("dialog", lambda d: errors.append("dialog " + d.message))
+            page.goto(html.as_uri())
+            names = lambda: page.eval_on_selector_all(  # noqa: E731
+                "#captures tbody tr", "rows => rows.map(r => r.cells[0].getAttribute('data-v'))")
+            page.click("text=median ms")
+            asc = names()
+            page.click("text=median ms")
+            desc = names()
+            assert page.get_attribute('a[href="a/report.html"]', "href") == "a/report.html"
+        finally:
+            browser.close()
+    assert asc == ["c", "a", "b", "d"]  # a capture without a value sorts last
+    assert desc == ["b", "a", "c", "d"]
+    assert errors == []

@@ -74,7 +74,9 @@ def _analyze_and_write(task: dict[str, Any]) -> dict[str, Any]:
     if not os.path.isfile(path):
         from profiler.errors import InputError
 
-        raise InputError(f"{path} is not a file here" + (f" (on {task['host']})" if task.get("host") else ""))
+        import socket
+
+        raise InputError(("no such file" if not os.path.exists(path) else "not a file") + f" on {socket.gethostname()}")
     result = analyze_path(path, AnalysisOptions(min_gap_us=task.get("min_gap_us")))
     data = result.to_json()
     folder = Path(task["out_dir"]) / task["name"]
@@ -106,13 +108,21 @@ def _analyze_and_write(task: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def top_series(ranges: list[dict[str, Any]]) -> dict[str, Any]:
+    """The series that stands for the capture's inference time: of the series that repeat (an iteration
+    loop; a range seen once is a wrapper around the run), the one with the most total wall time; else the
+    biggest one (``ranges`` come biggest total wall first)."""
+    repeated = [r for r in ranges if (r.get("count") or 0) >= 2]
+    return (repeated or ranges or [{}])[0]
+
+
 def index_fields(data: dict[str, Any]) -> dict[str, Any]:
-    """What the index shows of one analysis: the capture, its top series (the biggest total wall time,
-    usually the inference loop) and its most severe findings."""
+    """What the index shows of one analysis: the capture, its top series (see ``top_series``) and its most
+    severe findings."""
     cap = data.get("capture") or {}
     gpus = sorted({str(g.get("name")) for g in cap.get("gpus") or [] if isinstance(g, dict) and g.get("name")})
     ranges = data.get("ranges") or []
-    top = ranges[0] if ranges else {}
+    top = top_series(ranges)
     wall = top.get("wall_ms") or {}
     findings = data.get("findings") or []
     counts = {s: sum(f.get("severity") == s for f in findings) for s in ("high", "medium", "low", "info")}

@@ -80,9 +80,15 @@ def page_rows(index: dict[str, Any], base: Path) -> list[dict[str, Any]]:
         }
         rows.append({"name": r["name"], "capture": r["capture"], "report": _rel(r.get("report"), base),
                      "json": _rel(r.get("json"), base), "run_id": r.get("run_id"), "error": r.get("error"),
-                     "cells": cells, "top_findings": r.get("top_findings") or [],
+                     "cells": cells, "top_findings": [{**f, "short": _short(f.get("title"))}
+                                                      for f in r.get("top_findings") or []],
                      "severity_rank": SEVERITY_ORDER.get(r.get("worst_severity"), 4)})
     return rows
+
+
+def _short(text: Any, limit: int = 90) -> str:
+    text = str(text or "")
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "\u2026"
 
 
 def write_index(index: dict[str, Any], out_dir: str | os.PathLike) -> tuple[Path, Path]:
