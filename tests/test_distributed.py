@@ -111,10 +111,19 @@ def test_cli_analyze_many_jobs_stores_each_and_names_the_failure(tmp_path, capsy
     assert "broken.sqlite" in out and "FAILED" in out
 
 
+def test_capture_over_its_memory_limit_fails_alone_with_the_reason(tmp_path):
+    from profiler.distributed.captures import analyze_many
+
+    index = analyze_many([SAMPLE_TRACES / "graph.sqlite"], tmp_path, jobs=1, memory_limit_bytes=200 << 20)
+    assert index["counts"]["failed"] == 1
+    # MemoryError inside the analysis, or the process killed by the allocator: either way it says why
+    assert "over its memory limit of 200 MiB" in index["failed"][0]["error"]
+
+
 @pytest.mark.parametrize("args, message", [
     (["--jobs", "2", "--scheduler", "tcp://127.0.0.1:1"], "give one of them"),
     (["--json", "x.json"], "drop --json/--report"),
-    (["--memory-limit", "1M", "--jobs", "2"], "below 256M"),
+    (["--memory-limit", "1M", "--jobs", "2"], "below 512M"),
 ])
 def test_cli_analyze_many_usage_errors(tmp_path, capsys, args, message):
     caps = [str(SAMPLE_TRACES / "launch_bound.sqlite"), str(SAMPLE_TRACES / "no_nvtx.sqlite")]

@@ -56,7 +56,7 @@ def analyze_capture(task: dict[str, Any]) -> dict[str, Any]:
         row["status"] = "ok"
     except MemoryError:
         limit = task.get("memory_limit_bytes")
-        row["error"] = ("ran out of memory" + (f" (limit {limit / 2**30:.1f} GiB per process)" if limit else "")
+        row["error"] = ("ran out of memory" + (f", over its memory limit of {limit / 2**20:,.0f} MiB" if limit else "")
                         + ": give fewer --jobs or a larger --memory-limit")
     except TrtprofError as exc:
         row["error"] = str(exc)
@@ -179,8 +179,11 @@ def _collect(pairs: Iterable[tuple[dict, Any]], say: Callable[[str], None]) -> l
     rows = []
     for task, outcome in pairs:
         if outcome.lost is not None:
-            row = {"capture": task["path"], "name": task["name"], "status": "failed",
-                   "error": f"lost: {outcome.lost}", "run_id": None, "report": None, "json": None}
+            limit = task.get("memory_limit_bytes")
+            why = (f"its process died: killed, or over its memory limit of {limit / 2**20:,.0f} MiB (--memory-limit)"
+                   if limit else f"lost: {outcome.lost}")
+            row = {"capture": task["path"], "name": task["name"], "status": "failed", "error": why,
+                   "run_id": None, "report": None, "json": None}
         else:
             row = outcome.value
         rows.append(row)

@@ -113,8 +113,8 @@ def _memory_limit(text: str | None, jobs: int) -> int | None:
             value = parse_bytes(text)
         except ValueError as exc:
             raise UsageError(f"--memory-limit: {exc}") from None
-        if value < (256 << 20):
-            raise UsageError(f"--memory-limit {text} is below 256M, too little to load any capture")
+        if value < (512 << 20):
+            raise UsageError(f"--memory-limit {text} is below 512M, too little to load any capture")
         return value
     try:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
