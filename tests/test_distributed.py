@@ -291,6 +291,26 @@ def test_dask_worker_killed_mid_variant_loses_only_that_variant_and_resume_compl
     assert next(v for v in rows if v["key"] == victim)["status"] == "ok"
 
 
+def test_cli_scheduler_for_captures_and_for_a_sweep(cluster, tmp_path, capsys):
+    from profiler.store import Store
+
+    db = tmp_path / "t.db"
+    caps = [str(SAMPLE_TRACES / "launch_bound.sqlite"), str(SAMPLE_TRACES / "host_stall.sqlite")]
+    code, out, err = _cli(["analyze", *caps, "--scheduler", cluster.scheduler_address, "--db", str(db),
+                           "--out", str(tmp_path / "a"), "--cdn"], capsys)
+    assert code == 0, err
+    assert "launch_bound" in out and f"{len(caps)} capture(s) on the Dask cluster" in err
+    code, out, err = _cli(["sweep", "--precision", "fp32", "--duration", "0.2", "--warmup", "20", "--no-layers",
+                           "--scheduler", cluster.scheduler_address, "--db", str(db), "--out", str(tmp_path / "s"),
+                           "--cache-dir", str(tmp_path / "cache"), "--cdn"], capsys)
+    assert code == 0, err
+    summary = json.loads((tmp_path / "s" / "summary.json").read_text())
+    assert [v["status"] for v in summary["variants"]] == ["ok"]
+    assert summary["variants"][0]["device"]["worker"] in cluster.scheduler_info["workers"]
+    runs = Store.open(str(db)).list_runs()
+    assert sorted(r["kind"] for r in runs) == ["analyze", "analyze", "sweep"]
+
+
 def test_dask_scheduler_without_gpu_workers_is_a_usage_error(tmp_path):
     pytest.importorskip("distributed", reason="Dask distributed is not installed (pip install 'trtprof[dask]')")
     from distributed import LocalCluster

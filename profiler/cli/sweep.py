@@ -292,7 +292,7 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
     from profiler.sweep import Sweep, SweepConfig, gate_failures, open_resume
 
     say = lambda msg: click.echo(msg, err=True)  # noqa: E731 - progress goes to stderr
-    runner = parallel_runner(devices, scheduler, nsys=nsys, backend=backend)  # --devices/--scheduler
+    start_runner = parallel_runner(devices, scheduler, nsys=nsys, backend=backend)  # --devices/--scheduler
     if nsys:
         from profiler.harness.nsys import under_nsys
 
@@ -328,12 +328,12 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
         signal.signal(signal.SIGINT, _interrupt_once(say))
     try:
         try:
-            if runner is None:
+            if start_runner is None:
                 summary = sweep.run()
             else:
                 from profiler.distributed.cli import run_sweep
 
-                summary = run_sweep(sweep, runner, ctx, db, no_store)
+                summary = run_sweep(sweep, start_runner, ctx, db, no_store)
         except KeyboardInterrupt:
             if sweep.variants:
                 write_outputs(sweep, sweep.summary(), out, cdn, store)

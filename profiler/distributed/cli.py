@@ -156,8 +156,10 @@ def parse_devices(text: str) -> list[str]:
     return items
 
 
-def parallel_runner(devices: str | None, scheduler: str | None, *, nsys: bool, backend: str | None = None) -> Any:
-    """The runner that ``--devices``/``--scheduler`` ask for, or None (the serial sweep)."""
+def parallel_runner(devices: str | None, scheduler: str | None, *, nsys: bool,
+                    backend: str | None = None) -> Callable[[], Any] | None:
+    """What ``--devices``/``--scheduler`` ask for, checked now: a function that starts the runner (processes,
+    a cluster connection) when the sweep is about to run, or None (the serial sweep)."""
     if devices is None and scheduler is None:
         return None
     if devices is not None and scheduler is not None:
@@ -166,14 +168,18 @@ def parallel_runner(devices: str | None, scheduler: str | None, *, nsys: bool, b
         raise UsageError("--nsys profiles one process; it cannot be combined with --devices or --scheduler")
     from profiler.distributed.sweep import DaskRunner, DeviceRunner
 
-    return DeviceRunner(parse_devices(devices), backend) if devices is not None else DaskRunner(scheduler)
+    if devices is not None:
+        chosen = parse_devices(devices)
+        return lambda: DeviceRunner(chosen, backend)
+    return lambda: DaskRunner(scheduler)
 
 
-def run_sweep(sweep: Any, runner: Any, ctx: click.Context, db: str | None, no_store: bool) -> dict[str, Any]:
-    """The sweep's variants through ``runner``; workers write to the same store as this process."""
+def run_sweep(sweep: Any, start_runner: Callable[[], Any], ctx: click.Context, db: str | None,
+              no_store: bool) -> dict[str, Any]:
+    """The sweep's variants through the runner; workers write to the same store as this process."""
     from profiler.cli.options import db_url
     from profiler.distributed.sweep import run_parallel
     from profiler.store.api import resolve_url
 
     url = None if no_store else worker_store_url(resolve_url(db_url(ctx, db)))
-    return run_parallel(sweep, runner, store_url=url)
+    return run_parallel(sweep, start_runner(), store_url=url)

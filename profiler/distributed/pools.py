@@ -27,9 +27,24 @@ class Outcome:
     where: str | None = None  # the device or worker that ran (or lost) it
 
 
+def _ignore_interrupt() -> None:
+    """Ctrl-C reaches every process of the terminal's group; the parent handles it (and ends the workers)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _terminate(pool: ProcessPoolExecutor) -> None:
+    """End a pool's processes now (after Ctrl-C): what they were running is not finished."""
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        proc.terminate()
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
 def _limit_memory(limit_bytes: int | None) -> None:
     """Process initializer: cap the heap (RLIMIT_DATA: brk and private writable mappings) so one capture
     that needs more than its share fails alone with MemoryError instead of taking the host down."""
+    _ignore_interrupt()
     if limit_bytes:
         resource.setrlimit(resource.RLIMIT_DATA, (int(limit_bytes), int(limit_bytes)))
 
@@ -63,7 +78,8 @@ def local_map(fn: Callable[[Any], Any], items: Iterable[Any], *, jobs: int, memo
     """
     items = list(items)
     suspects: list[Any] = []
-    with _pool(jobs, _limit_memory, (memory_limit_bytes,), preload) as pool:
+    pool = _pool(jobs, _limit_memory, (memory_limit_bytes,), preload)
+    try:
         futures = {pool.submit(fn, it): it for it in items}
         for fut in _as_done(futures):
             it = futures[fut]
@@ -71,12 +87,16 @@ def local_map(fn: Callable[[Any], Any], items: Iterable[Any], *, jobs: int, memo
                 yield it, Outcome(value=fut.result(), where="local")
             except BrokenProcessPool:
                 suspects.append(it)
-    for it in suspects:  # one at a time: a second death convicts this item alone
-        with _pool(1, _limit_memory, (memory_limit_bytes,), preload) as pool:
+        pool.shutdown()
+        for it in suspects:  # one at a time: a second death convicts this item alone
+            pool = _pool(1, _limit_memory, (memory_limit_bytes,), preload)
             try:
                 yield it, Outcome(value=pool.submit(fn, it).result(), where="local")
             except BrokenProcessPool as exc:
                 yield it, Outcome(lost=f"its worker process died ({exc})", where="local")
+            pool.shutdown()
+    finally:  # Ctrl-C (or the caller stopping early): the running captures are abandoned
+        _terminate(pool)
 
 
 def _as_done(futures: dict[Future, Any]) -> Iterator[Future]:
@@ -87,6 +107,7 @@ def _as_done(futures: dict[Future, Any]) -> Iterator[Future]:
 
 
 def _set_visible_device(device: str) -> None:
+    _ignore_interrupt()
     os.environ["CUDA_VISIBLE_DEVICES"] = device
 
 
@@ -140,18 +161,24 @@ class DevicePools:
                                       where=device)
                 feed(device)
 
-    def close(self) -> None:
+    def close(self, abort: bool = False) -> None:
+        """Wait for the processes to finish; ``abort`` (Ctrl-C) ends them at once."""
         for p in self.pools.values():
-            p.shutdown(wait=True, cancel_futures=True)
+            if abort:
+                _terminate(p)
+            else:
+                p.shutdown(wait=True, cancel_futures=True)
 
 
 def device_map(fn: Callable[[Any], Any], items: Iterable[Any], *, devices: list[str]) -> Iterator[tuple[Any, Outcome]]:
     """``DevicePools(devices).map(fn, items)``, closed when done."""
     pools = DevicePools(devices)
+    done = False
     try:
         yield from pools.map(fn, items)
+        done = True
     finally:
-        pools.close()
+        pools.close(abort=not done)
 
 
 # -- Dask ---------------------------------------------------------------------------------------------

@@ -145,8 +145,8 @@ class DeviceRunner:
     def map(self, tasks: list[dict[str, Any]]) -> Iterator[tuple[dict, Any]]:
         return self.pools.map(run_variant_task, tasks)
 
-    def close(self) -> None:
-        self.pools.close()
+    def close(self, abort: bool = False) -> None:
+        self.pools.close(abort)
 
 
 def warm_backend(name: str) -> None:
@@ -193,7 +193,8 @@ class DaskRunner:
         return dask_map(self.client, run_variant_task, tasks, keys=keys, resources={RESOURCE: 1},
                         in_flight=lambda: len(workers_with(self.client, RESOURCE)))
 
-    def close(self) -> None:
+    def close(self, abort: bool = False) -> None:
+        """Release this run's tasks (after Ctrl-C the cluster drops those not finished) and disconnect."""
         for f in getattr(self, "primes", []):
             f.release()
         self.client.close()
@@ -205,19 +206,21 @@ def run_parallel(sweep: Any, runner: Any, *, store_url: str | None = None) -> di
     import json
 
     config_json = json.dumps(sweep.config.to_dict(), sort_keys=True)
-    if hasattr(runner, "prime"):
-        runner.prime(config_json)  # the workers prepare while this process plans and stores the run
-    prep = sweep.prepare()
-    sweep._say(f"variants run on {runner.describe}")
-    tasks = []
-    for p in prep.todo:
-        if p.skip_reason:
-            sweep._store_variant(sweep._record(p.spec, prep.backend, "skipped", p.skip_reason), [], [])
-            continue
-        tasks.append({"key": p.spec.key, "run_id": sweep.run_id, "store_url": store_url, "config_json": config_json})
-    specs = {p.spec.key: p.spec for p in prep.plan}
     lost = 0
+    finished = False
     try:
+        if hasattr(runner, "prime"):
+            runner.prime(config_json)  # the workers prepare while this process plans and stores the run
+        prep = sweep.prepare()
+        sweep._say(f"variants run on {runner.describe}")
+        tasks = []
+        for p in prep.todo:
+            if p.skip_reason:
+                sweep._store_variant(sweep._record(p.spec, prep.backend, "skipped", p.skip_reason), [], [])
+                continue
+            tasks.append({"key": p.spec.key, "run_id": sweep.run_id, "store_url": store_url,
+                          "config_json": config_json})
+        specs = {p.spec.key: p.spec for p in prep.plan}
         for task, outcome in runner.map(tasks):
             if outcome.lost is None:
                 _keep(sweep, outcome.value)
@@ -232,11 +235,15 @@ def run_parallel(sweep: Any, runner: Any, *, store_url: str | None = None) -> di
             rec = sweep._record(specs[task["key"]], prep.backend, "failed", reason, lost=True,
                                 device={"worker": outcome.where})
             sweep._store_variant(rec, [], [])
+        finished = True
     except KeyboardInterrupt:
+        runner.close(abort=True)
+        finished = None  # closed
         sweep.interrupted()
         raise
     finally:
-        runner.close()
+        if finished is not None:
+            runner.close(abort=not finished)  # an error here ends the workers' unfinished variants
     table = devices_table(sweep.variants)
     sweep.environment = {**(sweep.environment or {}), "devices": table}
     if len(table) > 1 and not any(r.get("gpu") for r in table) and len({r["host"] for r in table}) == 1:
