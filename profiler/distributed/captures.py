@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable
 from profiler.errors import TrtprofError
 
 #: modules a capture task imports, loaded once by the local process server (see pools.local_map)
-PRELOAD = ("numpy", "pandas", "pyarrow", "profiler.capture.analyze", "profiler.capture.loader",
+PRELOAD = ("numpy", "pandas", "pyarrow", "profiler.capture.analyze", "profiler.capture.loader", "profiler.capture.cache",
            "profiler.rules.capture", "profiler.store", "profiler.report.analysis")
 TOP_FINDINGS = 3
 
@@ -77,7 +77,8 @@ def _analyze_and_write(task: dict[str, Any]) -> dict[str, Any]:
         import socket
 
         raise InputError(("no such file" if not os.path.exists(path) else "not a file") + f" on {socket.gethostname()}")
-    result = analyze_path(path, AnalysisOptions(min_gap_us=task.get("min_gap_us")))
+    result = analyze_path(path, AnalysisOptions(min_gap_us=task.get("min_gap_us")),
+                          cache=None if task.get("trace_cache", True) else False)
     data = result.to_json()
     folder = Path(task["out_dir"]) / task["name"]
     folder.mkdir(parents=True, exist_ok=True)
@@ -142,7 +143,7 @@ def index_fields(data: dict[str, Any]) -> dict[str, Any]:
 def analyze_many(captures: Iterable[str | os.PathLike], out_dir: str | os.PathLike, *, jobs: int | None = None,
                  scheduler: str | None = None, store_url: str | None = None, label: str | None = None,
                  min_gap_us: float | None = None, cdn: bool = False, memory_limit_bytes: int | None = None,
-                 progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+                 trace_cache: bool = True, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Analyse every capture (``jobs`` local processes, or the Dask cluster at ``scheduler``), write the
     index into ``out_dir`` and return it. ``store_url`` must already be created (``Store.open``)."""
     from profiler.distributed import pools
@@ -152,7 +153,8 @@ def analyze_many(captures: Iterable[str | os.PathLike], out_dir: str | os.PathLi
     paths = list(dict.fromkeys(Path(os.path.abspath(c)) for c in captures))
     out = Path(os.path.abspath(out_dir))
     tasks = [{"path": str(p), "name": n, "out_dir": str(out), "store_url": store_url, "label": label,
-              "min_gap_us": min_gap_us, "cdn": cdn, "memory_limit_bytes": memory_limit_bytes}
+              "min_gap_us": min_gap_us, "cdn": cdn, "memory_limit_bytes": memory_limit_bytes,
+              "trace_cache": trace_cache}
              for p, n in zip(paths, task_names(paths))]
     t0 = time.perf_counter()
     if scheduler:

@@ -59,7 +59,8 @@ def is_batch(captures: tuple[str, ...], jobs: int | None, scheduler: str | None,
 
 def analyze_batch(ctx: click.Context, captures: tuple[str, ...], *, jobs: int | None, scheduler: str | None,
                   out: str | None, memory_limit: str | None, json_path: str | None, report_path: str | None,
-                  no_store: bool, label: str | None, db: str | None, min_gap_us: float | None, cdn: bool) -> None:
+                  no_store: bool, label: str | None, db: str | None, min_gap_us: float | None, cdn: bool,
+                  no_cache: bool = False) -> None:
     """``trtprof analyze A B ... [--jobs N | --scheduler URL]``: analyse all, write the index, exit 3 naming
     the captures that failed (after finishing the rest)."""
     from profiler.cli.options import db_url, open_store
@@ -87,7 +88,7 @@ def analyze_batch(ctx: click.Context, captures: tuple[str, ...], *, jobs: int | 
     say = lambda msg: click.echo(msg, err=True)  # noqa: E731 - progress goes to stderr
     index = analyze_many(captures, out_dir, jobs=jobs or (None if scheduler else 1), scheduler=scheduler,
                          store_url=url, label=label, min_gap_us=min_gap_us, cdn=cdn, memory_limit_bytes=limit,
-                         progress=say)
+                         trace_cache=not no_cache, progress=say)
     for line in index_lines(index):
         click.echo(line)
     click.echo(f"wrote {out_dir / 'index.html'} and {out_dir / 'index.json'}")
