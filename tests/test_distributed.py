@@ -195,7 +195,7 @@ def cluster():
     # allowed-failures 0: a task whose worker dies fails at once (KilledWorker) instead of being retried
     with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
         c = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, resources={"GPU": 1},
-                         dashboard_address=None, memory_limit="3GiB")
+                         dashboard_address=":0", memory_limit="3GiB")
     yield c
     c.close()
 
@@ -318,7 +318,7 @@ def test_dask_scheduler_without_gpu_workers_is_a_usage_error(tmp_path):
     from profiler.distributed.sweep import DaskRunner
     from profiler.errors import UsageError
 
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=None) as c:
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0") as c:
         with pytest.raises(UsageError, match='--resources "GPU=1"'):
             DaskRunner(c.scheduler_address)
 

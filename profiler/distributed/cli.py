@@ -40,8 +40,8 @@ def sweep_options(func: Callable) -> Callable:
     """``--devices`` and ``--scheduler`` for ``trtprof sweep``."""
     func = _scheduler_option("the variants (workers started with --resources \"GPU=1\", one per GPU)")(func)
     return click.option("--devices", default=None, metavar="0,1,...",
-                        help="Measure variants concurrently, one process per GPU (CUDA indices or UUIDs), each "
-                             "variant alone on its GPU; one run.")(func)
+                        help="Measure variants concurrently, one process per GPU (nvidia-smi indices or GPU "
+                             "UUIDs), each variant alone on its GPU; one run.")(func)
 
 
 def worker_store_url(url: str | None) -> str | None:

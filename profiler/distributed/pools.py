@@ -107,7 +107,9 @@ def _as_done(futures: dict[Future, Any]) -> Iterator[Future]:
 
 
 def _set_visible_device(device: str) -> None:
+    """Process initializer: this process sees one GPU; indices count in nvidia-smi's (PCI bus) order."""
     _ignore_interrupt()
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     os.environ["CUDA_VISIBLE_DEVICES"] = device
 
 
