@@ -12,7 +12,7 @@ import pytest
 
 from profiler.cli import main
 from profiler.distributed import pools
-from profiler.distributed.captures import task_names, top_series
+from profiler.distributed.captures import task_names, top_series, unit_series
 from profiler.distributed.index import build_index
 from tests.conftest import ROOT, SAMPLE_TRACES, nsys_fixture_files
 from tests.distributed_helpers import double_or_die, probe_device
@@ -68,17 +68,27 @@ def test_top_series_is_the_biggest_repeated_series():
     assert top_series([wrapper]) is wrapper and top_series([]) == {}
 
 
+def test_unit_is_the_analysis_inference_unit_else_the_top_series():
+    loop = {"name": "iter", "domain": "app", "count": 40, "wall_ms": {"median": 9.9}}
+    outer = {"name": "serve", "count": 4, "wall_ms": {"median": 120.0}}
+    data = {"inference": {"series": "app:iter", "source": "nvtx"}, "ranges": [outer, loop]}
+    assert unit_series(data) == (loop, "nvtx")
+    assert unit_series({"inference": {"series": None, "source": "window"}, "ranges": [outer, loop]}) == (outer, "top series")
+
+
 def test_index_compares_each_capture_with_its_peers():
     def row(name, series, median):
-        return {"capture": f"/c/{name}.sqlite", "name": name, "status": "ok", "top_series": series,
-                "top_series_median_ms": median, "top_findings": []}
+        return {"capture": f"/c/{name}.sqlite", "name": name, "status": "ok", "unit": series,
+                "unit_median_ms": median, "top_findings": []}
+    windows = [{**row(n, "(capture)", m), "unit_source": "window"} for n, m in (("w1", 10.0), ("w2", 20.0), ("w3", 90.0))]
     rows = [row("a", "infer", 1.0), row("b", "infer", 1.2), row("c", "infer", 3.0), row("d", "other", 5.0),
-            {"capture": "/c/e.sqlite", "name": "e", "status": "failed", "error": "bad"}]
+            {"capture": "/c/e.sqlite", "name": "e", "status": "failed", "error": "bad"}, *windows]
     index = build_index(rows, wall_s=1.0, mode="test")
     vs = {r["name"]: r["vs_peers"] for r in index["captures"]}
     assert vs["c"] == pytest.approx(3.0 / 1.2) and vs["a"] == pytest.approx(1.0 / 1.2)
     assert vs["d"] is None and vs["e"] is None  # one capture of its series; a failed capture
-    assert index["counts"] == {"total": 5, "ok": 4, "failed": 1}
+    assert vs["w3"] is None  # whole-capture windows measure capture length, not an inference
+    assert index["counts"] == {"total": 8, "ok": 7, "failed": 1}
     assert index["failed"] == [{"capture": "/c/e.sqlite", "error": "bad"}]
 
 
@@ -104,7 +114,8 @@ def test_cli_analyze_many_jobs_stores_each_and_names_the_failure(tmp_path, capsy
     serial = analyze_path(caps[0]).to_json()
     assert json.loads((tmp_path / "o" / "launch_bound" / "analysis.json").read_text()) == serial
     row = index["captures"][0]
-    assert row["top_series_median_ms"] == top_series(serial["ranges"])["wall_ms"]["median"]
+    unit, source = unit_series(serial)
+    assert row["unit_median_ms"] == unit["wall_ms"]["median"] and row["unit_source"] == source
     assert [f["rule"] for f in row["top_findings"]] == [f["rule"] for f in serial["findings"][:3]]
     html = (tmp_path / "o" / "index.html").read_text()
     assert 'href="launch_bound/report.html"' in html and (tmp_path / "o" / "launch_bound" / "report.html").is_file()
@@ -335,8 +346,8 @@ def test_index_page_sorts_by_a_clicked_column(tmp_path):
     sync_playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed").sync_playwright
 
     def row(name, median):
-        return {"capture": f"/c/{name}.sqlite", "name": name, "status": "ok", "top_series": "iter",
-                "top_series_median_ms": median, "top_findings": [], "report": str(tmp_path / name / "report.html")}
+        return {"capture": f"/c/{name}.sqlite", "name": name, "status": "ok", "unit": "iter",
+                "unit_median_ms": median, "top_findings": [], "report": str(tmp_path / name / "report.html")}
     rows = [row("a", 2.0), row("b", 10.0), row("c", 0.5), {"capture": "/c/d.sqlite", "name": "d", "status": "failed",
                                                             "error": "<script>alert(1)</script>"}]
     _, html = write_index(build_index(rows, wall_s=1.0, mode="test"), tmp_path)

@@ -191,7 +191,8 @@ def command(ctx: click.Context, captures: tuple[str, ...], json_path: str | None
     if is_batch(captures, jobs, scheduler, batch_out):
         analyze_batch(ctx, captures, jobs=jobs, scheduler=scheduler, out=batch_out, memory_limit=memory_limit,
                       json_path=json_path, report_path=report_path, no_store=no_store, label=label, db=db,
-                      min_gap_us=min_gap_us, cdn=cdn, no_cache=no_cache)
+                      min_gap_us=min_gap_us, cdn=cdn, no_cache=no_cache,
+                      analysis={"unit": unit, "include_setup": include_setup, "layer_info": layer_info})
         return
     if memory_limit is not None:
         raise UsageError("--memory-limit applies to --jobs")

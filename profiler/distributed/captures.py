@@ -77,8 +77,8 @@ def _analyze_and_write(task: dict[str, Any]) -> dict[str, Any]:
         import socket
 
         raise InputError(("no such file" if not os.path.exists(path) else "not a file") + f" on {socket.gethostname()}")
-    result = analyze_path(path, AnalysisOptions(min_gap_us=task.get("min_gap_us")),
-                          cache=None if task.get("trace_cache", True) else False)
+    options = AnalysisOptions(min_gap_us=task.get("min_gap_us"), **(task.get("options") or {}))
+    result = analyze_path(path, options, cache=None if task.get("trace_cache", True) else False)
     data = result.to_json()
     folder = Path(task["out_dir"]) / task["name"]
     folder.mkdir(parents=True, exist_ok=True)
@@ -102,7 +102,8 @@ def _analyze_and_write(task: dict[str, Any]) -> dict[str, Any]:
         store = Store.open(task["store_url"], upgrade=False)  # the caller created or upgraded it
         try:
             out["run_id"] = store_analysis(store, result, source=path, label=task.get("label"), artifacts=artifacts,
-                                           options={"min_gap_us": task.get("min_gap_us")}, data=dict(data))
+                                           options={"min_gap_us": task.get("min_gap_us"),
+                                                    **(task.get("options") or {})}, data=dict(data))
         finally:
             store.close()
     out.update(index_fields(data))
@@ -110,30 +111,47 @@ def _analyze_and_write(task: dict[str, Any]) -> dict[str, Any]:
 
 
 def top_series(ranges: list[dict[str, Any]]) -> dict[str, Any]:
-    """The series that stands for the capture's inference time: of the series that repeat (an iteration
-    loop; a range seen once is a wrapper around the run), the one with the most total wall time; else the
-    biggest one (``ranges`` come biggest total wall first)."""
+    """The series that stands for the capture's time per iteration when the analysis found no inference
+    unit: of the series that repeat (a range seen once wraps the run), the one with the most total wall
+    time; else the biggest one (``ranges`` come biggest total wall first)."""
     repeated = [r for r in ranges if (r.get("count") or 0) >= 2]
     return (repeated or ranges or [{}])[0]
 
 
+def _label(r: dict[str, Any]) -> str | None:
+    return (f"{r['domain']}:{r['name']}" if r.get("domain") else r.get("name")) if r else None
+
+
+def unit_series(data: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """(the range that is one inference, where that choice came from): the analysis' inference unit
+    (TensorRT's enqueue, --unit, the outermost repeated range) when it names a series, else ``top_series``."""
+    inference = data.get("inference") or {}
+    ranges = data.get("ranges") or []
+    name = inference.get("series")
+    match = next((r for r in ranges if name and name in (_label(r), r.get("name"))), None)
+    if match is not None:
+        return match, str(inference.get("source") or "unit")
+    return top_series(ranges), "top series"
+
+
 def index_fields(data: dict[str, Any]) -> dict[str, Any]:
-    """What the index shows of one analysis: the capture, its top series (see ``top_series``) and its most
-    severe findings."""
+    """What the index shows of one analysis: the capture, its inference unit (``unit_series``) with its
+    time per inference, and its most severe findings."""
     cap = data.get("capture") or {}
     gpus = sorted({str(g.get("name")) for g in cap.get("gpus") or [] if isinstance(g, dict) and g.get("name")})
     ranges = data.get("ranges") or []
-    top = top_series(ranges)
+    top, source = unit_series(data)
     wall = top.get("wall_ms") or {}
+    inference = data.get("inference") or {}
     findings = data.get("findings") or []
     counts = {s: sum(f.get("severity") == s for f in findings) for s in ("high", "medium", "low", "info")}
     return {
         "gpus": gpus, "nsys_version": cap.get("nsys_version"), "duration_ms": cap.get("duration_ms"),
-        "series_count": len(ranges),
-        "top_series": (f"{top['domain']}:{top['name']}" if top.get("domain") else top.get("name")) if top else None,
-        "top_series_count": top.get("count"), "top_series_median_ms": wall.get("median"),
-        "top_series_p99_ms": wall.get("p99"), "top_series_cov_pct": wall.get("cov_pct"),
-        "top_series_gpu_busy_fraction": top.get("gpu_busy_fraction"),
+        "series_count": len(ranges), "unit": _label(top), "unit_source": source,
+        "unit_count": top.get("count"), "unit_median_ms": wall.get("median"),
+        "unit_p99_ms": wall.get("p99"), "unit_cov_pct": wall.get("cov_pct"),
+        "unit_gpu_busy_fraction": top.get("gpu_busy_fraction"),
+        "bound_by": inference.get("bound_by") if source != "top series" else None,
         "finding_counts": counts,
         "top_findings": [{k: f.get(k) for k in ("severity", "rule", "title", "range")}
                          for f in findings[:TOP_FINDINGS]],
@@ -143,9 +161,11 @@ def index_fields(data: dict[str, Any]) -> dict[str, Any]:
 def analyze_many(captures: Iterable[str | os.PathLike], out_dir: str | os.PathLike, *, jobs: int | None = None,
                  scheduler: str | None = None, store_url: str | None = None, label: str | None = None,
                  min_gap_us: float | None = None, cdn: bool = False, memory_limit_bytes: int | None = None,
-                 trace_cache: bool = True, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+                 trace_cache: bool = True, options: dict[str, Any] | None = None,
+                 progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Analyse every capture (``jobs`` local processes, or the Dask cluster at ``scheduler``), write the
-    index into ``out_dir`` and return it. ``store_url`` must already be created (``Store.open``)."""
+    index into ``out_dir`` and return it. ``store_url`` must already be created (``Store.open``); ``options``:
+    more ``AnalysisOptions`` fields (unit, include_setup, layer_info), the same for every capture."""
     from profiler.distributed import pools
     from profiler.distributed.index import build_index, write_index
 
@@ -154,7 +174,7 @@ def analyze_many(captures: Iterable[str | os.PathLike], out_dir: str | os.PathLi
     out = Path(os.path.abspath(out_dir))
     tasks = [{"path": str(p), "name": n, "out_dir": str(out), "store_url": store_url, "label": label,
               "min_gap_us": min_gap_us, "cdn": cdn, "memory_limit_bytes": memory_limit_bytes,
-              "trace_cache": trace_cache}
+              "trace_cache": trace_cache, "options": dict(options or {})}
              for p, n in zip(paths, task_names(paths))]
     t0 = time.perf_counter()
     if scheduler:

@@ -60,7 +60,7 @@ def is_batch(captures: tuple[str, ...], jobs: int | None, scheduler: str | None,
 def analyze_batch(ctx: click.Context, captures: tuple[str, ...], *, jobs: int | None, scheduler: str | None,
                   out: str | None, memory_limit: str | None, json_path: str | None, report_path: str | None,
                   no_store: bool, label: str | None, db: str | None, min_gap_us: float | None, cdn: bool,
-                  no_cache: bool = False) -> None:
+                  no_cache: bool = False, analysis: dict[str, Any] | None = None) -> None:
     """``trtprof analyze A B ... [--jobs N | --scheduler URL]``: analyse all, write the index, exit 3 naming
     the captures that failed (after finishing the rest)."""
     from profiler.cli.options import db_url, open_store
@@ -76,6 +76,11 @@ def analyze_batch(ctx: click.Context, captures: tuple[str, ...], *, jobs: int | 
     if memory_limit is not None and scheduler is not None:
         raise UsageError("--memory-limit applies to --jobs; a Dask worker's limit is set where it starts "
                          "(dask worker --memory-limit)")
+    layer_info = (analysis or {}).get("layer_info")
+    if layer_info:
+        if not Path(layer_info).is_file():
+            raise InputError(f"--layer-info {layer_info}: no such file (give trtexec's --exportLayerInfo JSON)")
+        analysis = {**(analysis or {}), "layer_info": os.path.abspath(layer_info)}
     limit = _memory_limit(memory_limit, jobs or 1)
     out_dir = check_output_dir(out or DEFAULT_OUT, "--out")
     url = None
@@ -88,7 +93,7 @@ def analyze_batch(ctx: click.Context, captures: tuple[str, ...], *, jobs: int | 
     say = lambda msg: click.echo(msg, err=True)  # noqa: E731 - progress goes to stderr
     index = analyze_many(captures, out_dir, jobs=jobs or (None if scheduler else 1), scheduler=scheduler,
                          store_url=url, label=label, min_gap_us=min_gap_us, cdn=cdn, memory_limit_bytes=limit,
-                         trace_cache=not no_cache, progress=say)
+                         trace_cache=not no_cache, options=analysis, progress=say)
     for line in index_lines(index):
         click.echo(line)
     click.echo(f"wrote {out_dir / 'index.html'} and {out_dir / 'index.json'}")
@@ -128,10 +133,10 @@ def index_lines(index: dict[str, Any]) -> list[str]:
     """The terminal table of an index: one line per capture."""
     rows = index["captures"]
     w = min(max([len(r["name"]) for r in rows] + [7]), 40)
-    lines = [f"{'capture':<{w}} {'status':<6} {'top series median ms':>20} {'vs peers':>8} {'findings H/M/L':>14}"]
+    lines = [f"{'capture':<{w}} {'status':<6} {'inference median ms':>20} {'vs peers':>8} {'findings H/M/L':>14}"]
     for r in rows:
         c = r.get("finding_counts") or {}
-        med = r.get("top_series_median_ms")
+        med = r.get("unit_median_ms")
         vs = r.get("vs_peers")
         lines.append(f"{r['name'][:w]:<{w}} {('ok' if r['status'] == 'ok' else 'FAILED'):<6} "
                      f"{(f'{med:.3f}' if isinstance(med, (int, float)) else '-'):>20} "

@@ -1,7 +1,7 @@
 """The index of a many-capture analysis: one row per capture, as data (index.json) and as a sortable page.
 
-An engineer triaging a fleet looks for the capture that is unlike the others: each row carries its top
-series' median against the median of every capture whose top series has the same name
+An engineer triaging a fleet looks for the capture that is unlike the others: each row carries its
+inference unit's median against the median of every capture whose unit has the same name
 (``vs_peers``, when at least ``MIN_PEERS`` captures share it), so the slow host sorts to the top.
 """
 
@@ -21,14 +21,14 @@ def build_index(rows: list[dict[str, Any]], *, wall_s: float, mode: str) -> dict
     """index.json: the rows (input order) with peer ratios added, the failed captures, the totals."""
     peers: dict[str, list[float]] = {}
     for r in rows:
-        if r.get("status") == "ok" and isinstance(r.get("top_series_median_ms"), (int, float)):
-            peers.setdefault(str(r.get("top_series")), []).append(float(r["top_series_median_ms"]))
+        if r.get("status") == "ok" and isinstance(r.get("unit_median_ms"), (int, float)) and _comparable(r):
+            peers.setdefault(str(r.get("unit")), []).append(float(r["unit_median_ms"]))
     out_rows = []
     for r in rows:
         r = dict(r)
-        group = peers.get(str(r.get("top_series"))) or []
+        group = (peers.get(str(r.get("unit"))) or []) if _comparable(r) else []
         median = statistics.median(group) if len(group) >= MIN_PEERS else None
-        value = r.get("top_series_median_ms")
+        value = r.get("unit_median_ms")
         r["peer_count"] = len(group) if r.get("status") == "ok" else 0
         r["vs_peers"] = (float(value) / median) if median and isinstance(value, (int, float)) else None
         worst = next((f.get("severity") for f in r.get("top_findings") or []), None)
@@ -38,6 +38,12 @@ def build_index(rows: list[dict[str, Any]], *, wall_s: float, mode: str) -> dict
     return {"kind": "analyze_index", "mode": mode, "min_peers": MIN_PEERS, "wall_s": round(wall_s, 3), "captures": out_rows,
             "counts": {"total": len(out_rows), "ok": len(out_rows) - len(failed), "failed": len(failed)},
             "failed": failed}
+
+
+def _comparable(row: dict[str, Any]) -> bool:
+    """A unit that is a whole-capture window (no NVTX, or no repeated range) measures how long the capture
+    ran, not an inference: captures are not compared on it."""
+    return row.get("unit_source") != "window" and row.get("unit") != "(capture)"
 
 
 def _rel(path: str | None, base: Path) -> str | None:
@@ -61,16 +67,16 @@ def page_rows(index: dict[str, Any], base: Path) -> list[dict[str, Any]]:
     rows = []
     for r in index["captures"]:
         counts = r.get("finding_counts") or {}
-        busy = r.get("top_series_gpu_busy_fraction")
+        busy = r.get("unit_gpu_busy_fraction")
         vs = r.get("vs_peers")
         cells = {
             "status": (r["status"], r["status"], "ok" if r["status"] == "ok" else "bad"),
             "gpus": (", ".join(r.get("gpus") or []) or "-", ", ".join(r.get("gpus") or []), ""),
             "duration": _num(r.get("duration_ms"), 1) + ("num",),
-            "series": (r.get("top_series") or "-", r.get("top_series") or "", "mono"),
-            "count": _num(r.get("top_series_count"), 0) + ("num",),
-            "median": _num(r.get("top_series_median_ms")) + ("num",),
-            "p99": _num(r.get("top_series_p99_ms")) + ("num",),
+            "series": (r.get("unit") or "-", r.get("unit") or "", "mono", r.get("unit_source"), r.get("bound_by")),
+            "count": _num(r.get("unit_count"), 0) + ("num",),
+            "median": _num(r.get("unit_median_ms")) + ("num",),
+            "p99": _num(r.get("unit_p99_ms")) + ("num",),
             "busy": (_num(busy * 100 if isinstance(busy, (int, float)) else None, 1)) + ("num",),
             "vs": (_num(vs, 2)[0] + ("x" if vs is not None else ""), _num(vs, 2)[1],
                    "num " + ("bad" if vs is not None and vs >= 1.2 else "")),
