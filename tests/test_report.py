@@ -208,7 +208,7 @@ def test_timeline_marks_outliers_at_their_indices():
     assert tl["outlier_wall_ms"] == [9.5, 7.25]
     assert tl["outlier_cause"] == ["", "clock_nanosleep"]
     page = build_analysis_page(analysis_example())
-    trace = next(t for t in page["figures"]["fig-timeline-1"]["data"] if t["name"] == "outlier")
+    trace = next(t for t in page["figures"]["fig-instances-1"]["data"] if t["name"] == "outlier")
     assert trace["x"] == [13, 150] and trace["y"] == [9.5, 7.25]
 
 
@@ -352,11 +352,14 @@ def test_layer_time_by_type_sums_per_variant_and_folds_the_rest():
     assert sum(lt["ms"][t][0] for t in lt["types"]) == 15.0
 
 
-def test_sweep_page_opens_with_the_checklist_and_marks_failures():
+def test_sweep_page_opens_with_verdict_and_findings_and_the_checklist_marks_failures():
     s = sweep_example()
     page = build_sweep_page(s)
-    assert page["sections"][0]["id"] == "checklist"
-    rows = page["sections"][0]["blocks"][0]["rows"]
+    assert page["verdict"]["status"] == "FAILED"  # a variant failed to build
+    assert "1 of 8 variants failed" in page["verdict"]["headline"]
+    assert [x["id"] for x in page["sections"][:2]] == ["findings", "variants"]
+    checklist = next(x for x in page["sections"] if x["id"] == "checklist")
+    rows = checklist["blocks"][0]["rows"]
     assert len(rows) == len(s["variants"])
     failed = next(r for r in rows if r[0]["text"] == "fp16-ws1G-s1-bad")
     assert failed[1]["cls"] == "bad" and failed[0]["sub"] == "unsupported op GridSample"

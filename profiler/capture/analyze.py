@@ -261,7 +261,8 @@ def _capture_info(trace: Any, meta: dict[str, Any], table: S.SeriesTable) -> dic
         warnings.append(f"{what} row(s) end before they start (corrupt timestamps): counted with zero duration")
     missing = list(meta.get("missing") or [])
     if table.window and counts["nvtx"] == 0:
-        missing.append("no NVTX ranges: the whole capture is analysed as one window")
+        if not any("NVTX" in m for m in missing):  # the loader may have said so already
+            missing.append("no NVTX ranges: the whole capture is analysed as one window")
     elif table.window:
         missing.append("no closed NVTX ranges: the whole capture is analysed as one window")
     if not any(counts[k] for k in ("kernels", "memcpy", "memset", "graphs")):

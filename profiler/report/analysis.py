@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from profiler.report.common import (
-    NOT_IN_CAPTURE, OUTLIER_COLOR, PALETTE, card, cell, chart, figure, findings_block,
+    NOT_IN_CAPTURE, OUTLIER_COLOR, PALETTE, banner, card, cell, chart, figure, findings_block,
     findings_cards, finite, kv, missing, new_page, note, rounded, rounded_list, scalar_items, section,
     short_label, stat, table, unique_labels,
 )
@@ -235,19 +235,11 @@ def _bin_label(lo: Any, hi: Any) -> str:
     return f"{f(lo)}–{f(hi)}"
 
 
-# ----------------------------------------------------------------------------- page
+def _verdict_and_cards(page: dict, result: dict, capture: dict, ranges: Sequence[dict]) -> None:
+    """The verdict strip, the cards, the banners (each said once) and the capture details (collapsed, last)."""
+    from profiler.report.verdict import analysis_verdict
 
-def build_analysis_page(result: dict) -> dict[str, Any]:
-    """The analysis report as plain data (see :mod:`profiler.report.common` for the page shape)."""
-    result = result if isinstance(result, dict) else {}
-    capture = result.get("capture") if isinstance(result.get("capture"), dict) else {}
-    ranges = [r for r in (result.get("ranges") or []) if isinstance(r, dict)]
-    findings = result.get("findings") or []
-    source = capture.get("source_path") or capture.get("path") or capture.get("source") or capture.get("file") or ""
-    page = new_page("analysis", "trtprof capture analysis", str(source))
-    add_inference(page, result)  # the inference, its layers, phases and streams come first
-
-    # ---- summary
+    page["verdict"] = analysis_verdict(result)
     n_inst = sum(int(r["count"]) for r in ranges if is_number(r.get("count")))
     page["cards"].append(card("ranges", len(ranges)))
     page["cards"].append(card("instances", n_inst))
@@ -255,17 +247,43 @@ def build_analysis_page(result: dict) -> dict[str, Any]:
     if isinstance(gpus, list) and gpus:
         names = sorted({str(g.get("name", "?")) if isinstance(g, dict) else str(g) for g in gpus})
         page["cards"].append(card("GPUs", str(len(gpus)), sub=", ".join(names)))
-    findings_cards(page, findings)
+    findings_cards(page, result.get("findings") or [])
     for w in result.get("warnings") or capture.get("warnings") or []:
-        page["banners"].append({"level": "medium", "text": str(w)})
+        banner(page, "medium", str(w))
     for k in ("missing", "degraded"):
         items = capture.get(k)
         for item in items if isinstance(items, list) else ([items] if items else []):
-            page["banners"].append({"level": "medium", "text": f"{k}: {item}" if k == "degraded" else str(item)})
-
-    blocks = section(page, "summary", "Summary", "The capture, and each NVTX range series at a glance.")
+            banner(page, "medium", f"{k}: {item}" if k == "degraded" else str(item))
     items = scalar_items(capture, skip=("warnings", "missing", "degraded"))
-    blocks.append(kv(items) if items else missing("No capture details " + NOT_IN_CAPTURE + "."))
+    page["metadata"] = [kv(items)] if items else [missing("No capture details " + NOT_IN_CAPTURE + ".")]
+
+
+def _findings_section(page: dict, result: dict) -> None:
+    blocks = section(page, "findings", "Findings", "Each diagnosis with the numbers that prove it, the threshold "
+                                                   "it was held to and what to do; one card per problem.")
+    blocks.append(_by_impact(findings_block(result.get("findings") or []), result.get("findings") or []))
+    sync = [x for x in result.get("sync_summary") or [] if isinstance(x, dict)]
+    if sync:
+        blocks.append({"type": "heading", "text": "Synchronisation calls"})
+        blocks.append(table(["call", "count", "total ms", "max ms"],
+                            [[str(x.get("name", "?")), x.get("count"), finite(x.get("total_ms")),
+                              finite(x.get("max_ms"))] for x in sync], numeric=[False, True, True, True]))
+
+
+# ----------------------------------------------------------------------------- page
+
+def build_analysis_page(result: dict) -> dict[str, Any]:
+    """The analysis report as plain data (see :mod:`profiler.report.common` for the page shape)."""
+    result = result if isinstance(result, dict) else {}
+    capture = result.get("capture") if isinstance(result.get("capture"), dict) else {}
+    ranges = [r for r in (result.get("ranges") or []) if isinstance(r, dict)]
+    source = capture.get("source_path") or capture.get("path") or capture.get("source") or capture.get("file") or ""
+    page = new_page("analysis", "trtprof capture analysis", str(source))
+    _verdict_and_cards(page, result, capture, ranges)
+    add_inference(page, result)  # the inference, its layers, phases and streams come first
+    _findings_section(page, result)
+    blocks = section(page, "summary", "Range series", "Each NVTX range series at a glance, most total wall "
+                                                      "time first.")
     if ranges:
         rows = []
         for r in ranges:
@@ -288,17 +306,6 @@ def build_analysis_page(result: dict) -> dict[str, Any]:
     else:
         blocks.append(missing("No NVTX ranges " + NOT_IN_CAPTURE + "."))
 
-    # ---- findings
-    blocks = section(page, "findings", "Findings", "Each diagnosis with the numbers that prove it, the threshold "
-                                                   "it was held to and what to do.")
-    blocks.append(_by_impact(findings_block(findings), findings))
-    sync = [x for x in result.get("sync_summary") or [] if isinstance(x, dict)]
-    if sync:
-        blocks.append({"type": "heading", "text": "Synchronisation calls"})
-        blocks.append(table(["call", "count", "total ms", "max ms"],
-                            [[str(x.get("name", "?")), x.get("count"), finite(x.get("total_ms")),
-                              finite(x.get("max_ms"))] for x in sync], numeric=[False, True, True, True]))
-
     # ---- latency distribution
     blocks = section(page, "distribution", "Latency distribution per series",
                      "Wall time of each range instance. Boxes show quartiles and 1.5×IQR whiskers where the "
@@ -311,8 +318,8 @@ def build_analysis_page(result: dict) -> dict[str, Any]:
         if len(ranges) > len(order):
             blocks.append(note(f"Showing the {len(order)} ranges with the most total wall time of {len(ranges)}."))
 
-    # ---- timelines
-    blocks = section(page, "timeline", "Per-instance timeline",
+    # ---- per-instance times
+    blocks = section(page, "instances", "Per-instance times",
                      "Wall and GPU busy time of each instance in start order (0-based index); outliers marked "
                      "with a red ×.")
     shown = 0
@@ -326,7 +333,7 @@ def build_analysis_page(result: dict) -> dict[str, Any]:
         blocks.append({"type": "heading", "text": range_label(r)})
         caption = "" if tl["shown"] == tl["total"] else (
             f"{tl['shown']} of {tl['total']} instances shown (the slowest of each bucket, and every outlier).")
-        blocks.append(chart(page, f"timeline-{shown}", timeline_figure(tl), caption))
+        blocks.append(chart(page, f"instances-{shown}", timeline_figure(tl), caption))
     if not shown:
         blocks.append(missing("Per-instance times " + NOT_IN_CAPTURE + "."))
     out_rows = []
@@ -384,15 +391,12 @@ def build_analysis_page(result: dict) -> dict[str, Any]:
 
 
 def _by_impact(block: dict, findings: list) -> dict:
-    """Within each severity, the findings in the analysis's order (costliest first), as in the terminal."""
+    """Within each severity, the findings in the analysis's order (costliest first), as in the terminal;
+    a merged card takes the place of its first finding."""
     if block.get("type") != "findings":
         return block
-    rank = {}
-    for i, f in enumerate(findings):
-        if isinstance(f, dict):
-            rank.setdefault((f.get("rule"), f.get("range"), f.get("title")), i)
     sev = {s: i for i, s in enumerate(("high", "medium", "low", "info"))}
-    block["items"].sort(key=lambda x: (sev.get(x["severity"], 9), rank.get((x["rule"], x["range"], x["title"]), 0)))
+    block["items"].sort(key=lambda x: (sev.get(x["severity"], 9), x.get("order", 0)))
     return block
 
 

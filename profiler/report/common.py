@@ -23,6 +23,9 @@ STATUS_CLASSES = {
 }
 PALETTE = ["#2f74c0", "#d9822b", "#2e9e5b", "#c0392b", "#7b5ea7", "#8c6d31", "#d45fa6", "#6b7280",
            "#17a2b8", "#a3b83a"]
+#: more distinct colours for categories that can be many (layer types, variants): no two share one
+WIDE_PALETTE = PALETTE + ["#1f3f77", "#f2b36b", "#7fcf9f", "#e58a82", "#b9a6d6", "#c9b27c", "#f0a6cf",
+                          "#a8b0ba", "#7fd1dd", "#d4e08a"]
 OUTLIER_COLOR = "#c0392b"
 NOT_IN_CAPTURE = "not in this capture"
 NOT_IN_RUN = "not in this run"
@@ -55,8 +58,28 @@ def stat(stats: Any, key: str) -> float | None:
 # ----------------------------------------------------------------------------- page scaffolding
 
 def new_page(kind: str, title: str, subtitle: str = "") -> dict[str, Any]:
-    return {"kind": kind, "title": title, "subtitle": subtitle, "banners": [], "cards": [],
-            "sections": [], "figures": {}}
+    """An empty page. ``verdict`` (see :mod:`profiler.report.verdict`) is rendered first, ``metadata``
+    (blocks) last, collapsed."""
+    return {"kind": kind, "title": title, "subtitle": subtitle, "verdict": None, "banners": [], "cards": [],
+            "sections": [], "figures": {}, "metadata": []}
+
+
+def banner(page: dict, level: str, text: str) -> None:
+    """Add a banner unless the page already says the same thing."""
+    key = " ".join(str(text).lower().split())
+    if any(" ".join(b["text"].lower().split()) == key for b in page["banners"]):
+        return
+    page["banners"].append({"level": level, "text": str(text)})
+
+
+def drop_empty_columns(columns: Sequence[str], rows: Sequence[Sequence[Any]], keep: int = 1
+                       ) -> tuple[list[str], list[list[Any]]]:
+    """Columns (after the first ``keep``) that hold a value in some row, and the rows cut to them."""
+    def empty(c: Any) -> bool:
+        text = c.get("text") if isinstance(c, dict) else c
+        return text is None or text == "" or text == DASH
+    idx = [i for i in range(len(columns)) if i < keep or any(i < len(r) and not empty(r[i]) for r in rows)]
+    return [columns[i] for i in idx], [[r[i] for i in idx] for r in rows]
 
 
 def section(page: dict, sid: str, title: str, intro: str = "") -> list[dict]:
@@ -202,11 +225,24 @@ def _evidence_value(key: str, value: Any) -> Any:
                  for k in columns] for rec in value]
         return table([humanize_key(k) for k in columns], rows, numeric=[False] * len(columns),
                      limit=EVIDENCE_TABLE_ROWS)
+    if isinstance(value, dict) and value:
+        if all(isinstance(v, dict) for v in value.values()):  # {name: {metric: value}}: one row per name
+            return _evidence_value(key, [{"name": k, **v} for k, v in value.items()])
+        return table(["", ""], [[cell(humanize_key(k)), cell(fmt_value(k, v) if not isinstance(v, dict)
+                                                              else describe(v))] for k, v in value.items()],
+                     numeric=[False, False], limit=EVIDENCE_TABLE_ROWS)
     return fmt_value(key, value)
 
 
+def _pairs(d: Any) -> list[tuple[str, Any]]:
+    """A finding's evidence or threshold as display pairs (dicts of records become tables)."""
+    if isinstance(d, dict):
+        return [(humanize_key(k), _evidence_value(k, v)) for k, v in d.items()]
+    return [("evidence", fmt_value("", d))] if d else []
+
+
 def finding_views(findings: Iterable[Any]) -> list[dict[str, Any]]:
-    """Findings (dicts or Finding objects) as display records, most severe first."""
+    """Findings (dicts or Finding objects) as display records, one per finding, most severe first."""
     items = []
     for f in findings or []:
         if hasattr(f, "to_dict"):
@@ -221,17 +257,55 @@ def finding_views(findings: Iterable[Any]) -> list[dict[str, Any]]:
             "title": str(f.get("title") or f.get("rule") or ""),
             "range": f.get("range"),
             "variant": f.get("variant"),
-            "evidence": [(humanize_key(k), _evidence_value(k, v)) for k, v in (f.get("evidence") or {}).items()]
-            if isinstance(f.get("evidence"), dict) else ([("evidence", fmt_value("", f["evidence"]))]
-                                                         if f.get("evidence") else []),
-            "threshold": [(humanize_key(k), fmt_value(k, v)) for k, v in (f.get("threshold") or {}).items()]
-            if isinstance(f.get("threshold"), dict) else ([("threshold", fmt_value("", f["threshold"]))]
-                                                          if f.get("threshold") else []),
+            "evidence": _pairs(f.get("evidence")),
+            "threshold": _pairs(f.get("threshold")),
             "recommendation": str(f.get("recommendation") or ""),
         })
     items.sort(key=lambda x: (_severity_rank(x["severity"]), x["rule"], str(x["range"] or ""),
                               str(x["variant"] or "")))
     return items
+
+
+def _scalar(v: Any) -> bool:
+    return v is None or isinstance(v, (str, int, float, bool))
+
+
+def merged_finding_views(findings: Iterable[Any]) -> list[dict[str, Any]]:
+    """Findings merged by rule and cause (:func:`profiler.report.verdict.merge_findings`) as display records.
+
+    A group of one shows its evidence as key/value rows; a larger group shows the evidence that differs
+    as one table (a row per variant or range) and what every member shares once.
+    """
+    from profiler.report.verdict import merge_findings
+
+    out = []
+    for g in merge_findings(findings):
+        members = g["members"]
+        lead = members[0]
+        view = {"rule": g["rule"], "severity": g["severity"], "severity_cls": g["severity"], "order": g["order"],
+                "title": g["title"], "applies_to": g["applies_to"], "impact": g["impact"]["text"],
+                "recommendation": g["recommendation"], "range": None, "variant": None,
+                "threshold": _pairs(lead.get("threshold")), "evidence": [], "evidence_table": None}
+        if len(members) == 1:
+            view["range"], view["variant"] = lead.get("range"), lead.get("variant")
+            view["evidence"] = _pairs(lead.get("evidence"))
+        else:
+            evs = [m.get("evidence") if isinstance(m.get("evidence"), dict) else {} for m in members]
+            keys = list(dict.fromkeys(k for e in evs for k, v in e.items() if _scalar(v)))
+            same = [k for k in keys if all(e.get(k) == evs[0].get(k) for e in evs)]
+            differ = [k for k in keys if k not in same]
+            view["evidence"] = [(humanize_key(k), fmt_value(k, evs[0].get(k))) for k in same
+                                if evs[0].get(k) is not None]
+            from profiler.report.verdict import where
+
+            rows = [[cell(where(m) or "—")] + [cell(fmt_value(k, e.get(k))) for k in differ]
+                    for m, e in zip(members, evs)]
+            view["evidence_table"] = table(["applies to"] + [humanize_key(k) for k in differ], rows,
+                                           numeric=[False] + [True] * len(differ), limit=EVIDENCE_TABLE_ROWS)
+            if len({m.get("title") for m in members}) > 1:
+                view["title"] = f"{g['title']} (and {len(members) - 1} more like it)"
+        out.append(view)
+    return out
 
 
 def severity_counts(findings: Iterable[Any]) -> dict[str, int]:
@@ -242,7 +316,8 @@ def severity_counts(findings: Iterable[Any]) -> dict[str, int]:
 
 
 def findings_block(findings: Iterable[Any], empty: str = "No findings: every rule passed.") -> dict[str, Any]:
-    views = finding_views(findings)
+    """The findings of a page, merged by rule and cause (one card for one problem in many variants)."""
+    views = merged_finding_views(findings)
     if not views:
         return note(empty, "ok")
     return {"type": "findings", "items": views}
@@ -257,6 +332,17 @@ def findings_cards(page: dict, findings: Iterable[Any]) -> None:
 
 
 # ----------------------------------------------------------------------------- figures
+
+def category_colors(names: Iterable[Any]) -> dict[str, str]:
+    """One colour per name, in first-seen order, stable across every chart of a page (variants, layer
+    types): pass the same full list everywhere so a name keeps its colour even in a chart that lacks others."""
+    out: dict[str, str] = {}
+    for name in names:
+        key = str(name)
+        if key not in out:
+            out[key] = WIDE_PALETTE[len(out) % len(WIDE_PALETTE)]
+    return out
+
 
 def figure(data: list[dict], layout: dict | None = None, *, height: int = 360) -> dict[str, Any]:
     """A plotly figure spec with the report's house style."""

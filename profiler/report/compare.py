@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from profiler.report.common import (
-    NOT_IN_RUN, OUTLIER_COLOR, cell, chart, details, figure, findings_block, finite, kv, missing, new_page,
+    NOT_IN_RUN, OUTLIER_COLOR, cell, chart, figure, findings_block, finite, kv, missing, new_page,
     note, rounded, rounded_list, section, shared_edges, short_label, histogram, table, unique_labels,
 )
 from profiler.report.fmt import DASH, fmt_ms, fmt_num, fmt_pct, fmt_ratio_pct, fmt_value, humanize_key, is_number
@@ -238,12 +238,14 @@ def build_compare_page(data: dict) -> dict[str, Any]:
         return str(r.get("label") or (f"run {r['id']}" if r.get("id") is not None else "?"))
 
     page = new_page("compare", "trtprof regression review", f"{run_name(base)} → {run_name(cand)}")
-    page["verdict"] = verdict_summary(data)
+    from profiler.report.verdict import compare_verdict
+
+    page["verdict"] = compare_verdict(data, verdict_summary(data))
     for w in data.get("warnings") or []:
         page["banners"].append({"level": "medium", "text": str(w)})
 
     # ---- verdict table
-    blocks = section(page, "verdict", "Verdict by variant",
+    blocks = section(page, "by-variant", "Verdict by variant",
                      "Median latency ratio candidate/baseline with its bootstrap confidence interval, and the "
                      "Mann-Whitney U p-value on the per-iteration samples.")
     rule = data.get("decision_rule", data.get("rule", data.get("thresholds")))
@@ -347,7 +349,7 @@ def build_compare_page(data: dict) -> dict[str, Any]:
             cls = "warn" if b != c and f not in ("id", "label", "created_at", "status") else ""
             rows.append([humanize_key(f), cell(fmt_value(f, b), cls=cls), cell(fmt_value(f, c), cls=cls)])
         if rows:
-            blocks.append(details("Both runs", [table(["", "baseline", "candidate"], rows, numeric=[False] * 3)]))
+            page["metadata"].append(table(["", "baseline", "candidate"], rows, numeric=[False] * 3))
 
     # ---- findings
     blocks = section(page, "findings", "Findings that appeared or disappeared")

@@ -11,7 +11,7 @@ from collections import OrderedDict
 from typing import Any, Sequence
 
 from profiler.report.common import (
-    NOT_IN_RUN, PALETTE, card, cell, chart, details, figure, findings_block, findings_cards, finite, kv, missing,
+    NOT_IN_RUN, PALETTE, banner, card, cell, chart, details, figure, findings_block, findings_cards, finite, kv, missing,
     new_page, note, rounded_list, scalar_items, section, short_label, stat, table, unique_labels,
 )
 from profiler.report.fmt import DASH, fmt_pct, fmt_value, humanize_key, is_number
@@ -127,8 +127,11 @@ def build_layers_page(data: dict) -> dict[str, Any]:
     layers = [x for x in data.get("layers") or [] if isinstance(x, dict)]
     findings = data.get("findings") or []
     page = new_page("layers", "trtprof per-layer report", str(run.get("source") or run.get("model") or ""))
+    from profiler.report.verdict import layers_verdict
+
+    page["verdict"] = layers_verdict(data)
     for w in run.get("warnings") or data.get("warnings") or []:
-        page["banners"].append({"level": "medium", "text": str(w)})
+        banner(page, "medium", str(w))
     page["cards"].append(card("variants", str(len(variants) or len({x.get('variant') for x in layers}))))
     page["cards"].append(card("profiled layers", len(layers)))
     findings_cards(page, findings)
@@ -137,7 +140,7 @@ def build_layers_page(data: dict) -> dict[str, Any]:
     blocks = section(page, "summary", "Summary", "End-to-end timing of each variant, and its per-layer sum.")
     items = scalar_items(run, skip=("warnings",))
     if items:
-        blocks.append(kv(items))
+        page["metadata"] = [kv(items)]
     sums = layer_sum_vs_latency(data)
     if sums:
         rows = []

@@ -11,9 +11,11 @@ from typing import Any, Iterable, Sequence
 
 from profiler.report.analysis import box_stats, box_traces
 from profiler.report.common import (
-    NOT_IN_RUN, PALETTE, card, cell, chart, details, figure, findings_block, findings_cards, finite, kv, missing,
-    new_page, note, rounded, rounded_list, scalar_items, section, stat, status_class, table,
+    NOT_IN_RUN, PALETTE, banner, card, category_colors, cell, chart, details, drop_empty_columns, figure,
+    findings_block, findings_cards, finite, kv, missing, new_page, note, rounded, rounded_list, scalar_items,
+    plot_text, section, stat, status_class, table,
 )
+from profiler.report.verdict import fastest_variant
 from profiler.report.fmt import DASH, fmt_bytes, fmt_ms, fmt_num, fmt_pct, fmt_value, humanize_key, is_number
 
 CHECKLIST_STEPS = ("parsed", "optimized", "calibrated", "serialized", "executed")
@@ -208,7 +210,7 @@ def layer_records(summary: dict, layers: Sequence[dict] | None) -> list[dict]:
     for v in summary.get("variants") or []:
         for x in (v.get("layers") or []) if isinstance(v, dict) else []:
             if isinstance(x, dict):
-                out.append({"variant": variant_key(v), **x})
+                out.append({**x, "variant": variant_key(v)})
     return out
 
 
@@ -249,260 +251,325 @@ def layer_time_by_type(layers: Sequence[dict], max_types: int = MAX_LAYER_TYPES)
 # ----------------------------------------------------------------------------- page
 
 def build_sweep_page(summary: dict, *, layers: Sequence[dict] | None = None) -> dict[str, Any]:
-    """The sweep report as plain data."""
+    """The sweep report as plain data: the verdict, the findings, the variants, then the detail."""
+    from profiler.report.verdict import sweep_verdict
+
     summary = summary if isinstance(summary, dict) else {}
     run = summary.get("run") if isinstance(summary.get("run"), dict) else {}
     variants = [v for v in (summary.get("variants") or []) if isinstance(v, dict)]
-    findings = summary.get("findings") or []
-    model = run.get("model") or run.get("source") or ""
-    page = new_page("sweep", "trtprof sweep", str(model))
-    okv = ok_variants(variants)
+    page = new_page("sweep", "trtprof sweep", str(run.get("model") or run.get("source") or ""))
+    page["verdict"] = sweep_verdict(summary)
+    colors = category_colors(variant_key(v) for v in variants)
+    _banners_and_cards(page, summary, run, variants)
+    blocks = section(page, "findings", "Findings", "Merged by rule and cause: one card per problem, listing the "
+                                                   "variants it applies to.")
+    blocks.append(findings_block(summary.get("findings") or [], empty=_no_findings_text(variants)))
+    _variants_section(page, variants)
+    _latency_section(page, variants, colors)
+    _accuracy_section(page, variants, colors)
+    _checklist_section(page, variants)
+    _series_sections(page, variants)
+    _nsys_section(page, summary, variants)
+    _localisation_section(page, variants)
+    _layers_section(page, summary, variants, layers)
+    _memory_section(page, variants)
+    items = scalar_items(run, skip=("warnings",))
+    page["metadata"] = [kv(items)] if items else []
+    return page
 
-    # ---- banners and cards
+
+RANDOM_CALIBRATION_TEXT = ("INT8 was calibrated on random inputs: its accuracy numbers mean nothing. Pass --calib "
+                           "with real data.")
+
+
+def _no_findings_text(variants: Sequence[dict]) -> str:
+    if not ok_variants(variants):
+        return "No findings, because nothing was measured (see the verdict above)."
+    return "No findings: every rule passed."
+
+
+def _banners_and_cards(page: dict, summary: dict, run: dict, variants: Sequence[dict]) -> None:
+    random_cal = bool(run.get("random_calibration") or run.get("calibration_random"))
+    if random_cal:
+        banner(page, "high", RANDOM_CALIBRATION_TEXT)
     for w in run.get("warnings") or summary.get("warnings") or []:
-        page["banners"].append({"level": "medium", "text": str(w)})
-    if run.get("random_calibration") or run.get("calibration_random"):
-        page["banners"].append({"level": "high", "text": "INT8 was calibrated on random inputs: its accuracy "
-                                                         "numbers mean nothing. Pass --calib with real data."})
+        if random_cal and "random input" in str(w).lower():
+            continue  # the banner above says it once
+        banner(page, "medium", str(w))
     if str(run.get("status") or "").lower() == "interrupted":
-        page["banners"].append({"level": "medium", "text": "This sweep was interrupted; the variants below are "
-                                                           "those that finished (--resume continues it)."})
+        banner(page, "medium", "This sweep was interrupted; the variants below are those that finished "
+                               "(--resume continues it).")
     counts = {s: sum(1 for v in variants if str(v.get("status") or "").lower() == s) for s in ("ok", "failed", "skipped")}
     page["cards"].append(card("variants", str(len(variants)),
                               sub=", ".join(f"{n} {s}" for s, n in counts.items() if n) or "none",
-                              cls="bad" if counts["failed"] else "ok"))
-    if okv:
-        fastest = min(okv, key=lambda v: stat(v["latency_ms"], "median"))
-        page["cards"].append(card("fastest (median)", fmt_ms(stat(fastest["latency_ms"], "median")),
-                                  sub=variant_key(fastest), cls="ok"))
-        tput = [v for v in okv if finite(v.get("throughput_qps")) is not None]
-        if tput:
-            best = max(tput, key=lambda v: v["throughput_qps"])
-            page["cards"].append(card("best throughput", f"{fmt_num(best['throughput_qps'])} qps",
-                                      sub=variant_key(best), cls="ok"))
-    findings_cards(page, findings)
+                              cls="bad" if counts["failed"] or not counts["ok"] else "ok"))
+    fast = fastest_variant(summary)
+    if fast:
+        page["cards"].append(card("fastest (median, 1 stream)", fmt_ms(fast["median_ms"]), sub=fast["key"], cls="ok"))
+    tput = [v for v in ok_variants(variants) if finite(v.get("throughput_qps")) is not None]
+    if tput:
+        best = max(tput, key=lambda v: v["throughput_qps"])
+        page["cards"].append(card("best throughput", f"{fmt_num(best['throughput_qps'])} qps",
+                                  sub=variant_key(best), cls="ok"))
+    findings_cards(page, summary.get("findings") or [])
 
-    # ---- checklist first
+
+def _checklist_section(page: dict, variants: Sequence[dict]) -> None:
     blocks = section(page, "checklist", "Build-and-run checklist",
                      "The chain to walk when an engine misbehaves: parsed, optimized, calibrated, serialized, "
                      "executed (outputs within threshold of FP32).")
-    if variants:
-        rows = []
-        for row in checklist_rows(variants):
-            cells = [cell(row["key"], sub=str(row["error"]) if row["error"] else "")]
-            cells.append(cell(row["status"], cls=status_class(row["status"])))
-            for s in CHECKLIST_STEPS:
-                st = row["steps"][s]
-                cells.append(cell(st["status"], cls=st["cls"], sub=st["details"]))
-            rows.append(cells)
-        blocks.append(table(["variant", "status"] + list(CHECKLIST_STEPS), rows, numeric=[False] * 7))
-    else:
+    if not variants:
         blocks.append(missing("No variants " + NOT_IN_RUN + "."))
+        return
+    rows = []
+    for row in checklist_rows(variants):
+        cells = [cell(row["key"], sub=str(row["error"]) if row["error"] else "")]
+        cells.append(cell(row["status"], cls=status_class(row["status"])))
+        for s in CHECKLIST_STEPS:
+            st = row["steps"][s]
+            cells.append(cell(st["status"], cls=st["cls"], sub=st["details"]))
+        rows.append(cells)
+    blocks.append(table(["variant", "status"] + list(CHECKLIST_STEPS), rows, numeric=[False] * 7))
 
-    # ---- run details
-    blocks = section(page, "run", "Run", "What was swept, where, with which versions.")
-    items = scalar_items(run, skip=("warnings",))
-    blocks.append(kv(items) if items else missing("No run details " + NOT_IN_RUN + "."))
 
-    blocks = section(page, "findings", "Findings", "Which variant is fastest, what each precision costs, whether "
-                                                   "more workspace or streams helped, and trtexec's warnings.")
-    blocks.append(findings_block(findings))
+def _accuracy_cell(v: dict) -> Any:
+    acc = accuracy_vs_speed([v])
+    a = acc[0] if acc else None
+    if a is None:
+        return cell("FP32 reference" if str(v.get("precision") or "").lower() == "fp32" and
+                    str(v.get("status") or "") == "ok" else DASH)
+    return cell(fmt_num(a["rel_l2"]) if a["rel_l2"] is not None else DASH, cls="ok" if a["passed"] else "bad",
+                sub=(f"{a['nonfinite']} NaN/Inf values, " if a.get("nonfinite") else "")
+                + ("passed" if a["passed"] else "outside threshold"),
+                title="worst relative L2 over the outputs, elements finite in both")
 
-    # ---- variants table
-    blocks = section(page, "variants", "Variants side by side")
-    if variants:
-        rows = []
-        for v in variants:
-            acc = accuracy_vs_speed([v])
-            a = acc[0] if acc else None
-            lat = v.get("latency_ms")
-            rows.append([
-                variant_key(v), cell(str(v.get("status") or "?"), cls=status_class(v.get("status"))),
-                str(v.get("precision") or DASH), cell(fmt_bytes(v.get("workspace_bytes"))),
-                _streams_cell(v),
-                cell({True: "on", False: "off"}.get(v.get("cuda_graph"), DASH)), str(v.get("backend") or DASH),
-                stat(lat, "median"), stat(lat, "p99"), cell(fmt_pct(stat(lat, "cov_pct"))),
-                stat(v.get("enqueue_ms"), "median"), finite(v.get("throughput_qps")),
-                cell(DASH) if a is None else cell(fmt_num(a["rel_l2"]) if a["rel_l2"] is not None else DASH,
-                                                  cls="ok" if a["passed"] else "bad",
-                                                  sub=(f"{a['nonfinite']} NaN/Inf values, " if a.get("nonfinite")
-                                                       else "") + ("passed" if a["passed"] else "outside threshold"),
-                                                  title="relative L2 over the elements finite in both outputs"),
-            ])
-        blocks.append(table(["variant", "status", "precision", "workspace", "streams", "CUDA graph", "backend",
-                             "median ms", "p99 ms", "CoV", "enqueue median ms", "throughput qps",
-                             "worst rel. L2 vs FP32"], rows,
-                            numeric=[False] * 7 + [True] * 5 + [False]))
-    else:
+
+def _variants_section(page: dict, variants: Sequence[dict]) -> None:
+    blocks = section(page, "variants", "Variants side by side",
+                     "Latency statistics as trtexec prints them; accuracy is the worst relative L2 error "
+                     "against FP32 over the outputs.")
+    if not variants:
         blocks.append(missing("No variants " + NOT_IN_RUN + "."))
+        return
+    rows = []
+    for v in variants:
+        lat = v.get("latency_ms")
+        rows.append([
+            cell(variant_key(v), sub=str(v.get("error") or "")[:160] if v.get("status") != "ok" else ""),
+            cell(str(v.get("status") or "?"), cls=status_class(v.get("status"))),
+            str(v.get("precision") or DASH), _accuracy_cell(v),
+            stat(lat, "median"), stat(lat, "p99"), cell(fmt_pct(stat(lat, "cov_pct"))),
+            finite(v.get("throughput_qps")), stat(v.get("enqueue_ms"), "median"),
+            cell(fmt_bytes(v.get("workspace_bytes"))), _streams_cell(v),
+            cell({True: "on", False: "off"}.get(v.get("cuda_graph"), DASH)), str(v.get("backend") or DASH),
+        ])
+    cols = ["variant", "status", "precision", "worst rel. L2 vs FP32", "median ms", "p99 ms", "CoV",
+            "throughput qps", "enqueue median ms", "workspace", "streams", "CUDA graph", "backend"]
+    numeric = dict(zip(cols, [False] * 4 + [True] * 5 + [False] * 4))
+    cols, rows = drop_empty_columns(cols, rows, keep=2)
+    blocks.append(table(cols, rows, numeric=[numeric[c] for c in cols]))
 
-    # ---- latency distributions
+
+def _latency_section(page: dict, variants: Sequence[dict], colors: dict[str, str]) -> None:
+    okv = ok_variants(variants)
     blocks = section(page, "latency", "Latency distributions",
                      "Per-iteration latency (host enqueue + H2D + compute + D2H). Boxes from the stored samples; "
                      "where a variant has none, its min, median and p99.")
-    if okv:
-        blocks.append(chart(page, "latency", latency_figure(okv), ""))
-    else:
+    if not okv:
         blocks.append(missing("No variant ran; latency " + NOT_IN_RUN + "."))
+        return
+    fig = latency_figure(okv, colors)
+    caption = ("Log scale: the slowest samples are more than 3x the upper whiskers and would flatten the boxes."
+               if fig["layout"]["yaxis"].get("type") == "log" else "")
+    blocks.append(chart(page, "latency", fig, caption))
 
-    # ---- throughput vs streams
-    blocks = section(page, "streams", "Throughput against streams",
-                     "Each line holds the other axes fixed; a flat line means more streams did not help.")
+
+def _series_sections(page: dict, variants: Sequence[dict]) -> None:
     ser = throughput_by_streams(variants)
-    if ser:
+    if ser and any(len(s["x"]) > 1 for s in ser):
+        blocks = section(page, "streams", "Throughput against streams",
+                         "Each line holds the other axes fixed; a flat line means more streams did not help.")
         blocks.append(chart(page, "streams", line_figure(ser, "streams", "throughput (qps)", xtype="linear")))
-    else:
-        blocks.append(missing("Throughput by streams " + NOT_IN_RUN + "."))
-
-    blocks = section(page, "workspace", "Latency against workspace",
-                     "Median latency by workspace size; a falling line means the smaller workspace limited tactics.")
     ser = latency_by_workspace(variants)
-    if ser:
-        blocks.append(chart(page, "workspace", line_figure(ser, "workspace", "median latency (ms)",
-                                                           xtype="bytes")))
-    else:
-        blocks.append(missing("Latency by workspace " + NOT_IN_RUN + "."))
+    if ser and any(len(s["x"]) > 1 for s in ser):
+        blocks = section(page, "workspace", "Latency against workspace",
+                         "Median latency by workspace size; a falling line means the smaller workspace limited "
+                         "tactics.")
+        blocks.append(chart(page, "workspace", line_figure(ser, "workspace", "median latency (ms)", xtype="bytes")))
 
-    # ---- accuracy
+
+def _accuracy_section(page: dict, variants: Sequence[dict], colors: dict[str, str]) -> None:
     blocks = section(page, "accuracy", "Accuracy against speed",
                      "Worst relative L2 error over each variant's outputs against its median latency (lower left "
                      "is better); × marks a variant outside its threshold.")
     avs = accuracy_vs_speed(variants)
-    if avs:
-        blocks.append(chart(page, "accuracy", accuracy_figure(avs)))
-        rows = []
-        for v in variants:
-            for out, a in _accuracy_outputs(v).items():
-                rows.append([variant_key(v), out] + [
-                    cell("yes" if a.get(k) else "no", cls="ok" if a.get(k) else "bad") if k == "passed"
-                    and isinstance(a.get(k), bool) else (a.get(k) if is_number(a.get(k)) else cell(DASH))
-                    for k in ACCURACY_KEYS])
-        blocks.append(details(f"Accuracy per output ({len(rows)} rows)",
-                              [table(["variant", "output"] + [humanize_key(k) for k in ACCURACY_KEYS], rows,
-                                     numeric=[False, False] + [True] * 7 + [False], limit=500)]))
-    else:
+    if not avs:
         blocks.append(missing("Accuracy against FP32 " + NOT_IN_RUN + "."))
+        return
+    blocks.append(chart(page, "accuracy", accuracy_figure(avs, colors)))
+    rows = []
+    for v in variants:
+        for out, a in _accuracy_outputs(v).items():
+            rows.append([variant_key(v), out] + [
+                cell("yes" if a.get(k) else "no", cls="ok" if a.get(k) else "bad") if k == "passed"
+                and isinstance(a.get(k), bool) else (a.get(k) if is_number(a.get(k)) else cell(DASH))
+                for k in ACCURACY_KEYS])
+    blocks.append(details(f"Accuracy per output ({len(rows)} rows)",
+                          [table(["variant", "output"] + [humanize_key(k) for k in ACCURACY_KEYS], rows,
+                                 numeric=[False, False] + [True] * 7 + [False], limit=500)]))
 
-    # ---- nsys capture (sweep --nsys)
+
+def _nsys_section(page: dict, summary: dict, variants: Sequence[dict]) -> None:
     captured = [v for v in variants if isinstance(v.get("nsys"), dict)]
-    if captured:
-        nsys_info = summary.get("nsys") if isinstance(summary.get("nsys"), dict) else {}
-        blocks = section(page, "nsys", "What the Nsight Systems capture shows",
-                         "Each variant's timed queries (NVTX ranges <key>/iter) as the capture sees them: GPU busy "
-                         "time is the union of the GPU work the query launched; the harness's compute time is "
-                         "measured with CUDA events around the enqueue, so it also covers GPU time spent waiting "
-                         "for a launch-bound host.")
-        rows = []
-        for v in captured:
-            n = v["nsys"]
-            if not n.get("found"):
-                rows.append([variant_key(v), cell("not in the capture", cls="warn"), cell(DASH), cell(DASH),
-                             cell(DASH), cell(DASH), cell(DASH)])
-                continue
-            cmp_ = n.get("compute_vs_gpu_busy") or {}
-            rules = ", ".join(n.get("rules") or []) or "none"
-            rows.append([variant_key(v), n.get("count"), stat(n.get("wall_ms"), "median"),
-                         stat(n.get("gpu_busy_ms"), "median"),
-                         cell(fmt_pct((finite(n.get("gpu_busy_fraction")) or 0.0) * 100)),
-                         cmp_.get("ratio") if cmp_ else cell(DASH),
-                         cell(rules, cls="warn" if n.get("rules") else "ok")])
-        blocks.append(table(["variant", "queries", "wall median ms", "GPU busy median ms", "GPU busy",
-                             "harness compute / GPU busy", "capture rules"], rows,
-                            numeric=[False, True, True, True, True, True, False]))
-        if nsys_info.get("capture"):
-            blocks.append(note(f"capture: {nsys_info['capture']}", "info"))
+    if not captured:
+        return
+    nsys_info = summary.get("nsys") if isinstance(summary.get("nsys"), dict) else {}
+    blocks = section(page, "nsys", "What the Nsight Systems capture shows",
+                     "Each variant's timed queries (NVTX ranges <key>/iter) as the capture sees them: GPU busy "
+                     "time is the union of the GPU work the query launched; the harness's compute time is "
+                     "measured with CUDA events around the enqueue, so it also covers GPU time spent waiting "
+                     "for a launch-bound host.")
+    rows = []
+    for v in captured:
+        n = v["nsys"]
+        if not n.get("found"):
+            rows.append([variant_key(v), cell("not in the capture", cls="warn"), cell(DASH), cell(DASH),
+                         cell(DASH), cell(DASH), cell(DASH)])
+            continue
+        cmp_ = n.get("compute_vs_gpu_busy") or {}
+        rules = ", ".join(n.get("rules") or []) or "none"
+        rows.append([variant_key(v), n.get("count"), stat(n.get("wall_ms"), "median"),
+                     stat(n.get("gpu_busy_ms"), "median"),
+                     cell(fmt_pct((finite(n.get("gpu_busy_fraction")) or 0.0) * 100)),
+                     cmp_.get("ratio") if cmp_ else cell(DASH),
+                     cell(rules, cls="warn" if n.get("rules") else "ok")])
+    blocks.append(table(["variant", "queries", "wall median ms", "GPU busy median ms", "GPU busy",
+                         "harness compute / GPU busy", "capture rules"], rows,
+                        numeric=[False, True, True, True, True, True, False]))
+    if nsys_info.get("capture"):
+        blocks.append(note(f"capture: {nsys_info['capture']}", "info"))
 
-    # ---- precision localisation
+
+def _localisation_section(page: dict, variants: Sequence[dict]) -> None:
     localised = [v for v in variants if isinstance(v.get("localisation"), dict)]
-    if localised:
-        blocks = section(page, "localisation", "Where precision is lost",
-                         "For each variant that breached its accuracy threshold: the error of every node's output "
-                         "against FP32 in topological order, the first nodes whose error jumps, and what "
-                         "keeping them in FP32 buys.")
-        for v in localised:
-            loc = v["localisation"]
-            key = variant_key(v)
-            blocks.append({"type": "heading", "text": key})
-            if loc.get("error"):
-                blocks.append(note(f"localisation failed: {loc['error']}", "warn"))
-                continue
-            if loc.get("conclusion"):
-                blocks.append(note(str(loc["conclusion"]), "info"))
-            curve = loc.get("curve") or []
-            if curve:
-                blocks.append(chart(page, f"loc-{key}", error_curve_figure(loc)))
-            jumps = loc.get("first_jumps") or []
-            if jumps:
-                blocks.append(table(["node", "op", "rel L2", "inputs' rel L2", "amplification", "node in variant"],
-                                    [[str(j.get("node")), str(j.get("op")),
-                                      j.get("rel_l2") if j.get("rel_l2") is not None else cell("inf/NaN (overflow)"),
-                                      j.get("input_rel_l2"),
-                                      j.get("amplification") if j.get("amplification") is not None else cell("inf"),
-                                      str(j.get("variant_node") or DASH)] for j in jumps],
-                                    numeric=[False, False, True, True, True, False]))
-            check = loc.get("verification") or {}
-            rows = []
-            for label, row in (check.get("variants") or {}).items():
-                acc = row.get("accuracy") or {}
-                worst = max((finite(m.get("rel_l2")) or 0.0 for m in acc.values()), default=None) if acc else None
-                broken = sum((m.get("nan_count") or 0) + (m.get("inf_count") or 0) for m in acc.values())
-                rows.append([label, row.get("latency_ms"), worst if worst is not None else cell(DASH),
-                             int(broken) if acc else cell(DASH)])
-            if rows:
-                blocks.append(table(["model", "latency ms (ONNX Runtime CPU)", "worst rel L2", "NaN/Inf values"],
-                                    rows, numeric=[False, True, True, True],
-                                    caption="kept in FP32: " + ", ".join(check.get("kept_fp32") or [])))
+    if not localised:
+        return
+    blocks = section(page, "localisation", "Where precision is lost",
+                     "For each variant that breached its accuracy threshold: the error of every node's output "
+                     "against FP32 in topological order, the first nodes whose error jumps, and what "
+                     "keeping them in FP32 buys.")
+    for v in localised:
+        loc = v["localisation"]
+        key = variant_key(v)
+        blocks.append({"type": "heading", "text": key})
+        if loc.get("error"):
+            blocks.append(note(f"localisation failed: {loc['error']}", "warn"))
+            continue
+        if loc.get("conclusion"):
+            blocks.append(note(str(loc["conclusion"]), "info"))
+        if loc.get("curve"):
+            blocks.append(chart(page, f"loc-{key}", error_curve_figure(loc)))
+        jumps = loc.get("first_jumps") or []
+        if jumps:
+            blocks.append(table(["node", "op", "rel L2", "inputs' rel L2", "amplification", "node in variant"],
+                                [[str(j.get("node")), str(j.get("op")),
+                                  j.get("rel_l2") if j.get("rel_l2") is not None else cell("inf/NaN (overflow)"),
+                                  j.get("input_rel_l2"),
+                                  j.get("amplification") if j.get("amplification") is not None else cell("inf"),
+                                  str(j.get("variant_node") or DASH)] for j in jumps],
+                                numeric=[False, False, True, True, True, False]))
+        check = loc.get("verification") or {}
+        rows = []
+        for label, row in (check.get("variants") or {}).items():
+            acc = row.get("accuracy") or {}
+            worst = max((finite(m.get("rel_l2")) or 0.0 for m in acc.values()), default=None) if acc else None
+            broken = sum((m.get("nan_count") or 0) + (m.get("inf_count") or 0) for m in acc.values())
+            rows.append([label, row.get("latency_ms"), worst if worst is not None else cell(DASH),
+                         int(broken) if acc else cell(DASH)])
+        if rows:
+            blocks.append(table(["model", "latency ms (ONNX Runtime CPU)", "worst rel L2", "NaN/Inf values"],
+                                rows, numeric=[False, True, True, True],
+                                caption="kept in FP32: " + ", ".join(check.get("kept_fp32") or [])))
 
-    # ---- per-layer
-    blocks = section(page, "layers", "Per-layer time by variant", "Layer time summed by layer type.")
+
+def _layers_section(page: dict, summary: dict, variants: Sequence[dict], layers: Sequence[dict] | None) -> None:
     recs = layer_records(summary, layers)
     lt = layer_time_by_type(recs) if recs else None
-    if lt and lt["variants"]:
-        blocks.append(chart(page, "layers", layer_type_figure(lt)))
-        by_var: "OrderedDict[str, list[dict]]" = OrderedDict()
-        for x in recs:
-            by_var.setdefault(str(x.get("variant") or "?"), []).append(x)
-        inner = []
-        for var, xs in by_var.items():
-            xs = sorted(xs, key=lambda x: -(finite(x.get(lt["metric"])) or 0.0))
-            inner.append({"type": "heading", "text": var})
-            inner.append(table(["layer", "type", "precision out", humanize_key(lt["metric"]), "share"],
-                               [[str(x.get("name", "?")), str(x.get("type") or DASH),
-                                 str(x.get("precision_out") or DASH), finite(x.get(lt["metric"])),
-                                 cell(fmt_pct(x.get("share_pct")))] for x in xs],
-                               numeric=[False, False, False, True, True], limit=15))
-        blocks.append(details("Slowest layers of each variant", inner))
-    else:
+    graph_keys = [variant_key(v) for v in variants if v.get("cuda_graph")]
+    blocks = section(page, "layers", "Per-layer time by variant",
+                     "Share of each variant's per-layer time by layer type. The per-layer pass is separate from "
+                     "the timed run: it runs the engine layer by layer (eager, never as a CUDA graph) with a "
+                     "timing event around each layer, so its sum exceeds the latency; compare shares, not sums.")
+    if not (lt and lt["variants"]):
         blocks.append(missing("Per-layer times " + NOT_IN_RUN + "."))
+        return
+    blocks.append(chart(page, "layers", layer_type_figure(lt)))
+    sums = []
+    vmap = {variant_key(v): v for v in variants}
+    for i, var in enumerate(lt["variants"]):
+        total = sum(lt["ms"][t][i] for t in lt["types"])
+        med = stat((vmap.get(var) or {}).get("latency_ms"), "median")
+        sums.append([var, total, med, cell("yes (per-layer pass ran eager)" if var in graph_keys else "no")])
+    blocks.append(table(["variant", f"sum of per-layer {humanize_key(lt['metric'], True)} (ms)",
+                         "median latency (ms)", "CUDA graph in the timed run"], sums,
+                        numeric=[False, True, True, False]))
+    by_var: "OrderedDict[str, list[dict]]" = OrderedDict()
+    for x in recs:
+        by_var.setdefault(str(x.get("variant") or "?"), []).append(x)
+    inner = []
+    for var, xs in by_var.items():
+        xs = sorted(xs, key=lambda x: -(finite(x.get(lt["metric"])) or 0.0))
+        inner.append({"type": "heading", "text": var})
+        inner.append(table(["layer", "type", "precision out", humanize_key(lt["metric"]), "share"],
+                           [[str(x.get("name", "?")), str(x.get("type") or DASH),
+                             str(x.get("precision_out") or DASH), finite(x.get(lt["metric"])),
+                             cell(fmt_pct(x.get("share_pct")))] for x in xs],
+                           numeric=[False, False, False, True, True], limit=15))
+    blocks.append(details("Slowest layers of each variant", inner))
 
-    # ---- memory
+
+def _flat_memory(mem: Any) -> dict[str, Any]:
+    """A variant's memory dict with nested dicts (device memory free/used/total) flattened one level."""
+    out: dict[str, Any] = {}
+    for k, v in (mem or {}).items() if isinstance(mem, dict) else ():
+        if isinstance(v, dict):
+            for k2, v2 in v.items():
+                if not isinstance(v2, (dict, list)):
+                    out[f"{k} {k2}"] = v2
+        elif not isinstance(v, list):
+            out[k] = v
+    return out
+
+
+def _memory_section(page: dict, variants: Sequence[dict]) -> None:
     blocks = section(page, "memory", "Memory", "Engine size, activation memory per context and device memory, "
                                                "to see which workspace and how many streams fit beside a service.")
-    mem_keys: list[str] = []
-    for v in variants:
-        for k in (v.get("memory") or {}) if isinstance(v.get("memory"), dict) else {}:
-            if k not in mem_keys:
-                mem_keys.append(k)
-    if mem_keys:
-        rows = [[variant_key(v)] + [cell(fmt_value(k, (v.get("memory") or {}).get(k))) for k in mem_keys]
-                for v in variants if isinstance(v.get("memory"), dict) and v["memory"]]
-        blocks.append(table(["variant"] + [humanize_key(k) for k in mem_keys], rows,
-                            numeric=[False] + [True] * len(mem_keys)))
-    else:
+    mems = [(variant_key(v), _flat_memory(v.get("memory"))) for v in variants]
+    mems = [(k, m) for k, m in mems if any(x is not None for x in m.values())]
+    keys = list(dict.fromkeys(k for _, m in mems for k, x in m.items() if x is not None))
+    if not keys:
         blocks.append(missing("Memory " + NOT_IN_RUN + "."))
-    return page
+        return
+    rows = [[key] + [cell(fmt_value(k, m.get(k))) for k in keys] for key, m in mems]
+    blocks.append(table(["variant"] + [humanize_key(k.replace("_bytes", "")) for k in keys], rows,
+                        numeric=[False] + [True] * len(keys)))
 
 
 # ----------------------------------------------------------------------------- figures
 
-def latency_figure(variants: Sequence[dict]) -> dict:
+def latency_figure(variants: Sequence[dict], colors: dict[str, str] | None = None) -> dict:
+    """Latency boxes, one per variant in its page colour; a log axis when outliers would crush the boxes."""
+    colors = colors or category_colors(variant_key(v) for v in variants)
     data = []
-    for i, v in enumerate(variants):
+    fences, tops = [], []
+    for v in variants:
         key = variant_key(v)
-        color = PRECISION_COLORS.get(str(v.get("precision") or "").lower(), PALETTE[i % len(PALETTE)])
+        color = colors.get(key, PALETTE[0])
         b = box_stats([finite(s) for s in v.get("samples_ms") or []]) if v.get("samples_ms") else None
         if b is not None:
             data.extend(box_traces(key, b, color))
+            fences.append(b["upperfence"])
+            tops.append(b["max"])
         else:
             lat = v.get("latency_ms")
             med, lo, hi = stat(lat, "median"), stat(lat, "min"), stat(lat, "p99")
@@ -511,8 +578,10 @@ def latency_figure(variants: Sequence[dict]) -> dict:
                                      "array": [rounded(hi - med) if hi is not None else 0],
                                      "arrayminus": [rounded(med - lo) if lo is not None else 0]},
                          "marker": {"color": color, "size": 9, "symbol": "diamond"}, "showlegend": False})
-    return figure(data, {"yaxis": {"title": {"text": "latency (ms)"}, "rangemode": "tozero"},
-                         "xaxis": {"type": "category", "tickangle": -35}}, height=420)
+    log = bool(fences) and max(tops) > 3 * max(fences) and min(fences) > 0
+    yaxis: dict[str, Any] = {"title": {"text": "latency (ms)" + (", log scale" if log else "")}}
+    yaxis.update({"type": "log"} if log else {"rangemode": "tozero"})
+    return figure(data, {"yaxis": yaxis, "xaxis": {"type": "category", "tickangle": -35}}, height=420)
 
 
 def line_figure(series: Sequence[dict], xtitle: str, ytitle: str, *, xtype: str = "linear") -> dict:
@@ -532,21 +601,18 @@ def line_figure(series: Sequence[dict], xtitle: str, ytitle: str, *, xtype: str 
     return figure(data, {"xaxis": xaxis, "yaxis": {"title": {"text": ytitle}, "rangemode": "tozero"}})
 
 
-def accuracy_figure(points: Sequence[dict]) -> dict:
-    data = []
-    precisions: "OrderedDict[str, list[dict]]" = OrderedDict()
-    for p in points:
-        precisions.setdefault(p["precision"], []).append(p)
-    positive = all((p["rel_l2"] or 0) > 0 for p in points if p["rel_l2"] is not None)
-    for i, (prec, pts) in enumerate(precisions.items()):
-        data.append({"type": "scatter", "mode": "markers", "name": prec,
-                     "x": rounded_list(p["latency_ms"] for p in pts), "y": rounded_list(p["rel_l2"] for p in pts),
-                     "text": [p["key"] for p in pts],
-                     "marker": {"size": 11, "color": PRECISION_COLORS.get(prec.lower(), PALETTE[i % len(PALETTE)]),
-                                "symbol": ["circle" if p["passed"] else "x" for p in pts]}})
-    return figure(data, {"xaxis": {"title": {"text": "median latency (ms)"}},
-                         "yaxis": {"title": {"text": "worst relative L2 error vs FP32"},
-                                   "type": "log" if positive else "linear"}})
+def accuracy_figure(points: Sequence[dict], colors: dict[str, str] | None = None) -> dict:
+    """One marker per variant (named in the legend, in its page colour); × where it breaches its threshold."""
+    colors = colors or category_colors(p["key"] for p in points)
+    data = [{"type": "scatter", "mode": "markers", "name": p["key"], "x": [rounded(p["latency_ms"])],
+             "y": [rounded(p["rel_l2"])], "text": [f"{p['key']} ({p['precision']})"],
+             "marker": {"size": 12, "color": colors.get(p["key"], PALETTE[0]),
+                        "symbol": "circle" if p["passed"] else "x"}} for p in points if p["rel_l2"] is not None]
+    positive = all(p["rel_l2"] > 0 for p in points if p["rel_l2"] is not None)
+    yaxis: dict[str, Any] = {"title": {"text": "worst relative L2 error vs FP32 (unitless)"}, "exponentformat": "e"}
+    yaxis.update({"type": "log"} if positive else {"rangemode": "tozero"})
+    return figure(data, {"xaxis": {"title": {"text": "median latency (ms)"}, "rangemode": "tozero"},
+                         "yaxis": yaxis, "showlegend": True})
 
 
 def error_curve_figure(loc: dict) -> dict:
@@ -570,7 +636,14 @@ def error_curve_figure(loc: dict) -> dict:
 
 
 def layer_type_figure(lt: dict) -> dict:
-    data = [{"type": "bar", "name": typ, "x": lt["variants"], "y": rounded_list(lt["ms"][typ])} for typ in lt["types"]]
+    """One stacked bar per variant: each layer type's share of that variant's per-layer time (hover: ms)."""
+    totals = [sum(lt["ms"][t][i] for t in lt["types"]) for i in range(len(lt["variants"]))]
+    colors = category_colors(lt["types"])
+    data = [{"type": "bar", "name": typ, "x": lt["variants"],
+             "y": rounded_list(ms / tot * 100 if tot else 0.0 for ms, tot in zip(lt["ms"][typ], totals)),
+             "customdata": rounded_list(lt["ms"][typ]), "marker": {"color": colors[typ]},
+             "hovertemplate": "%{x}<br>" + plot_text(typ) + ": %{y:.3g}% (%{customdata:.4g} ms)<extra></extra>"}
+            for typ in lt["types"]]
     return figure(data, {"barmode": "stack", "xaxis": {"type": "category", "tickangle": -35},
-                         "yaxis": {"title": {"text": humanize_key(lt["metric"]).replace(" ms", " (ms)")}}},
-                  height=420)
+                         "yaxis": {"title": {"text": "share of per-layer time (%)"}, "range": [0, 100]},
+                         "legend": {"title": {"text": "layer type"}}}, height=420)

@@ -1,0 +1,299 @@
+"""The verdict: what every report page and terminal summary says first.
+
+Plain data, no HTML and no plotly, so the CLI prints the same words the page shows:
+
+    v = sweep_verdict(summary)          # or analysis_verdict / layers_verdict / compare_verdict
+    print("\\n".join(terminal_lines(v)))
+
+A verdict is ``{"status", "cls", "headline", "lines", "items"}``: ``status`` one of ``STATUSES``,
+``cls`` the colour (ok / warn / bad), and ``items`` the top findings merged by rule and cause
+(:func:`merge_findings`), ranked by impact, each with the variants or ranges it applies to and one
+recommendation.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable, Sequence
+
+from profiler.report.fmt import fmt_ms, fmt_num, is_number
+
+STATUSES = ("PASS", "ISSUES FOUND", "GATE FAILED", "REGRESSION", "INCONCLUSIVE", "FAILED")
+SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2, "info": 3}
+TOP_ITEMS = 5
+#: evidence keys that say how much time a finding costs, most specific first
+COST_MS_KEYS = ("impact_ms", "ms_per_inference", "cost_ms", "estimated_saving_ms", "saving_ms",
+                "outlier_excess_ms", "idle_ms", "sync_ms", "gpu_ms", "excess_ms", "delta_ms")
+#: evidence keys that say which share of the time a finding costs (fractions; ``_pct`` keys are percents)
+SHARE_KEYS = ("share", "graph_saving_pct", "idle_fraction", "share_of_active_gpu_time", "sync_fraction",
+              "copy_fraction", "share_pct")
+
+
+def as_dict(f: Any) -> dict[str, Any] | None:
+    if hasattr(f, "to_dict"):
+        f = f.to_dict()
+    return f if isinstance(f, dict) else None
+
+
+def _num(x: Any) -> float | None:
+    return float(x) if is_number(x) else None
+
+
+def impact(f: dict[str, Any]) -> dict[str, Any]:
+    """What a finding costs: ``{"ms", "share", "text"}`` from its ``impact`` dict or its evidence.
+
+    ``ms`` is time (per inference where the rule measures per instance), ``share`` a fraction of the
+    time in question; either may be None. ``text`` is the short form shown beside the finding.
+    """
+    given = f.get("impact") if isinstance(f.get("impact"), dict) else {}
+    ev = f.get("evidence") if isinstance(f.get("evidence"), dict) else {}
+    ms = _num(given.get("ms", given.get("ms_per_inference")))
+    share = _num(given.get("share"))
+    if ms is None:
+        ms = next((_num(ev[k]) for k in COST_MS_KEYS if _num(ev.get(k)) is not None), None)
+    if share is None:
+        for k in SHARE_KEYS:
+            v = _num(ev.get(k))
+            if v is not None:
+                share = v / 100.0 if k.endswith("_pct") else v
+                break
+    parts = []
+    if ms is not None:
+        parts.append(fmt_ms(ms))
+    if share is not None:
+        parts.append(f"{share * 100:.3g}% of the time")
+    if not parts and _num(ev.get("cov_pct")) is not None:
+        parts.append(f"CoV {ev['cov_pct']:.3g}%")
+    return {"ms": ms, "share": share, "text": given.get("text") or ", ".join(parts)}
+
+
+def where(f: dict[str, Any]) -> str:
+    """The variant or range a finding is about ('' for the whole run)."""
+    return str(f.get("variant") or f.get("range") or "")
+
+
+def _cause_key(f: dict[str, Any]) -> tuple:
+    """Findings with equal keys are one problem: the same rule, severity and advice once names are removed."""
+    rec = str(f.get("recommendation") or "")
+    name = where(f)
+    if name:
+        rec = rec.replace(name, "{}")
+    rec = re.sub(r"\d+(\.\d+)?", "#", rec)
+    return (str(f.get("rule") or "?"), str(f.get("severity") or "info"), rec)
+
+
+def merge_findings(findings: Iterable[Any]) -> list[dict[str, Any]]:
+    """Findings grouped by rule and cause, most important first.
+
+    Each group is ``{"rule", "severity", "title", "recommendation", "applies_to", "members", "impact",
+    "gate"}``: ``members`` are the original finding dicts (most costly first), ``applies_to`` the
+    variants or ranges they name, ``impact`` the largest member's.
+    """
+    groups: dict[tuple, list[dict]] = {}
+    first: dict[tuple, int] = {}
+    for i, f in enumerate(findings or []):
+        d = as_dict(f)
+        if d is not None:
+            groups.setdefault(_cause_key(d), []).append(d)
+            first.setdefault(_cause_key(d), i)
+    out = []
+    for key, members in groups.items():
+        rule, sev, _ = key
+        members = sorted(members, key=lambda m: (-(impact(m)["ms"] or 0.0), -(impact(m)["share"] or 0.0), where(m)))
+        names = list(dict.fromkeys(where(m) for m in members if where(m)))
+        lead = members[0]
+        out.append({
+            "rule": rule, "severity": sev if sev in SEVERITY_RANK else "info",
+            "title": str(lead.get("title") or rule),
+            "recommendation": str(lead.get("recommendation") or ""),
+            "applies_to": names, "members": members, "impact": impact(lead),
+            "gate": rule == "precision_regression" and sev != "info", "order": first[key],
+        })
+    out.sort(key=lambda g: (not g["gate"], SEVERITY_RANK.get(g["severity"], 9), -(g["impact"]["ms"] or 0.0),
+                            -(g["impact"]["share"] or 0.0), -len(g["members"]), g["rule"]))
+    return out
+
+
+def _item(g: dict[str, Any]) -> dict[str, Any]:
+    n = len(g["applies_to"])
+    return {"rule": g["rule"], "severity": g["severity"], "title": g["title"], "impact": g["impact"]["text"],
+            "applies_to": g["applies_to"], "recommendation": g["recommendation"],
+            "more": f"and {n - 1} more" if n > 1 else ""}
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _items(groups: Sequence[dict], top: int = TOP_ITEMS) -> list[dict[str, Any]]:
+    """The groups worth the verdict: anything above info first, info only to fill up."""
+    serious = [g for g in groups if g["severity"] != "info"]
+    rest = [g for g in groups if g["severity"] == "info"]
+    return [_item(g) for g in (serious + rest)[:top]]
+
+
+def _findings_status(groups: Sequence[dict]) -> tuple[str, str]:
+    worst = min((SEVERITY_RANK.get(g["severity"], 9) for g in groups), default=9)
+    if worst <= 1:
+        return "ISSUES FOUND", "bad" if worst == 0 else "warn"
+    return "PASS", "ok"
+
+
+# ----------------------------------------------------------------------------- per report kind
+
+def sweep_verdict(summary: dict[str, Any]) -> dict[str, Any]:
+    """PASS, GATE FAILED (an accuracy breach, exit 1), FAILED (nothing measured, or variants that failed)
+    or INCONCLUSIVE (interrupted)."""
+    summary = summary if isinstance(summary, dict) else {}
+    run = summary.get("run") if isinstance(summary.get("run"), dict) else {}
+    variants = [v for v in summary.get("variants") or [] if isinstance(v, dict)]
+    groups = merge_findings(summary.get("findings") or [])
+    status_of = [str(v.get("status") or "").lower() for v in variants]
+    ok = [v for v, s in zip(variants, status_of) if s == "ok"]
+    failed = [v for v, s in zip(variants, status_of) if s == "failed"]
+    skipped = [v for v, s in zip(variants, status_of) if s == "skipped"]
+    gate = [g for g in groups if g["gate"]]
+    lines: list[str] = []
+    if not ok:
+        status, cls = "FAILED", "bad"
+        if variants and len(skipped) == len(variants):
+            reason = next((str(v.get("error") or v.get("reason")) for v in skipped if v.get("error") or v.get("reason")), "")
+            head = f"Nothing was measured: all {_plural(len(variants), 'variant')} were skipped"
+            if reason:
+                lines.append(f"first reason: {reason}")
+        elif variants:
+            head = (f"Nothing was measured: {_plural(len(failed), 'variant')} failed"
+                    + (f", {len(skipped)} skipped" if skipped else ""))
+        else:
+            head = "Nothing was measured: the sweep holds no variants"
+    elif gate:
+        status, cls = "GATE FAILED", "bad"
+        keys = list(dict.fromkeys(k for g in gate for k in g["applies_to"]))
+        head = (f"Accuracy gate failed: {_plural(len(keys), 'variant')} outside the FP32 thresholds "
+                f"({', '.join(keys[:6])}{', ...' if len(keys) > 6 else ''})")
+    elif failed:
+        status, cls = "FAILED", "bad"
+        head = f"{len(failed)} of {_plural(len(variants), 'variant')} failed to build or run"
+    elif str(run.get("status") or "").lower() == "interrupted":
+        status, cls = "INCONCLUSIVE", "warn"
+        head = f"Interrupted: {len(ok)} of {_plural(len(variants), 'variant')} measured"
+    else:
+        status = "PASS"  # the gate passed; the findings below still say what to look at
+        cls = "ok" if _findings_status(groups)[0] == "PASS" else "warn"
+        head = f"All {_plural(len(ok), 'measured variant')} within their accuracy thresholds"
+    if failed:
+        lines.append("failed: " + ", ".join(f"{v.get('key', '?')} ({str(v.get('error') or '')[:80]})" for v in failed[:4]))
+    if ok:
+        fast = fastest_variant(summary)
+        if fast:
+            lines.append(f"fastest (median latency): {fast['key']} {fmt_ms(fast['median_ms'])}")
+    if run.get("random_calibration"):
+        lines.append("int8 was calibrated on random inputs: its accuracy numbers mean nothing (pass --calib)")
+    return {"status": status, "cls": cls, "headline": head, "lines": lines, "items": _items(groups)}
+
+
+def fastest_variant(summary: dict[str, Any]) -> dict[str, Any] | None:
+    """The fastest variant by median latency, computed once: the ``fastest_variant`` finding's choice
+    (single-stream variants; multi-stream latency includes waiting for the other streams) when the
+    run has it, else the same rule here. ``{"key", "median_ms"}`` or None."""
+    variants = [v for v in summary.get("variants") or [] if isinstance(v, dict)]
+    med = {str(v.get("key")): _num((v.get("latency_ms") or {}).get("median")) if isinstance(v.get("latency_ms"), dict)
+           else None for v in variants if str(v.get("status") or "ok").lower() == "ok"}
+    med = {k: m for k, m in med.items() if m is not None}
+    for f in summary.get("findings") or []:
+        d = as_dict(f) or {}
+        key = (d.get("evidence") or {}).get("lowest_latency_variant") if d.get("rule") == "fastest_variant" else None
+        if key in med:
+            return {"key": key, "median_ms": med[key]}
+    single = [str(v.get("key")) for v in variants if str(v.get("key")) in med and (v.get("streams") or 1) == 1]
+    pool = single or list(med)
+    if not pool:
+        return None
+    key = min(pool, key=lambda k: med[k])
+    return {"key": key, "median_ms": med[key]}
+
+
+def analysis_verdict(result: dict[str, Any]) -> dict[str, Any]:
+    """ISSUES FOUND (a high or medium finding), PASS, or INCONCLUSIVE (nothing to judge: no GPU activity)."""
+    result = result if isinstance(result, dict) else {}
+    cap = result.get("capture") if isinstance(result.get("capture"), dict) else {}
+    groups = merge_findings(result.get("findings") or [])
+    counts = cap.get("counts") if isinstance(cap.get("counts"), dict) else {}
+    gpu = sum(int(counts.get(k) or 0) for k in ("kernels", "memcpy", "memset", "graphs"))
+    status, cls = _findings_status(groups)
+    lines = []
+    if status == "PASS" and counts and not gpu:
+        status, cls = "INCONCLUSIVE", "warn"
+        head = "Nothing to judge: the capture holds no GPU activity"
+    elif status == "PASS":
+        head = "No problem found: every capture rule passed"
+    else:
+        serious = [g for g in groups if g["severity"] in ("high", "medium")]
+        head = f"{_plural(len(serious), 'problem')} found"
+        costly = [g for g in serious if g["impact"]["text"]]
+        if costly:
+            head += f"; the largest costs {costly[0]['impact']['text']}"
+    ranges = [r for r in result.get("ranges") or [] if isinstance(r, dict)]
+    if ranges:
+        r = ranges[0]
+        w = r.get("wall_ms") if isinstance(r.get("wall_ms"), dict) else {}
+        name = r.get("name") if r.get("name") is not None else "(whole capture)"
+        lines.append(f"busiest series: {name}: {fmt_num(r.get('count'))} instances, median "
+                     f"{fmt_ms(w.get('median'))}, p99 {fmt_ms(w.get('p99'))}")
+    return {"status": status, "cls": cls, "headline": head, "lines": lines, "items": _items(groups)}
+
+
+def layers_verdict(data: dict[str, Any]) -> dict[str, Any]:
+    """ISSUES FOUND or PASS for an import of per-layer exports (there is no gate)."""
+    data = data if isinstance(data, dict) else {}
+    groups = merge_findings(data.get("findings") or [])
+    status, cls = _findings_status(groups)
+    layers = [x for x in data.get("layers") or [] if isinstance(x, dict)]
+    if not layers and not data.get("variants"):
+        status, cls, head = "INCONCLUSIVE", "warn", "Nothing to judge: no layers and no timings were imported"
+    elif status == "PASS":
+        head = "No layer problem found"
+    else:
+        head = f"{_plural(sum(1 for g in groups if g['severity'] in ('high', 'medium')), 'problem')} found in the layers"
+    return {"status": status, "cls": cls, "headline": head, "lines": [], "items": _items(groups)}
+
+
+def compare_verdict(data: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    """The compare verdict (``profiler.report.compare.verdict_summary``) as a strip: REGRESSION,
+    GATE FAILED (the run's gate says so), INCONCLUSIVE or PASS."""
+    gate = data.get("gate_failed")
+    if gate is True:
+        status = "GATE FAILED"
+    elif summary.get("regressions") or summary.get("accuracy_regressions"):
+        status = "REGRESSION"
+    elif summary.get("cls") == "warn":
+        status = "INCONCLUSIVE"
+    else:
+        status = "PASS"
+    groups = merge_findings(data.get("findings_appeared") or [])
+    items = _items(groups)
+    for it in items:
+        it["title"] = "new: " + it["title"]
+    return {"status": status, "cls": summary.get("cls") or "ok", "headline": summary.get("headline") or "",
+            "lines": list(summary.get("lines") or []), "items": items}
+
+
+# ----------------------------------------------------------------------------- terminal
+
+def terminal_lines(v: dict[str, Any], *, top: int = TOP_ITEMS, width: int = 160) -> list[str]:
+    """The verdict as the first lines of a terminal summary: status and headline, then one line per
+    top finding naming what it applies to, what it costs and what to do."""
+    out = [f"{v['status']}: {v['headline']}"]
+    out += [f"  {line}" for line in v.get("lines") or []]
+    for i, it in enumerate((v.get("items") or [])[:top], 1):
+        names = it["applies_to"]
+        on = f" [{', '.join(names[:4])}{f' +{len(names) - 4} more' if len(names) > 4 else ''}]" if names else ""
+        cost = f" ({it['impact']})" if it["impact"] else ""
+        out.append(_clip(f"  {i}. {it['severity'].upper()} {it['rule']}{on}: {it['title']}{cost}", width))
+        if it["recommendation"]:
+            out.append(_clip(f"     -> {it['recommendation']}", width))
+    return out
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
