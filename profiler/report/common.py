@@ -300,10 +300,10 @@ def merged_finding_views(findings: Iterable[Any]) -> list[dict[str, Any]]:
 
             rows = [[cell(where(m) or "—")] + [cell(fmt_value(k, e.get(k))) for k in differ]
                     for m, e in zip(members, evs)]
-            view["evidence_table"] = table(["applies to"] + [humanize_key(k) for k in differ], rows,
+            view["evidence_table"] = None if not differ else table(["applies to"] + [humanize_key(k) for k in differ], rows,
                                            numeric=[False] + [True] * len(differ), limit=EVIDENCE_TABLE_ROWS)
             if len({m.get("title") for m in members}) > 1:
-                view["title"] = f"{g['title']} (and {len(members) - 1} more like it)"
+                view["title"] = f"{g['title']} (the worst of {len(members)})"
         out.append(view)
     return out
 

@@ -580,7 +580,7 @@ def latency_figure(variants: Sequence[dict], colors: dict[str, str] | None = Non
                          "marker": {"color": color, "size": 9, "symbol": "diamond"}, "showlegend": False})
     log = bool(fences) and max(tops) > 3 * max(fences) and min(fences) > 0
     yaxis: dict[str, Any] = {"title": {"text": "latency (ms)" + (", log scale" if log else "")}}
-    yaxis.update({"type": "log"} if log else {"rangemode": "tozero"})
+    yaxis.update({"type": "log", "dtick": "D2"} if log else {"rangemode": "tozero"})
     return figure(data, {"yaxis": yaxis, "xaxis": {"type": "category", "tickangle": -35}}, height=420)
 
 
@@ -610,7 +610,7 @@ def accuracy_figure(points: Sequence[dict], colors: dict[str, str] | None = None
                         "symbol": "circle" if p["passed"] else "x"}} for p in points if p["rel_l2"] is not None]
     positive = all(p["rel_l2"] > 0 for p in points if p["rel_l2"] is not None)
     yaxis: dict[str, Any] = {"title": {"text": "worst relative L2 error vs FP32 (unitless)"}, "exponentformat": "e"}
-    yaxis.update({"type": "log"} if positive else {"rangemode": "tozero"})
+    yaxis.update({"type": "log", "dtick": "D2"} if positive else {"rangemode": "tozero"})
     return figure(data, {"xaxis": {"title": {"text": "median latency (ms)"}, "rangemode": "tozero"},
                          "yaxis": yaxis, "showlegend": True})
 

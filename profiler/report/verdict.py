@@ -62,9 +62,10 @@ def impact(f: dict[str, Any]) -> dict[str, Any]:
         parts.append(fmt_ms(ms))
     if share is not None:
         parts.append(f"{share * 100:.3g}% of the time")
-    if not parts and _num(ev.get("cov_pct")) is not None:
-        parts.append(f"CoV {ev['cov_pct']:.3g}%")
-    return {"ms": ms, "share": share, "text": given.get("text") or ", ".join(parts)}
+    cov = next((_num(ev[k]) for k in ("cov_pct", "compute_cov_pct") if _num(ev.get(k)) is not None), None)
+    if not parts and cov is not None:
+        parts.append(f"CoV {cov:.3g}%")
+    return {"ms": ms, "share": share, "cov": cov, "text": given.get("text") or ", ".join(parts)}
 
 
 def where(f: dict[str, Any]) -> str:
@@ -99,7 +100,8 @@ def merge_findings(findings: Iterable[Any]) -> list[dict[str, Any]]:
     out = []
     for key, members in groups.items():
         rule, sev, _ = key
-        members = sorted(members, key=lambda m: (-(impact(m)["ms"] or 0.0), -(impact(m)["share"] or 0.0), where(m)))
+        members = sorted(members, key=lambda m: (-(impact(m)["ms"] or 0.0), -(impact(m)["share"] or 0.0),
+                                                 -(impact(m)["cov"] or 0.0), where(m)))
         names = list(dict.fromkeys(where(m) for m in members if where(m)))
         lead = members[0]
         out.append({
@@ -116,7 +118,10 @@ def merge_findings(findings: Iterable[Any]) -> list[dict[str, Any]]:
 
 def _item(g: dict[str, Any]) -> dict[str, Any]:
     n = len(g["applies_to"])
-    return {"rule": g["rule"], "severity": g["severity"], "title": g["title"], "impact": g["impact"]["text"],
+    title = g["title"]
+    if len({m.get("title") for m in g["members"]}) > 1:
+        title += f" (the worst of {len(g['members'])})"
+    return {"rule": g["rule"], "severity": g["severity"], "title": title, "impact": g["impact"]["text"],
             "applies_to": g["applies_to"], "recommendation": g["recommendation"],
             "more": f"and {n - 1} more" if n > 1 else ""}
 
