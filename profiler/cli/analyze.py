@@ -22,14 +22,21 @@ def _fmt(v: Any, spec: str = ".3f") -> str:
 
 
 def summary_lines(data: dict[str, Any], max_ranges: int = MAX_RANGES_SHOWN) -> list[str]:
-    """The terminal summary: capture line, the inference, top layers, phases and streams, what was
-    missing, the ranges (children under their parent), the findings ranked by impact."""
+    """The terminal summary: the verdict with the top findings first (merged by rule and cause, ranked by
+    impact), then the capture line, the inference, top layers, phases and streams, what was missing and
+    the ranges (children under their parent)."""
+    from profiler.report.verdict import TOP_ITEMS, analysis_verdict, merge_findings, terminal_lines
+
+    lines = terminal_lines(analysis_verdict(data))
+    more = len(merge_findings(data["findings"])) - TOP_ITEMS
+    if more > 0:
+        lines.append(f"  ... {more} more finding(s) in --json and the report")
     cap = data["capture"]
     gpus = ", ".join(sorted({str(g.get("name")) for g in cap.get("gpus") or [] if isinstance(g, dict)})) or "unknown"
     counts = cap.get("counts") or {}
-    lines = [f"capture: {cap.get('source_path')}  (nsys {cap.get('nsys_version') or '?'}, GPUs: {gpus}, "
-             f"{counts.get('kernels', 0)} kernels, {counts.get('graphs', 0)} graph launches, "
-             f"{counts.get('memcpy', 0)} copies)"]
+    lines += ["", f"capture: {cap.get('source_path')}  (nsys {cap.get('nsys_version') or '?'}, GPUs: {gpus}, "
+              f"{counts.get('kernels', 0)} kernels, {counts.get('graphs', 0)} graph launches, "
+              f"{counts.get('memcpy', 0)} copies)"]
     lines += inference_lines(data)
     for m in cap.get("missing") or []:
         lines.append(f"missing: {m}")
@@ -53,13 +60,6 @@ def summary_lines(data: dict[str, Any], max_ranges: int = MAX_RANGES_SHOWN) -> l
             lines.append(f"... {len(ranges) - max_ranges} more range series (by total wall time) in --json")
         lines.append("(GPU busy: GPU busy time of the work a range launched, over the longer of its wall time and "
                      "the span of that work)")
-    lines.append("")
-    findings = data["findings"]
-    if not findings:
-        lines.append("findings: none")
-    for f in findings:
-        where = f" [{f['range']}]" if f.get("range") else ""
-        lines.append(f"{f['severity'].upper():<6} {f['rule']}{where}: {f['title']}{_impact(f.get('impact'))}")
     return lines
 
 
@@ -137,13 +137,6 @@ def tree_order(ranges: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _impact(imp: Any) -> str:
-    if not isinstance(imp, dict) or imp.get("share") is None:
-        return ""
-    per = imp.get("ms_per_instance")
-    return f" (costs {_fmt(per, '.3g')} ms per inference, {100 * imp['share']:.1f}% of steady state)"
-
-
 def _label(r: dict[str, Any]) -> str:
     return f"{r['domain']}:{r['name']}" if r.get("domain") else str(r["name"])
 
@@ -170,12 +163,15 @@ def _label(r: dict[str, Any]) -> str:
 @click.option("--cdn", is_flag=True, help="Reference plotly.js from a CDN in the report instead of embedding it.")
 @click.option("--no-cache", is_flag=True,
               help="Read the export itself even when its frames are cached ($TRTPROF_CACHE_DIR/traces).")
+@click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
+              help="Write the capture with the findings as annotations in the Chrome Trace Event format here "
+                   "(opens in ui.perfetto.dev and chrome://tracing; at most 200,000 events, the earliest).")
 @analyze_options
 @click.pass_context
 def command(ctx: click.Context, captures: tuple[str, ...], json_path: str | None, report_path: str | None,
             no_store: bool, label: str | None, db: str | None, min_gap_us: float | None, unit: str | None,
-            include_setup: bool, layer_info: str | None, cdn: bool, no_cache: bool, jobs: int | None,
-            scheduler: str | None, batch_out: str | None, memory_limit: str | None) -> None:
+            include_setup: bool, layer_info: str | None, cdn: bool, no_cache: bool, trace_path: str | None,
+            jobs: int | None, scheduler: str | None, batch_out: str | None, memory_limit: str | None) -> None:
     """Diagnose CAPTURE, an nsys SQLite export or a .nsys-rep (exported with nsys when it is on PATH).
 
     Each NVTX range name becomes a series of iterations (without NVTX the whole capture is one window);
@@ -189,6 +185,8 @@ def command(ctx: click.Context, captures: tuple[str, ...], json_path: str | None
     from profiler.store.api import resolve_url
 
     if is_batch(captures, jobs, scheduler, batch_out):
+        if trace_path:
+            raise UsageError("--trace writes one capture's trace: give one capture")
         analyze_batch(ctx, captures, jobs=jobs, scheduler=scheduler, out=batch_out, memory_limit=memory_limit,
                       json_path=json_path, report_path=report_path, no_store=no_store, label=label, db=db,
                       min_gap_us=min_gap_us, cdn=cdn, no_cache=no_cache,
@@ -202,6 +200,7 @@ def command(ctx: click.Context, captures: tuple[str, ...], json_path: str | None
     # everything that can fail cheaply fails before the analysis, not after it
     check_output_file(json_path, "--json")
     check_output_file(report_path, "--report")
+    check_output_file(trace_path, "--trace")
     if layer_info and not Path(layer_info).is_file():
         raise InputError(f"--layer-info {layer_info}: no such file (give trtexec's --exportLayerInfo JSON)")
     store = None
@@ -213,19 +212,29 @@ def command(ctx: click.Context, captures: tuple[str, ...], json_path: str | None
     try:
         options = AnalysisOptions(min_gap_us=min_gap_us, unit=unit, include_setup=include_setup,
                                   layer_info=layer_info)
-        _analyze(capture, json_path, report_path, store, label, options, cdn, cache=False if no_cache else None)
+        _analyze(capture, json_path, report_path, store, label, options, cdn, cache=False if no_cache else None,
+                 trace_path=trace_path)
     finally:
         if store is not None:
             store.close()
 
 
 def _analyze(capture: str, json_path: str | None, report_path: str | None, store, label: str | None,
-             options: Any, cdn: bool, cache: bool | None = None) -> None:
+             options: Any, cdn: bool, cache: bool | None = None, trace_path: str | None = None) -> None:
     from profiler.capture.analyze import analyze_path, store_analysis
 
     result = analyze_path(capture, options, cache=cache)
     data = result.to_json()
     artifacts: list[tuple[str, str]] = [("capture", str(Path(capture).resolve()))]
+    stored = dict(data)  # the store keeps the analysis; the timeline pictures live in --json and the report
+    trace = result.context.trace if result.context is not None else None
+    if trace is not None and (json_path or report_path):
+        from profiler.report.timeline import build_timeline
+
+        data["timeline"] = build_timeline(trace, data)
+    if trace_path and trace is not None:
+        artifacts.append(("trace", str(Path(trace_path).resolve())))
+        _write_trace(trace, result.findings, data, trace_path)
     if json_path:
         text = json.dumps(data, indent=1, allow_nan=False)
         if json_path == "-":
@@ -245,12 +254,28 @@ def _analyze(capture: str, json_path: str | None, report_path: str | None, store
         data["run_id"] = store_analysis(store, result, source=capture, label=label, artifacts=artifacts,
                                         options={"min_gap_us": options.min_gap_us, "unit": options.unit,
                                                  "include_setup": options.include_setup,
-                                                 "layer_info": options.layer_info}, data=dict(data))
+                                                 "layer_info": options.layer_info}, data=stored)
     if json_path != "-":
         for line in summary_lines(data):
             click.echo(line)
         if data.get("run_id") is not None:
             click.echo(f"stored run {data['run_id']}")
+
+
+def _write_trace(trace: Any, findings: list, data: dict[str, Any], path: str) -> None:
+    """``--trace``: the capture and its findings as a Chrome Trace Event file; says what it kept."""
+    from profiler.report.chrome_trace import chrome_trace, write_chrome_trace
+
+    doc = chrome_trace(trace, findings, result=data)
+    try:
+        write_chrome_trace(doc, path)
+    except OSError as exc:
+        raise InputError(f"cannot write --trace {path}: {exc.strerror or type(exc).__name__}") from None
+    info = doc["otherData"]
+    cut = (f"; the capture has {info['events_total']:,}, cut at {info['truncated_at_us'] / 1e3:.3f} ms"
+           if info["truncated_at_us"] is not None else "")
+    click.echo(f"trace: {path} ({info['events_kept']:,} events{cut}; open in ui.perfetto.dev or chrome://tracing)",
+               err=True)
 
 
 def _same_file(url: str, path: str) -> bool:

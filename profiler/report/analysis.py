@@ -282,6 +282,9 @@ def build_analysis_page(result: dict) -> dict[str, Any]:
     _verdict_and_cards(page, result, capture, ranges)
     add_inference(page, result)  # the inference, its layers, phases and streams come first
     _findings_section(page, result)
+    from profiler.report.timeline import timeline_section
+
+    timeline_section(page, result)
     blocks = section(page, "summary", "Range series", "Each NVTX range series at a glance, most total wall "
                                                       "time first.")
     if ranges:

@@ -21,9 +21,12 @@ from profiler.report.fmt import fmt_ms, fmt_num, is_number
 STATUSES = ("PASS", "ISSUES FOUND", "GATE FAILED", "REGRESSION", "INCONCLUSIVE", "FAILED")
 SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2, "info": 3}
 TOP_ITEMS = 5
-#: evidence keys that say how much time a finding costs, most specific first
-COST_MS_KEYS = ("impact_ms", "ms_per_inference", "cost_ms", "estimated_saving_ms", "saving_ms",
-                "outlier_excess_ms", "idle_ms", "sync_ms", "gpu_ms", "excess_ms", "delta_ms")
+#: evidence keys that say how much time a finding costs, most specific first, with how to say it
+COST_MS_KEYS = {"impact_ms": "{}", "ms_per_inference": "{} per inference", "cost_ms": "{}",
+                "estimated_saving_ms": "{} to save", "saving_ms": "{} to save",
+                "outlier_excess_ms": "{} lost to outliers in total", "idle_ms": "{} GPU idle in total",
+                "sync_ms": "{} in synchronisation", "gpu_ms": "{} of GPU time", "excess_ms": "{} in excess",
+                "delta_ms": "{} slower"}
 #: evidence keys that say which share of the time a finding costs (fractions; ``_pct`` keys are percents)
 SHARE_KEYS = ("share", "graph_saving_pct", "idle_fraction", "share_of_active_gpu_time", "sync_fraction",
               "copy_fraction", "share_pct")
@@ -47,10 +50,14 @@ def impact(f: dict[str, Any]) -> dict[str, Any]:
     """
     given = f.get("impact") if isinstance(f.get("impact"), dict) else {}
     ev = f.get("evidence") if isinstance(f.get("evidence"), dict) else {}
-    ms = _num(given.get("ms", given.get("ms_per_inference")))
+    per = next((k for k in ("ms_per_inference", "ms_per_instance") if _num(given.get(k)) is not None), None)
+    ms = _num(given.get("ms")) if per is None else _num(given[per])
     share = _num(given.get("share"))
+    how = "{} per inference" if per else "{}"
     if ms is None:
-        ms = next((_num(ev[k]) for k in COST_MS_KEYS if _num(ev.get(k)) is not None), None)
+        key = next((k for k in COST_MS_KEYS if _num(ev.get(k)) is not None), None)
+        if key is not None:
+            ms, how = _num(ev[key]), COST_MS_KEYS[key]
     if share is None:
         for k in SHARE_KEYS:
             v = _num(ev.get(k))
@@ -59,9 +66,9 @@ def impact(f: dict[str, Any]) -> dict[str, Any]:
                 break
     parts = []
     if ms is not None:
-        parts.append(fmt_ms(ms))
+        parts.append(how.format(fmt_ms(ms)))
     if share is not None:
-        parts.append(f"{share * 100:.3g}% of the time")
+        parts.append(f"{share * 100:.3g}% of the {'steady state' if 'steady_ms' in given else 'time'}")
     cov = next((_num(ev[k]) for k in ("cov_pct", "compute_cov_pct") if _num(ev.get(k)) is not None), None)
     if not parts and cov is not None:
         parts.append(f"CoV {cov:.3g}%")
@@ -237,7 +244,7 @@ def analysis_verdict(result: dict[str, Any]) -> dict[str, Any]:
         head = f"{_plural(len(serious), 'problem')} found"
         costly = [g for g in serious if g["impact"]["text"]]
         if costly:
-            head += f"; the largest costs {costly[0]['impact']['text']}"
+            head += f"; the costliest: {costly[0]['rule']}, {costly[0]['impact']['text']}"
     ranges = [r for r in result.get("ranges") or [] if isinstance(r, dict)]
     if ranges:
         r = ranges[0]
