@@ -66,6 +66,12 @@ def _print(result: dict, *, err: bool = False) -> None:
     def echo(line: str) -> None:
         click.echo(line, err=err)
 
+    from profiler.report.compare import verdict_summary
+    from profiler.report.verdict import compare_verdict, terminal_lines
+
+    for line in terminal_lines(compare_verdict(result, verdict_summary(result))):
+        echo(line)
+    echo("")
     b, c = result["baseline"], result["candidate"]
     echo(f"baseline  run {b['id']} {b.get('label') or ''}  ({b.get('created_at')})")
     echo(f"candidate run {c['id']} {c.get('label') or ''}  ({c.get('created_at')})")
@@ -75,7 +81,7 @@ def _print(result: dict, *, err: bool = False) -> None:
         ci = f"{v['ci_low']:.3f}-{v['ci_high']:.3f}" if v.get("ci_low") is not None else ""
         p = f"{v['p_value']:.2g}" if v.get("p_value") is not None else ""
         verdict = v["verdict"] + ("+acc" if v.get("accuracy_verdict") == "regression" else "")
-        echo(f"{v['key'][:36]:<36} {verdict:<12} {ratio if ratio is None else format(ratio, '.3f'):>7} "
+        echo(f"{v['key'][:36]:<36} {verdict:<12} {'-' if ratio is None else format(ratio, '.3f'):>7} "
                    f"{ci:>15} {p:>9}  {v.get('reason', '')}")
     for e in result["environment_changes"]:
         echo(f"changed: {e['field']}: {e['baseline']} -> {e['candidate']}")

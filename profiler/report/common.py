@@ -237,7 +237,7 @@ def _evidence_value(key: str, value: Any) -> Any:
 def _pairs(d: Any) -> list[tuple[str, Any]]:
     """A finding's evidence or threshold as display pairs (dicts of records become tables)."""
     if isinstance(d, dict):
-        return [(humanize_key(k), _evidence_value(k, v)) for k, v in d.items()]
+        return [(humanize_key(k), _evidence_value(k, v)) for k, v in d.items() if v not in (None, {}, [], "")]
     return [("evidence", fmt_value("", d))] if d else []
 
 

@@ -286,7 +286,10 @@ def compare_verdict(data: dict[str, Any], summary: dict[str, Any]) -> dict[str, 
     items = _items(groups)
     for it in items:
         it["title"] = "new: " + it["title"]
-    return {"status": status, "cls": summary.get("cls") or "ok", "headline": summary.get("headline") or "",
+    head = str(summary.get("headline") or "")
+    if head.lower().startswith(status.lower() + ":"):
+        head = head[len(status) + 1:].strip()
+    return {"status": status, "cls": summary.get("cls") or "ok", "headline": head,
             "lines": list(summary.get("lines") or []), "items": items}
 
 
@@ -296,7 +299,7 @@ def terminal_lines(v: dict[str, Any], *, top: int = TOP_ITEMS, width: int = 160)
     """The verdict as the first lines of a terminal summary: status and headline, then one line per
     top finding naming what it applies to, what it costs and what to do."""
     out = [f"{v['status']}: {v['headline']}"]
-    out += [f"  {line}" for line in v.get("lines") or []]
+    out += [_clip(f"  {line}", width) for line in v.get("lines") or []]
     for i, it in enumerate((v.get("items") or [])[:top], 1):
         names = it["applies_to"]
         on = f" [{', '.join(names[:4])}{f' +{len(names) - 4} more' if len(names) > 4 else ''}]" if names else ""
