@@ -34,6 +34,7 @@ from profiler.errors import InputError, UsageError
 from profiler.findings import Finding, json_safe, sort_findings
 from profiler.harness.nvtx import ranges, variant_range_name
 from profiler.harness.runner import HarnessConfig, run_queries, summarize_timings
+from profiler.progress import phase, trtexec_line
 
 Progress = Callable[[str], None]
 
@@ -82,6 +83,7 @@ class SweepConfig:
     localize: bool = True  # on a precision breach, find the nodes where the error starts and verify
     transfers: bool = True  # False: no per-query H2D/D2H (trtexec --noDataTransfers); latency = compute
     overlap: bool = True  # two queries in flight per stream where the backend can (trtexec's default)
+    out_dir: str | None = None  # where summary.json and report.html go (--resume writes there again)
 
     def __post_init__(self) -> None:
         bad = [p for p in self.precisions if p not in PRECISIONS]
@@ -138,9 +140,8 @@ class Prepared:
 
 def variant_line(rec: dict[str, Any]) -> str:
     """The progress line of a measured variant."""
-    lat = rec["latency_ms"]
-    return (f"  {rec['key']}: median {lat['median']:.3f} ms, p99 {lat['p99']:.3f} ms, "
-            f"{rec['throughput_qps']:.1f} qps over {rec['count']} queries")
+    return (f"  {rec['key']}: {trtexec_line(rec['latency_ms'])}; throughput {rec['throughput_qps']:.1f} qps "
+            f"over {rec['count']} queries")
 
 
 def plan_variants(config: SweepConfig, backend: Backend,
@@ -342,10 +343,11 @@ class Sweep:
         notes: list[str] = []
         t_prepare = time.perf_counter()
         try:
-            prepared = prepare(model_path, spec.precision, shapes=shapes, calib=c.calib,
-                               calib_method=c.calib_method, cache_dir=str(c.cache_root() / "variants"),
-                               progress=lambda m: self._say(f"  {key}: {m}"), seed=c.seed,
-                               holdout_fraction=HOLDOUT_FRACTION if (c.calib and not c.inputs) else 0.0)
+            with phase(self._say, f"  {key}: preparing the {spec.precision} model"):
+                prepared = prepare(model_path, spec.precision, shapes=shapes, calib=c.calib,
+                                   calib_method=c.calib_method, cache_dir=str(c.cache_root() / "variants"),
+                                   progress=lambda m: self._say(f"  {key}: {m}"), seed=c.seed,
+                                   holdout_fraction=HOLDOUT_FRACTION if (c.calib and not c.inputs) else 0.0)
         except UsageError:
             raise
         except Exception as exc:  # conversion/calibration trouble fails this variant, not the sweep
@@ -368,7 +370,8 @@ class Sweep:
         contexts: list[Any] = []
         try:
             try:
-                engine = backend.build(str(prepared.path), spec, str(c.cache_root() / "engines"))
+                with phase(self._say, f"  {key}: building"):
+                    engine = backend.build(str(prepared.path), spec, str(c.cache_root() / "engines"))
             except BuildError as exc:
                 self._say(f"  {key}: build failed: {exc}")
                 step = "parsed" if isinstance(exc, UnsupportedOp) else "optimized"
@@ -390,7 +393,8 @@ class Sweep:
                     notes.append(f"CUDA graph capture fell back to plain enqueue: {graph_fallback}")
             self._say(f"  {key}: timing (warm-up {c.warmup_ms:g} ms, >= {c.iterations} iterations, "
                       f">= {c.duration_s:g} s, {spec.streams} stream(s))")
-            m = run_queries(contexts, c.harness, key=key)
+            with phase(self._say, f"  {key}: timing"):
+                m = run_queries(contexts, c.harness, key=key)
             timing = summarize_timings(m.timings)
             rss_after_run = _rss()
             device_run = _device_memory(backend)  # contexts still alive: what the variant holds
@@ -406,10 +410,11 @@ class Sweep:
                     notes.append(CPU_FAITHFUL_NOTES[spec.precision])
                 else:
                     outs = []
-                    for sample in feeds:
-                        contexts[0].set_inputs(sample)
-                        contexts[0].query()
-                        outs.append(contexts[0].outputs())
+                    with phase(self._say, f"  {key}: running the {len(feeds)} accuracy input(s)"):
+                        for sample in feeds:
+                            contexts[0].set_inputs(sample)
+                            contexts[0].query()
+                            outs.append(contexts[0].outputs())
                     contexts[0].set_inputs(feeds[0])
                 per_output, found = _accuracy(key, spec.precision, reference, outs, c.thresholds,
                                               pinfo.get("calibration"))
@@ -421,7 +426,8 @@ class Sweep:
             if c.layers:
                 self._say(f"  {key}: per-layer profile ({c.layer_iterations} iterations, separate pass)")
                 try:
-                    layers = engine.profile_layers(feeds[0], iterations=c.layer_iterations)
+                    with phase(self._say, f"  {key}: per-layer profile"):
+                        layers = engine.profile_layers(feeds[0], iterations=c.layer_iterations)
                 except Exception as exc:  # a profile is a bonus; the timing stands without it
                     notes.append(f"per-layer profile failed: {type(exc).__name__}: {exc}")
         except Exception as exc:  # binding or running failed: this engine is unusable, the sweep goes on
@@ -493,8 +499,8 @@ class Sweep:
         self.model_path = model_path
         done = {v["key"] for v in self.variants}
         todo = [p for p in plan if p.spec.key not in done]
-        self._say(f"{len(plan)} variant(s): {sum(p.skip_reason is None for p in plan)} to run, "
-                  f"{sum(p.skip_reason is not None for p in plan)} skipped, {len(plan) - len(todo)} already done")
+        self._say(f"{len(plan)} variant(s): {sum(p.skip_reason is None for p in todo)} to run, "
+                  f"{sum(p.skip_reason is not None for p in todo)} skipped, {len(plan) - len(todo)} already done")
         return Prepared(model_path, shapes, backend, plan, feeds, todo)
 
     def run(self) -> dict[str, Any]:
@@ -526,8 +532,7 @@ class Sweep:
         summary = self.summary()
         if self.store is not None and self.run_id is not None:
             self.store.finish_run(self.run_id, status="interrupted", summary=summary)
-        self._say(f"interrupted: {len(self.variants)} variant(s) stored"
-                  + (f"; continue with: trtprof sweep --resume {self.run_id}" if self.run_id else ""))
+        self._say(f"interrupted: {len(self.variants)} variant(s) stored")  # the CLI says how to continue
 
     def finish(self, status: str | None = None) -> dict[str, Any]:
         """The summary, with the findings and the final status stored (``status`` overrides ok/failed)."""
@@ -547,7 +552,8 @@ class Sweep:
         key = spec.key
         self._say(f"  {key}: accuracy breached: localising the error node by node against fp32")
         try:
-            found = localize(model_path, variant_path, feeds[:2])
+            with phase(self._say, f"  {key}: localising (running both models node by node)"):
+                found = localize(model_path, variant_path, feeds[:2])
             keep = keep_candidates(found)
             result: dict[str, Any] = {k: found[k] for k in ("nodes_compared", "final_rel_l2", "first_jumps",
                                                             "largest_jumps", "jump_factor", "floor")}
@@ -561,9 +567,10 @@ class Sweep:
                     info = inspect_model(model_path)
                     calib = make_inputs(info, spec.shape_dict, source=self.config.calib, seed=self.config.seed,
                                         count=8) if self.config.calib else feeds
-                check = verify(model_path, spec.precision, keep, feeds[:2], variant_model=variant_path,
-                               work_dir=self.config.cache_root() / "localize" / key, latency_runs=10,
-                               calib_samples=calib, calib_method=self.config.calib_method)
+                with phase(self._say, f"  {key}: verifying"):
+                    check = verify(model_path, spec.precision, keep, feeds[:2], variant_model=variant_path,
+                                   work_dir=self.config.cache_root() / "localize" / key, latency_runs=10,
+                                   calib_samples=calib, calib_method=self.config.calib_method)
                 result["verification"] = check
                 result["conclusion"] = check["conclusion"]["text"]
             else:
@@ -587,7 +594,8 @@ class Sweep:
         self._say("fp32 reference outputs for the accuracy check")
         spec = VariantSpec("fp32", None, 1, False, tuple(sorted(shapes.items())))
         try:
-            engine = backend.build(str(model_path), spec, str(self.config.cache_root() / "engines"))
+            with phase(self._say, "  building the fp32 reference"):
+                engine = backend.build(str(model_path), spec, str(self.config.cache_root() / "engines"))
         except BuildError as exc:
             self.notes.append(f"no fp32 reference (its build failed: {exc}); accuracy not checked")
             self._say(f"  no fp32 reference: {exc}")
@@ -631,7 +639,8 @@ class Sweep:
         """(summary with per-query latencies added, per-layer records tagged by variant) for the report."""
         variants = [{**v, "samples_ms": self.samples_ms.get(v["key"])} if self.samples_ms.get(v["key"]) else v
                     for v in summary["variants"]]
-        layers = [{"variant": key, **rec} for key, recs in self.layers.items() for rec in recs]
+        # the sweep's key wins over a "variant" the per-layer frame carries (None from a backend's profile)
+        layers = [{**rec, "variant": key} for key, recs in self.layers.items() for rec in recs]
         return {**summary, "variants": variants}, layers
 
     def findings(self) -> list[Finding]:

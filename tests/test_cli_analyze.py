@@ -43,7 +43,9 @@ def test_summary_json_and_exit_code(stored):
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert "host_stall.query" in out and "100" in out
-    assert "HIGH   jitter [host_stall.query]" in out
+    first = out.splitlines()[0]
+    assert first.startswith("ISSUES FOUND: 2 problems found")  # the verdict comes first
+    assert "1. HIGH jitter [host_stall.query]" in out and "2. MEDIUM gpu_idle" in out
     assert "gpu_idle" in out and "clock_nanosleep" in out
     assert "stored run" in out
     data = _strict(js.read_text())

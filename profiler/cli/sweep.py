@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import click
 
-from profiler.cli.options import db_option, open_store
+from profiler.cli.options import db_option, db_url, open_store
 from profiler.cli.outputs import check_output_dir, write_text
 from profiler.distributed.cli import parallel_runner, sweep_options
 from profiler.errors import GateFailed, InputError, UsageError
@@ -152,7 +152,6 @@ def _sweep_argv(argv: list[str]) -> list[str]:
 def _sweep_under_nsys(ctx: click.Context, out_dir: str, db: str | None, no_store: bool, cdn: bool, say) -> None:
     """``--nsys``: the same sweep as a child process under ``nsys profile`` (it stores the run and writes
     summary.json into --out as usual), then the capture's per-variant analysis is attached to both."""
-    from profiler.cli.options import db_url
     from profiler.harness.nsys import attach_capture, profile, require_nsys, strip_nsys_args, sweep_command
 
     require_nsys()
@@ -203,6 +202,32 @@ def _sweep_under_nsys(ctx: click.Context, out_dir: str, db: str | None, no_store
     failed = gate_failures_from(summary)
     if failed:
         raise GateFailed(f"accuracy gate: {len(failed)} output(s) breach their FP32 thresholds")
+
+
+def resume_command(run_id: Any, db: str | None, out: Path) -> str:
+    """A command that continues the run when pasted: the store and the output folder spelled out."""
+    import shlex
+
+    from profiler.store import resolve_url
+
+    url = resolve_url(db)
+    where = str(Path(url[len("sqlite:///"):]).resolve()) if url.startswith("sqlite:///") else url
+    return (f"trtprof sweep --resume {run_id} --db {shlex.quote(where)} "
+            f"--out {shlex.quote(str(Path(out).resolve()))}")
+
+
+def _stored_out_dir(store: Any, sweep: Any) -> str | None:
+    """The --out the run was started with: its config, else the folder of its stored summary.json."""
+    if sweep.config.out_dir:
+        return sweep.config.out_dir
+    try:
+        run = store.run_dict(sweep.run_id)
+    except Exception:  # an old store without artifacts: the default --out then
+        return None
+    for a in run.get("artifacts") or []:
+        if a.get("kind") == "summary" and a.get("path"):
+            return str(Path(a["path"]).parent)
+    return None
 
 
 def gate_failures_from(summary: dict[str, Any]) -> list[dict]:
@@ -302,6 +327,7 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
             _sweep_under_nsys(ctx, out_dir, db, no_store, cdn, say)
             return
     store = None
+    out_given = ctx.get_parameter_source("out_dir") is not click.core.ParameterSource.DEFAULT
     if resume is not None:
         if no_store:
             raise UsageError("--resume continues a stored run; it cannot be combined with --no-store")
@@ -309,6 +335,9 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
         sweep = open_resume(store, resume, progress=say)
         say(f"resuming run {sweep.run_id}: {len(sweep.variants)} variant(s) already stored "
             "(MODEL and axis options come from the stored run)")
+        if not out_given:
+            out_dir = _stored_out_dir(store, sweep) or out_dir
+            say(f"writing to the run's own --out {out_dir}")
     else:
         acc_limits, rule_limits = parse_thresholds(thresholds)
         config = SweepConfig(
@@ -318,11 +347,12 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
             calib_method=calib_method, inputs=inputs, iterations=iterations, duration_s=duration,
             warmup_ms=warmup, backend=backend, label=label, thresholds=acc_limits, rule_thresholds=rule_limits,
             layers=not no_layers, cache_dir=cache_dir, localize=localize, transfers=not no_transfers,
-            overlap=not no_overlap)
+            overlap=not no_overlap, out_dir=str(Path(out_dir).resolve()))
         if not no_store:
             store = open_store(ctx, db)
         sweep = Sweep(config, store=store, progress=say)
     out = check_output_dir(out_dir, "--out")
+    sweep.config.out_dir = str(out.resolve())
     previous_handler = signal.getsignal(signal.SIGINT)
     if previous_handler is signal.default_int_handler:
         signal.signal(signal.SIGINT, _interrupt_once(say))
@@ -338,6 +368,8 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
             if sweep.variants:
                 write_outputs(sweep, sweep.summary(), out, cdn, store)
                 say(f"partial results written to {out}")
+            if sweep.run_id is not None:
+                say(f"continue with: {resume_command(sweep.run_id, db_url(ctx, db), out)}")
             raise
         finally:
             if previous_handler is signal.default_int_handler:
@@ -346,12 +378,12 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
     finally:
         if store is not None:
             store.close()
+    from profiler.report.verdict import sweep_verdict, terminal_lines
+
+    for line in terminal_lines(sweep_verdict(summary), top=8):
+        click.echo(line)
+    click.echo("")
     click.echo(format_table(summary))
-    findings = summary["findings"]
-    if findings:
-        click.echo("")
-        for f in findings:
-            click.echo(f"[{f['severity']}] {f['rule']}: {f['title']}")
     click.echo("")
     for p in written:
         click.echo(f"wrote {p}")
@@ -361,7 +393,10 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
     if ran and all(v["status"] == "failed" for v in ran):
         first = next((v for v in ran if v.get("error")), ran[0])
         raise InputError(f"every variant failed, nothing was measured ({first['key']}: {first.get('error')})")
-    failed = gate_failures(findings)
+    if summary["variants"] and not ran:
+        first = summary["variants"][0]
+        raise InputError(f"every variant was skipped, nothing was measured ({first['key']}: {first.get('error')})")
+    failed = gate_failures(summary["findings"])
     if failed:
         raise GateFailed(f"accuracy gate: {len(failed)} output(s) breach their FP32 thresholds "
                          f"({', '.join(sorted({f.get('variant') or '?' for f in failed}))})")
