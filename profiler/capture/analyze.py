@@ -322,24 +322,35 @@ def _ranges_json(ctx: CaptureContext, options: AnalysisOptions) -> list[dict[str
 
 
 def top_kernels(trace: Any, limit: int = 50) -> list[dict[str, Any]]:
-    """Kernels grouped by name, most total GPU time first (what ``nsys stats -r cuda_gpu_kern_sum`` lists)."""
+    """Kernels grouped by name, most total GPU time first (what ``nsys stats -r cuda_gpu_kern_sum`` lists),
+    with CUDA graph replays as rows of their own: traced per graph, a graph's kernels are not in
+    ``kernels`` and the replays are where the GPU time went."""
+    parts = []
     k = getattr(trace, "kernels", None)
-    if k is None or len(k) == 0:
+    if k is not None and len(k):
+        codes, names = S.factor(k, "name")
+        scode, short = S.factor(k, "short_name")
+        parts.append(pd.DataFrame({"name": np.asarray(names, dtype=object)[codes],
+                                   "short": np.asarray(short, dtype=object)[scode],
+                                   "d": np.maximum(S.i64(k, "end_ns", 0) - S.i64(k, "start_ns", 0), 0)}))
+    g = getattr(trace, "graphs", None)
+    if g is not None and len(g):
+        label = [f"CUDA graph {x} (replays)" for x in g["graph_id"].astype("Int64").astype(str).replace("<NA>", "?")]
+        parts.append(pd.DataFrame({"name": label, "short": label,
+                                   "d": np.maximum(S.i64(g, "end_ns", 0) - S.i64(g, "start_ns", 0), 0)}))
+    if not parts:
         return []
-    codes, names = S.factor(k, "name")
-    scode, short = S.factor(k, "short_name")
-    dur = np.maximum(S.i64(k, "end_ns", 0) - S.i64(k, "start_ns", 0), 0)  # corrupt rows: zero, as in the series
-    df = pd.DataFrame({"c": codes, "d": dur, "s": scode})
-    g = df.groupby("c")["d"]
-    agg = pd.DataFrame({"n": g.size(), "tot": g.sum(), "avg": g.mean(), "med": g.median(),
-                        "lo": g.min(), "hi": g.max(), "s": df.groupby("c")["s"].first()})
-    total_all = float(dur.sum()) or 1.0
-    agg = agg.sort_values("tot", ascending=False).head(limit)
-    return [{"name": names[c], "short_name": short[int(s)], "count": int(n), "total_ms": tot / 1e6,
+    df = pd.concat(parts, ignore_index=True)  # corrupt rows count with zero duration, as in the series
+    grp = df.groupby("name", sort=False)["d"]
+    agg = pd.DataFrame({"n": grp.size(), "tot": grp.sum(), "avg": grp.mean(), "med": grp.median(),
+                        "lo": grp.min(), "hi": grp.max(), "s": df.groupby("name", sort=False)["short"].first()})
+    total_all = float(df["d"].sum()) or 1.0
+    agg = agg.sort_values("tot", ascending=False, kind="stable").head(limit)
+    return [{"name": str(name), "short_name": str(s), "count": int(n), "total_ms": tot / 1e6,
              "mean_ms": avg / 1e6, "median_ms": med / 1e6, "min_ms": lo / 1e6, "max_ms": hi / 1e6,
              "share_pct": 100.0 * tot / total_all}
-            for c, n, tot, avg, med, lo, hi, s in zip(agg.index, agg["n"], agg["tot"], agg["avg"], agg["med"],
-                                                      agg["lo"], agg["hi"], agg["s"])]
+            for name, n, tot, avg, med, lo, hi, s in zip(agg.index, agg["n"], agg["tot"], agg["avg"], agg["med"],
+                                                         agg["lo"], agg["hi"], agg["s"])]
 
 
 def _gap_histograms(ctx: CaptureContext) -> list[dict[str, Any]]:

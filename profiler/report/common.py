@@ -315,11 +315,12 @@ def severity_counts(findings: Iterable[Any]) -> dict[str, int]:
     return counts
 
 
-def findings_block(findings: Iterable[Any], empty: str = "No findings: every rule passed.") -> dict[str, Any]:
+def findings_block(findings: Iterable[Any], empty: str = "No findings: every rule passed.",
+                   empty_level: str = "ok") -> dict[str, Any]:
     """The findings of a page, merged by rule and cause (one card for one problem in many variants)."""
     views = merged_finding_views(findings)
     if not views:
-        return note(empty, "ok")
+        return note(empty, empty_level)
     return {"type": "findings", "items": views}
 
 

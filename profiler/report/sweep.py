@@ -263,7 +263,9 @@ def build_sweep_page(summary: dict, *, layers: Sequence[dict] | None = None) -> 
     _banners_and_cards(page, summary, run, variants)
     blocks = section(page, "findings", "Findings", "Merged by rule and cause: one card per problem, listing the "
                                                    "variants it applies to.")
-    blocks.append(findings_block(summary.get("findings") or [], empty=_no_findings_text(variants)))
+    measured = bool(ok_variants(variants))
+    blocks.append(findings_block(summary.get("findings") or [], empty=_no_findings_text(variants),
+                                 empty_level="ok" if measured else "warn"))
     _variants_section(page, variants)
     _latency_section(page, variants, colors)
     _accuracy_section(page, variants, colors)
