@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from profiler.report import write_report
+from tests.conftest import SHARED
 from tests.test_report import (
-    EVIL, ROOT, _evil_everywhere, analysis_example, chart_ids,
+    EVIL, ROOT, _evil_everywhere, analysis_example, chart_ids, compare_example, sweep_example,
 )
 
 pytestmark = pytest.mark.browser
@@ -99,7 +100,8 @@ def test_report_loads_without_errors_every_chart_renders_and_markup_stays_text(b
                              ".map(t => t.textContent).join('\\n')")
     assert "void foo<int>" in svg_text  # plotly draws the name, it does not parse it as a tag
     if kind == "compare":
-        assert page.inner_text("#verdict").startswith("Regression: 1 of 3 variants slower")
+        assert page.inner_text("#verdict").startswith("REGRESSION")
+        assert "1 of 3 variants slower" in page.inner_text("#verdict")
     page.close()
 
 
@@ -123,3 +125,89 @@ def test_real_capture_report_renders(browser, tmp_path):
     analyze = pytest.importorskip("profiler.capture.analyze")
     out = write_report(analyze.analyze_path(cap).to_json(), tmp_path / "real.html")
     assert_renders(browser, out).close()
+
+
+# ----------------------------------------------------------------------------- layout at 1400 px
+
+def _analysis(path: Path) -> dict:
+    analyze = pytest.importorskip("profiler.capture.analyze")
+    from profiler.report.timeline import build_timeline
+
+    res = analyze.analyze_path(path)
+    data = res.to_json()
+    data["timeline"] = build_timeline(res.context.trace, data)
+    return data
+
+
+def _sweep(path: Path) -> dict:
+    import json
+
+    return json.loads(path.read_text())
+
+
+def _layers(path: Path) -> dict:
+    from profiler.cli.import_ import build_import
+
+    return build_import([str(path)])[0]
+
+
+REAL_INPUTS = [
+    ("analysis-host-stall", _analysis, ROOT / "sample_traces" / "host_stall.sqlite"),
+    ("analysis-graph", _analysis, ROOT / "sample_traces" / "graph.sqlite"),
+    ("analysis-no-nvtx", _analysis, ROOT / "sample_traces" / "no_nvtx.sqlite"),
+    ("analysis-tensorrt-htod", _analysis, SHARED / "fixtures" / "nsys-tensorrt" / "multistream_HtoD-bound.sqlite"),
+    ("analysis-tensorrt-dtoh", _analysis, SHARED / "fixtures" / "nsys-tensorrt" / "multistream_DtoH-bound.sqlite"),
+    ("sweep-h200", _sweep, ROOT / "sample_traces" / "harness_cls.summary.json"),
+    ("sweep-h200-streams", _sweep, ROOT / "sample_traces" / "harness_cls_streams.summary.json"),
+    ("layers-rtx3090", _layers, SHARED / "fixtures" / "trtexec" / "tensorflow" / "resnet" / "RTX-3090"),
+    ("layers-qat", _layers, SHARED / "fixtures" / "trtexec" / "tests" / "inputs"),
+]
+
+
+def _layout(page) -> dict:
+    return page.evaluate("""() => ({
+        scroll: document.documentElement.scrollWidth, client: document.documentElement.clientWidth,
+        first: document.querySelector('main').firstElementChild.id,
+        hidden: [...document.querySelectorAll('.tablewrap')].filter(w => w.scrollWidth > w.clientWidth + 1)
+                .map(w => (w.closest('section') || {}).id)})""")
+
+
+def _open_at_1400(browser, out: Path):
+    page, errors = load(browser, out)
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    page.wait_for_function("() => [...document.querySelectorAll('div.chart')]"
+                           ".every(d => d.querySelector('svg.main-svg'))", timeout=30_000)
+    return page, errors
+
+
+@pytest.mark.parametrize("name,build,path", REAL_INPUTS, ids=[r[0] for r in REAL_INPUTS])
+def test_real_reports_open_with_the_verdict_and_never_scroll_sideways_at_1400px(browser, name, build, path, tmp_path):
+    if not path.exists():
+        pytest.skip(f"{path} not found")
+    out = write_report(build(path), tmp_path / f"{name}.html")
+    page, errors = _open_at_1400(browser, out)
+    lay = _layout(page)
+    assert lay["first"] == "verdict", lay
+    assert lay["scroll"] <= lay["client"], lay
+    assert lay["hidden"] == [], f"tables hiding columns behind a scroll bar in {lay['hidden']}"
+    assert errors == []
+    status = page.inner_text("#verdict .vstatus")
+    assert status in ("PASS", "ISSUES FOUND", "GATE FAILED", "REGRESSION", "INCONCLUSIVE", "FAILED")
+    if name.startswith("analysis"):
+        lanes = page.evaluate("() => [...new Set([...document.querySelectorAll('#timeline div.chart')]"
+                              ".flatMap(d => d.data.flatMap(t => t.y)))]")
+        assert any(lane.startswith("thread ") for lane in lanes) and any(" · stream " in lane for lane in lanes)
+    page.close()
+
+
+def test_synthetic_reports_too(browser, tmp_path):
+    for name, data in (("sweep-20", sweep_example(n_variants=20, n_samples=2000)), ("compare", compare_example())):
+        out = write_report(data, tmp_path / f"{name}.html")
+        page, errors = _open_at_1400(browser, out)
+        lay = _layout(page)
+        assert lay["first"] == "verdict" and lay["scroll"] <= lay["client"] and lay["hidden"] == [], (name, lay)
+        assert errors == []
+        if name == "sweep-20":  # the per-layer chart: one bar per variant, each variant named on the axis
+            xs = page.evaluate("() => document.getElementById('fig-layers').data.map(t => t.x)")
+            assert all(x == xs[0] for x in xs) and len(xs[0]) == 20 and "?" not in xs[0]
+        page.close()

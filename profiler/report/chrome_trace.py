@@ -82,8 +82,8 @@ def chrome_trace(trace: Any, findings: Iterable[Any] = (), *, max_events: int = 
 def _cut_end(trace: Any, end_ns: int, max_events: int) -> int:
     """An end time before which about ``max_events`` events start (``end_ns`` when the capture is smaller),
     so a huge capture is never turned into rows beyond what is kept."""
-    starts = [getattr(trace, n)["start_ns"].to_numpy(dtype=np.int64)
-              for n in ("nvtx", "api", "osrt", "kernels", "memcpy", "memset", "graphs") if len(getattr(trace, n))]
+    starts = [getattr(trace, n)["start_ns"].to_numpy(dtype=np.int64)  # OS runtime calls are mostly left out
+              for n in ("nvtx", "api", "kernels", "memcpy", "memset", "graphs") if len(getattr(trace, n))]
     if not starts:
         return end_ns
     allstarts = np.concatenate(starts)

@@ -23,6 +23,7 @@ SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2, "info": 3}
 TOP_ITEMS = 5
 #: evidence keys that say how much time a finding costs, most specific first, with how to say it
 COST_MS_KEYS = {"impact_ms": "{}", "ms_per_inference": "{} per inference", "cost_ms": "{}",
+                "graph_saving_ms_per_instance": "{} per instance to save",
                 "estimated_saving_ms": "{} to save", "saving_ms": "{} to save",
                 "outlier_excess_ms": "{} lost to outliers in total", "idle_ms": "{} GPU idle in total",
                 "sync_ms": "{} in synchronisation", "gpu_ms": "{} of GPU time", "excess_ms": "{} in excess",
