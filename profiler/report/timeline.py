@@ -24,7 +24,7 @@ MAX_GAPS = 300  # per window, the longest
 PAD_FRACTION = 0.05  # of the window's length, on each side
 CATEGORY_COLORS = {
     "NVTX range": "#7b5ea7", "launch": "#2f74c0", "graph launch": "#17a2b8", "sync": "#c0392b",
-    "memcpy call": "#d9822b", "other CUDA API": "#8a939c", "OS runtime": "#b8a200", "kernel": "#2e9e5b",
+    "memcpy call": "#f2b36b", "other CUDA API": "#8a939c", "OS runtime": "#b8a200", "kernel": "#2e9e5b",
     "memcpy": "#d9822b", "memset": "#8c6d31", "graph": "#17a2b8", "GPU idle": "rgba(192,57,43,0.35)",
 }
 API_CATEGORY_NAMES = {"launch": "launch", "graph_launch": "graph launch", "sync": "sync", "memcpy": "memcpy call",
