@@ -45,7 +45,9 @@ def test_summary_json_and_exit_code(stored):
     assert "host_stall.query" in out and "100" in out
     first = out.splitlines()[0]
     assert first.startswith("ISSUES FOUND: 2 problems found")  # the verdict comes first
-    assert "1. HIGH jitter [host_stall.query]" in out and "2. MEDIUM gpu_idle" in out
+    # ranked by what they cost per inference: the idle GPU (0.54 ms per inference) before the outliers
+    assert "1. HIGH gpu_idle: " in out and "2. HIGH jitter [host_stall.query]: " in out
+    assert "the costliest: gpu_idle, 0.5398 ms per inference, 28% of the steady state" in first
     assert "gpu_idle" in out and "clock_nanosleep" in out
     assert "stored run" in out
     data = _strict(js.read_text())
