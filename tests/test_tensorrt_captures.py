@@ -151,9 +151,13 @@ def test_advice_is_tensorrt_aware(analysed, which):
 def test_terminal_summary_starts_with_the_inference(analysed):
     from profiler.cli.analyze import summary_lines
 
+    from profiler.report.verdict import analysis_verdict, terminal_lines
+
     lines = summary_lines(analysed["htod"])
     first = next(i for i, line in enumerate(lines) if line.startswith("inference:"))
-    assert first <= 2
+    verdict = terminal_lines(analysis_verdict(analysed["htod"]))  # the verdict comes first (issue 14) ...
+    assert lines[:len(verdict)] == verdict
+    assert first <= len(verdict) + 2  # ... then the inference it is about
     assert "ExecutionContext::enqueue" in lines[first] and "121" in lines[first]
     assert any(line.lstrip().startswith("layer") for line in lines[first:first + 6])
 

@@ -23,7 +23,7 @@ def _fmt(v: Any, spec: str = ".3f") -> str:
 
 def summary_lines(data: dict[str, Any], max_ranges: int = MAX_RANGES_SHOWN) -> list[str]:
     """The terminal summary: the verdict with the top findings first (merged by rule and cause, ranked by
-    impact), then the capture line, the inference, top layers, phases and streams, what was missing and
+    impact), then the inference, top layers, phases and streams, the capture line, what was missing and
     the ranges (children under their parent)."""
     from profiler.report.verdict import TOP_ITEMS, analysis_verdict, merge_findings, terminal_lines
 
@@ -31,13 +31,14 @@ def summary_lines(data: dict[str, Any], max_ranges: int = MAX_RANGES_SHOWN) -> l
     more = len(merge_findings(data["findings"])) - TOP_ITEMS
     if more > 0:
         lines.append(f"  ... {more} more finding(s) in --json and the report")
+    lines.append("")
+    lines += inference_lines(data)  # what the verdict is about: the inference, its layers, phases, streams
     cap = data["capture"]
     gpus = ", ".join(sorted({str(g.get("name")) for g in cap.get("gpus") or [] if isinstance(g, dict)})) or "unknown"
     counts = cap.get("counts") or {}
-    lines += ["", f"capture: {cap.get('source_path')}  (nsys {cap.get('nsys_version') or '?'}, GPUs: {gpus}, "
-              f"{counts.get('kernels', 0)} kernels, {counts.get('graphs', 0)} graph launches, "
-              f"{counts.get('memcpy', 0)} copies)"]
-    lines += inference_lines(data)
+    lines.append(f"capture: {cap.get('source_path')}  (nsys {cap.get('nsys_version') or '?'}, GPUs: {gpus}, "
+                 f"{counts.get('kernels', 0)} kernels, {counts.get('graphs', 0)} graph launches, "
+                 f"{counts.get('memcpy', 0)} copies)")
     for m in cap.get("missing") or []:
         lines.append(f"missing: {m}")
     for w in cap.get("warnings") or []:

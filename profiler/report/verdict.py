@@ -247,7 +247,7 @@ def analysis_verdict(result: dict[str, Any]) -> dict[str, Any]:
         if costly:
             head += f"; the costliest: {costly[0]['rule']}, {costly[0]['impact']['text']}"
     ranges = [r for r in result.get("ranges") or [] if isinstance(r, dict)]
-    if ranges:
+    if ranges and not isinstance(result.get("inference"), dict):  # the inference, where known, says it better
         r = ranges[0]
         w = r.get("wall_ms") if isinstance(r.get("wall_ms"), dict) else {}
         name = r.get("name") if r.get("name") is not None else "(whole capture)"
