@@ -145,6 +145,34 @@ def test_one_instance_and_negligible_findings_are_dropped_and_severity_follows_i
     assert calibrate(ctx1, [mk("jitter", {"excess_ms_total": 0.1 * ctx1.steady_ns / 1e6}, "once")]) == []
 
 
+def test_a_capture_too_short_to_judge_gets_low_findings_only():
+    from profiler.findings import Finding
+    from profiler.rules.impact import MIN_JUDGED_MS, calibrate
+
+    short = Trace(kernels=kernels((10 * T, 11 * T, 5, 9 * T)), nvtx=ranges(("once", 0, 20 * T, 5)))
+    ctx = analyze(short).context
+    assert ctx.steady_ns / 1e6 < MIN_JUDGED_MS
+    (f,) = calibrate(ctx, [Finding(rule="gpu_idle", severity="high", title="t",
+                                   evidence={"idle_ms": 0.8 * ctx.steady_ns / 1e6})])
+    assert f.severity == "low" and f.impact["share"] == pytest.approx(0.8)
+
+
+def test_a_finding_inside_a_range_with_the_same_finding_is_reported_once():
+    from profiler.findings import Finding
+    from profiler.rules.impact import calibrate
+
+    ctx = analyze(trt_app()).context
+    steady_ms = ctx.steady_ns / 1e6
+    mk = lambda rng, share: Finding(rule="transfer_bound", severity="high", title="t", range=rng,  # noqa: E731
+                                    evidence={"exposed_copy_ms_total": share * steady_ms})
+    out = calibrate(ctx, [mk("TensorRT:layer0", 0.4), mk("TensorRT:ExecutionContext::enqueue", 0.3),
+                          Finding(rule="jitter", severity="high", title="t", range="TensorRT:layer1",
+                                  evidence={"excess_ms_total": 0.2 * steady_ms})])
+    assert [(f.rule, f.range) for f in out] == [("transfer_bound", "TensorRT:ExecutionContext::enqueue"),
+                                                 ("jitter", "TensorRT:layer1")]  # another rule stays
+    assert out[0].evidence["also_inside"] == ["TensorRT:layer0"]
+
+
 def test_sync_on_a_busy_gpu_is_not_a_finding():
     """Two stream syncs per step: while the GPU runs the step's kernel the waits cost nothing."""
     krows, arows, nv = [], [], []

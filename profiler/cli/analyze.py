@@ -34,7 +34,8 @@ def summary_lines(data: dict[str, Any], max_ranges: int = MAX_RANGES_SHOWN) -> l
     lines.append("")
     lines += inference_lines(data)  # what the verdict is about: the inference, its layers, phases, streams
     cap = data["capture"]
-    gpus = ", ".join(sorted({str(g.get("name")) for g in cap.get("gpus") or [] if isinstance(g, dict)})) or "unknown"
+    gpus = ", ".join(sorted({str(g.get("name")) for g in cap.get("gpus") or []
+                             if isinstance(g, dict) and g.get("name")})) or "unknown"
     counts = cap.get("counts") or {}
     lines.append(f"capture: {cap.get('source_path')}  (nsys {cap.get('nsys_version') or '?'}, GPUs: {gpus}, "
                  f"{counts.get('kernels', 0)} kernels, {counts.get('graphs', 0)} graph launches, "
@@ -99,9 +100,12 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
         su, sd = ph["setup"], ph["steady"]
         w = su.get("what") or {}
         up = w.get("uploads") or {}
-        lines.append(f"setup: {_fmt(su.get('duration_ms'), '.1f')} ms (time to first inference "
-                     f"{_fmt(ph.get('time_to_first_inference_ms'), '.1f')} ms; {w.get('warmup_inferences', 0)} "
-                     f"warm-up inferences, {up.get('count', 0)} uploads of {up.get('bytes', 0) / 2**20:.1f} MiB, "
+        ttfi = ph.get("time_to_first_inference_ms")
+        ttfi_text = f"time to first inference {_fmt(ttfi, '.1f')} ms" if ttfi is not None else "no inference unit"
+        n_up, n_warm = up.get("count", 0), w.get("warmup_inferences", 0)
+        lines.append(f"setup: {_fmt(su.get('duration_ms'), '.1f')} ms ({ttfi_text}; {n_warm} warm-up "
+                     f"inference{'' if n_warm == 1 else 's'}, {n_up} upload{'' if n_up == 1 else 's'} of "
+                     f"{_mib(up.get('bytes', 0))}, "
                      f"GPU work outside inferences {_fmt(w.get('gpu_work_outside_inferences_ms'), '.1f')} ms); "
                      f"steady state {_fmt(sd.get('duration_ms'), '.1f')} ms, GPU busy "
                      f"{_fmt((sd.get('gpu_busy_fraction') or 0) * 100, '.1f')}% "
@@ -277,6 +281,12 @@ def _write_trace(trace: Any, findings: list, data: dict[str, Any], path: str) ->
            if info["truncated_at_us"] is not None else "")
     click.echo(f"trace: {path} ({info['events_kept']:,} events{cut}; open in ui.perfetto.dev or chrome://tracing)",
                err=True)
+
+
+def _mib(n_bytes: float) -> str:
+    """Bytes in MiB, or in KiB/B where MiB would print 0.0."""
+    n = float(n_bytes or 0)
+    return f"{n / 2**20:.1f} MiB" if n >= 0.05 * 2**20 else f"{n / 1024:.1f} KiB" if n >= 1024 else f"{n:.0f} B"
 
 
 def _same_file(url: str, path: str) -> bool:

@@ -239,7 +239,9 @@ def analysis_verdict(result: dict[str, Any]) -> dict[str, Any]:
         status, cls = "INCONCLUSIVE", "warn"
         head = "Nothing to judge: the capture holds no GPU activity"
     elif status == "PASS":
-        head = "No problem found: every capture rule passed"
+        minor = [g for g in groups if g["severity"] == "low"]
+        head = (f"No problem worth acting on ({_plural(len(minor), 'minor finding')} below)" if minor
+                else "No problem found: every capture rule passed")
     else:
         serious = [g for g in groups if g["severity"] in ("high", "medium")]
         head = f"{_plural(len(serious), 'problem')} found"

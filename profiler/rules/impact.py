@@ -23,6 +23,10 @@ IMPACT_MIN_SHARE = 0.01
 """... and below this share it is negligible and not reported."""
 ONE_INSTANCE_MIN_SHARE = 0.25
 """A finding on a series with one instance needs at least this impact (one event is no pattern)."""
+MIN_JUDGED_MS = 1.0
+"""Over a judged period (steady state) shorter than this every finding is low severity at most, whatever
+its share: a capture a fraction of a millisecond long (a smoke test, one tiny graph launch) is too
+short to say what a service spends its time on."""
 
 
 def _cost_ms(f: Finding) -> float | None:
@@ -66,8 +70,46 @@ def calibrate(ctx: Any, findings: list[Finding]) -> list[Finding]:
                 continue
             if f.range is not None and counts.get(f.range, 2) < 2 and share < ONE_INSTANCE_MIN_SHARE:
                 continue
-            f.severity = _severity(share)
+            f.severity = _severity(share) if steady_ms >= MIN_JUDGED_MS else "low"
         out.append(f)
+    out = _without_nested_repeats(ctx, out)
     rank = {"high": 0, "medium": 1, "low": 2, "info": 3}
     return sorted(out, key=lambda f: (-(f.impact["share"] if f.impact["share"] is not None else -1.0),
                                       rank[f.severity], f.rule, f.range or ""))
+
+
+def _without_nested_repeats(ctx: Any, findings: list[Finding]) -> list[Finding]:
+    """A finding on a range that runs mostly inside the instances of another range with a finding of the
+    same rule is the same problem seen from inside (an HtoD copy in ``aten::to`` in the request that made
+    it): the enclosing one is kept and names the inner ranges in its evidence, so one cost is not
+    reported twice. "Mostly inside": at least half of the inner range's time overlaps the outer's."""
+    from profiler.capture.intervals import overlap_length, union_length
+
+    table = ctx.table
+    if table.window:
+        return findings
+    ids = {ctx.label(i): i for i in range(len(ctx.ranges))}
+    spans: dict[str, tuple[np.ndarray, np.ndarray, int]] = {}
+    for f in findings:
+        if f.range in ids and f.range not in spans:
+            inst = table.instances_of(ids[f.range])
+            s, e = inst["start_ns"].to_numpy(np.int64), inst["end_ns"].to_numpy(np.int64)
+            spans[f.range] = (s, e, union_length(s, e))
+    inner: dict[int, list[str]] = {}
+    dropped: set[int] = set()
+    for a, f in enumerate(findings):
+        for b, g in enumerate(findings):
+            if a == b or b in dropped or f.rule != g.rule or f.range not in spans or g.range not in spans:
+                continue
+            fs, fe, f_len = spans[f.range]
+            gs, ge, g_len = spans[g.range]
+            if f_len == 0 or g_len < f_len or (g_len == f_len and b > a):
+                continue
+            if overlap_length(fs, fe, gs, ge) >= 0.5 * f_len:
+                dropped.add(a)
+                inner.setdefault(b, []).append(f.range)
+                break
+    for b, names in inner.items():
+        if b not in dropped:
+            findings[b].evidence["also_inside"] = names
+    return [f for i, f in enumerate(findings) if i not in dropped]
