@@ -1,8 +1,8 @@
 """Errors that reach the user as one sentence and an exit code.
 
 Exit codes are part of the public interface: 0 success, 1 a gate failed (regression, threshold),
-2 usage error, 3 unreadable or invalid input. Anything else that escapes is a bug and prints a
-traceback only with ``--debug``.
+2 usage error, 3 unreadable or invalid input, 4 an internal error (a bug in trtprof, never the input's
+fault: it asks for a report and prints the traceback only with ``--debug``).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ EXIT_OK = 0
 EXIT_GATE = 1
 EXIT_USAGE = 2
 EXIT_INPUT = 3
+EXIT_BUG = 4
 
 
 class TrtprofError(Exception):

@@ -23,6 +23,9 @@ import pandas as pd
 from profiler.capture.trace import (
     FRAMES, SCHEMAS, Trace, decode_global_tid, empty_frame, enum_dtype,
 )
+from profiler.capture.validate import (
+    TimeBounds, clean_frame, decode, decode_all, describe, device_ids, drop_mask, int_sql, require_columns,
+)
 from profiler.errors import InputError
 
 # A sentinel for NULL integers that no real timestamp or id takes.
@@ -30,6 +33,9 @@ NULL_INT = -(2**63)
 _PID_MASK = -16777216  # 0xFFFFFFFFFF000000 as a signed int64: the process part of a globalTid
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
+# required integer columns, read so that a text, BLOB or real value arrives as NULL (then dropped)
+_START, _END = f"{int_sql('start')} AS start", f"{int_sql('end')} AS end"
+_DEVICE, _STREAM = f"{int_sql('deviceId')} AS deviceId", f"{int_sql('streamId')} AS streamId"
 BATCH_ROWS = 65536
 PARTITION_MIN_ROWS = 250_000  # tables this large are read by several threads
 _NSYS_MARKERS = ("StringIds", "META_DATA_EXPORT", "EXPORT_META_DATA", "CUPTI_ACTIVITY_KIND_RUNTIME",
@@ -153,6 +159,8 @@ class Export:
         except sqlite3.DatabaseError as exc:
             raise InputError(f"{path} is not a readable SQLite database ({exc})") from exc
         self.tables = {r[0] for r in rows}
+        self.bad_text = [0]  # strings that were not valid UTF-8 (decoded with replacement)
+        self.con.text_factory = lambda raw: decode(raw, self.bad_text)
         self._columns: dict[str, list[str]] = {}
         self._counts: dict[tuple[str, str], int] = {}
         self._adbc = None
@@ -355,7 +363,7 @@ class Export:
         for name, parts in chunks.items():
             if parts:
                 unified = pa.chunked_array(parts).unify_dictionaries()
-                values = np.asarray(unified.chunk(0).dictionary.to_pylist(), dtype=object)
+                values = decode_all(unified.chunk(0).dictionary.to_pylist(), self.bad_text)
                 codes = np.concatenate([c.indices.to_numpy(zero_copy_only=False).astype(np.int64)
                                         for c in unified.chunks])
             else:
@@ -423,9 +431,11 @@ class Strings:
 
     def __init__(self, export: Export):
         if export.has("StringIds"):
-            tbl = export.arrow('SELECT id, value FROM StringIds')
-            self.ids = tbl.column("id").to_numpy().astype(np.int64)
-            self.values = np.asarray(tbl.column("value").to_pylist(), dtype=object)
+            require_columns(export.path, "StringIds", export.columns("StringIds"))
+            tbl = export.arrow("SELECT id, CAST(value AS BLOB) AS value FROM StringIds "
+                               "WHERE typeof(id) = 'integer'")
+            self.ids = tbl.column("id").to_numpy(zero_copy_only=False).astype(np.int64)
+            self.values = decode_all(tbl.column("value").to_pylist(), export.bad_text)
         else:
             self.ids = np.empty(0, np.int64)
             self.values = np.empty(0, dtype=object)
@@ -578,8 +588,23 @@ class _Loader:
         self.api_index: ApiIndex | None = None
         self.api_names: pd.Categorical | None = None
         self.correlation: dict[str, float] = {}
+        self.bounds = TimeBounds.from_duration(self._duration())
+
+    def _duration(self) -> Any:
+        """The session's duration (ns) from ANALYSIS_DETAILS, None without one; an absurd one is noted."""
+        if not (self.x.has("ANALYSIS_DETAILS") and "duration" in self.x.columns("ANALYSIS_DETAILS")):
+            return None
+        d = self.x.scalar(f"SELECT max({int_sql('duration')}) FROM ANALYSIS_DETAILS")
+        if d is not None and TimeBounds.from_duration(d).duration_ns is None:
+            self.warnings.append(f"The export's session duration ({d} ns) is not plausible; it was ignored.")
+            return None
+        return d
 
     # -- helpers
+    def need(self, table: str) -> None:
+        """InputError naming a column the table must have (a renamed or dropped column)."""
+        require_columns(self.x.path, table, self.x.columns(table))
+
     def want(self, frame: str, column: str) -> bool:
         """Whether ``column`` of ``frame`` is read (else it becomes a placeholder)."""
         keep = self.columns.get(frame)
@@ -593,7 +618,7 @@ class _Loader:
     def col(self, table: str, name: str, default: str = "-1", *, null: str | None = None) -> str:
         """SQL for an optional column: coalesced to ``null`` (default: ``default``) or the default."""
         if name in self.x.columns(table):
-            return f"coalesce({name}, {null if null is not None else default})"
+            return f"coalesce({int_sql(name)}, {null if null is not None else default})"
         self.absent_columns.setdefault(table, []).append(name)
         return default
 
@@ -609,15 +634,21 @@ class _Loader:
             self.api_raw = {k: np.empty(0, np.int64) for k in
                             ("start", "end", "cls", "gtid", "corr", "name")}
         else:
+            self.need(T_API)
             cls = self.col(T_API, 'eventClass') if self.want("api", "api") else "0"
             tbl = self.x.fetch(
-                f"SELECT start, end, {cls} AS cls, "
+                f"SELECT {_START}, {_END}, {cls} AS cls, "
                 f"{self.col(T_API, 'globalTid')} AS gtid, {self.col(T_API, 'correlationId')} AS corr, "
                 f"{self.col(T_API, 'nameId')} AS name", T_API, small=("cls",),
                 where=(f"eventClass IN ({_EVENT_CLASS_RUNTIME}, {_EVENT_CLASS_DRIVER})"
                        if "eventClass" in self.x.columns(T_API) else None))
             self.api_raw = {k: _np(tbl, k) for k in ("start", "end", "cls", "gtid", "corr", "name")}
             del tbl
+            keep, counts = drop_mask(self.bounds, self.api_raw["start"], self.api_raw["end"])
+            note = describe("CUDA API calls", counts, len(keep))
+            if note:
+                self.warnings.append(note)
+                self.api_raw = {k: v[keep] for k, v in self.api_raw.items()}
         r = self.api_raw
         self.api_index = ApiIndex(r["gtid"], r["corr"])
         self.api_names = self.strings.categorical(r["name"], normalise_api_name)
@@ -689,17 +720,18 @@ class _Loader:
             ("name", self.first_col(t, ('demangledName', 'shortName', 'mangledName')), "name"),
             ("short_name", self.first_col(t, ('shortName', 'demangledName', 'mangledName')), "short"))
             if w("kernels", col)]
+        self.need(t)
         tbl = self.x.fetch(
-            "SELECT start, end, deviceId, "
+            f"SELECT {_START}, {_END}, {_DEVICE}, "
             f"{c(t, 'correlationId')} AS corr, {c(t, 'globalPid')} AS gpid"
             + "".join(f", {sql} AS {alias}" for _, sql, alias in names)
             + "".join(f", {sql} AS {alias}" for _, sql, alias, _ in opt), t,
-            small=("deviceId",) + tuple(alias for _, _, alias, small in opt if small))
+            small=tuple(alias for _, _, alias, small in opt if small))
         gpid, corr = _np(tbl, "gpid"), _np(tbl, "corr")
         n = len(gpid)
         data: dict[str, Any] = {
             "start_ns": _np(tbl, "start"), "end_ns": _np(tbl, "end"),
-            "device_id": _np(tbl, "deviceId", np.int32), "correlation_id": corr,
+            "device_id": device_ids(_np(tbl, "deviceId")), "correlation_id": corr,
             "pid": decode_global_tid(gpid)[0],
         }
         for col, _, alias in names:
@@ -717,14 +749,15 @@ class _Loader:
         if not self.x.nonempty(table):
             return None
         c = self.col
+        self.need(table)
         tbl = self.x.fetch(
-            f"SELECT start, end, deviceId, streamId, {c(table, 'correlationId')} AS corr, "
-            f"{c(table, 'globalPid')} AS gpid, bytes" + "".join(f", {c(table, col)} AS {a}" for col, a in extra),
+            f"SELECT {_START}, {_END}, {_DEVICE}, {_STREAM}, {c(table, 'correlationId')} AS corr, "
+            f"{c(table, 'globalPid')} AS gpid, {int_sql('bytes')} AS bytes" + "".join(f", {c(table, col)} AS {a}" for col, a in extra),
             table)
         gpid, corr = _np(tbl, "gpid"), _np(tbl, "corr")
         return tbl, {
             "start_ns": _np(tbl, "start"), "end_ns": _np(tbl, "end"),
-            "device_id": _np(tbl, "deviceId", np.int32), "stream_id": _np(tbl, "streamId"),
+            "device_id": device_ids(_np(tbl, "deviceId")), "stream_id": _np(tbl, "streamId"),
             "correlation_id": corr, "pid": decode_global_tid(gpid)[0], "bytes": _np(tbl, "bytes"),
             **self.link(frame, gpid, corr, with_name=frame == "memcpy"),
         }
@@ -750,14 +783,15 @@ class _Loader:
         if not self.x.nonempty(t):
             return empty_frame("graphs")
         c = self.col
+        self.need(t)
         tbl = self.x.fetch(
-            f"SELECT start, end, deviceId, streamId, {c(t, 'correlationId')} AS corr, "
+            f"SELECT {_START}, {_END}, {_DEVICE}, {_STREAM}, {c(t, 'correlationId')} AS corr, "
             f"{c(t, 'globalPid')} AS gpid, {c(t, 'graphId', str(NULL_INT))} AS gid, "
             f"{c(t, 'graphExecId', str(NULL_INT))} AS gexec", t)
         gpid, corr = _np(tbl, "gpid"), _np(tbl, "corr")
         return pd.DataFrame(copy=False, data={
             "start_ns": _np(tbl, "start"), "end_ns": _np(tbl, "end"),
-            "device_id": _np(tbl, "deviceId", np.int32), "stream_id": _np(tbl, "streamId"),
+            "device_id": device_ids(_np(tbl, "deviceId")), "stream_id": _np(tbl, "streamId"),
             "correlation_id": corr, "pid": decode_global_tid(gpid)[0],
             "graph_id": _nullable(_np(tbl, "gid")), "graph_exec_id": _nullable(_np(tbl, "gexec")),
             **self.link("graphs", gpid, corr),
@@ -768,8 +802,9 @@ class _Loader:
         if not self.x.nonempty(t):
             return empty_frame("sync")
         c = self.col
+        self.need(t)
         tbl = self.x.fetch(
-            f"SELECT start, end, {c(t, 'deviceId')} AS dev, {c(t, 'streamId')} AS stream, "
+            f"SELECT {_START}, {_END}, {c(t, 'deviceId')} AS dev, {c(t, 'streamId')} AS stream, "
             f"{c(t, 'correlationId')} AS corr, {c(t, 'globalPid')} AS gpid, "
             f"{self.first_col(t, ('syncType', 'deprecatedSyncType'), '0')} AS st", t)
         gpid, corr = _np(tbl, "gpid"), _np(tbl, "corr")
@@ -794,9 +829,10 @@ class _Loader:
         if not self.x.nonempty(t):
             return empty_frame("nvtx")
         c = self.col
-        text = "coalesce(text, '')" if "text" in self.x.columns(t) else "''"
+        self.need(t)
+        text = "coalesce(CAST(text AS BLOB), x'')" if "text" in self.x.columns(t) else "x''"
         tbl = self.x.fetch(
-            f"SELECT start, coalesce(end, {NULL_INT}) AS end_, eventType AS et, {text} AS text, "
+            f"SELECT {_START}, coalesce({int_sql('end')}, {NULL_INT}) AS end_, eventType AS et, {text} AS text, "
             f"{c(t, 'textId')} AS tid_, {c(t, 'domainId', '0')} AS dom, {c(t, 'globalTid')} AS gtid, "
             f"{c(t, 'endGlobalTid')} AS egtid", t,
             where=f"eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END}, {NVTX_MARK})", text=("text",))
@@ -865,7 +901,8 @@ class _Loader:
         t = T_OSRT
         if not self.x.nonempty(t):
             return empty_frame("osrt")
-        tbl = self.x.fetch(f"SELECT start, end, {self.col(t, 'nameId')} AS name, "
+        self.need(t)
+        tbl = self.x.fetch(f"SELECT {_START}, {_END}, {self.col(t, 'nameId')} AS name, "
                            f"{self.col(t, 'globalTid')} AS gtid", t)
         gtid = _np(tbl, "gtid")
         pid, tid = decode_global_tid(gtid)
@@ -882,8 +919,8 @@ class _Loader:
             if self.x.has(table) and {"name", "value"} <= set(self.x.columns(table)):
                 kv = dict(self.x.rows(f"SELECT name, value FROM {table} WHERE name IN "
                                       f"('EXPORT_PRODUCT_VERSION', 'EXPORT_SCHEMA_VERSION')"))
-                out["nsys_version"] = kv.get("EXPORT_PRODUCT_VERSION")
-                out["schema_version"] = kv.get("EXPORT_SCHEMA_VERSION")
+                out["nsys_version"] = _text_or_none(kv.get("EXPORT_PRODUCT_VERSION"), self.x.bad_text)
+                out["schema_version"] = _text_or_none(kv.get("EXPORT_SCHEMA_VERSION"), self.x.bad_text)
                 break
         if out["nsys_version"] is None:
             self.missing.append("The export has no version table (META_DATA_EXPORT / EXPORT_META_DATA): "
@@ -901,7 +938,7 @@ class _Loader:
             cols = [c for c in wanted if c in self.x.columns("TARGET_INFO_GPU")]
             order = " ORDER BY id" if "id" in cols else ""
             for row in self.x.rows(f"SELECT {', '.join(cols)} FROM TARGET_INFO_GPU{order}") if cols else []:
-                gpus.append({wanted[c]: v for c, v in zip(cols, row)})
+                gpus.append({wanted[c]: decode(v, self.x.bad_text) for c, v in zip(cols, row)})
         elif self.x.has("TARGET_INFO_CUDA_DEVICE"):
             cols = self.x.columns("TARGET_INFO_CUDA_DEVICE")
             if not {"gpuId", "cudaId"} <= set(cols):
@@ -925,21 +962,25 @@ class _Loader:
 
     def capture_window(self, trace_span: tuple[int | None, int | None]) -> tuple[int | None, int | None]:
         lo, hi = trace_span
-        if self.x.has("ANALYSIS_DETAILS") and "duration" in self.x.columns("ANALYSIS_DETAILS"):
-            duration = self.x.scalar("SELECT max(duration) FROM ANALYSIS_DETAILS")
-            if duration is not None:
-                # event times count from the session start, so the capture spans [0, duration]
-                lo = 0 if lo is None else min(0, lo)
-                hi = int(duration) if hi is None else max(int(duration), hi)
+        duration = self.bounds.duration_ns  # None when absent or implausible
+        if duration is not None:
+            # event times count from the session start, so the capture spans [0, duration]
+            lo = 0 if lo is None else min(0, lo)
+            hi = int(duration) if hi is None else max(int(duration), hi)
         return lo, hi
 
     def processes(self, pids: set[int]) -> list[dict[str, Any]]:
         names: dict[int, str] = {}
         if self.x.has("PROCESSES") and {"pid", "name"} <= set(self.x.columns("PROCESSES")):
             for pid, name in self.x.rows("SELECT pid, name FROM PROCESSES"):
-                if pid is not None and name:
-                    names[int(pid)] = name
+                if isinstance(pid, int) and name:
+                    names[pid] = str(decode(name, self.x.bad_text))
         return [{"pid": p, "name": names.get(p)} for p in sorted(pids)]
+
+
+def _text_or_none(value: Any, counter: list[int]) -> str | None:
+    """A metadata value as text (bytes decoded with replacement), None when absent."""
+    return None if value is None else str(decode(value, counter))
 
 
 def _graph_nodes(export: Export, ld: _Loader, kernels: pd.DataFrame) -> bool:
@@ -1007,8 +1048,11 @@ def _load(export: Export, wanted: set[str], source: Path, columns: dict[str, set
         if name in wanted and name != "api":
             frames[name] = getattr(ld, _LOADERS[name])()
             release_memory()
+    for name in list(frames):  # rows with missing, reversed or impossible times or devices go, with a note
+        frames[name] = clean_frame(name, frames[name], ld.bounds, ld.warnings,
+                                   check_thread=name != "nvtx" or "globalTid" in export.columns(T_NVTX))
     if "api" in wanted:
-        frames["api"] = ld.api_frame()  # last: it takes over the raw arrays the joins used
+        frames["api"] = ld.api_frame()  # last: it takes over the raw arrays the joins used (cleaned there)
     ld.api_raw = ld.api_index = None
     release_memory()
 
@@ -1030,6 +1074,9 @@ def _load(export: Export, wanted: set[str], source: Path, columns: dict[str, set
         if graph_launches and not len(frames["graphs"]) and not _graph_nodes(export, ld, frames["kernels"]):
             ld.missing.append(f"The capture made {graph_launches} CUDA graph launch(es) but holds no graph "
                               f"activity (graph trace off): GPU work of the graphs is missing.")
+    if export.bad_text[0]:
+        ld.warnings.append(f"{export.bad_text[0]} name(s) in the export were not valid UTF-8; they are shown "
+                           f"with \ufffd where bytes could not be decoded.")
     if ld.strings.unresolved:
         ld.warnings.append(f"{ld.strings.unresolved} name id(s) were not found in StringIds.")
 

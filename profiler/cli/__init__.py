@@ -12,7 +12,8 @@ import sys
 
 import click
 
-from profiler.errors import EXIT_INPUT, EXIT_USAGE, TrtprofError
+from profiler.cli.terminal import guarded
+from profiler.errors import EXIT_BUG, EXIT_USAGE, TrtprofError
 
 # name -> (module, one-line help shown by --help without importing the module)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -69,6 +70,11 @@ def cli(ctx: click.Context, db_url: str | None, debug: bool) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: maps errors to one sentence on stderr and the documented exit codes."""
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    with guarded():  # data-derived text never drives the terminal (escape sequences shown escaped)
+        _main(argv, debug)
+
+
+def _main(argv: list[str] | None, debug: bool) -> None:
     try:
         args = list(argv) if argv is not None else sys.argv[1:]
         code = cli.main(args=args, prog_name="trtprof", standalone_mode=False, obj={"argv": args})
@@ -91,12 +97,13 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except KeyboardInterrupt as exc:
         _exit_interrupted(exc, hard=argv is None)
-    except Exception as exc:  # a bug: one sentence unless --debug
+    except Exception as exc:  # a bug, not bad input: its own exit code, one sentence unless --debug
         if debug:
             raise
-        click.echo(f"trtprof: internal error: {type(exc).__name__}: {exc} (rerun with --debug for a traceback)",
-                   err=True)
-        sys.exit(EXIT_INPUT)
+        first = (str(exc).splitlines() or [""])[0][:300]
+        click.echo(f"trtprof: internal error (a bug in trtprof, exit {EXIT_BUG}): {type(exc).__name__}: {first}; "
+                   "please report it with the output of the same command run as 'trtprof --debug ...'", err=True)
+        sys.exit(EXIT_BUG)
     sys.exit(code if isinstance(code, int) else 0)
 
 

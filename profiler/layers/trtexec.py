@@ -37,6 +37,8 @@ SUFFIXES: list[tuple[str, str]] = [
     (".times.json", "times"), (".metadata.json", "device"), (".build.log", "log"), (".profile.log", "log"),
     (".log", "log"), (".txt", "log"),
 ]
+MAX_MS = 1e9  # 11.6 days: no trtexec duration or timestamp is longer; beyond it a value is damage
+MAX_COUNT = 1e12
 _PROFILE_SUFFIX = re.compile(r"^(?P<base>.*?)\s*\[profile (?P<profile>\d+)\]$")
 
 
@@ -50,11 +52,30 @@ def read_json(path: str | Path) -> Any:
         raise InputError(f"cannot read {p}: {exc.strerror or exc}") from exc
     try:
         return json.loads(text)
+    except RecursionError:
+        raise InputError(f"{p} nests JSON arrays or objects too deeply to be a trtexec export") from None
     except json.JSONDecodeError as exc:
         tail = text.rstrip()[-1:]
         what = "truncated" if exc.pos >= len(text.rstrip()) or tail not in ("]", "}") else "invalid"
         raise InputError(f"{p} is not valid JSON ({what} at line {exc.lineno}, column {exc.colno}, "
                          f"character {exc.pos} of {len(text)}: {exc.msg})") from exc
+
+
+def number(value: Any, what: str, *, lo: float = 0.0, hi: float = MAX_MS, optional: bool = False
+           ) -> float | None:
+    """A finite number in [lo, hi] (None allowed when ``optional``), else InputError naming ``what``:
+    the boundary check that keeps NaN, strings, negative times and 1e308 out of every statistic."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or not lo <= value <= hi:
+        raise InputError(f"{what} is {_shown(value)}, not a number from {lo:g} to {hi:g}: the export is damaged")
+    return float(value)
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, allow_nan=True) if not isinstance(value, (dict, list)) else type(value).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _strip_profile(name: str) -> tuple[str, int]:
@@ -68,21 +89,33 @@ def parse_profile(path: str | Path) -> tuple[pd.DataFrame, int, list[str]]:
     if not isinstance(data, list):
         raise InputError(f"{path} is not a trtexec --exportProfile file (expected a JSON list)")
     count, rows, messages = None, [], []
-    for rec in data:
+    skipped = 0
+    for i, rec in enumerate(data):
         if not isinstance(rec, dict):
+            skipped += 1
             continue
+        where = f"{path}: record {i}"
         if "count" in rec and "name" not in rec:
-            count = int(rec["count"]) if count is None else count
+            n = number(rec["count"], f"{where} 'count'", lo=1, hi=MAX_COUNT)
+            if n != int(n):
+                raise InputError(f"{where} 'count' is {n!r}, not a whole number of iterations")
+            count = int(n) if count is None else count
             continue
         if "name" not in rec:
+            skipped += 1
             continue
+        times = {col: number(rec.get(key), f"{where} '{key}'", optional=True)
+                 for col, key in (("time_total_ms", "timeMs"), ("time_avg_ms", "averageMs"),
+                                  ("time_median_ms", "medianMs"))}
+        pct = number(rec.get("percentage"), f"{where} 'percentage'", hi=100.5, optional=True)
         base, prof = _strip_profile(str(rec["name"]))
-        rows.append({"name": str(rec["name"]), "profile": prof, "base_name": base,
-                     "time_total_ms": rec.get("timeMs"), "time_avg_ms": rec.get("averageMs"),
-                     "time_median_ms": rec.get("medianMs"), "trtexec_pct": rec.get("percentage")})
+        rows.append({"name": str(rec["name"]), "profile": prof, "base_name": base, **times, "trtexec_pct": pct})
     if not rows:
         raise InputError(f"{path} holds no per-layer records (an empty trtexec --exportProfile file)")
     df = pd.DataFrame(rows)
+    if skipped:
+        messages.append(f"{Path(path).name}: {skipped} record(s) are neither a layer (no 'name') nor the "
+                        "iteration count; they were ignored")
     count = count or 1
     df["count"] = count
     if df["time_median_ms"].isna().all():
@@ -236,6 +269,7 @@ def parse_times(path: str | Path, warmup_ms: float = DEFAULT_WARMUP_MS) -> tuple
     need = ("startComputeMs", "endComputeMs")
     if not all(k in data[0] for k in need):
         raise InputError(f"{path} is not a trtexec --exportTimes file (records lack {', '.join(need)})")
+    data = [_checked_times(r, f"{path}: query {i}") for i, r in enumerate(data)]
     first = next((i for i, r in enumerate(data) if r["startComputeMs"] >= warmup_ms), None)
     if first is None:
         raise InputError(f"{path}: every one of its {len(data)} queries starts inside the "
@@ -259,6 +293,27 @@ def parse_times(path: str | Path, warmup_ms: float = DEFAULT_WARMUP_MS) -> tuple
             "first_compute_ms": float(kept[0]["startComputeMs"]),
             "timestamp_resolution_ms": _resolution(end)}
     return samples, info
+
+
+_TIME_KEYS = ("startEnqMs", "endEnqMs", "startH2dMs", "endH2dMs", "startComputeMs", "endComputeMs",
+              "startD2hMs", "endD2hMs", "h2dMs", "computeMs", "d2hMs", "latencyMs", "enqueueMs")
+
+
+def _checked_times(rec: dict, where: str) -> dict:
+    """One --exportTimes record with every timestamp and duration checked (finite, 0 to MAX_MS, start
+    and end in order), so no statistic is built on a string, NaN, a negated or an absurd value."""
+    if "startComputeMs" not in rec or "endComputeMs" not in rec:
+        raise InputError(f"{where} lacks startComputeMs or endComputeMs")
+    out = dict(rec)
+    for key in _TIME_KEYS:
+        if key in rec:
+            out[key] = number(rec[key], f"{where} '{key}'")
+    for a, b in (("startComputeMs", "endComputeMs"), ("startEnqMs", "endEnqMs"), ("startH2dMs", "endH2dMs"),
+                 ("startD2hMs", "endD2hMs")):
+        if a in out and b in out and out[b] < out[a]:
+            raise InputError(f"{where} ends ('{b}' {out[b]:g}) before it starts ('{a}' {out[a]:g}): "
+                             "the export is damaged")
+    return out
 
 
 def _resolution(timestamp_ms: float) -> float:

@@ -110,7 +110,7 @@ def unfused_reformat(v: LayerVariant) -> list[Finding]:
     """Reformat, copy and stand-alone Q/DQ layers that cost time."""
     f = v.layers
     mask = [lf.is_reformat(n, t) for n, t in zip(f["name"], f["type"])]
-    ref = f[pd.Series(mask, index=f.index)]
+    ref = f[pd.Series(mask, index=f.index, dtype=bool)]  # bool even when empty (else it selects columns)
     costly = _timed(ref)
     if costly.empty:
         return []

@@ -1,0 +1,107 @@
+"""Every hostile input of issue 13 through the real command line: a documented exit code (0-3), at most
+one error sentence on stderr (no traceback, no 'internal error'), no raw control character on the
+terminal, no hang, and no impossible number in the JSON that a successful run writes."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import signal
+from pathlib import Path
+
+import pytest
+
+from profiler.cli import main
+from tests.fuzz.hostile import Case, all_cases
+
+CASE_SECONDS = 120
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    from onnx import TensorProto, helper, save
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu0")], "tiny", [x], [y])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = tmp_path_factory.mktemp("model") / "tiny.onnx"
+    save(m, str(path))
+    return path
+
+
+def _run(args: list[str], capsys) -> tuple[int, str, str]:
+    def alarm(signum, frame):
+        raise TimeoutError(f"hung for {CASE_SECONDS} s")
+
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.alarm(CASE_SECONDS)
+    try:
+        with pytest.raises(SystemExit) as exc:
+            main(args)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    out = capsys.readouterr()
+    return int(exc.value.code or 0), out.out, out.err
+
+
+def impossible_numbers(data, path: str = "") -> list[str]:
+    """Numbers no correct analysis produces: non-finite values, busy fractions outside [0, 1], negative
+    durations, byte counts or counts, captures longer than a year."""
+    bad: list[str] = []
+    if isinstance(data, dict):
+        for k, v in data.items():
+            bad += impossible_numbers(v, f"{path}.{k}")
+        return bad
+    if isinstance(data, list):
+        for i, v in enumerate(data):
+            bad += impossible_numbers(v, f"{path}[{i}]")
+        return bad
+    if isinstance(data, bool) or not isinstance(data, (int, float)):
+        return bad
+    key = path.rsplit(".", 1)[-1].split("[")[0]
+    if isinstance(data, float) and not math.isfinite(data):
+        bad.append(f"{path}={data}")
+    elif "fraction" in key and not (0.0 <= data <= 1.0 + 1e-9):
+        bad.append(f"{path}={data}")
+    elif re.search(r"(_ms|_ns|_us|^count|bytes|^kernels|^launches)$", key) and data < 0 \
+            and not re.search(r"delta|diff|change|start|end|offset|overhead", path):
+        bad.append(f"{path}={data}")
+    elif re.search(r"(duration|span|wall|length)_ms$", key) and data > 365 * 86400e3:
+        bad.append(f"{path}={data}")
+    return bad
+
+
+def check(case: Case, code: int, out: str, err: str, tmp_path: Path) -> None:
+    assert code in (0, 1, 2, 3), f"exit {code}: {err[-2000:]}"
+    assert "Traceback" not in err and "internal error" not in err, err[-2000:]
+    errors = [line for line in err.splitlines() if line.startswith("trtprof: error")]
+    if code in (2, 3):
+        assert len(errors) == 1, err[-2000:]
+        assert errors[0].endswith((".", ")", "'", '"')) or len(errors[0]) < 400, errors[0]
+    else:
+        assert not errors, err
+    for stream in (out, err):
+        bad = CONTROL.findall(stream.replace("\r\n", "\n"))
+        assert not bad, f"raw control characters {sorted(set(bad))!r} reach the terminal"
+    js = tmp_path / "out.json"
+    if code in (0, 1) and js.exists():
+        text = js.read_text()
+        data = json.loads(text)  # a complete file (the write is atomic)
+        assert not impossible_numbers(data), impossible_numbers(data)[:10]
+
+
+CASES = all_cases(Path("MODEL"))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_hostile_input(case: Case, tmp_path, capsys, tiny_model) -> None:
+    if case.needs is not None and not case.needs.exists():
+        pytest.skip(f"fixture not found: {case.needs}")
+    args = [tiny_model.as_posix() if a == "MODEL" else a for a in case.build(tmp_path)]
+    code, out, err = _run(args, capsys)
+    check(case, code, out, err, tmp_path)
