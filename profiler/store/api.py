@@ -45,12 +45,16 @@ def _refuse_foreign_sqlite(full_url: str) -> None:
 
     try:
         con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        con.text_factory = lambda raw: raw.decode("utf-8", "replace")  # a damaged file is not a bug
         try:
             tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         finally:
             con.close()
     except sqlite3.DatabaseError as exc:
         raise InputError(f"--db {path} is not a SQLite database ({exc})") from None
+    except UnicodeDecodeError:  # SQLite's own message quotes the damaged schema
+        raise InputError(f"--db {path} is a damaged SQLite file (its schema is unreadable); restore it from a "
+                         "backup or give --db a new file") from None
     if tables and "runs" not in tables:
         listed = ", ".join(sorted(tables)[:3]) + (", ..." if len(tables) > 3 else "")
         raise InputError(f"--db {path} already holds other tables ({listed}) and is not a trtprof run store; "

@@ -40,6 +40,8 @@ def configure(engine: Engine) -> Engine:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn, _record) -> None:
         dbapi_conn.isolation_level = None  # autocommit at the driver level; we emit BEGIN below
+        # a damaged file can hold bytes that are not UTF-8: show them replaced rather than fail the read
+        dbapi_conn.text_factory = lambda raw: raw.decode("utf-8", "replace")
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         cur.execute("PRAGMA foreign_keys=ON")

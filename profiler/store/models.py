@@ -17,6 +17,41 @@ from typing import Any, Optional
 
 from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.types import TypeDecorator
+
+
+def fit_text(value: Any, length: int | None) -> Any:
+    """Text the column can hold on every backend: NUL characters (PostgreSQL refuses them) shown as
+    ``\\x00``, and text longer than ``length`` cut with a note of its full length. SQLite would keep
+    any length, PostgreSQL would refuse the whole run; both now store the same value."""
+    if not isinstance(value, str):
+        return value
+    if "\x00" in value:
+        value = value.replace("\x00", "\\x00")
+    if length is not None and len(value) > length:
+        note = f"... [{len(value)} chars]"
+        value = value[: max(length - len(note), 0)] + note[: length]
+    return value
+
+
+class Bounded(TypeDecorator):
+    """``String(n)`` that fits what it is given (see :func:`fit_text`)."""
+
+    impl = String
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Any) -> Any:
+        return fit_text(value, self.impl.length)
+
+
+class SafeText(TypeDecorator):
+    """``Text`` without NUL characters (see :func:`fit_text`)."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Any) -> Any:
+        return fit_text(value, None)
 
 
 def utcnow() -> dt.datetime:
@@ -31,21 +66,21 @@ class Run(Base):
     __tablename__ = "runs"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    kind: Mapped[str] = mapped_column(String(16))  # analyze | sweep | import
-    source: Mapped[str] = mapped_column(Text)  # capture path, model path, export prefix
-    source_hash: Mapped[Optional[str]] = mapped_column(String(64))
-    label: Mapped[Optional[str]] = mapped_column(String(200))  # indexed with created_at below
-    status: Mapped[str] = mapped_column(String(16), default="running")  # running|ok|failed|interrupted
+    kind: Mapped[str] = mapped_column(Bounded(16))  # analyze | sweep | import
+    source: Mapped[str] = mapped_column(SafeText)  # capture path, model path, export prefix
+    source_hash: Mapped[Optional[str]] = mapped_column(Bounded(64))
+    label: Mapped[Optional[str]] = mapped_column(Bounded(200))  # indexed with created_at below
+    status: Mapped[str] = mapped_column(Bounded(16), default="running")  # running|ok|failed|interrupted
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime(timezone=True))
-    host: Mapped[Optional[str]] = mapped_column(String(200))
-    gpu: Mapped[Optional[str]] = mapped_column(String(200))
-    driver_version: Mapped[Optional[str]] = mapped_column(String(64))
-    cuda_version: Mapped[Optional[str]] = mapped_column(String(64))
-    tensorrt_version: Mapped[Optional[str]] = mapped_column(String(64))
-    nsys_version: Mapped[Optional[str]] = mapped_column(String(64))
-    backend: Mapped[Optional[str]] = mapped_column(String(64))
-    model: Mapped[Optional[str]] = mapped_column(String(400), index=True)
+    host: Mapped[Optional[str]] = mapped_column(Bounded(200))
+    gpu: Mapped[Optional[str]] = mapped_column(Bounded(200))
+    driver_version: Mapped[Optional[str]] = mapped_column(Bounded(64))
+    cuda_version: Mapped[Optional[str]] = mapped_column(Bounded(64))
+    tensorrt_version: Mapped[Optional[str]] = mapped_column(Bounded(64))
+    nsys_version: Mapped[Optional[str]] = mapped_column(Bounded(64))
+    backend: Mapped[Optional[str]] = mapped_column(Bounded(64))
+    model: Mapped[Optional[str]] = mapped_column(Bounded(400), index=True)
     config: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # options the run used
     environment: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # clocks, versions, ...
     summary: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # the run's JSON output
@@ -69,17 +104,17 @@ class Variant(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
-    kind: Mapped[str] = mapped_column(String(16), default="variant")  # variant | range | export
-    key: Mapped[str] = mapped_column(String(400))  # fp16-ws1G-s2-graph, or the range name
-    domain: Mapped[Optional[str]] = mapped_column(String(200))  # NVTX domain for ranges
-    precision: Mapped[Optional[str]] = mapped_column(String(16))
+    kind: Mapped[str] = mapped_column(Bounded(16), default="variant")  # variant | range | export
+    key: Mapped[str] = mapped_column(Bounded(400))  # fp16-ws1G-s2-graph, or the range name
+    domain: Mapped[Optional[str]] = mapped_column(Bounded(200))  # NVTX domain for ranges
+    precision: Mapped[Optional[str]] = mapped_column(Bounded(16))
     workspace_bytes: Mapped[Optional[int]] = mapped_column(BigInteger)
     streams: Mapped[Optional[int]] = mapped_column(Integer)
     cuda_graph: Mapped[Optional[bool]] = mapped_column(Boolean)
-    backend: Mapped[Optional[str]] = mapped_column(String(64))
-    status: Mapped[str] = mapped_column(String(16), default="ok")  # ok | failed | skipped
-    error: Mapped[Optional[str]] = mapped_column(Text)
-    fingerprint: Mapped[Optional[str]] = mapped_column(String(64), index=True)
+    backend: Mapped[Optional[str]] = mapped_column(Bounded(64))
+    status: Mapped[str] = mapped_column(Bounded(16), default="ok")  # ok | failed | skipped
+    error: Mapped[Optional[str]] = mapped_column(SafeText)
+    fingerprint: Mapped[Optional[str]] = mapped_column(Bounded(64), index=True)
     latency_ms: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # stats.summarize() output
     throughput_qps: Mapped[Optional[float]] = mapped_column(Float)
     metrics: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)  # enqueue_ms, gpu_busy_ms, memory...
@@ -124,11 +159,11 @@ class Layer(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     variant_id: Mapped[int] = mapped_column(ForeignKey("variants.id", ondelete="CASCADE"), index=True)
-    name: Mapped[str] = mapped_column(Text)
-    type: Mapped[Optional[str]] = mapped_column(String(100))
-    precision_in: Mapped[Optional[str]] = mapped_column(String(32))
-    precision_out: Mapped[Optional[str]] = mapped_column(String(32))
-    tactic: Mapped[Optional[str]] = mapped_column(Text)
+    name: Mapped[str] = mapped_column(SafeText)
+    type: Mapped[Optional[str]] = mapped_column(Bounded(100))
+    precision_in: Mapped[Optional[str]] = mapped_column(Bounded(32))
+    precision_out: Mapped[Optional[str]] = mapped_column(Bounded(32))
+    tactic: Mapped[Optional[str]] = mapped_column(SafeText)
     count: Mapped[Optional[int]] = mapped_column(Integer)
     time_total_ms: Mapped[Optional[float]] = mapped_column(Float)
     time_avg_ms: Mapped[Optional[float]] = mapped_column(Float)
@@ -146,7 +181,7 @@ class Accuracy(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     variant_id: Mapped[int] = mapped_column(ForeignKey("variants.id", ondelete="CASCADE"), index=True)
-    output: Mapped[str] = mapped_column(String(400))
+    output: Mapped[str] = mapped_column(Bounded(400))
     max_abs: Mapped[Optional[float]] = mapped_column(Float)
     mean_abs: Mapped[Optional[float]] = mapped_column(Float)
     rel_l2: Mapped[Optional[float]] = mapped_column(Float)
@@ -165,14 +200,14 @@ class FindingRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
-    variant: Mapped[Optional[str]] = mapped_column(String(400))
-    rule: Mapped[str] = mapped_column(String(64), index=True)
-    severity: Mapped[str] = mapped_column(String(8))
-    title: Mapped[str] = mapped_column(Text)
-    range: Mapped[Optional[str]] = mapped_column(Text)
+    variant: Mapped[Optional[str]] = mapped_column(Bounded(400))
+    rule: Mapped[str] = mapped_column(Bounded(64), index=True)
+    severity: Mapped[str] = mapped_column(Bounded(8))
+    title: Mapped[str] = mapped_column(SafeText)
+    range: Mapped[Optional[str]] = mapped_column(SafeText)
     evidence: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     threshold: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
-    recommendation: Mapped[str] = mapped_column(Text, default="")
+    recommendation: Mapped[str] = mapped_column(SafeText, default="")
 
     run: Mapped[Run] = relationship(back_populates="findings")
 
@@ -182,7 +217,7 @@ class Artifact(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"), index=True)
-    kind: Mapped[str] = mapped_column(String(32))  # report | capture | summary | engine | export
-    path: Mapped[str] = mapped_column(Text)
+    kind: Mapped[str] = mapped_column(Bounded(32))  # report | capture | summary | engine | export
+    path: Mapped[str] = mapped_column(SafeText)
 
     run: Mapped[Run] = relationship(back_populates="artifacts")
