@@ -47,7 +47,13 @@ def parse_bytes(text: str) -> int:
     if not mt:
         raise ValueError(f"not a size: {text!r} (use e.g. 64M, 256M, 1G)")
     num, unit = float(mt.group(1)), mt.group(2).upper()
-    return int(num * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[unit])
+    value = num * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}[unit]
+    if not value <= MAX_BYTES:  # also refuses inf from a 400-digit number
+        raise ValueError(f"{text.strip()!r} is more than {MAX_BYTES >> 40}T, larger than any GPU's memory")
+    return int(value)
+
+
+MAX_BYTES = 1 << 50  # 1 PiB: far above any GPU's memory, far below what int64 columns hold
 
 
 @dataclass(frozen=True)

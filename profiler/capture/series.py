@@ -505,6 +505,28 @@ class SeriesTable:
         q, pos = expand(lo, hi)
         return q, srt.order[pos]
 
+    def members_where(self, instances: pd.DataFrame, table: str, keep_rows: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`members` restricted to the rows where ``keep_rows`` (indexed like the table's arrays) is
+        true, without forming the pairs of the other rows."""
+        srt = {"activity": self.act_sorted, "api": self.api_sorted, "osrt": self.osrt_sorted}[table]
+        keep = np.asarray(keep_rows, dtype=bool)[srt.order]
+        before = np.concatenate([[0], np.cumsum(keep)])  # positions among the kept rows
+        lo = instances[f"{_PREFIX[table]}_lo"].to_numpy()
+        hi = instances[f"{_PREFIX[table]}_hi"].to_numpy()
+        q, pos = expand(before[lo], before[hi])
+        return q, srt.order[np.flatnonzero(keep)][pos]
+
+    def member_counts(self, instances: pd.DataFrame, table: str) -> tuple[np.ndarray, np.ndarray]:
+        """(row index into the ``table`` arrays, how many of ``instances`` hold it), rows held by one
+        or more only: the multiplicities of :meth:`members` in O(rows + instances) memory."""
+        srt = {"activity": self.act_sorted, "api": self.api_sorted, "osrt": self.osrt_sorted}[table]
+        lo = instances[f"{_PREFIX[table]}_lo"].to_numpy()
+        hi = instances[f"{_PREFIX[table]}_hi"].to_numpy()
+        counts = intervals.cover_counts(lo, hi, len(srt.order))
+        pos = np.flatnonzero(counts)
+        return srt.order[pos], counts[pos]
+
 
 _PREFIX = {"activity": "act", "api": "api", "osrt": "osrt"}
 
@@ -988,21 +1010,37 @@ def _largest_call(table: SeriesTable, sub: pd.DataFrame, which: str, mask_rows: 
                   ) -> tuple[np.ndarray, np.ndarray]:
     """Per instance of ``sub``: (name, duration ns) of the longest top-level call of ``which``."""
     calls = table.osrt if which == "osrt" else table.api
-    q, rows = table.members(sub, which)
-    keep = calls.top_level[rows]
-    if mask_rows is not None:
-        keep &= mask_rows[rows]
-    q, rows = q[keep], rows[keep]
     names = np.full(len(sub), "", dtype=object)
     durs = np.zeros(len(sub), dtype=np.int64)
-    if len(q):
-        d = calls.end_ns[rows] - calls.start_ns[rows]
-        o = np.lexsort((d, q))
-        last = np.ones(len(o), dtype=bool)
-        last[:-1] = q[o][1:] != q[o][:-1]
-        names[q[o][last]] = calls.name_of(rows[o][last])
-        durs[q[o][last]] = d[o][last]
+    for first, stop in _pair_chunks(sub, which):  # nested instances share calls: bounded pairs per step
+        q, rows = table.members(sub.iloc[first:stop], which)
+        q = q + first
+        keep = calls.top_level[rows]
+        if mask_rows is not None:
+            keep &= mask_rows[rows]
+        q, rows = q[keep], rows[keep]
+        if len(q):
+            d = calls.end_ns[rows] - calls.start_ns[rows]
+            o = np.lexsort((d, q))
+            last = np.ones(len(o), dtype=bool)
+            last[:-1] = q[o][1:] != q[o][:-1]
+            names[q[o][last]] = calls.name_of(rows[o][last])
+            durs[q[o][last]] = d[o][last]
     return names, durs
+
+
+def _pair_chunks(instances: pd.DataFrame, table: str) -> list[tuple[int, int]]:
+    """[first, stop) row slices of ``instances`` holding about ``_PAIR_CHUNK`` member pairs each."""
+    n = len(instances)
+    sizes = np.maximum(instances[f"{_PREFIX[table]}_hi"].to_numpy() - instances[f"{_PREFIX[table]}_lo"].to_numpy(), 0)
+    cum = np.concatenate([[0], np.cumsum(sizes)])
+    out, first = [], 0
+    while first < n:
+        stop = int(np.searchsorted(cum, cum[first] + _PAIR_CHUNK, "right")) - 1
+        stop = min(max(stop, first + 1), n)
+        out.append((first, stop))
+        first = stop
+    return out
 
 
 def _cause_details(table: SeriesTable, sub: pd.DataFrame, cause: np.ndarray, exc: pd.DataFrame,

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from profiler.cli.options import db_option, db_url, open_store
+from profiler.cli.options import Finite, db_option, db_url, open_store
 from profiler.cli.outputs import check_output_file, write_text
 from profiler.distributed.cli import analyze_batch, analyze_options, is_batch
 from profiler.errors import InputError, UsageError
@@ -155,7 +155,7 @@ def _label(r: dict[str, Any]) -> str:
 @click.option("--no-store", is_flag=True, help="Do not record the run in the run store.")
 @click.option("--label", default=None, help="Label the stored run (to find it later by name).")
 @db_option
-@click.option("--min-gap-us", type=click.FloatRange(min=0), default=None,
+@click.option("--min-gap-us", type=Finite(0, 3.6e9), default=None,
               help="Smallest GPU idle gap that counts as idleness, in microseconds (default 50).")
 @click.option("--unit", default=None, metavar="NAME",
               help="The NVTX range that is one inference ('domain:name' or name). Default: TensorRT's "

@@ -12,6 +12,27 @@ from typing import Any, Callable
 import click
 
 
+class Finite(click.ParamType):
+    """A finite number in [lo, hi]: click's FloatRange lets nan through (every comparison with nan is
+    false), and a nan threshold silently disables the rule that uses it."""
+
+    name = "number"
+
+    def __init__(self, lo: float, hi: float):
+        self.lo, self.hi = lo, hi
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        import math
+
+        try:
+            x = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(x) or not self.lo <= x <= self.hi:
+            self.fail(f"{value!r} is not a number from {self.lo:g} to {self.hi:g}", param, ctx)
+        return x
+
+
 def db_option(func: Callable[..., Any]) -> Callable[..., Any]:
     """Add ``--db URL`` (parameter name ``db``) to a subcommand."""
     return click.option(

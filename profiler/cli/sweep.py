@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import click
 
-from profiler.cli.options import db_option, db_url, open_store
+from profiler.cli.options import Finite, db_option, db_url, open_store
 from profiler.cli.outputs import check_output_dir, write_text
 from profiler.distributed.cli import parallel_runner, sweep_options
 from profiler.errors import GateFailed, InputError, UsageError
@@ -57,11 +57,17 @@ def parse_workspaces(text: str) -> list[int | None]:
     return out
 
 
+MAX_STREAMS = 64  # each stream is a session or context with its own buffers
+
+
 def parse_streams(text: str) -> list[int]:
     out = []
     for item in _split_list(text, "--streams"):
         if not item.isdigit() or int(item) < 1:
             raise UsageError(f"--streams values are positive integers, not {item!r}")
+        if int(item) > MAX_STREAMS:
+            raise UsageError(f"--streams {item} is more than {MAX_STREAMS} concurrent streams; each one holds its "
+                             "own session and buffers")
         out.append(int(item))
     return out
 
@@ -271,11 +277,11 @@ def write_outputs(sweep: Any, summary: dict[str, Any], out_dir: Path, cdn: bool,
 @click.option("--calib-method", default="entropy", show_default=True,
               type=click.Choice(["entropy", "minmax", "percentile"]), help="INT8 calibration method.")
 @click.option("--inputs", default=None, metavar="DATA", help="Inputs for timing and the accuracy check (.npz or directory).")
-@click.option("--iterations", default=10, show_default=True, type=click.IntRange(min=1),
+@click.option("--iterations", default=10, show_default=True, type=click.IntRange(min=1, max=10**9),
               help="At least this many timed queries per stream (trtexec --iterations).")
-@click.option("--duration", default=3.0, show_default=True, type=click.FloatRange(min=0),
+@click.option("--duration", default=3.0, show_default=True, type=Finite(0, 86400),
               help="At least this many seconds of timed queries (trtexec --duration).")
-@click.option("--warmup", default=200.0, show_default=True, type=click.FloatRange(min=0),
+@click.option("--warmup", default=200.0, show_default=True, type=Finite(0, 3_600_000),
               help="Warm-up in milliseconds; queries starting inside it are dropped (trtexec --warmUp).")
 @click.option("--backend", default="auto", show_default=True,
               type=click.Choice(["auto", "onnxruntime", "tensorrt", "cuda"]), help="Which backend builds and runs.")

@@ -75,6 +75,7 @@ def file_sha256(path: Path, extra_files: list[Path] | None = None) -> str:
     """sha256 of a file (and, in order, of the external data files it references)."""
     h = hashlib.sha256()
     for p in [path, *(extra_files or [])]:
+        check_model_file(Path(p))
         with open(p, "rb") as fh:
             while chunk := fh.read(_HASH_CHUNK_BYTES):
                 h.update(chunk)
@@ -125,16 +126,32 @@ def _count_ops(graph, counter: Counter) -> int:
     return n
 
 
+def check_model_file(p: Path) -> None:
+    """InputError unless ``p`` is a regular file: a FIFO would block the read forever, a device
+    (/dev/zero) would never end, a directory is not a model."""
+    import stat
+
+    try:
+        mode = p.stat().st_mode
+    except FileNotFoundError:
+        raise InputError(f"model file {str(p)!r} does not exist") from None
+    except OSError as exc:
+        raise InputError(f"cannot read model file {str(p)!r}: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(mode):
+        raise InputError(f"model path {str(p)!r} is a directory, not an .onnx file")
+    if not stat.S_ISREG(mode):
+        kind = "a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a device" if (
+            stat.S_ISCHR(mode) or stat.S_ISBLK(mode)) else "a socket" if stat.S_ISSOCK(mode) else "not a file"
+        raise InputError(f"model path {str(p)!r} is {kind}, not an .onnx file; give the model file itself")
+
+
 def load_model_proto(path: str | Path, *, load_external_data: bool = False):
     """Parse an ONNX file or raise InputError naming the file and the reason."""
     import onnx
     from google.protobuf.message import DecodeError
 
     p = Path(path)
-    if not p.exists():
-        raise InputError(f"model file {str(p)!r} does not exist")
-    if p.is_dir():
-        raise InputError(f"model path {str(p)!r} is a directory, not an .onnx file")
+    check_model_file(p)
     try:
         model = onnx.load(str(p), load_external_data=load_external_data)
     except DecodeError as exc:

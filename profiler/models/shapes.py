@@ -33,8 +33,39 @@ def parse_shape_args(args: Iterable[str]) -> dict[str, tuple[int, ...]]:
             raise UsageError(f"--shape {raw!r} has a dimension that is not a positive integer")
         if name in shapes:
             raise UsageError(f"--shape gives input {name!r} twice")
+        check_shape_size(raw, shape)
         shapes[name] = shape
     return shapes
+
+
+def check_shape_size(raw: str, shape: tuple[int, ...], *, item_bytes: int = 4) -> None:
+    """UsageError, before anything is allocated, for a shape whose one tensor would not fit in half
+    of this machine's memory (x:1x3x100000x100000 is 112 GiB of float32)."""
+    elements = 1
+    for d in shape:
+        elements *= d
+    need = elements * item_bytes
+    limit = max_tensor_bytes()
+    if need > limit:
+        raise UsageError(f"--shape {raw!r} is {elements:.3g} elements: one float32 tensor needs "
+                         f"{_gib(need)}, more than the {_gib(limit)} (half this machine's memory) allowed")
+
+
+def max_tensor_bytes() -> int:
+    """Half the physical memory (TRTPROF_MAX_TENSOR_BYTES overrides), 1 TiB when it cannot be read."""
+    import os
+
+    env = os.environ.get("TRTPROF_MAX_TENSOR_BYTES")
+    if env and env.isdigit():
+        return int(env)
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2
+    except (ValueError, OSError, AttributeError):
+        return 1 << 40
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.3g} GiB"
 
 
 def format_shape(shape: Iterable[int]) -> str:

@@ -145,14 +145,15 @@ def launch_overhead(ctx: Any) -> list[Finding]:
         if not (busy < t["max_busy_fraction"]) or r["launches_per_instance"] < t["min_launches_per_instance"]:
             continue
         inst = table.instances_of(r["series_id"])
-        q, rows = table.members(inst, "activity")
+        # rows with how many instances hold them (nested ranges hold the same kernels many times)
+        rows, times = table.member_counts(inst, "activity")
         kern = table.activity.kind[rows] == S.KERNEL
-        kernel_ns = (table.activity.end_ns - table.activity.start_ns)[rows][kern]
-        qa, arows = table.members(inst, "api")
+        kernel_ns, kernel_n = (table.activity.end_ns - table.activity.start_ns)[rows][kern], times[kern]
+        arows, atimes = table.member_counts(inst, "api")
         launch = table.api.top_level[arows] & np.isin(table.api.category[arows], (1, 2))
-        call_ns = (table.api.end_ns - table.api.start_ns)[arows][launch]
-        med_kernel_us = _median(kernel_ns) / 1e3
-        med_call_us = _median(call_ns) / 1e3
+        call_ns, call_n = (table.api.end_ns - table.api.start_ns)[arows][launch], atimes[launch]
+        med_kernel_us = intervals.weighted_median(kernel_ns, kernel_n) / 1e3
+        med_call_us = intervals.weighted_median(call_ns, call_n) / 1e3
         if len(call_ns) and len(kernel_ns) and med_kernel_us > t["max_kernel_to_launch_ratio"] * med_call_us:
             continue
         if not len(kernel_ns):
@@ -470,9 +471,8 @@ def sync_api(ctx: Any) -> list[Finding]:
         if frac < t["min_fraction"] or (per <= t["max_syncs_per_instance"] and dev == 0):
             continue
         inst = table.instances_of(r["series_id"])
-        q, rows = table.members(inst, "api")
-        m = table.api.top_level[rows] & table.api.blocking_sync[rows]
-        rows, q = rows[m], q[m]
+        # (instance, call) pairs of the blocking syncs only: nested ranges repeat every API call per level
+        q, rows = table.members_where(inst, "api", table.api.top_level & table.api.blocking_sync)
         idle_ns = _gpu_idle_from_sync(table, rows, q)
         if idle_ns < t["min_gpu_idle_share"] * wall:
             continue  # the host waits while the GPU works and refeeds it at once: the GPU sets the pace
@@ -656,16 +656,17 @@ def transfer_bound(ctx: Any) -> list[Finding]:
         if ratio < t["min_copy_to_compute"] or frac < t["min_copy_fraction"]:
             continue
         inst = table.instances_of(r["series_id"])
-        q, rows = table.members(inst, "activity")
+        rows, times = table.member_counts(inst, "activity")
         m = table.activity.kind[rows] == S.MEMCPY
-        rows = rows[m]
+        rows, times = rows[m], times[m]
         act = table.activity
         dirs = {}
         for code in np.unique(act.copy_kind[rows]):
-            rr = rows[act.copy_kind[rows] == code]
-            ns = float((act.end_ns - act.start_ns)[rr].sum())
-            b = float(act.bytes[rr].sum())
-            dirs[S.COPY_KINDS[code]] = {"copies_per_instance": len(rr) / len(inst), "bytes_per_instance": b / len(inst),
+            sel = act.copy_kind[rows] == code
+            rr, w = rows[sel], times[sel]
+            ns = float(((act.end_ns - act.start_ns)[rr] * w).sum())
+            b = float((act.bytes[rr] * w).sum())
+            dirs[S.COPY_KINDS[code]] = {"copies_per_instance": int(w.sum()) / len(inst), "bytes_per_instance": b / len(inst),
                                         "gpu_ms_per_instance": ns / 1e6 / len(inst), "gbps": b / ns if ns > 0 else None}
         busy = float(tot["gpu_busy_ns"])
         cands.append((copy, r, {
