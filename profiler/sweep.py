@@ -21,6 +21,7 @@ import datetime as dt
 import itertools
 import platform
 import socket
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -567,9 +568,13 @@ class Sweep:
                     info = inspect_model(model_path)
                     calib = make_inputs(info, spec.shape_dict, source=self.config.calib, seed=self.config.seed,
                                         count=8) if self.config.calib else feeds
-                with phase(self._say, f"  {key}: verifying"):
+                # a private scratch folder: concurrent sweeps sharing the cache never share its files
+                scratch = self.config.cache_root() / "localize"
+                scratch.mkdir(parents=True, exist_ok=True)
+                with phase(self._say, f"  {key}: verifying"), \
+                        tempfile.TemporaryDirectory(prefix=f"{key}-", dir=scratch) as work:
                     check = verify(model_path, spec.precision, keep, feeds[:2], variant_model=variant_path,
-                                   work_dir=self.config.cache_root() / "localize" / key, latency_runs=10,
+                                   work_dir=work, latency_runs=10,
                                    calib_samples=calib, calib_method=self.config.calib_method)
                 result["verification"] = check
                 result["conclusion"] = check["conclusion"]["text"]

@@ -27,6 +27,7 @@ import os
 import platform
 import re
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -323,8 +324,8 @@ class OnnxRuntimeBackend(Backend):
             cached = Path(cache_dir) / f"ort-{fp}.onnx"
             if cached.exists():
                 load_path, optimized, cache_hit = str(cached), True, True
-            else:
-                save_to = str(cached)
+            else:  # written under a name of its own, renamed into place once complete (concurrent sweeps)
+                save_to = str(Path(cache_dir) / f".ort-{fp}.{os.getpid()}.{threading.get_ident()}.onnx.tmp")
         try:
             try:
                 sess = self._session(load_path, spec, already_optimized=optimized, save_optimized=save_to)
@@ -338,6 +339,8 @@ class OnnxRuntimeBackend(Backend):
             if save_to and os.path.exists(save_to):
                 os.unlink(save_to)
             raise translate_load_error(exc, model_path) from exc
+        if save_to and os.path.exists(save_to):
+            os.replace(save_to, cached)
         build_s = time.perf_counter() - t0
         rss1 = rss_bytes()
         info = {

@@ -211,10 +211,14 @@ class TensorRTBackend(Backend):
             checklist["plan_cache_hit"] = False
             if plan_path is not None:
                 plan_path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = plan_path.with_suffix(".plan.tmp")
+                # unique temporary names, renamed into place: concurrent sweeps never read a half-written plan
+                tag = f".{os.getpid()}.{id(plan)}.tmp"
+                meta_tmp = plan_path.with_suffix(".json" + tag)
+                meta_tmp.write_text(json.dumps({"checklist": build_meta}, default=str))
+                tmp = plan_path.with_suffix(".plan" + tag)
                 tmp.write_bytes(plan)
+                os.replace(meta_tmp, plan_path.with_suffix(".json"))
                 os.replace(tmp, plan_path)
-                plan_path.with_suffix(".json").write_text(json.dumps({"checklist": build_meta}, default=str))
         runtime = trt.Runtime(logger)
         engine = runtime.deserialize_cuda_engine(plan)
         if engine is None:

@@ -47,8 +47,36 @@ def check_output_dir(path: str, option: str) -> Path:
 
 
 def write_text(path: str, text: str, option: str) -> None:
-    """Write ``text`` to ``path``; an OS failure becomes one sentence naming the option."""
+    """Write ``text`` to ``path`` atomically (a temporary file in the same folder, then a rename): a full
+    disk or a kill mid-write leaves the previous file or none, never a truncated one. An OS failure
+    becomes one sentence naming the option."""
+    atomic_write_bytes(Path(path), text.encode("utf-8"), option)
+
+
+def atomic_write_bytes(path: Path, data: bytes, option: str) -> None:
+    """``data`` into ``path`` through a temporary sibling and ``os.replace``."""
+    import tempfile
+
+    tmp = None
     try:
-        Path(path).write_text(text)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if path.exists():
+            os.chmod(tmp, path.stat().st_mode & 0o7777)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+        tmp = None
     except OSError as exc:
         raise InputError(f"cannot write {option} {path}: {_reason(exc)}") from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass

@@ -71,8 +71,9 @@ class VariantCache:
         self.root.mkdir(parents=True, exist_ok=True)
         final = self.model_path(key, precision)
         os.replace(written, final)
-        meta_tmp = self.root / f".{precision}-{key}.json.tmp{os.getpid()}"
-        meta_tmp.write_text(json.dumps({"size_bytes": final.stat().st_size, "info": info},
-                                       indent=1, sort_keys=True, default=str))
+        fd, meta_tmp = tempfile.mkstemp(prefix=f".{precision}-{key}.", suffix=".json.tmp", dir=self.root)
+        with os.fdopen(fd, "w") as fh:  # unique per writer: threads of one process never share it
+            fh.write(json.dumps({"size_bytes": final.stat().st_size, "info": info},
+                                indent=1, sort_keys=True, default=str))
         os.replace(meta_tmp, self._meta_path(key, precision))
         return final
