@@ -474,6 +474,11 @@ class Sweep:
         from profiler.models import default_model_path, inspect_model, resolve_shapes
 
         c = self.config
+        # absolute paths are stored with the run, so --resume works from any folder
+        for attr in ("model", "calib", "inputs", "cache_dir"):
+            value = getattr(c, attr, None)
+            if value and not Path(value).is_absolute():
+                setattr(c, attr, str(Path(value).absolute()))
         model_path = Path(c.model) if c.model else default_model_path()
         self._say(f"model {model_path}")
         info = inspect_model(model_path)
@@ -486,6 +491,9 @@ class Sweep:
         self.model_info = info
         self.inputs_source = feeds_source
 
+        from profiler.store import lease
+
+        owner = lease.new_owner()
         if self.store is not None and self.run_id is None and create_run:
             self.run_id = self.store.create_run(
                 kind="sweep", source=str(model_path), source_hash=info.model_hash, model=model_path.name,
@@ -493,9 +501,12 @@ class Sweep:
                 gpu=env.get("device") if backend.name != "onnxruntime" or "CUDA" in str(env.get("provider")) else None,
                 tensorrt_version=env.get("version") if backend.name == "tensorrt" else None,
                 driver_version=env.get("driver_version"), cuda_version=env.get("cuda_version"),
-                config=c.to_dict(), environment=env)
+                config=c.to_dict(), environment=env, lease_owner=owner,
+                lease_expires_at=dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=lease.LEASE_TTL_S))
         elif self.store is not None and create_run:
-            self.store.update_run(self.run_id, status="running")
+            lease.claim(self.store, self.run_id, owner)  # refuses a run another live process is running
+        if self.store is not None and create_run:  # this process owns the run until finish/interrupted
+            self._lease = lease.Heartbeat(self.store, self.run_id, owner).start()
         self.environment = env
         self.model_path = model_path
         done = {v["key"] for v in self.variants}
@@ -525,7 +536,28 @@ class Sweep:
         except KeyboardInterrupt:
             self.interrupted()
             raise
+        except Exception:  # not left 'running': stored failed (resumable), the error goes on up
+            self._fail()
+            raise
         return self.finish()
+
+    def _fail(self) -> None:
+        try:
+            if self.store is not None and self.run_id is not None:
+                self.store.finish_run(self.run_id, status="failed")
+        except Exception:
+            pass
+        finally:
+            self._end_lease()
+
+    def _end_lease(self) -> None:
+        """Stop renewing this process's lease on the run and give it up (finished, failed, interrupted)."""
+        hb, self._lease = getattr(self, "_lease", None), None
+        if hb is not None:
+            hb.stop()
+            from profiler.store import lease
+
+            lease.release(self.store, hb.run_id, hb.owner)
 
     def interrupted(self) -> None:
         """Ctrl-C: the run is stored as ``interrupted`` with what was measured, resumable."""
@@ -533,6 +565,7 @@ class Sweep:
         summary = self.summary()
         if self.store is not None and self.run_id is not None:
             self.store.finish_run(self.run_id, status="interrupted", summary=summary)
+        self._end_lease()
         self._say(f"interrupted: {len(self.variants)} variant(s) stored")  # the CLI says how to continue
 
     def finish(self, status: str | None = None) -> dict[str, Any]:
@@ -543,6 +576,7 @@ class Sweep:
         if self.store is not None and self.run_id is not None:
             self.store.add_findings(self.run_id, [Finding.from_dict(f) for f in summary["findings"]])
             self.store.finish_run(self.run_id, status=self.status, summary=summary)
+        self._end_lease()
         return summary
 
     def _localize(self, spec: VariantSpec, model_path: Path, variant_path: Path,
@@ -756,6 +790,10 @@ def open_resume(store: Any, run_ref: int | str, *, backend: Backend | None = Non
 
     run = forget_lost(store, run)  # variants lost with their worker (parallel sweeps) are measured again
     config = SweepConfig.from_dict(run.get("config") or {})
+    if config.model and not Path(config.model).exists():
+        where = "" if Path(config.model).is_absolute() else (
+            " (a relative path stored by an older trtprof: run --resume from the folder the sweep started in)")
+        raise InputError(f"run {run['id']}'s model {config.model} is not found{where}")
     if backend is None and run.get("backend"):
         config.backend = run["backend"]  # the backend that measured the stored variants
     previous = [stored_variant_record(v) for v in run["variants"]]

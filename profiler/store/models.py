@@ -71,6 +71,10 @@ class Run(Base):
     source_hash: Mapped[Optional[str]] = mapped_column(Bounded(64))
     label: Mapped[Optional[str]] = mapped_column(Bounded(200))  # indexed with created_at below
     status: Mapped[str] = mapped_column(Bounded(16), default="running")  # running|ok|failed|interrupted
+    # who is running it now (host:pid:token) and until when that claim holds without a heartbeat; a run
+    # whose lease expired (its process crashed) may be resumed by another process
+    lease_owner: Mapped[Optional[str]] = mapped_column(Bounded(200))
+    lease_expires_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     finished_at: Mapped[Optional[dt.datetime]] = mapped_column(DateTime(timezone=True))
     host: Mapped[Optional[str]] = mapped_column(Bounded(200))

@@ -1,0 +1,207 @@
+"""Issue 13's hardening, unit by unit: the run lease, store limits on both backends, exit 4 for bugs,
+terminal escaping, and the interval sweeps that replaced window x member expansions."""
+
+from __future__ import annotations
+
+import datetime as dt
+import tracemalloc
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from profiler.capture import intervals
+from profiler.capture.series import expand
+from profiler.cli import main
+from profiler.cli.terminal import printable
+from profiler.errors import EXIT_BUG, UsageError
+from profiler.store import Store
+from profiler.store import lease
+
+
+# ------------------------------------------------------------------------------------------ lease
+
+def test_a_run_has_one_owner_until_its_lease_expires(db_url):
+    store = Store.open(db_url)
+    run_id = store.create_run(kind="sweep", source="m.onnx")
+    lease.claim(store, run_id, "hostA:1:a")
+    with pytest.raises(UsageError, match=f"run {run_id} is still running .process 1 on hostA"):
+        lease.claim(store, run_id, "hostB:2:b")
+    assert lease.renew(store, run_id, "hostA:1:a") is True
+    assert lease.renew(store, run_id, "hostB:2:b") is False
+    # the owner dies: no heartbeat, the lease lapses, another process may take the run over
+    store.update_run(run_id, lease_expires_at=dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=1))
+    lease.claim(store, run_id, "hostB:2:b")
+    assert lease.renew(store, run_id, "hostA:1:a") is False  # A lost it
+    lease.release(store, run_id, "hostB:2:b")
+    run = store.run_dict(run_id)
+    assert run["lease_owner"] is None and run["status"] == "running"
+    lease.claim(store, run_id, "hostC:3:c")  # released: free to claim at once
+    store.close()
+
+
+def test_heartbeat_moves_the_expiry_forward(tmp_path):
+    store = Store.open(f"sqlite:///{tmp_path / 's.db'}")
+    run_id = store.create_run(kind="sweep", source="m.onnx")
+    lease.claim(store, run_id, "h:1:x", ttl_s=5)
+    first = store.run_dict(run_id)["lease_expires_at"]
+    import time
+
+    with lease.Heartbeat(store, run_id, "h:1:x", every_s=0.05, ttl_s=60) as hb:
+        time.sleep(0.4)
+    assert not hb.lost
+    assert store.run_dict(run_id)["lease_expires_at"] > first
+    store.close()
+
+
+def test_resume_of_a_run_still_running_is_refused_and_nothing_is_stored_twice(tmp_path):
+    pytest.importorskip("onnxruntime")
+    from profiler.backends.onnxruntime import OnnxRuntimeBackend
+    from profiler.sweep import SweepConfig, open_resume, run_sweep
+    from tests.test_sweep import FAST, conv_model
+
+    store = Store.open(f"sqlite:///{tmp_path / 's.db'}")
+    refused: list[str] = []
+
+    class ResumingBackend(OnnxRuntimeBackend):
+        """While the first sweep builds its second variant, a second process tries --resume."""
+
+        def build(self, model_path, spec, cache_dir=None):
+            if spec.key == "fp16-wsdefault-s1" and not refused:
+                run_id = store.list_runs(kind="sweep")[0]["id"]
+                with pytest.raises(UsageError) as exc:
+                    open_resume(store, run_id, backend=OnnxRuntimeBackend()).run()
+                refused.append(str(exc.value))
+            return super().build(model_path, spec, cache_dir)
+
+    model = conv_model(tmp_path / "conv.onnx")
+    cfg = SweepConfig(model=model, precisions=["fp32", "fp16"], backend="onnxruntime", layers=False, **FAST)
+    run_sweep(cfg, store=store, backend=ResumingBackend())
+    assert refused and "still running" in refused[0]
+    run = store.run_dict(store.list_runs(kind="sweep")[0]["id"])
+    assert [v["key"] for v in run["variants"]] == ["fp32-wsdefault-s1", "fp16-wsdefault-s1"]
+    assert run["status"] == "ok" and run["lease_owner"] is None
+    store.close()
+
+
+def test_the_model_path_is_stored_absolute(tmp_path, monkeypatch):
+    pytest.importorskip("onnxruntime")
+    from profiler.sweep import SweepConfig, run_sweep
+    from tests.test_sweep import FAST, conv_model
+
+    conv_model(tmp_path / "conv.onnx")
+    monkeypatch.chdir(tmp_path)
+    store = Store.open(f"sqlite:///{tmp_path / 's.db'}")
+    run_sweep(SweepConfig(model="conv.onnx", precisions=["fp32"], backend="onnxruntime", layers=False, **FAST),
+              store=store)
+    run = store.run_dict(store.list_runs(kind="sweep")[0]["id"])
+    assert run["config"]["model"] == str(tmp_path / "conv.onnx")
+    store.close()
+
+
+# ------------------------------------------------------------------------------------ store limits
+
+def test_text_beyond_the_schema_limits_is_stored_alike_on_both_backends(db_url):
+    store = Store.open(db_url)
+    label, gpu = "L" * 300, "G\x00PU" * 80
+    run_id = store.create_run(kind="analyze", source="cap\x00.sqlite", label=label, gpu=gpu)
+    store.add_variant(run_id, {"kind": "range", "key": "n" * 500 + "\x00", "domain": "d" * 250})
+    run = store.run_dict(run_id)
+    assert len(run["label"]) == 200 and run["label"].endswith("... [300 chars]")
+    assert run["label"].startswith("L" * 180)
+    assert len(run["gpu"]) == 200 and "\x00" not in run["gpu"] and run["gpu"].startswith("G\\x00PU")
+    assert run["source"] == "cap\\x00.sqlite"
+    v = run["variants"][0]
+    assert len(v["key"]) == 400 and v["key"].endswith("... [504 chars]")  # NUL shown as \\x00 first
+    assert len(v["domain"]) == 200
+    store.close()
+
+
+# ------------------------------------------------------------------------------ exit codes, terminal
+
+def test_an_unexpected_exception_is_a_bug_with_its_own_exit_code(monkeypatch, capsys, tmp_path):
+    import profiler.cli.runs as runs_cmd
+
+    def boom(*a, **k):
+        raise RuntimeError("unexpected\nsecond line")
+
+    monkeypatch.setattr(runs_cmd, "open_store", boom)
+    with pytest.raises(SystemExit) as exc:
+        main(["--db", str(tmp_path / "s.db"), "runs"])
+    err = capsys.readouterr().err
+    assert exc.value.code == EXIT_BUG == 4
+    assert err.count("\n") == 1 and "internal error" in err and "RuntimeError: unexpected" in err
+    assert "--debug" in err and "report" in err and "second line" not in err
+
+
+@pytest.mark.parametrize("raw, shown", [
+    ("step\x1b]0;pwned\x07", "step\\x1b]0;pwned\\x07"),
+    ("clear\x1b[2J\x1b[H", "clear\\x1b[2J\\x1b[H"),
+    ("c1 \x9b31m", "c1 \\x9b31m"),
+    ("bidi \u202eevil", "bidi \\u202eevil"),
+    ("tab\tnew\nline", "tab\tnew\nline"),
+    ("ünïcode ok", "ünïcode ok"),
+])
+def test_printable_escapes_control_characters(raw, shown):
+    assert printable(raw) == shown
+
+
+@given(st.text())
+def test_printable_leaves_no_terminal_control(text):
+    out = printable(text)
+    assert not any(ord(c) < 32 and c not in "\t\n\r" or 0x7f <= ord(c) <= 0x9f for c in out)
+    if not any(ord(c) < 32 and c not in "\t\n\r" or 0x7f <= ord(c) <= 0x9f or 0x202a <= ord(c) <= 0x202e
+               or 0x2066 <= ord(c) <= 0x2069 for c in text):
+        assert out == text
+
+
+# ----------------------------------------------------------------------------------- interval sweeps
+
+windows = st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40)), max_size=30)
+
+
+@given(windows, st.integers(0, 40))
+def test_cover_counts_equal_the_multiplicities_of_the_expanded_pairs(wins, n):
+    lo = np.array([a for a, _ in wins], dtype=np.int64)
+    hi = np.array([b for _, b in wins], dtype=np.int64)
+    lo, hi = np.minimum(lo, n), np.minimum(hi, n)
+    _, pos = expand(lo, hi)
+    assert intervals.cover_counts(lo, hi, n).tolist() == np.bincount(pos, minlength=n)[:n].tolist()
+
+
+@given(st.lists(st.tuples(st.integers(-1000, 1000), st.integers(0, 5)), min_size=0, max_size=40))
+def test_weighted_median_equals_the_median_of_the_repeated_values(pairs):
+    values = np.array([v for v, _ in pairs], dtype=np.int64)
+    weights = np.array([w for _, w in pairs], dtype=np.int64)
+    expanded = np.repeat(values, weights)
+    got = intervals.weighted_median(values, weights)
+    if len(expanded) == 0:
+        assert np.isnan(got)
+    else:
+        assert got == float(np.median(expanded))
+
+
+@settings(deadline=None, max_examples=1)
+@given(st.just(20_000))
+def test_twenty_thousand_nested_windows_in_bounded_memory(n_windows):
+    """20,000 windows each holding the same 10,000 rows: 2e8 (window, row) pairs, answered without them."""
+    n_rows = 10_000
+    lo = np.zeros(n_windows, np.int64) + np.arange(n_windows) % 3
+    hi = np.full(n_windows, n_rows, np.int64) - np.arange(n_windows) % 5
+    values = np.random.default_rng(0).integers(1_000, 50_000, n_rows)
+    tracemalloc.start()
+    try:
+        counts = intervals.cover_counts(lo, hi, n_rows)
+        med = intervals.weighted_median(values, counts)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert counts[0] == np.sum(lo == 0) and counts[n_rows // 2] == n_windows
+    assert peak < 5 * 2**20, peak  # the pairs alone would be 2e8 x 16 bytes = 3.2 GB
+    # the same median as the (here affordable, smaller) explicit expansion of every 100th window
+    sub = slice(None, None, 100)
+    _, pos = expand(lo[sub], hi[sub])
+    assert intervals.weighted_median(values, intervals.cover_counts(lo[sub], hi[sub], n_rows)) == \
+        float(np.median(values[pos]))
+    assert np.isfinite(med)
