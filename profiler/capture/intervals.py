@@ -198,3 +198,103 @@ def weighted_median(values, weights) -> float:
     a = v[np.searchsorted(cum, lo_rank, side="right")]
     b = v[np.searchsorted(cum, hi_rank, side="right")]
     return float((a + b) / 2.0)
+
+
+def window_union_lengths(starts, ends, lo, hi) -> np.ndarray:
+    """For each window ``[lo[j], hi[j])`` of *positions* in the arrays: the union length of the
+    intervals at those positions. Offline sweep in O((n + windows) log n), whatever the windows' overlap.
+
+    Intervals are added in position order while a map of time keeps, for every covered stretch, the
+    latest position covering it (disjoint segments, split and overwritten as intervals arrive); a
+    Fenwick tree over positions holds each position's share of that map. Once position ``hi - 1`` is
+    in, the union of positions ``[lo, hi)`` is exactly the time whose latest cover is ``>= lo``: a
+    suffix sum of the tree. Nested windows (20,000 NVTX ranges around the same kernels) cost what
+    disjoint ones cost, where expanding (window, position) pairs costs windows x members.
+    """
+    import bisect
+
+    s_arr, e_arr = as_intervals(starts, ends)
+    lo = np.asarray(lo, dtype=np.int64).ravel()
+    hi = np.asarray(hi, dtype=np.int64).ravel()
+    n = len(s_arr)
+    out = np.zeros(len(lo), dtype=np.int64)
+    tree = [0] * (n + 1)  # Fenwick tree: covered ns whose latest cover is each position
+
+    def add(i: int, v: int) -> None:
+        i += 1
+        while i <= n:
+            tree[i] += v
+            i += i & -i
+
+    def prefix(i: int) -> int:  # sum over positions < i
+        total = 0
+        while i > 0:
+            total += tree[i]
+            i -= i & -i
+        return total
+
+    seg_s: list[int] = []  # disjoint segments sorted by start: [seg_s, seg_e) last covered by seg_p
+    seg_e: list[int] = []
+    seg_p: list[int] = []
+    order = np.argsort(hi, kind="stable")
+    hi_sorted = hi[order]
+    j = int(np.searchsorted(hi_sorted, 0, side="right"))  # empty windows answer 0
+    starts_l, ends_l = s_arr.tolist(), e_arr.tolist()
+    for i in range(n):
+        s, e = starts_l[i], ends_l[i]
+        if e > s:
+            k = bisect.bisect_right(seg_s, s) - 1
+            if k >= 0 and seg_e[k] > s:  # a segment begins before s and reaches into [s, e): split it
+                if seg_e[k] > e:  # it also reaches past e: keep its tail as a segment of its own
+                    seg_s.insert(k + 1, e)
+                    seg_e.insert(k + 1, seg_e[k])
+                    seg_p.insert(k + 1, seg_p[k])
+                add(seg_p[k], -(min(seg_e[k], e) - s))
+                seg_e[k] = s
+                k += 1
+            else:
+                k += 1
+            m = k
+            while m < len(seg_s) and seg_s[m] < e:  # segments starting inside [s, e)
+                if seg_e[m] > e:  # the last one sticks out: keep its tail
+                    add(seg_p[m], -(e - seg_s[m]))
+                    seg_s[m] = e
+                    break
+                add(seg_p[m], -(seg_e[m] - seg_s[m]))
+                m += 1
+            del seg_s[k:m], seg_e[k:m], seg_p[k:m]
+            seg_s.insert(k, s)
+            seg_e.insert(k, e)
+            seg_p.insert(k, i)
+            add(i, e - s)
+        while j < len(order) and hi_sorted[j] == i + 1:
+            q = int(order[j])
+            a = int(lo[q])
+            out[q] = prefix(i + 1) - prefix(a) if a <= i else 0
+            j += 1
+    return out
+
+
+def window_extreme(values, lo, hi, ufunc=np.minimum) -> np.ndarray:
+    """``ufunc`` (np.minimum or np.maximum) of ``values`` over each window ``[lo[j], hi[j])`` of
+    positions, 0 for an empty window. A sparse table: O(n log n) to build, O(1) per window."""
+    v = np.asarray(values, dtype=np.int64).ravel()
+    lo = np.asarray(lo, dtype=np.int64).ravel()
+    hi = np.asarray(hi, dtype=np.int64).ravel()
+    out = np.zeros(len(lo), dtype=np.int64)
+    ok = hi > lo
+    if not ok.any() or not len(v):
+        return out
+    table = [v]
+    while (1 << len(table)) <= len(v):
+        prev, step = table[-1], 1 << (len(table) - 1)
+        table.append(ufunc(prev[:-step], prev[step:]))
+    a, b = lo[ok], hi[ok]
+    k = np.floor(np.log2(b - a)).astype(np.int64)
+    res = np.empty(len(a), np.int64)
+    for level in np.unique(k):  # at most log2(n) distinct levels
+        sel = k == level
+        t = table[int(level)]
+        res[sel] = ufunc(t[a[sel]], t[b[sel] - (1 << int(level))])
+    out[ok] = res
+    return out

@@ -430,6 +430,11 @@ class SeriesTable:
         rows = np.flatnonzero(sid == series_id)
         if not len(rows):
             return {}
+        depth = self.instances["depth"].to_numpy()
+        if len(rows) * (int(depth[rows].max()) + 1) > _WALK_MAX_STEPS:  # deep nesting: no parent walk
+            shares = _ancestor_share_by_subtrees(self.instances, sid, rows)
+            if shares is not None:
+                return {a: v for a, v in shares.items() if a != series_id}
         pairs = []
         cur, who = parent[rows], np.arange(len(rows))
         while len(cur):
@@ -529,6 +534,41 @@ class SeriesTable:
 
 
 _PREFIX = {"activity": "act", "api": "api", "osrt": "osrt"}
+_WALK_MAX_STEPS = 4_000_000
+"""ancestor_share walks parent pointers while instances x depth stays below this (cheap, exact)."""
+
+
+def _ancestor_share_by_subtrees(inst: pd.DataFrame, sid: np.ndarray, rows: np.ndarray) -> dict[int, float] | None:
+    """ancestor_share for deep nesting in O(instances log instances) per enclosing series: an instance
+    lies under an instance y exactly when its pre-order position falls in y's subtree span (pre-order
+    from (thread, start, longest first); subtree sizes summed children first). None if that order
+    disagrees with the parents found by :func:`nesting` (then the walk is used)."""
+    parent = inst["parent"].to_numpy()
+    depth = inst["depth"].to_numpy()
+    order = np.lexsort((np.arange(len(inst)), -(inst["end_ns"].to_numpy() - inst["start_ns"].to_numpy()),
+                        inst["start_ns"].to_numpy(), inst["tid"].to_numpy()))
+    tin = np.empty(len(inst), np.int64)
+    tin[order] = np.arange(len(inst))
+    by_depth = np.argsort(-depth, kind="stable")  # children before their parents
+    size_l, parent_l = [1] * len(inst), parent.tolist()
+    for x in by_depth.tolist():
+        if parent_l[x] >= 0:
+            size_l[parent_l[x]] += size_l[x]
+    tout = tin + np.asarray(size_l, dtype=np.int64)  # descendants of y: pre-order positions in (tin[y], tout[y])
+    child = np.flatnonzero(parent >= 0)
+    if not ((tin[parent[child]] < tin[child]) & (tin[child] < tout[parent[child]])).all():
+        return None
+    t = np.sort(tin[rows])
+    out: dict[int, float] = {}
+    enclosing = np.flatnonzero(tout - tin > 1)
+    for a in np.unique(sid[enclosing]):
+        ys = enclosing[sid[enclosing] == a]
+        us, ue = intervals.union(tin[ys] + 1, tout[ys])  # half-open spans of their descendants
+        k = np.searchsorted(us, t, side="right") - 1
+        inside = (k >= 0) & (t < ue[np.maximum(k, 0)])
+        if inside.any():
+            out[int(a)] = float(inside.sum()) / len(rows)
+    return out
 
 
 def build_series(trace: Any) -> SeriesTable:
@@ -724,6 +764,14 @@ def _activity_metrics(inst: pd.DataFrame, act: Activity, srt: Sorted, unknown: n
     copy = np.zeros(n, np.int64)
     first = np.zeros(n, np.int64)  # first start and last end of the instance's GPU work (0, 0 without)
     last = np.zeros(n, np.int64)
+    pairs = int(np.maximum(hi - lo, 0).sum())
+    if pairs > _PAIR_CHUNK and pairs > _NESTED_RATIO * (len(o) + n):
+        # windows hold the same rows many times over (deeply nested ranges): a sweep, not the pairs
+        inst["gpu_busy_ns"], inst["compute_ns"], inst["copy_ns"] = _nested_unions(act, o, lo, hi)
+        first = intervals.window_extreme(act.start_ns[o], lo, hi, np.minimum)
+        last = intervals.window_extreme(act.end_ns[o], lo, hi, np.maximum)
+        inst["span_ns"] = np.maximum(inst["wall_ns"].to_numpy(), last - first)
+        return
     # Unions need the member rows themselves: expand windows in chunks of whole instances.
     cum = np.concatenate([[0], np.cumsum(np.maximum(hi - lo, 0))])
     start_i = 0
@@ -754,6 +802,22 @@ def _activity_metrics(inst: pd.DataFrame, act: Activity, srt: Sorted, unknown: n
     # launch's work runs after the range closes, so busy time over this (never over the wall time alone)
     # is a fraction in [0, 1] that neither counts the host's queueing nor exceeds 1
     inst["span_ns"] = np.maximum(inst["wall_ns"].to_numpy(), last - first)
+
+
+_NESTED_RATIO = 20
+"""Above this many (window, member) pairs per row and window, the unions come from the offline sweep."""
+
+
+def _nested_unions(act: Activity, o: np.ndarray, lo: np.ndarray, hi: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """GPU busy, compute and copy union per window [lo, hi) of the rows in order ``o``, by
+    :func:`intervals.window_union_lengths` (O((rows + windows) log rows), however nested the windows)."""
+    s, e, kind = act.start_ns[o], act.end_ns[o], act.kind[o]
+    out = [intervals.window_union_lengths(s, e, lo, hi)]
+    for keep in (kind != MEMCPY, kind == MEMCPY):
+        before = np.concatenate([[0], np.cumsum(keep)])  # positions among the kept rows
+        out.append(intervals.window_union_lengths(s[keep], e[keep], before[lo], before[hi]))
+    return out[0], out[1], out[2]
 
 
 def _host_metrics(inst: pd.DataFrame, api: HostCalls, api_srt: Sorted, osrt: HostCalls, osrt_srt: Sorted) -> None:
