@@ -205,3 +205,58 @@ def test_twenty_thousand_nested_windows_in_bounded_memory(n_windows):
     assert intervals.weighted_median(values, intervals.cover_counts(lo[sub], hi[sub], n_rows)) == \
         float(np.median(values[pos]))
     assert np.isfinite(med)
+
+
+@given(st.lists(st.tuples(st.integers(0, 200), st.integers(-5, 60)), max_size=40),
+       st.lists(st.tuples(st.integers(0, 45), st.integers(0, 45)), max_size=25))
+def test_window_union_lengths_equal_the_union_of_each_window(ivs, wins):
+    s = np.array([a for a, _ in ivs], dtype=np.int64)
+    e = s + np.array([d for _, d in ivs], dtype=np.int64)
+    n = len(s)
+    lo = np.array([min(a, n) for a, _ in wins], dtype=np.int64)
+    hi = np.array([min(a + b, n) for a, b in wins], dtype=np.int64)
+    got = intervals.window_union_lengths(s, e, lo, hi)
+    assert got.tolist() == [intervals.union_length(s[a:b], e[a:b]) for a, b in zip(lo, hi)]
+
+
+def test_a_full_database_is_one_sentence_not_a_bug(tmp_path, capsys, monkeypatch):
+    """SQLite's "database or disk is full" (here raised where the run is stored, as the driver raises it)
+    is the machine's state, not a bug: exit 3 and one sentence, no SQLAlchemy link."""
+    import sqlite3
+
+    from sqlalchemy import exc as sa_exc
+
+    from profiler.store.api import Store as StoreClass
+    from tests.fuzz.hostile import BASE
+
+    def full(self, **kwargs):
+        raise sa_exc.OperationalError("INSERT INTO runs ...", {}, sqlite3.OperationalError("database or disk is full"))
+
+    monkeypatch.setattr(StoreClass, "create_run", full)
+    with pytest.raises(SystemExit) as exc:
+        main(["--db", str(tmp_path / "s.db"), "analyze", str(BASE)])
+    err = capsys.readouterr().err
+    assert exc.value.code == 3, err
+    assert "disk is full" in err and "internal error" not in err and "sqlalche.me" not in err
+    assert err.count("trtprof: error") == 1
+
+
+def test_no_space_left_is_one_sentence(tmp_path, capsys, monkeypatch):
+    import errno
+
+    import profiler.cli.outputs as outputs
+
+    def enospc(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "x"))
+
+    monkeypatch.setattr(outputs.os, "fsync", enospc)
+    from tests.fuzz.hostile import BASE
+
+    (tmp_path / "out.json").write_text('{"previous": true}')
+    with pytest.raises(SystemExit) as exc:
+        main(["analyze", str(BASE), "--no-store", "--json", str(tmp_path / "out.json")])
+    err = capsys.readouterr().err
+    assert exc.value.code == 3 and "No space left" in err and err.count("trtprof: error") == 1
+    # the earlier file is intact, and no temporary file is left behind
+    assert (tmp_path / "out.json").read_text() == '{"previous": true}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]

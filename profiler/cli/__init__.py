@@ -13,7 +13,7 @@ import sys
 import click
 
 from profiler.cli.terminal import guarded
-from profiler.errors import EXIT_BUG, EXIT_USAGE, TrtprofError
+from profiler.errors import EXIT_BUG, EXIT_INPUT, EXIT_USAGE, TrtprofError
 
 # name -> (module, one-line help shown by --help without importing the module)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -100,11 +100,34 @@ def _main(argv: list[str] | None, debug: bool) -> None:
     except Exception as exc:  # a bug, not bad input: its own exit code, one sentence unless --debug
         if debug:
             raise
+        full = _out_of_space(exc)
+        if full:  # the machine, not trtprof: what was stored before stays stored
+            click.echo(f"trtprof: error: {full}", err=True)
+            sys.exit(EXIT_INPUT)
         first = (str(exc).splitlines() or [""])[0][:300]
         click.echo(f"trtprof: internal error (a bug in trtprof, exit {EXIT_BUG}): {type(exc).__name__}: {first}; "
                    "please report it with the output of the same command run as 'trtprof --debug ...'", err=True)
         sys.exit(EXIT_BUG)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _out_of_space(exc: BaseException) -> str | None:
+    """One sentence when ``exc`` (or what caused it) is a full disk or a full database, else None."""
+    import errno
+
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            where = f" writing {exc.filename}" if exc.filename else ""
+            return f"no space left on the device{where}; free some space and run the command again"
+        text = str(exc)
+        if "database or disk is full" in text or "No space left on device" in text \
+                or "could not extend file" in text:
+            return ("the run store's disk is full (database or disk is full); free some space and run the command "
+                    "again: runs stored before are intact")
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 def _ignore_further_interrupts() -> None:

@@ -90,12 +90,16 @@ def flip_case(seed: int, base: Path = BASE, count: int = 64) -> Callable[[Path],
     return build
 
 
-def overlapping_ranges(n: int, base: Path = NVTX_BASE) -> Callable[[Path], list[str]]:
-    """``n`` NVTX ranges on the launching thread, all covering every kernel (the quadratic case)."""
+def overlapping_ranges(n: int, base: Path = NVTX_BASE, kernels: int | None = None) -> Callable[[Path], list[str]]:
+    """``n`` nested NVTX ranges on the launching thread, all covering every kernel (the quadratic case);
+    ``kernels`` keeps only that many kernels."""
     def build(tmp: Path) -> list[str]:
         path = _copy(base, tmp)
         con = sqlite3.connect(path)
-        lo, hi = con.execute(f"SELECT min(start), max(end) FROM {K}").fetchone()
+        if kernels is not None:
+            con.execute(f"DELETE FROM {K} WHERE rowid NOT IN (SELECT rowid FROM {K} ORDER BY start LIMIT {kernels})")
+        lo, hi = con.execute(f"SELECT min(s), max(e) FROM (SELECT min(start) AS s, max(end) AS e FROM {K} "
+                             f"UNION ALL SELECT min(start), max(end) FROM {API})").fetchone()
         gtid = con.execute(f"SELECT globalTid FROM {API} GROUP BY globalTid ORDER BY count(*) DESC LIMIT 1"
                            ).fetchone()[0]
         con.execute(f"DELETE FROM {NVTX} WHERE eventType IN (59, 60)")

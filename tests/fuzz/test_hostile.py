@@ -105,3 +105,29 @@ def test_hostile_input(case: Case, tmp_path, capsys, tiny_model) -> None:
     args = [tiny_model.as_posix() if a == "MODEL" else a for a in case.build(tmp_path)]
     code, out, err = _run(args, capsys)
     check(case, code, out, err, tmp_path)
+
+
+@pytest.mark.slow
+def test_twenty_thousand_nested_ranges_in_bounded_memory(tmp_path):
+    """The capture that took 19.7 GB at 10,000 ranges and raised MemoryError at 20,000: every range
+    holds every kernel, so (range, kernel) pairs are 20,000 x kernels; the analysis never forms them."""
+    import tracemalloc
+
+    from profiler.capture.analyze import AnalysisOptions, analyze_path
+    from tests.fuzz.hostile import overlapping_ranges
+
+    n_ranges, n_kernels = 20_000, 1_000
+    path = overlapping_ranges(n_ranges, kernels=n_kernels)(tmp_path)[1]
+    tracemalloc.start()
+    try:
+        result = analyze_path(path, AnalysisOptions()).to_json()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    pairs_bytes = n_ranges * n_kernels * 8  # one int64 per (range, kernel) pair: 160 MB
+    assert peak < pairs_bytes / 2, f"peak {peak / 2**20:.0f} MiB"
+    ranges = result["ranges"]
+    assert sum(r["count"] for r in ranges) == n_ranges
+    for r in ranges:  # every range holds all kernels, so each instance launched all of them
+        assert r["kernels_per_instance"] == n_kernels
+        assert 0 < r["gpu_busy_fraction"] <= 1
