@@ -260,3 +260,15 @@ def test_no_space_left_is_one_sentence(tmp_path, capsys, monkeypatch):
     # the earlier file is intact, and no temporary file is left behind
     assert (tmp_path / "out.json").read_text() == '{"previous": true}'
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json"]
+
+
+def test_the_guard_keeps_progress_redraws_but_escapes_a_carriage_return_inside_a_line():
+    import io
+
+    from profiler.cli.terminal import _Guard
+
+    buf = io.StringIO()
+    guard = _Guard(buf)
+    for text in ("\rprogress 50%", "name\rX\n", "crlf\r\n", "\x1b[2Jx\n"):
+        guard.write(text)
+    assert buf.getvalue() == "\rprogress 50%name\\rX\ncrlf\r\n\\x1b[2Jx\n"

@@ -4,7 +4,9 @@ the window, ``\\x1b[2J`` clears it) are shown as visible escapes instead of bein
 
 :func:`printable` escapes one string; :func:`guarded` wraps the command's stdout and stderr for the
 whole command, so every line printed by any subcommand goes through :func:`printable` (keeping
-newlines, tabs and carriage returns). The HTML reports are autoescaped by Jinja2 instead.
+newlines and tabs, and a carriage return only where it starts a write, as a redrawn progress line does,
+or ends a CRLF line). Output that must drive the terminal on purpose writes to ``sys.__stderr__``.
+The HTML reports are autoescaped by Jinja2 instead.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from typing import Iterator, TextIO
 # C0 controls except tab, newline and carriage return; DEL; C1 controls (U+0080-U+009F: CSI is U+009B);
 # the bidirectional overrides that make text display in another order than it reads.
 _UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+_INNER_CR = re.compile("\r(?!\n)")
 
 
 def _escape(m: re.Match) -> str:
@@ -41,7 +46,14 @@ class _Guard:
         self._stream = stream
 
     def write(self, text: str) -> int:
-        self._stream.write(printable(text) if isinstance(text, str) else text)
+        if isinstance(text, str):
+            safe = printable(text)
+            if "\r" in safe[1:]:  # a carriage return inside a line (from data) would overwrite it on screen;
+                # one that starts a write (a progress line redrawn) or ends a CRLF line is kept
+                safe = safe[:1] + _INNER_CR.sub(lambda m: "\\r", safe[1:])
+            self._stream.write(safe)
+        else:
+            self._stream.write(text)
         return len(text)
 
     def writelines(self, lines) -> None:

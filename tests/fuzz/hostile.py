@@ -362,6 +362,19 @@ def store_cases() -> list[Case]:
         f"UPDATE {NVTX} SET text = text || char(0) || 'x' WHERE text IS NOT NULL")(tmp)[:2]))
     c.append(Case("store", "long-gpu-name", lambda tmp: ["--db", str(tmp / "s.db")] + sql_case(
         f"UPDATE TARGET_INFO_GPU SET name = '{'G' * 300}'")(tmp)[:2]))
+
+    def compare_unlike(tmp: Path) -> list[str]:
+        """Two stored runs with nothing in common to compare (different captures, different ranges)."""
+        from profiler.cli import main
+
+        db = str(tmp / "s.db")
+        for base, label in ((BASE, "a"), (NVTX_BASE, "b")):
+            try:
+                main(["--db", db, "analyze", str(base), "--label", label])
+            except SystemExit:
+                pass
+        return ["--db", db, "compare", "a", "b", "--json", str(tmp / "out.json")]
+    c.append(Case("store", "compare-unlike-runs", compare_unlike))
     return c
 
 

@@ -11,6 +11,8 @@ import signal
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from profiler.cli import main
 from tests.fuzz.hostile import Case, all_cases
@@ -131,3 +133,36 @@ def test_twenty_thousand_nested_ranges_in_bounded_memory(tmp_path):
     for r in ranges:  # every range holds all kernels, so each instance launched all of them
         assert r["kernels_per_instance"] == n_kernels
         assert 0 < r["gpu_busy_fraction"] <= 1
+
+
+names = st.text(min_size=1, max_size=60)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(names, names)
+def test_any_nvtx_and_kernel_name_analyses_cleanly(tmp_path, capsys, nvtx_name, kernel_name):
+    """Whatever bytes name a range or a kernel (control characters, invalid UTF-8 from lone
+    surrogates, NUL): exit 0, names shown escaped, the JSON complete."""
+    import shutil
+    import sqlite3
+
+    from tests.fuzz.hostile import BASE
+
+    d = tmp_path / f"c{abs(hash((nvtx_name, kernel_name)))}"
+    d.mkdir()
+    path = d / "cap.sqlite"
+    shutil.copy(BASE, path)
+    path.chmod(0o644)
+    con = sqlite3.connect(path)
+    raw = nvtx_name.encode("utf-8", "surrogatepass")
+    con.execute("UPDATE NVTX_EVENTS SET text = CAST(? AS TEXT) WHERE text IS NOT NULL", (raw,))
+    con.execute("UPDATE StringIds SET value = CAST(? AS TEXT) WHERE id IN (SELECT shortName FROM "
+                "CUPTI_ACTIVITY_KIND_KERNEL)", (kernel_name.encode("utf-8", "surrogatepass"),))
+    con.commit()
+    con.close()
+    code, out, err = _run(["analyze", str(path), "--no-store", "--json", str(d / "out.json")], capsys)
+    assert code == 0, err
+    assert not CONTROL.findall(out.replace("\r\n", "\n")) and not CONTROL.findall(err)
+    data = json.loads((d / "out.json").read_text())
+    assert not impossible_numbers(data)
+    assert data["ranges"] and all(isinstance(r["name"], str) for r in data["ranges"])
