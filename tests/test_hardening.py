@@ -272,3 +272,27 @@ def test_the_guard_keeps_progress_redraws_but_escapes_a_carriage_return_inside_a
     for text in ("\rprogress 50%", "name\rX\n", "crlf\r\n", "\x1b[2Jx\n"):
         guard.write(text)
     assert buf.getvalue() == "\rprogress 50%name\\rX\ncrlf\r\n\\x1b[2Jx\n"
+
+
+def test_a_sweep_that_fails_unexpectedly_is_stored_failed_not_running(tmp_path, monkeypatch):
+    pytest.importorskip("onnxruntime")
+    from profiler.sweep import Sweep, SweepConfig, run_sweep
+    from tests.test_sweep import FAST, conv_model
+
+    real = Sweep._store_variant
+
+    def store_then_break(self, rec, samples, layers):
+        if rec["precision"] == "fp16":  # storing the second variant fails (an OverflowError, as in the issue)
+            raise OverflowError("Python int too large to convert to SQLite INTEGER")
+        return real(self, rec, samples, layers)
+
+    monkeypatch.setattr(Sweep, "_store_variant", store_then_break)
+    store = Store.open(f"sqlite:///{tmp_path / 's.db'}")
+    cfg = SweepConfig(model=conv_model(tmp_path / "conv.onnx"), precisions=["fp32", "fp16"],
+                      backend="onnxruntime", layers=False, **FAST)
+    with pytest.raises(OverflowError):
+        run_sweep(cfg, store=store)
+    run = store.run_dict(store.list_runs(kind="sweep")[0]["id"])
+    assert run["status"] == "failed" and run["lease_owner"] is None
+    assert [v["key"] for v in run["variants"]] == ["fp32-wsdefault-s1"]  # what was measured stays
+    store.close()
