@@ -296,3 +296,18 @@ def test_a_sweep_that_fails_unexpectedly_is_stored_failed_not_running(tmp_path, 
     assert run["status"] == "failed" and run["lease_owner"] is None
     assert [v["key"] for v in run["variants"]] == ["fp32-wsdefault-s1"]  # what was measured stays
     store.close()
+
+
+@pytest.mark.parametrize("command", [["runs"], ["show", "1"], ["show", "1", "--json"], ["runs", "--json"]])
+def test_runs_and_show_never_print_a_raw_escape(tmp_path, capsys, command):
+    db = str(tmp_path / "s.db")
+    store = Store.open(db)
+    store.create_run(kind="analyze", source="cap\x1b]0;pwned\x07.sqlite", label="nightly\x1b[2J",
+                     gpu="H200\x9b31m", model="m\x1b[H")
+    store.close()
+    with pytest.raises(SystemExit) as exc:
+        main(["--db", db, *command])
+    out = capsys.readouterr().out
+    assert exc.value.code == 0
+    assert not any(ord(c) < 32 and c not in "\n\t" or 0x7f <= ord(c) <= 0x9f for c in out), repr(out)
+    assert "nightly" in out
