@@ -435,10 +435,13 @@ class Strings:
             tbl = export.arrow("SELECT id, CAST(value AS BLOB) AS value FROM StringIds "
                                "WHERE typeof(id) = 'integer'")
             self.ids = tbl.column("id").to_numpy(zero_copy_only=False).astype(np.int64)
-            self.values = decode_all(tbl.column("value").to_pylist(), export.bad_text)
+            raw = tbl.column("value")
+            self.null_values = int(raw.null_count)
+            self.values = decode_all(raw.to_pylist(), export.bad_text)
         else:
             self.ids = np.empty(0, np.int64)
             self.values = np.empty(0, dtype=object)
+            self.null_values = 0
         order = np.argsort(self.ids, kind="stable")
         self.ids, self.values = self.ids[order], self.values[order]
         self.unresolved = 0
@@ -758,9 +761,18 @@ class _Loader:
         return tbl, {
             "start_ns": _np(tbl, "start"), "end_ns": _np(tbl, "end"),
             "device_id": device_ids(_np(tbl, "deviceId")), "stream_id": _np(tbl, "streamId"),
-            "correlation_id": corr, "pid": decode_global_tid(gpid)[0], "bytes": _np(tbl, "bytes"),
+            "correlation_id": corr, "pid": decode_global_tid(gpid)[0], "bytes": self._bytes(frame, _np(tbl, "bytes")),
             **self.link(frame, gpid, corr, with_name=frame == "memcpy"),
         }
+
+    def _bytes(self, frame: str, raw: np.ndarray) -> np.ndarray:
+        """Byte counts, 0 (with a warning) where the export's is missing, not an integer or negative."""
+        bad = raw < 0
+        if bad.any():
+            self.warnings.append(f"{int(bad.sum())} {'memory copies' if frame == 'memcpy' else 'memsets'} have no "
+                                 "valid byte count (missing or negative); they count as 0 bytes.")
+            raw = np.where(bad, 0, raw)
+        return raw
 
     def memcpy(self) -> pd.DataFrame:
         got = self._copies("memcpy", T_MEMCPY, (("copyKind", "ck"), ("srcKind", "sk"), ("dstKind", "dk")))
@@ -830,6 +842,9 @@ class _Loader:
             return empty_frame("nvtx")
         c = self.col
         self.need(t)
+        odd = self.x.scalar(f"SELECT count(*) FROM {t} WHERE typeof(eventType) != 'integer'")
+        if odd:
+            self.warnings.append(f"{odd} NVTX event(s) have no integer event type; they were ignored.")
         text = "coalesce(CAST(text AS BLOB), x'')" if "text" in self.x.columns(t) else "x''"
         tbl = self.x.fetch(
             f"SELECT {_START}, coalesce({int_sql('end')}, {NULL_INT}) AS end_, eventType AS et, {text} AS text, "
@@ -1074,9 +1089,6 @@ def _load(export: Export, wanted: set[str], source: Path, columns: dict[str, set
         if graph_launches and not len(frames["graphs"]) and not _graph_nodes(export, ld, frames["kernels"]):
             ld.missing.append(f"The capture made {graph_launches} CUDA graph launch(es) but holds no graph "
                               f"activity (graph trace off): GPU work of the graphs is missing.")
-    if export.bad_text[0]:
-        ld.warnings.append(f"{export.bad_text[0]} name(s) in the export were not valid UTF-8; they are shown "
-                           f"with \ufffd where bytes could not be decoded.")
     if ld.strings.unresolved:
         ld.warnings.append(f"{ld.strings.unresolved} name id(s) were not found in StringIds.")
 
@@ -1100,6 +1112,11 @@ def _load(export: Export, wanted: set[str], source: Path, columns: dict[str, set
         "absent_columns": ld.absent_columns, "correlation": ld.correlation,
         "nvtx_unclosed": getattr(ld, "nvtx_unclosed", 0),
     })
+    if export.bad_text[0]:  # after the metadata reads (GPU and process names) that count too
+        ld.warnings.append(f"{export.bad_text[0]} name(s) in the export were not valid UTF-8; they are shown "
+                           f"with \ufffd where bytes could not be decoded.")
+    if ld.strings.null_values:
+        ld.warnings.append(f"{ld.strings.null_values} StringIds value(s) are NULL; those names are shown empty.")
     trace.meta = meta
     Trace.__post_init__(trace)
     return trace
