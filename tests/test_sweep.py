@@ -431,3 +431,32 @@ def test_a_variant_that_fails_while_running_is_recorded_and_the_sweep_goes_on(tm
     assert "unspecified launch failure" in summary["variants"][0]["error"]
     assert summary["variants"][0]["checklist"]["executed"]["status"] == "failed"
     assert summary["variants"][3]["accuracy"]["probs"]["passed"] is True
+
+
+def test_resume_writes_into_the_run_s_own_out_and_counts_what_is_left(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a wrong default --out would land here, as ./trtprof-sweep
+    model = conv_model(tmp_path / "conv.onnx")
+    db, orig = tmp_path / "db.sqlite", tmp_path / "first-out"
+    store = Store.open(str(db))
+    cfg = SweepConfig(model=model, precisions=["fp32", "fp16"], backend="onnxruntime", layers=False,
+                      out_dir=str(orig), **FAST)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(cfg, store=store, backend=InterruptingBackend("fp16-wsdefault-s1"))
+    run_id = store.list_runs(kind="sweep")[0]["id"]
+    code, stdout, stderr = cli(["sweep", "--db", str(db), "--resume", str(run_id)], capsys)
+    assert code == 0, stderr
+    assert f"writing to the run's own --out {orig}" in stderr
+    assert "2 variant(s): 1 to run, 0 skipped, 1 already done" in stderr
+    assert json.loads((orig / "summary.json").read_text())["run"]["status"] == "ok"
+    assert not (tmp_path / "trtprof-sweep").exists()
+    assert stdout.splitlines()[0].startswith("PASS: All 2 measured variants")  # the verdict comes first
+
+
+def test_resume_command_spells_out_the_store_and_the_folder(tmp_path, monkeypatch):
+    from profiler.cli.sweep import resume_command
+
+    monkeypatch.chdir(tmp_path)
+    cmd = resume_command(7, "runs.db", tmp_path / "my out")
+    assert cmd == f"trtprof sweep --resume 7 --db {tmp_path / 'runs.db'} --out '{tmp_path / 'my out'}'"
+    assert resume_command(7, "postgresql://u@h/db", tmp_path).split("--db ")[1].startswith(
+        "postgresql+psycopg://u@h/db")
