@@ -276,7 +276,7 @@ def merged_finding_views(findings: Iterable[Any]) -> list[dict[str, Any]]:
     A group of one shows its evidence as key/value rows; a larger group shows the evidence that differs
     as one table (a row per variant or range) and what every member shares once.
     """
-    from profiler.report.verdict import merge_findings
+    from profiler.report.verdict import many, merge_findings
 
     out = []
     for g in merge_findings(findings):
@@ -303,7 +303,7 @@ def merged_finding_views(findings: Iterable[Any]) -> list[dict[str, Any]]:
             view["evidence_table"] = None if not differ else table(["applies to"] + [humanize_key(k) for k in differ], rows,
                                            numeric=[False] + [True] * len(differ), limit=EVIDENCE_TABLE_ROWS)
             if len({m.get("title") for m in members}) > 1:
-                view["title"] = f"{g['title']} (the worst of {len(members)})"
+                view["title"] = f"{g['title']} ({many(g)})"
         out.append(view)
     return out
 

@@ -124,11 +124,16 @@ def merge_findings(findings: Iterable[Any]) -> list[dict[str, Any]]:
     return out
 
 
+def many(g: dict[str, Any]) -> str:
+    """How a merged group's lead finding stands among the others: the worst of them, or one of them (info)."""
+    return f"{'one' if g['severity'] == 'info' else 'the worst'} of {len(g['members'])}"
+
+
 def _item(g: dict[str, Any]) -> dict[str, Any]:
     n = len(g["applies_to"])
     title = g["title"]
     if len({m.get("title") for m in g["members"]}) > 1:
-        title += f" (the worst of {len(g['members'])})"
+        title += f" ({many(g)})"
     return {"rule": g["rule"], "severity": g["severity"], "title": title, "impact": g["impact"]["text"],
             "applies_to": g["applies_to"], "recommendation": g["recommendation"],
             "more": f"and {n - 1} more" if n > 1 else ""}
