@@ -20,15 +20,20 @@ from profiler.findings import json_safe
 @click.option("--alpha", type=float, default=None, help="Significance level of the Mann-Whitney test (default 0.01).")
 @click.option("--threshold-pct", type=float, default=None, help="Relative change that matters, percent (default 5).")
 @click.option("--floor-us", type=float, default=None, help="Absolute change that matters, microseconds (default 5).")
+@click.option("--force", is_flag=True,
+              help="Compare runs of different kinds, models or input shapes anyway (the output says it was forced).")
 @click.option("--cdn", is_flag=True, help="Reference plotly.js from a CDN instead of embedding it.")
 @click.pass_context
-def command(ctx, baseline, candidate, db, json_path, report_path, alpha, threshold_pct, floor_us, cdn):
+def command(ctx, baseline, candidate, db, json_path, report_path, alpha, threshold_pct, floor_us, force, cdn):
     """Compare CANDIDATE against BASELINE (run ids or labels). Exit 1 when anything regressed.
 
-    A latency regression needs all three: statistically significant (Mann-Whitney p < alpha and a
-    bootstrap confidence interval of the median ratio that excludes 1), larger than --threshold-pct,
-    and larger than --floor-us. An accuracy regression is an output that passed its threshold in the
-    baseline and fails it in the candidate.
+    A latency regression needs all of: within the run, statistically significant (Mann-Whitney p < alpha
+    and a bootstrap confidence interval of the median ratio that excludes 1), larger than
+    --threshold-pct and larger than --floor-us; between runs, beyond the run-to-run spread measured by
+    `trtprof sweep --repeat N` on both sides, or by 3 earlier runs of the variant's fingerprint. A noisy
+    variant (host-bound, on a CPU backend, or jittery) without either is `inconclusive` (exit 0). An
+    accuracy regression is an output that passed its threshold in the baseline and fails it in the
+    candidate. Runs of different kinds, models or input shapes are refused (exit 2) unless --force.
     """
     from profiler.cli.outputs import check_output_file, write_text
     from profiler.compare import compare_runs
@@ -44,8 +49,8 @@ def command(ctx, baseline, candidate, db, json_path, report_path, alpha, thresho
     if floor_us is not None:
         rule["abs_floor_ms"] = floor_us / 1000
     store = open_store(ctx, db)
-    result = compare_runs(store, baseline, candidate, rule)
-    _print(result, err=json_path == "-")  # keep stdout pure JSON for `--json -`
+    result = compare_runs(store, baseline, candidate, rule, force=force)
+    # the files first: nothing the terminal summary does can lose them
     if json_path:
         text = json.dumps(json_safe(result), indent=2, default=str, allow_nan=False)
         if json_path == "-":
@@ -56,10 +61,19 @@ def command(ctx, baseline, candidate, db, json_path, report_path, alpha, thresho
         from profiler.report import write_compare_report
 
         write_compare_report(result, report_path, cdn=cdn)
-        click.echo(f"report: {report_path}")
+    _print(result, err=json_path == "-")  # keep stdout pure JSON for `--json -`
+    if report_path:
+        click.echo(f"report: {report_path}", err=json_path == "-")
     if result["verdict"] == "regression":
         what = result["latency_regressions"] + [f"{k} (accuracy)" for k in result["accuracy_regressions"]]
         raise GateFailed(f"regression in {len(what)} variant(s): {', '.join(what)}")
+
+
+def _num(x, spec: str) -> str:
+    """A number formatted by ``spec``, or '-' for None, NaN and anything not a number."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or x != x:
+        return "-"
+    return format(x, spec)
 
 
 def _print(result: dict, *, err: bool = False) -> None:
@@ -73,20 +87,26 @@ def _print(result: dict, *, err: bool = False) -> None:
         echo(line)
     echo("")
     b, c = result["baseline"], result["candidate"]
+    if result.get("forced"):
+        echo(f"FORCED COMPARISON (--force): {'; '.join(result['forced'])}")
     echo(f"baseline  run {b['id']} {b.get('label') or ''}  ({b.get('created_at')})")
     echo(f"candidate run {c['id']} {c.get('label') or ''}  ({c.get('created_at')})")
     echo(f"{'variant':<36} {'verdict':<12} {'ratio':>7} {'95% CI':>15} {'p':>9}  why")
     for v in result["variants"]:
-        ratio = v.get("median_ratio")
-        ci = f"{v['ci_low']:.3f}-{v['ci_high']:.3f}" if v.get("ci_low") is not None else ""
-        p = f"{v['p_value']:.2g}" if v.get("p_value") is not None else ""
-        verdict = v["verdict"] + ("+acc" if v.get("accuracy_verdict") == "regression" else "")
-        echo(f"{v['key'][:36]:<36} {verdict:<12} {'-' if ratio is None else format(ratio, '.3f'):>7} "
-                   f"{ci:>15} {p:>9}  {v.get('reason', '')}")
+        lo, hi = _num(v.get("ci_low"), ".3f"), _num(v.get("ci_high"), ".3f")
+        ci = f"{lo}-{hi}" if lo != "-" and hi != "-" else ""
+        p = _num(v.get("p_value"), ".2g")
+        verdict = str(v.get("verdict")) + ("+acc" if v.get("accuracy_verdict") == "regression" else "")
+        echo(f"{str(v['key'])[:36]:<36} {verdict:<12} {_num(v.get('median_ratio'), '.3f'):>7} "
+             f"{ci:>15} {p:>9}  {v.get('reason', '')}")
     for e in result["environment_changes"]:
         echo(f"changed: {e['field']}: {e['baseline']} -> {e['candidate']}")
     for f in result["findings_appeared"]:
         echo(f"new finding: [{f['severity']}] {f['rule']}: {f['title']}")
     for f in result["findings_disappeared"]:
         echo(f"gone finding: [{f['severity']}] {f['rule']}: {f['title']}")
-    echo(f"verdict: {result['verdict']}")
+    if result.get("inconclusive"):
+        echo(f"INCONCLUSIVE: {len(result['inconclusive'])} variant(s) changed within one run but their run-to-run "
+             f"spread is unmeasured ({', '.join(result['inconclusive'])}); this gate does not fail on them: rerun "
+             "both sides with `trtprof sweep --repeat 5`")
+    echo(f"verdict: {result['verdict']}" + (" (forced comparison)" if result.get("forced") else ""))

@@ -15,7 +15,10 @@ from typing import Any
 
 import numpy as np
 
+from profiler.compare.comparable import incomparable
+from profiler.compare.noise import host_bound, judge, repeat_medians
 from profiler.compare.stats import DEFAULT_RULE, decide, detect_step
+from profiler.errors import UsageError
 from profiler.store import Store
 
 ENV_FIELDS = ("gpu", "driver_version", "cuda_version", "tensorrt_version", "nsys_version", "backend", "host",
@@ -23,11 +26,9 @@ ENV_FIELDS = ("gpu", "driver_version", "cuda_version", "tensorrt_version", "nsys
 ACCURACY_METRICS = ("max_abs", "mean_abs", "rel_l2", "cosine", "top1_agreement", "nan_count", "inf_count")
 #: Samples kept per side in the JSON/report output (the verdict uses all of them).
 MAX_SAMPLES_OUT = 2000
-#: trtexec's enqueue-bound condition: the host enqueue takes more than this share of the GPU compute time.
-HOST_BOUND_RATIO = 0.8
-#: Earlier runs of a fingerprint needed to measure its run-to-run spread.
-MIN_HISTORY = 3
 TOP_LAYER_DELTAS = 25
+#: A per-layer time from a short profiling pass is never trusted to better than this fraction.
+LAYER_NOISE_FLOOR = 0.10
 
 
 def _variant_name(v: dict[str, Any]) -> str:
@@ -119,56 +120,6 @@ def _kernel_deltas(base_run: dict, cand_run: dict) -> list[dict[str, Any]] | Non
     return rows[:TOP_LAYER_DELTAS]
 
 
-def _median_of(metrics: dict[str, Any], *names: str) -> float | None:
-    for n in names:
-        v = (metrics.get(n) or {}).get("median") if isinstance(metrics.get(n), dict) else None
-        if isinstance(v, (int, float)) and math.isfinite(v):
-            return float(v)
-    return None
-
-
-def host_bound(variant: dict[str, Any]) -> bool:
-    """True when the host enqueue dominates a GPU backend's query (trtexec's enqueue-bound condition).
-
-    Such a query's latency follows the host CPU, and the host varies between processes (scheduling,
-    frequency, caches) by more than within one run: on an H200, the same eager sweep run twice in a row
-    measured 4.97 and 2.98 ms medians, while its CUDA-graph variant measured 0.478 and 0.475 ms.
-    CPU backends (synchronous enqueue) are not host-bound in this sense: their compute is the host.
-    """
-    m = variant.get("metrics") or {}
-    if m.get("synchronous_enqueue"):
-        return False
-    enq = _median_of(m, "enqueue_ms")
-    comp = _median_of(m, "compute_ms", "gpu_compute_ms")
-    return enq is not None and comp is not None and comp > 0 and enq > HOST_BOUND_RATIO * comp
-
-
-def _host_bound_verdict(row: dict[str, Any], history: dict[str, Any] | None, candidate_run: int,
-                        rule: dict[str, Any]) -> None:
-    """Hold a host-bound variant's regression/improvement against its run-to-run spread (in place)."""
-    points = (history or {}).get("points", [])
-    at = next((i for i, p in enumerate(points) if p["run_id"] == candidate_run), len(points))
-    prior = [p["median_ms"] for p in points[:at]]  # runs before the candidate (oldest first)
-    if len(prior) < MIN_HISTORY:
-        row["verdict_within_run"] = row["verdict"]
-        row["verdict"] = "inconclusive"
-        row["reason"] = (f"{row['reason']}; but the query is enqueue-bound (host enqueue > {HOST_BOUND_RATIO:g} x "
-                         f"compute), so its latency follows the host CPU, which varies between runs more than "
-                         f"within one: {len(prior)} earlier run(s) of this fingerprint are too few to measure that "
-                         f"spread (need {MIN_HISTORY}); rerun the baseline, or measure a CUDA-graph variant")
-        return
-    arr = np.asarray(prior, dtype=float)
-    spread = float((arr.max() - arr.min()) / np.median(arr))
-    row["run_to_run_spread"] = spread
-    if abs(row["median_ratio"] - 1.0) <= max(spread, rule["rel_threshold"]):
-        row["verdict_within_run"] = row["verdict"]
-        row["verdict"] = "no_change"
-        row["reason"] = (f"{row['reason']}; but the query is enqueue-bound and the change is within the "
-                         f"{spread * 100:.0f}% run-to-run spread of {len(prior)} earlier runs")
-    else:
-        row["reason"] += f" (beyond the {spread * 100:.0f}% run-to-run spread of {len(prior)} earlier runs)"
-
-
 def trend(store: Store, fingerprint: str | None, *, limit: int = 50) -> dict[str, Any] | None:
     """Median latency of every stored variant with this fingerprint, oldest first, with the step."""
     if not fingerprint:
@@ -185,12 +136,65 @@ def trend(store: Store, fingerprint: str | None, *, limit: int = 50) -> dict[str
     return {"fingerprint": fingerprint, "points": points, "step": step}
 
 
+def _jitter_cov_pct(run: dict[str, Any]) -> float:
+    from profiler.rules.sweep import jitter_threshold_pct
+
+    env = {"backend": run.get("backend"), "tensorrt_version": run.get("tensorrt_version"),
+           **(run.get("environment") or {})}
+    return jitter_threshold_pct(env)[0]
+
+
+def _prior_medians(trend_: dict[str, Any] | None, candidate_run: int) -> list[float]:
+    """Medians of the fingerprint's runs before the candidate (oldest first)."""
+    points = (trend_ or {}).get("points", [])
+    at = next((i for i, p in enumerate(points) if p["run_id"] == candidate_run), len(points))
+    return [p["median_ms"] for p in points[:at]]
+
+
+def _layer_noise(row: dict[str, Any], bv: dict[str, Any], cv: dict[str, Any]) -> float:
+    """Relative uncertainty of a per-layer time: the variant's run-to-run spread when measured, else
+    twice its within-run CoV, and never under LAYER_NOISE_FLOOR (a layer profile is a short separate pass)."""
+    covs = [((v.get("latency_ms") or {}).get("cov_pct") or 0.0) / 100 for v in (bv, cv)
+            if isinstance(v.get("latency_ms"), dict)]
+    spread = row.get("run_to_run_spread")
+    return max(LAYER_NOISE_FLOOR, spread or 0.0, 2 * max(covs, default=0.0))
+
+
+def _judged_layers(row: dict[str, Any], bv: dict[str, Any], cv: dict[str, Any]) -> None:
+    """Per-layer deltas with their uncertainty; only those beyond it are kept, and only for a variant
+    whose latency changed beyond noise (otherwise any per-layer difference is noise by the variant's own
+    measure)."""
+    rows = _layer_deltas(bv.get("layers", []), cv.get("layers", []))
+    noise = _layer_noise(row, bv, cv)
+    for r in rows:
+        r["uncertainty_ms"] = noise * max(r["baseline_ms"] or 0.0, r["candidate_ms"] or 0.0)
+        r["beyond_noise"] = r["status"] != "both" or abs(r["delta_ms"]) > r["uncertainty_ms"]
+    row["layer_noise_rel"] = noise
+    if row.get("verdict") not in ("regression", "improvement"):
+        row["layer_deltas"] = []
+        row["layer_deltas_hidden"] = (f"{len(rows)} per-layer deltas hidden: the variant's latency did not change "
+                                      "beyond noise, so its per-layer differences are noise too") if rows else None
+        return
+    kept = [r for r in rows if r["beyond_noise"]]
+    row["layer_deltas"] = kept
+    row["layer_deltas_hidden"] = (f"{len(rows) - len(kept)} per-layer deltas within their uncertainty "
+                                  f"(+/-{noise * 100:.0f}% of the layer time) hidden") if len(kept) < len(rows) else None
+
+
 def compare_runs(store: Store, baseline_ref: int | str, candidate_ref: int | str,
-                 rule: dict | None = None) -> dict[str, Any]:
-    """The comparison as one JSON-able dict (the shape ``write_compare_report`` renders)."""
+                 rule: dict | None = None, *, force: bool = False) -> dict[str, Any]:
+    """The comparison as one JSON-able dict (the shape ``write_compare_report`` renders).
+
+    Runs of different kinds, models or input shapes raise ``UsageError`` unless ``force``; a forced
+    comparison carries ``forced`` (the reasons) and says so in its verdict.
+    """
     r = {**DEFAULT_RULE, **(rule or {})}
     base = store.run_dict(baseline_ref)
     cand = store.run_dict(candidate_ref)
+    why_not = incomparable(base, cand)
+    if why_not and not force:
+        raise UsageError(f"refusing to compare: {'; '.join(why_not)} (--force compares them anyway)")
+    jitter_cov = _jitter_cov_pct(cand)
     bvars = {_variant_name(v): v for v in base["variants"]}
     variants = []
     for cv in cand["variants"]:
@@ -215,12 +219,12 @@ def compare_runs(store: Store, baseline_ref: int | str, candidate_ref: int | str
         row["accuracy"], newly_failed = _accuracy_deltas(bv.get("accuracy", []), cv.get("accuracy", []))
         if newly_failed:
             row["accuracy_verdict"] = "regression"
-        row["layer_deltas"] = _layer_deltas(bv.get("layers", []), cv.get("layers", []))
         row["fingerprint_changed"] = bv.get("fingerprint") != cv.get("fingerprint")
         row["trend"] = trend(store, cv.get("fingerprint"))
         row["host_bound"] = host_bound(bv) or host_bound(cv)
-        if row["host_bound"] and row["verdict"] in ("regression", "improvement"):
-            _host_bound_verdict(row, row["trend"], cand["id"], r)
+        row["baseline_repeats_ms"], row["candidate_repeats_ms"] = repeat_medians(bv), repeat_medians(cv)
+        judge(row, bv, cv, _prior_medians(row["trend"], cand["id"]), r, jitter_cov)
+        _judged_layers(row, bv, cv)
         variants.append(row)
     for name, bv in bvars.items():
         variants.append({"key": name, "verdict": "missing", "reason": "not in the candidate run"})
@@ -243,11 +247,12 @@ def compare_runs(store: Store, baseline_ref: int | str, candidate_ref: int | str
     accuracy_regressions = [v["key"] for v in variants if v.get("accuracy_verdict") == "regression"]
     inconclusive = [v["key"] for v in variants if v.get("verdict") == "inconclusive"]
     summary_verdict = "regression" if latency_regressions or accuracy_regressions else (
-        "improvement" if any(v.get("verdict") == "improvement" for v in variants) else
-        "inconclusive" if inconclusive else "no_change")
+        "inconclusive" if inconclusive else
+        "improvement" if any(v.get("verdict") == "improvement" for v in variants) else "no_change")
     return {
         "kind": "compare",
         "verdict": summary_verdict,
+        "forced": why_not or None,
         "latency_regressions": latency_regressions,
         "inconclusive": inconclusive,
         "accuracy_regressions": accuracy_regressions,

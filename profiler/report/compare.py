@@ -90,21 +90,24 @@ def verdict_summary(data: dict) -> dict[str, Any]:
         cls, head = "warn", "No variants matched between the two runs"
     elif by["missing"] and not imp and len(by["missing"]) == n:
         cls, head = "warn", "No variant of the baseline is in the candidate"
+    elif by["inconclusive"]:
+        cls, head = "warn", (f"Inconclusive: {len(by['inconclusive'])} of {n} noisy "
+                             f"variant{'s' if n != 1 else ''} changed within one run, run-to-run spread unmeasured")
     elif imp:
         cls, head = "ok", f"No regression; {len(imp)} of {n} variant{'s' if n != 1 else ''} faster"
-    elif by["inconclusive"]:
-        cls, head = "warn", (f"No regression shown; {len(by['inconclusive'])} of {n} host-bound "
-                             f"variant{'s' if n != 1 else ''} inconclusive")
     else:
         cls, head = "ok", f"No change beyond noise in {n} variant{'s' if n != 1 else ''}"
+    if data.get("forced"):
+        head = "Forced comparison: " + head
     gate = data.get("gate_failed", data.get("gate"))
     if isinstance(gate, bool) and "gate_failed" in data:
         head += " (gate failed)" if gate else " (gate passed)"
     lines = [line(v) for v in reg]
     if acc:
         lines.append("outputs newly outside their accuracy threshold: " + ", ".join(acc))
-    lines += [line(v) for v in imp]
-    for v in by["inconclusive"]:
+    if cls != "bad":  # a red banner lists what regressed, nothing else
+        lines += [line(v) for v in imp]
+    for v in by["inconclusive"] if cls != "bad" else []:
         lines.append(f"{v.get('key', '?')}: inconclusive: {v.get('reason', '')}")
     if by["missing"]:
         lines.append("missing from one run: " + ", ".join(
@@ -243,6 +246,9 @@ def build_compare_page(data: dict) -> dict[str, Any]:
     page["verdict"] = compare_verdict(data, verdict_summary(data))
     for w in data.get("warnings") or []:
         page["banners"].append({"level": "medium", "text": str(w)})
+    if data.get("forced"):
+        page["banners"].append({"level": "high", "text": "Compared with --force although " + "; ".join(
+            str(x) for x in data["forced"]) + ": differences may come from that, not from a regression."})
 
     # ---- verdict table
     blocks = section(page, "by-variant", "Verdict by variant",
@@ -287,6 +293,7 @@ def build_compare_page(data: dict) -> dict[str, Any]:
     kernel_error = next((r.get("error") for r in top_kernels or [] if isinstance(r, dict) and r.get("error")), None)
     for kind, key, label in (("layers", "layer_deltas", "layer"), ("kernels", "kernel_deltas", "kernel")):
         has = [v for v in variants if delta_rows(v.get(key))]
+        hidden = [v for v in variants if kind == "layers" and v.get("layer_deltas_hidden")]
         if kind == "kernels" and delta_rows([r for r in top_kernels or [] if isinstance(r, dict) and "name" in r]):
             has = [{"key": "whole capture", key: [r for r in top_kernels if isinstance(r, dict) and "name" in r]}] + has
         if kind == "kernels" and kernel_error:
@@ -295,8 +302,12 @@ def build_compare_page(data: dict) -> dict[str, Any]:
         if kind == "kernels" and not has:
             continue
         blocks = section(page, f"{kind}-deltas", f"Per-{label} deltas",
-                         f"Which {label}s got slower (candidate − baseline), largest slowdown first.")
-        if not has:
+                         f"Which {label}s got slower (candidate − baseline), largest slowdown first. Per-layer "
+                         "times come from a short profiling pass: a delta is shown only for a variant whose "
+                         "latency changed beyond noise, and only when it exceeds its uncertainty (± shown).")
+        for v in hidden:
+            blocks.append(note(f"{v.get('key', '?')}: {v['layer_deltas_hidden']}."))
+        if not has and not hidden:
             blocks.append(missing(f"Per-{label} times " + NOT_IN_RUN + " (both runs need them)."))
         for i, v in enumerate(has):
             rows = delta_rows(v.get(key))
@@ -304,7 +315,8 @@ def build_compare_page(data: dict) -> dict[str, Any]:
             if i < MAX_DISTRIBUTIONS:
                 blocks.append(chart(page, f"{kind}-delta-{i}", delta_figure(rows[:TOP_DELTAS] +
                                                                             [r for r in rows[TOP_DELTAS:]][-5:])))
-            extra = [c for c in ("type", "precision_baseline", "precision_candidate") if any(c in r for r in rows)]
+            extra = [c for c in ("type", "precision_baseline", "precision_candidate", "uncertainty_ms")
+                     if any(c in r for r in rows)]
             blocks.append(table([label] + [humanize_key(c) for c in extra] + ["baseline ms", "candidate ms",
                                                                              "delta ms", "delta"],
                                 [[str(r.get("name", "?"))] + [cell(fmt_value(c, r.get(c))) for c in extra] +

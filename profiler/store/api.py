@@ -325,6 +325,15 @@ class Store:
                                                           for r in acc_rows])
         return vid
 
+    def update_variant_metrics(self, run_id: int, key: str, metrics: dict[str, Any]) -> None:
+        """Merge ``metrics`` into the stored metrics of the run's variant ``key`` (e.g. the process-level
+        repeats that a sweep measures after all its variants)."""
+        with self.write_session() as s, s.begin():
+            row = s.execute(select(m.Variant).where(m.Variant.run_id == run_id, m.Variant.key == key)).scalars().first()
+            if row is None:
+                raise InputError(f"run {run_id} has no variant {key!r}")
+            row.metrics = {**(row.metrics or {}), **metrics}
+
     def add_findings(self, run_id: int, findings: Iterable[Finding | dict]) -> None:
         with self.write_session() as s, s.begin():
             for f in findings:
