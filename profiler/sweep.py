@@ -85,6 +85,7 @@ class SweepConfig:
     transfers: bool = True  # False: no per-query H2D/D2H (trtexec --noDataTransfers); latency = compute
     overlap: bool = True  # two queries in flight per stream where the backend can (trtexec's default)
     out_dir: str | None = None  # where summary.json and report.html go (--resume writes there again)
+    repeat: int = 0  # process-level repeats of the timed phase after all variants (profiler.harness.repeat)
 
     def __post_init__(self) -> None:
         bad = [p for p in self.precisions if p not in PRECISIONS]
@@ -98,6 +99,9 @@ class SweepConfig:
             raise UsageError("--iterations must be at least 1")
         if self.duration_s < 0 or self.warmup_ms < 0:
             raise UsageError("--duration and --warmup cannot be negative")
+        if self.repeat == 1 or self.repeat < 0:
+            raise UsageError("--repeat needs at least 2 processes to measure a run-to-run spread "
+                             "(trtprof compare uses it from 3 on each side; 5 is a good default)")
 
     def to_dict(self) -> dict[str, Any]:
         return json_safe(asdict(self))
@@ -533,6 +537,8 @@ class Sweep:
                 if rec["status"] == "ok":
                     self._say(variant_line(rec))
                 self._store_variant(rec, samples, layers)
+            if self.config.repeat >= 2:
+                self._repeat(backend, feeds[0])
         except KeyboardInterrupt:
             self.interrupted()
             raise
@@ -578,6 +584,39 @@ class Sweep:
             self.store.finish_run(self.run_id, status=self.status, summary=summary)
         self._end_lease()
         return summary
+
+    def _repeat(self, backend: Backend, feed: dict[str, np.ndarray]) -> None:
+        """``--repeat N``: N fresh processes re-time every measured variant, interleaved; each variant
+        gets ``repeats`` = {medians_ms (one per process), ...}, stored with it."""
+        from profiler.harness.repeat import run_repeats
+
+        c = self.config
+        ok = [v for v in self.variants if v.get("status") == "ok" and v.get("model_path") and not v.get("repeats")]
+        if not ok:
+            return
+        self._say(f"--repeat {c.repeat}: {c.repeat} new processes time {len(ok)} variant(s) each "
+                  "(the run-to-run spread that trtprof compare needs)")
+        options: dict[str, Any] = {}
+        if backend.name == "onnxruntime":
+            options = {"device": getattr(backend, "device", "auto"),
+                       "intra_op_threads": getattr(backend, "intra_op_threads", None)}
+        got = run_repeats(ok, backend=backend.name, backend_options=options,
+                          harness={"iterations": int(c.iterations), "duration_s": float(c.duration_s),
+                                   "warmup_ms": float(c.warmup_ms), "overlap": bool(c.overlap)},
+                          transfers=c.transfers, feeds=feed, cache_dir=str(c.cache_root() / "engines"),
+                          repeats=c.repeat, progress=self._say)
+        for v in ok:
+            rep = json_safe(got[v["key"]])
+            meds = rep["medians_ms"]
+            if meds:
+                rep["spread_rel"] = float((max(meds) - min(meds)) / np.median(meds)) if len(meds) > 1 else None
+                self._say(f"  {v['key']}: medians of {len(meds)} processes {', '.join(f'{m:.3f}' for m in meds)} ms"
+                          + (f" (spread {rep['spread_rel'] * 100:.1f}%)" if rep["spread_rel"] is not None else ""))
+            for err in dict.fromkeys(rep["errors"]):
+                self._say(f"  {v['key']}: a repeat failed: {err}")
+            v["repeats"] = rep
+            if self.store is not None and self.run_id is not None:
+                self.store.update_variant_metrics(self.run_id, v["key"], {"repeats": rep})
 
     def _localize(self, spec: VariantSpec, model_path: Path, variant_path: Path,
                   feeds: list[dict[str, np.ndarray]]) -> dict[str, Any] | None:

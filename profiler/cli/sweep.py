@@ -303,6 +303,10 @@ def write_outputs(sweep: Any, summary: dict[str, Any], out_dir: Path, cdn: bool,
 @click.option("--no-overlap", is_flag=True,
               help="One query in flight per stream: each is waited for before the next is enqueued (trtexec "
                    "--exposeDMA). By default, as in trtexec, a GPU stream enqueues the next query first.")
+@click.option("--repeat", default=0, show_default=True, type=click.IntRange(min=0), metavar="N",
+              help="After all variants, time each again in N fresh processes, interleaved across variants: the "
+                   "run-to-run spread that `trtprof compare` needs to call a change (3 or more; 5 is a good "
+                   "default). Each repeat costs the timed phase of every variant once more.")
 @click.option("--cache-dir", default=None, type=click.Path(file_okay=False),
               help="Cache of transformed models and engines (default $TRTPROF_CACHE_DIR or ~/.cache/trtprof).")
 @click.option("--nsys", is_flag=True,
@@ -315,7 +319,7 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
             shapes: tuple[str, ...], calib: str | None, calib_method: str, inputs: str | None, iterations: int,
             duration: float, warmup: float, backend: str, out_dir: str, label: str | None, db: str | None,
             no_store: bool, resume: str | None, thresholds: tuple[str, ...], no_layers: bool, localize: bool,
-            no_transfers: bool, no_overlap: bool, cache_dir: str | None, nsys: bool, cdn: bool,
+            no_transfers: bool, no_overlap: bool, repeat: int, cache_dir: str | None, nsys: bool, cdn: bool,
             devices: str | None, scheduler: str | None) -> None:
     """Build and time engine variants of MODEL (default: the bundled tiny model on onnxruntime), compare each
     with FP32 on the same inputs, store the run and write summary.json and report.html."""
@@ -353,7 +357,7 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
             calib_method=calib_method, inputs=inputs, iterations=iterations, duration_s=duration,
             warmup_ms=warmup, backend=backend, label=label, thresholds=acc_limits, rule_thresholds=rule_limits,
             layers=not no_layers, cache_dir=cache_dir, localize=localize, transfers=not no_transfers,
-            overlap=not no_overlap, out_dir=str(Path(out_dir).resolve()))
+            overlap=not no_overlap, out_dir=str(Path(out_dir).resolve()), repeat=repeat)
         if not no_store:
             store = open_store(ctx, db)
         sweep = Sweep(config, store=store, progress=say)

@@ -1,0 +1,211 @@
+"""The between-run noise model of `trtprof compare` (profiler.compare.noise) and `trtprof sweep --repeat`.
+
+Real runs on ONNX Runtime's CPU provider: the same configuration swept repeatedly (each sweep with
+process-level repeats) must never be called a regression or an improvement, and a model that does
+ten times the work behind the same interface must be, with the variant named. Synthetic rows pin the
+rule's edges (overlapping repeats, the margin, history, inconclusive)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from profiler.compare import compare_runs
+from profiler.compare.noise import judge, separation_p_value, spread_margin
+from profiler.compare.stats import DEFAULT_RULE
+from profiler.errors import UsageError
+from profiler.store import Store
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+
+def _matmul_chain(path, layers: int, width: int = 192, out: str = "y"):
+    """y = x @ W1 @ ... @ Wn: same interface for every n, n times the work."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    nodes, inits, prev = [], [], "x"
+    for i in range(layers):
+        inits.append(numpy_helper.from_array((rng.standard_normal((width, width)) / width ** 0.5)
+                                             .astype(np.float32), f"w{i}"))
+        name = out if i == layers - 1 else f"h{i}"
+        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [name]))
+        prev = name
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, width])],
+                              [helper.make_tensor_value_info(out, TensorProto.FLOAT, [8, width])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def _sweep(store, model, label, tmp_path, repeat=3, **extra):
+    from profiler.sweep import SweepConfig, run_sweep
+
+    cfg = SweepConfig(model=str(model), precisions=["fp32"], backend="onnxruntime", label=label, iterations=20,
+                      duration_s=0.25, warmup_ms=30, layers=False, repeat=repeat,
+                      cache_dir=str(tmp_path / "cache"), **extra)
+    return run_sweep(cfg, store=store)
+
+
+@pytest.fixture(scope="module")
+def cpu_runs(tmp_path_factory):
+    """Six sweeps of one model, then one of a model with 10x the layers: all with 3 process repeats."""
+    tmp = tmp_path_factory.mktemp("noise")
+    store = Store.open(f"sqlite:///{tmp / 'n.db'}")
+    fast, slow = _matmul_chain(tmp / "fast.onnx", 4), _matmul_chain(tmp / "slow.onnx", 40)
+    for i in range(6):
+        _sweep(store, fast, f"same{i}", tmp)
+    _sweep(store, slow, "slow", tmp)
+    return store, tmp
+
+
+def test_sweep_repeat_stores_one_median_per_process(cpu_runs):
+    store, _ = cpu_runs
+    run = store.run_dict("same0")
+    rep = run["variants"][0]["metrics"]["repeats"]
+    assert rep["processes"] == 3 and len(rep["medians_ms"]) == 3 and not rep["errors"]
+    main_median = run["variants"][0]["latency_ms"]["median"]
+    # each process measured the same work: every repeat within 3x of the main measurement (a busy CI box)
+    assert all(main_median / 3 < m < main_median * 3 for m in rep["medians_ms"])
+
+
+def test_same_config_pairs_are_never_a_change(cpu_runs):
+    store, _ = cpu_runs
+    verdicts = []
+    for i in range(5):  # five back-to-back pairs of one configuration
+        out = compare_runs(store, f"same{i}", f"same{i + 1}")
+        v = out["variants"][0]
+        verdicts.append((v["verdict"], v.get("verdict_within_run"), v["noise"].get("source")))
+        assert out["verdict"] == "no_change", (i, v["reason"])
+    # the between-run evidence is what decided whenever the per-iteration test alone saw a change
+    assert all(src == "repeats" for verdict, within, src in verdicts if within)
+
+
+def test_a_slower_model_is_a_regression_with_the_variant_named(cpu_runs):
+    store, tmp = cpu_runs
+    out = compare_runs(store, "same5", "slow")
+    v = out["variants"][0]
+    assert v["verdict"] == "regression" and v["noise"]["source"] == "repeats" and v["noise"]["confirmed"]
+    assert v["noise"]["repeat_ratio"] > 3  # 10x the MatMuls: at least 3x the time on any box
+    assert out["latency_regressions"] == ["fp32-wsdefault-s1"]
+    assert any(e["field"] == "source_hash" for e in out["environment_changes"])  # the model changed, and says so
+    db = f"sqlite:///{tmp / 'n.db'}"
+    r = subprocess.run([sys.executable, "-m", "profiler", "--db", db, "compare", "same5", "slow",
+                        "--json", str(tmp / "c.json"), "--report", str(tmp / "c.html")],
+                       capture_output=True, text=True)
+    assert r.returncode == 1, r.stderr
+    assert "regression in 1 variant(s): fp32-wsdefault-s1" in r.stderr
+    assert (tmp / "c.json").stat().st_size > 0 and (tmp / "c.html").stat().st_size > 0
+
+
+def test_different_models_or_shapes_are_refused_unless_forced(cpu_runs, tmp_path):
+    store, tmp = cpu_runs
+    _sweep(store, _matmul_chain(tmp_path / "scores.onnx", 4, out="scores"), "other-model", tmp, repeat=0)
+    _sweep(store, _matmul_chain(tmp_path / "narrow.onnx", 4, width=64), "other-shape", tmp, repeat=0)
+    with pytest.raises(UsageError, match="different models"):
+        compare_runs(store, "same0", "other-model")
+    with pytest.raises(UsageError, match=r"different input shapes \(\{'x': \[8, 192\]\} and \{'x': \[8, 64\]\}\)"):
+        compare_runs(store, "same0", "other-shape")
+    out = compare_runs(store, "same0", "other-model", force=True)
+    assert out["forced"] and "different models" in out["forced"][0]
+    from profiler.report.compare import verdict_summary
+
+    assert verdict_summary(out)["headline"].startswith("Forced comparison: ")
+    db = f"sqlite:///{tmp / 'n.db'}"
+    r = subprocess.run([sys.executable, "-m", "profiler", "--db", db, "compare", "same0", "other-model"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "--force" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+# -- the rule on synthetic rows ---------------------------------------------------------------------
+def _row(verdict="regression", ratio=1.3, cand_median=1.3):
+    return {"verdict": verdict, "median_ratio": ratio, "candidate_median_ms": cand_median,
+            "reason": f"median up {(ratio - 1) * 100:.0f}%"}
+
+
+def _variant(repeats=None, cov=1.0, synchronous=False, enqueue=None, compute=None):
+    v = {"latency_ms": {"median": 1.0, "cov_pct": cov}, "synchronous_enqueue": synchronous}
+    if repeats is not None:
+        v["repeats"] = {"medians_ms": repeats}
+    if enqueue is not None:
+        v["enqueue_ms"], v["compute_ms"] = {"median": enqueue}, {"median": compute}
+    return v
+
+
+def test_overlapping_repeats_overrule_the_within_run_test():
+    row = _row()
+    judge(row, _variant([1.0, 1.2, 1.4]), _variant([1.1, 1.3, 1.5]), [], DEFAULT_RULE, 5.0)
+    assert row["verdict"] == "no_change" and row["verdict_within_run"] == "regression"
+    assert "overlap" in row["reason"]
+
+
+def test_separated_repeats_need_the_margin_for_few_repeats():
+    # 3 against 3, spread 10%: the change must exceed 2 x 10% = 20%
+    b = [1.0, 1.05, 1.1]
+    row = _row(ratio=1.15)
+    judge(row, _variant(b), _variant([1.13, 1.15, 1.17]), [], DEFAULT_RULE, 5.0)
+    assert row["verdict"] == "no_change" and row["noise"]["spread_margin"] == 2.0
+    row = _row(ratio=1.3)
+    judge(row, _variant(b), _variant([1.33, 1.36, 1.4]), [], DEFAULT_RULE, 5.0)
+    assert row["verdict"] == "regression" and row["noise"]["repeat_ratio"] == pytest.approx(1.36 / 1.05)
+    assert spread_margin(5) == 1.0 and spread_margin(2) == float("inf")
+    assert separation_p_value(5, 5) == pytest.approx(2 / 252)
+
+
+def test_history_is_used_when_there_are_no_repeats():
+    row = _row(ratio=1.1, cand_median=1.1)
+    judge(row, _variant(), _variant(), [1.0, 1.2, 0.95], DEFAULT_RULE, 5.0)  # inside the history's range
+    assert row["verdict"] == "no_change" and row["noise"]["source"] == "history"
+    row = _row(ratio=1.6, cand_median=1.6)
+    judge(row, _variant(), _variant(), [1.0, 1.05, 0.98], DEFAULT_RULE, 5.0)
+    assert row["verdict"] == "regression"
+
+
+@pytest.mark.parametrize("side", [dict(synchronous=True), dict(cov=40.0), dict(enqueue=2.0, compute=1.0)])
+def test_a_noisy_variant_without_evidence_is_inconclusive(side):
+    row = _row(ratio=2.07)
+    judge(row, _variant(**side), _variant(**side), [1.0], DEFAULT_RULE, 5.0)
+    assert row["verdict"] == "inconclusive" and row["verdict_within_run"] == "regression"
+    assert "--repeat" in row["reason"]
+
+
+def test_a_quiet_device_bound_variant_keeps_its_within_run_verdict():
+    row = _row()
+    judge(row, _variant(cov=0.5), _variant(cov=0.5), [], DEFAULT_RULE, 2.5)
+    assert row["verdict"] == "regression" and row["noise"]["source"] == "within-run only"
+
+
+def test_compare_of_runs_with_differing_and_statless_variants_writes_both_files(tmp_path):
+    """The `NoneType.__format__` crash: variants only on one side, a failed one, one with no samples."""
+    from profiler import stats
+
+    db = f"sqlite:///{tmp_path / 'x.db'}"
+    store = Store.open(db)
+    for label, keys in (("a", ["fp32", "fp16", "int8"]), ("b", ["fp32", "fp16", "graph"])):
+        rid = store.create_run(kind="sweep", source="m.onnx", label=label)
+        for k in keys:
+            ok = not (label == "b" and k == "fp16")
+            lat = np.random.default_rng(1).normal(1, 0.01, 50)
+            store.add_variant(rid, {"key": k, "precision": "fp32", "status": "ok" if ok else "failed",
+                                    "latency_ms": stats.summarize(lat) if ok and k != "int8" else None},
+                              samples=[{"idx": i, "latency_ms": float(x)} for i, x in enumerate(lat)]
+                              if ok and k != "int8" else None)
+        store.finish_run(rid)
+    store.close()
+    r = subprocess.run([sys.executable, "-m", "profiler", "--db", db, "compare", "a", "b",
+                        "--json", str(tmp_path / "c.json"), "--report", str(tmp_path / "c.html")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    import json
+
+    out = json.loads((tmp_path / "c.json").read_text())
+    assert {v["key"]: v["verdict"] for v in out["variants"]} == {
+        "fp32": "no_change", "fp16": "missing", "graph": "missing", "int8": "missing"}
+    assert (tmp_path / "c.html").stat().st_size > 10_000
+    assert "fp16" in r.stdout and " - " in r.stdout  # a missing ratio prints as '-'
