@@ -45,49 +45,106 @@ from profiler.errors import UsageError
 from profiler.findings import Finding
 
 DEFAULT_THRESHOLDS: dict[str, dict[str, float]] = {
-    "fp16": {"cosine_min": 0.999, "rel_l2_max": 1e-2, "top1_agreement_min": 0.99},
-    "int8": {"cosine_min": 0.99, "rel_l2_max": 0.15, "top1_agreement_min": 0.90},
+    "fp16": {"cosine_min": 0.999, "rel_l2_max": 1e-2, "top1_agreement_min": 0.99, "exact_match_min": 0.99,
+             "elementwise_fail_frac_max": 1e-3, "atol": 1e-3, "rtol": 1e-2},
+    "int8": {"cosine_min": 0.99, "rel_l2_max": 0.15, "top1_agreement_min": 0.90, "exact_match_min": 0.90,
+             "elementwise_fail_frac_max": 0.05, "atol": 1e-2, "rtol": 0.1},
 }
 
-METRICS = ("max_abs", "mean_abs", "rel_l2", "cosine", "top1_agreement", "nan_count", "inf_count")
+METRICS = ("max_abs", "mean_abs", "rel_l2", "cosine", "top1_agreement", "exact_match", "elementwise_fail_frac",
+           "nan_count", "inf_count")
+#: What an output holds; top-1 agreement is computed only for ``classes`` and ``logits`` (along the last axis).
+OUTPUT_KINDS = ("classes", "logits", "boxes", "regression")
+#: The tolerance keys of a precision's limits (not limits themselves: they parameterise the elementwise check).
+TOLERANCE_KEYS = ("atol", "rtol")
+#: Bin edges (absolute error) of the error histogram: 0, then decades from 1e-8 to 1e3, then anything above.
+HIST_EDGES = [0.0] + [10.0 ** e for e in range(-8, 4)] + [float("inf")]
 
 
 def looks_like_class_scores(shape: tuple[int, ...]) -> bool:
-    """(N, C) or (N, T, C) with C > 1: scores over classes (per sample or per sequence step).
-
-    Rank-4 outputs are maps (NCHW), whose last axis is a width, so top-1 there means nothing.
-    """
+    """(N, C) or (N, T, C) with C > 1: the shapes class scores can have (a necessary condition only:
+    ``detect_kind`` also asks the values)."""
     return len(shape) in (2, 3) and shape[-1] > 1
 
 
-def _metrics(ref: np.ndarray, cand: np.ndarray) -> dict[str, Any]:
-    """Metrics of one output (arrays of equal shape)."""
-    r = np.asarray(ref, dtype=np.float64)
+def detect_kind(ref: np.ndarray) -> tuple[str, str]:
+    """(kind, why) of an output nobody declared, from its dtype, shape and values.
+
+    Integer outputs (indices, ArgMax, lengths) are compared exactly. A float output is ``classes`` only
+    when every row along its last axis is a probability distribution (in [0, 1], summing to 1): a
+    softmax head. Anything else (box coordinates, maps, embeddings, logits) gets the elementwise checks
+    only; logits must be declared (``--output-kind NAME:logits``) to get top-1, because their values do
+    not tell them apart from a regression head, and top-1 along a box/anchor axis flips on near-ties.
+    """
+    r = np.asarray(ref)
+    if r.dtype.kind in "biu":
+        return "integer", f"{r.dtype} output: compared exactly"
+    if not looks_like_class_scores(r.shape):
+        return "regression", f"shape {list(r.shape)} is not (N, C) or (N, T, C): elementwise checks only"
+    rows = r.reshape(-1, r.shape[-1]).astype(np.float64)
+    finite = np.all(np.isfinite(rows))
+    if finite and rows.min() >= -1e-6 and rows.max() <= 1 + 1e-6 and np.allclose(rows.sum(axis=1), 1.0, atol=1e-3):
+        return "classes", f"every row along the last axis ({r.shape[-1]}) sums to 1: class probabilities, top-1 checked"
+    return "regression", (f"rows along the last axis ({r.shape[-1]}) are not probability distributions: elementwise "
+                          "checks only (declare --output-kind NAME:logits for top-1)")
+
+
+def _error_stats(diff: np.ndarray, ref_abs: np.ndarray) -> dict[str, Any]:
+    """Max, mean, median, p90, p99 of the absolute and relative error, and the absolute-error histogram."""
+    rel = diff / np.maximum(ref_abs, np.finfo(np.float32).tiny)
+    out: dict[str, Any] = {}
+    for name, x in (("abs", diff), ("rel", rel)):
+        p50, p90, p99 = np.percentile(x, [50, 90, 99])
+        out.update({f"max_{name}": float(x.max()), f"mean_{name}": float(x.mean()), f"median_{name}": float(p50),
+                    f"p90_{name}": float(p90), f"p99_{name}": float(p99)})
+    counts, _ = np.histogram(diff, bins=np.asarray(HIST_EDGES))
+    out["abs_error_histogram"] = {"edges": HIST_EDGES, "counts": [int(c) for c in counts]}
+    return out
+
+
+def _metrics(ref: np.ndarray, cand: np.ndarray, kind: str | None = None,
+             tolerance: dict[str, float] | None = None) -> dict[str, Any]:
+    """Metrics of one output (arrays of equal shape); ``kind`` None = detected from the reference."""
+    raw_ref = np.asarray(ref)
+    if kind is None:
+        kind, why = detect_kind(raw_ref)
+    else:
+        why = "declared with --output-kind"
+    if raw_ref.dtype.kind in "biu" or kind == "integer":
+        same = np.asarray(cand) == raw_ref
+        return {"elements": int(raw_ref.size), "kind": "integer", "kind_reason": why,
+                "exact_match": float(same.mean()) if same.size else 1.0, "mismatches": int((~same).sum()),
+                "nan_count": 0, "inf_count": 0, "top1_agreement": None}
+    r = raw_ref.astype(np.float64)
     c = np.asarray(cand, dtype=np.float64)
-    nan_count = int(np.isnan(c).sum())
-    inf_count = int(np.isinf(c).sum())
-    ok = np.isfinite(r) & np.isfinite(c)
+    ref_ok = np.isfinite(r)
+    # non-finite values the reference has too are the model's, not the precision's
+    nan_count = int((np.isnan(c) & ref_ok).sum())
+    inf_count = int((np.isinf(c) & ref_ok).sum())
+    ok = ref_ok & np.isfinite(c)
     rf, cf = r[ok], c[ok]
-    out: dict[str, Any] = {"elements": int(r.size), "nan_count": nan_count, "inf_count": inf_count,
-                           "reference_nonfinite": int((~np.isfinite(r)).sum())}
+    out: dict[str, Any] = {"elements": int(r.size), "kind": kind, "kind_reason": why, "nan_count": nan_count,
+                           "inf_count": inf_count, "reference_nonfinite": int((~ref_ok).sum())}
     if rf.size == 0:
         out.update({"max_abs": None, "mean_abs": None, "rel_l2": None, "cosine": None})
     else:
         diff = np.abs(cf - rf)
         nr, nc, nd = float(np.linalg.norm(rf)), float(np.linalg.norm(cf)), float(np.linalg.norm(cf - rf))
-        if nr == 0.0:
-            rel = 0.0 if nd == 0.0 else float("inf")
-        else:
-            rel = nd / nr
+        rel = (0.0 if nd == 0.0 else float("inf")) if nr == 0.0 else nd / nr
         if nr == 0.0 and nc == 0.0:
             cos = 1.0
         elif nr == 0.0 or nc == 0.0:
             cos = 0.0
         else:
             cos = float(np.clip(np.dot(rf, cf) / (nr * nc), -1.0, 1.0))
-        out.update({"max_abs": float(diff.max()), "mean_abs": float(diff.mean()), "rel_l2": rel, "cosine": cos})
-    if looks_like_class_scores(r.shape):
-        rr = r.reshape(-1, r.shape[-1])
+        out.update({"rel_l2": rel, "cosine": cos, **_error_stats(diff, np.abs(rf))})
+        if tolerance:
+            atol, rtol = float(tolerance.get("atol", 0.0)), float(tolerance.get("rtol", 0.0))
+            allowed = atol + rtol * np.abs(rf)
+            out.update({"atol": atol, "rtol": rtol, "elementwise_fail_frac": float(np.mean(diff > allowed)),
+                        "elementwise_failures": int(np.sum(diff > allowed))})
+    if kind in ("classes", "logits") and looks_like_class_scores(r.shape):
+        rr = np.where(ref_ok, r, -np.inf).reshape(-1, r.shape[-1])
         cc = np.where(np.isfinite(c), c, -np.inf).reshape(-1, c.shape[-1])
         out["top1_agreement"] = float(np.mean(rr.argmax(axis=-1) == cc.argmax(axis=-1)))
         out["top1_rows"] = int(rr.shape[0])
@@ -96,7 +153,9 @@ def _metrics(ref: np.ndarray, cand: np.ndarray) -> dict[str, Any]:
     return out
 
 
-def compare_outputs(reference: dict[str, np.ndarray], candidate: dict[str, np.ndarray]) -> dict[str, dict]:
+def compare_outputs(reference: dict[str, np.ndarray], candidate: dict[str, np.ndarray],
+                    kinds: dict[str, str] | None = None,
+                    tolerances: dict[str, dict[str, float]] | None = None) -> dict[str, dict]:
     """Per-output metrics of ``candidate`` against ``reference`` (one input batch).
 
     An output missing from the candidate or of another shape gets ``{"error": ...}`` (a breach).
@@ -110,16 +169,19 @@ def compare_outputs(reference: dict[str, np.ndarray], candidate: dict[str, np.nd
         if r.shape != c.shape:
             result[name] = {"error": f"output {name!r} has shape {list(c.shape)}, reference {list(r.shape)}"}
             continue
-        result[name] = _metrics(r, c)
+        result[name] = _metrics(r, c, (kinds or {}).get(name), (tolerances or {}).get(name))
     return result
 
 
-def compare_batches(references: list[dict[str, np.ndarray]],
-                    candidates: list[dict[str, np.ndarray]]) -> dict[str, dict]:
+def compare_batches(references: list[dict[str, np.ndarray]], candidates: list[dict[str, np.ndarray]],
+                    kinds: dict[str, str] | None = None,
+                    tolerances: dict[str, dict[str, float]] | None = None) -> dict[str, dict]:
     """Metrics over several input batches, computed on all their elements at once.
 
     Batches are concatenated per output (flattened, keeping the class axis for top-1), so a
     metric over N batches is the metric of one big batch, not an average of per-batch numbers.
+    ``kinds``: output name -> one of OUTPUT_KINDS (others are detected); ``tolerances``: output name ->
+    {"atol", "rtol"} of the elementwise check.
     """
     if len(references) != len(candidates):
         raise ValueError(f"{len(references)} reference batches but {len(candidates)} candidate batches")
@@ -142,7 +204,13 @@ def compare_batches(references: list[dict[str, np.ndarray]],
         else:
             ref_all = np.concatenate([a.reshape(-1) for a in rs])
             cand_all = np.concatenate([a.reshape(-1) for a in cs])
-        m = _metrics(ref_all, cand_all)
+        kind = (kinds or {}).get(name)
+        if kind is None:  # detect on one batch's own shape (pooling may flatten it)
+            kind, why = detect_kind(rs[0])
+        else:
+            why = "declared with --output-kind"
+        m = _metrics(ref_all, cand_all, kind, (tolerances or {}).get(name))
+        m["kind_reason"] = why
         m["batches"] = len(references)
         result[name] = m
     return result
@@ -173,14 +241,48 @@ def parse_threshold_args(args: Iterable[str]) -> dict[str, dict[str, float]]:
         key, sep, value = raw.partition("=")
         precision, dot, limit = key.strip().partition(".")
         metric = limit[:-4] if limit.endswith(("_min", "_max")) else ""
-        if not sep or not dot or metric not in METRICS:
-            raise UsageError(f"accuracy threshold {raw!r} is not PRECISION.METRIC_min=X or PRECISION.METRIC_max=X "
-                             f"(metrics: {', '.join(METRICS)})")
+        if not sep or not dot or (metric not in METRICS and limit not in TOLERANCE_KEYS):
+            raise UsageError(f"accuracy threshold {raw!r} is not PRECISION.METRIC_min=X, PRECISION.METRIC_max=X "
+                             f"or PRECISION.atol/rtol=X (metrics: {', '.join(METRICS)})")
         try:
             out.setdefault(precision, {})[limit] = float(value)
         except ValueError:
             raise UsageError(f"accuracy threshold {raw!r}: {value!r} is not a number") from None
     return out
+
+
+def parse_output_options(kinds: Iterable[str], tolerances: Iterable[str]) -> tuple[dict[str, str], dict[str, dict]]:
+    """``--output-kind NAME:KIND`` and ``--output-tolerance NAME:atol=X,rtol=Y`` -> (kinds, tolerances)."""
+    kind_map: dict[str, str] = {}
+    for raw in kinds:
+        name, sep, kind = raw.rpartition(":")
+        if not sep or not name or kind not in OUTPUT_KINDS:
+            raise UsageError(f"--output-kind {raw!r} is not NAME:KIND with KIND one of {', '.join(OUTPUT_KINDS)}")
+        kind_map[name] = kind
+    tol_map: dict[str, dict[str, float]] = {}
+    for raw in tolerances:
+        name, sep, spec = raw.rpartition(":")
+        tol: dict[str, float] = {}
+        for part in spec.split(","):
+            key, eq, value = part.partition("=")
+            try:
+                if key.strip() not in TOLERANCE_KEYS or not eq:
+                    raise ValueError
+                tol[key.strip()] = float(value)
+            except ValueError:
+                raise UsageError(f"--output-tolerance {raw!r} is not NAME:atol=X,rtol=Y") from None
+        if not sep or not name:
+            raise UsageError(f"--output-tolerance {raw!r} is not NAME:atol=X,rtol=Y")
+        tol_map[name] = tol
+    return kind_map, tol_map
+
+
+def tolerances_for(precision: str, thresholds: dict | None, outputs: Iterable[str],
+                   per_output: dict[str, dict[str, float]] | None = None) -> dict[str, dict[str, float]]:
+    """The elementwise check's (atol, rtol) of each output: the precision's, overridden per output."""
+    limits = _limits_for(precision, thresholds)
+    base = {k: float(limits[k]) for k in TOLERANCE_KEYS if k in limits}
+    return {name: {**base, **(per_output or {}).get(name, {})} for name in outputs}
 
 
 def evaluate(metrics: dict[str, dict], precision: str,
@@ -200,6 +302,8 @@ def evaluate(metrics: dict[str, dict], precision: str,
             if m.get(metric):
                 breaches.append({"output": output, "metric": metric, "value": m[metric], "limit": 0})
         for limit_name, limit in limits.items():
+            if limit_name in TOLERANCE_KEYS:
+                continue
             metric, kind = limit_name[:-4], limit_name[-3:]
             value = m.get(metric)
             if value is None:

@@ -42,16 +42,16 @@ Progress = Callable[[str], None]
 #: the variant fields of summary.json, in order (more keys follow them)
 VARIANT_KEYS = ("key", "precision", "workspace_bytes", "streams", "cuda_graph", "backend", "status", "error",
                 "latency_ms", "enqueue_ms", "throughput_qps", "accuracy")
-#: Accuracy of reduced-precision models on ONNX Runtime's CPU provider is measured on the model's own
-#: arithmetic (every intermediate tensor materialised in its declared type, no kernel fusion), because
-#: that provider otherwise (fp16) computes float16 nodes in float32 without the casts between them, and
-#: (int8) runs fused integer kernels that saturate on CPUs without VNNI: neither is what a GPU engine of
-#: the same model computes.
+#: On ONNX Runtime's CPU provider the gate judges the timed session, as everywhere; beside it, the
+#: model's own arithmetic (every intermediate tensor materialised in its declared type, no kernel
+#: fusion) is shown, labelled, because that provider (fp16) computes float16 nodes in float32 without
+#: the casts between them, and (int8) runs fused integer kernels that saturate on CPUs without VNNI:
+#: neither is what a GPU engine of the same model computes.
 CPU_FAITHFUL_NOTES = {
-    "fp16": "fp16 accuracy measured with every intermediate tensor stored in float16: ONNX Runtime's CPU "
-            "provider otherwise computes float16 models in float32 and would hide float16 rounding and overflow",
-    "int8": "int8 accuracy measured on the Q/DQ model's own arithmetic (no fused integer CPU kernels, which "
-            "saturate on CPUs without VNNI and are not what a GPU engine computes)",
+    "fp16": "model arithmetic: every intermediate tensor stored in float16 (ONNX Runtime's CPU provider computes "
+            "float16 models in float32, hiding float16 rounding and overflow a GPU engine would show)",
+    "int8": "model arithmetic: the Q/DQ model's own arithmetic without fused integer CPU kernels (which saturate "
+            "on CPUs without VNNI and are not what a GPU engine computes)",
 }
 ACCURACY_SAMPLES = 4  # seeded random inputs for the accuracy check when no data is given
 HOLDOUT_FRACTION = 0.2  # of --calib, kept out of calibration for the accuracy check
@@ -86,6 +86,8 @@ class SweepConfig:
     overlap: bool = True  # two queries in flight per stream where the backend can (trtexec's default)
     out_dir: str | None = None  # where summary.json and report.html go (--resume writes there again)
     repeat: int = 0  # process-level repeats of the timed phase after all variants (profiler.harness.repeat)
+    output_kinds: dict[str, str] = field(default_factory=dict)  # output -> classes|logits|boxes|regression
+    output_tolerances: dict[str, dict[str, float]] = field(default_factory=dict)  # output -> {atol, rtol}
 
     def __post_init__(self) -> None:
         bad = [p for p in self.precisions if p not in PRECISIONS]
@@ -182,13 +184,14 @@ def _ort_cpu(backend: Backend) -> bool:
 
 # -- accuracy (profiler.accuracy) ---------------------------------------------------------------
 def _accuracy(key: str, precision: str, ref: list[dict[str, np.ndarray]], out: list[dict[str, np.ndarray]],
-              overrides: dict[str, Any], calibration: dict | None) -> tuple[dict[str, dict[str, Any]], list[Finding]]:
+              config: "SweepConfig", calibration: dict | None) -> tuple[dict[str, dict[str, Any]], list[Finding]]:
     """Per-output metrics against FP32 over every input sample, each marked passed or not against its
     precision's thresholds, and the ``precision_regression`` findings of the breaches."""
     from profiler import accuracy as acc
 
-    thresholds = acc.merge_thresholds(overrides)
-    per_output = acc.compare_batches(ref, out)
+    thresholds = acc.merge_thresholds(config.thresholds)
+    tolerances = acc.tolerances_for(precision, thresholds, ref[0] if ref else {}, config.output_tolerances)
+    per_output = acc.compare_batches(ref, out, kinds=config.output_kinds, tolerances=tolerances)
     _, breaches = acc.evaluate(per_output, precision, thresholds)
     failed = {b["output"] for b in breaches}
     limits = dict(thresholds.get(precision, {}))
@@ -200,12 +203,14 @@ def _accuracy(key: str, precision: str, ref: list[dict[str, np.ndarray]], out: l
 
 
 def gate_failures(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The findings that fail the accuracy gate (exit 1): precision regressions that mean something.
+    """The findings that fail the sweep's gate (exit 1): precision regressions that mean something, and
+    variants that were asked for but failed to build or run (skips are not failures).
 
     A breach by an int8 variant calibrated on random inputs is reported (severity info) but does not
     fail the gate: its accuracy numbers mean nothing.
     """
-    return [f for f in findings if f.get("rule") == "precision_regression" and f.get("severity") != "info"]
+    return [f for f in findings if f.get("rule") in ("precision_regression", "variant_failed")
+            and f.get("severity") != "info"]
 
 
 def _checklist(spec: VariantSpec, pinfo: dict[str, Any], einfo: dict[str, Any] | None,
@@ -407,25 +412,23 @@ class Sweep:
             # accuracy: the same inputs through this variant and through fp32
             per_output: dict[str, dict[str, Any]] = {}
             localisation: dict[str, Any] | None = None
+            model_arithmetic: dict[str, Any] | None = None
             if reference is not None and spec.precision != "fp32":
-                if spec.precision in CPU_FAITHFUL_NOTES and _ort_cpu(backend):
-                    from profiler.compare.precision import faithful_outputs
-
-                    outs = faithful_outputs(prepared.path, feeds)
-                    notes.append(CPU_FAITHFUL_NOTES[spec.precision])
-                else:
-                    outs = []
-                    with phase(self._say, f"  {key}: running the {len(feeds)} accuracy input(s)"):
-                        for sample in feeds:
-                            contexts[0].set_inputs(sample)
-                            contexts[0].query()
-                            outs.append(contexts[0].outputs())
-                    contexts[0].set_inputs(feeds[0])
-                per_output, found = _accuracy(key, spec.precision, reference, outs, c.thresholds,
-                                              pinfo.get("calibration"))
+                outs = []  # the gate judges the engine that was timed
+                with phase(self._say, f"  {key}: running the {len(feeds)} accuracy input(s)"):
+                    for sample in feeds:
+                        contexts[0].set_inputs(sample)
+                        contexts[0].query()
+                        outs.append(contexts[0].outputs())
+                contexts[0].set_inputs(feeds[0])
+                per_output, found = _accuracy(key, spec.precision, reference, outs, c, pinfo.get("calibration"))
                 self.accuracy_findings.extend(found)
+                self._say_kinds(per_output)
+                if spec.precision in CPU_FAITHFUL_NOTES and _ort_cpu(backend):
+                    model_arithmetic = self._model_arithmetic(spec, Path(prepared.path), feeds, reference)
                 if found and c.localize and spec.precision in ("fp16", "int8"):
-                    localisation = self._localize(spec, model_path, Path(prepared.path), feeds)
+                    localisation = self._localize(spec, model_path, Path(prepared.path), feeds,
+                                                  (pinfo.get("calibration") or {}))
 
             layers: list[dict] = []
             if c.layers:
@@ -467,6 +470,7 @@ class Sweep:
             build_time_s=einfo.get("build_time_s") or (einfo.get("checklist") or {}).get("build_time_s"),
             prepare_s=prepare_s, memory=memory, model_path=str(prepared.path), model_hash=prepared.model_hash,
             prepare=pinfo, engine=einfo, notes=notes, layer_count=len(layers), localisation=localisation,
+            model_arithmetic_accuracy=model_arithmetic,
         )
         rec["checklist"] = _checklist(spec, pinfo, einfo, rec)
         return rec, m.samples(), layers
@@ -618,12 +622,45 @@ class Sweep:
             if self.store is not None and self.run_id is not None:
                 self.store.update_variant_metrics(self.run_id, v["key"], {"repeats": rep})
 
+    def _say_kinds(self, per_output: dict[str, dict[str, Any]]) -> None:
+        """Say once per output what it was taken to hold (declared or detected) and so which checks apply."""
+        said = self.__dict__.setdefault("_kinds_said", set())
+        for name, m in per_output.items():
+            if name not in said and m.get("kind"):
+                said.add(name)
+                line = f"output {name!r}: {m['kind']} ({m.get('kind_reason', '')})"
+                self._say(f"  {line}")
+                if line not in self.notes:
+                    self.notes.append(line)
+
+    def _model_arithmetic(self, spec: VariantSpec, variant_path: Path, feeds: list[dict[str, np.ndarray]],
+                          reference: list[dict[str, np.ndarray]]) -> dict[str, Any]:
+        """The model's own arithmetic (every intermediate stored in its declared type), shown beside the
+        gated figure on ONNX Runtime's CPU provider, which fuses and upcasts what a GPU engine would not.
+        Informational: the gate judges the engine that was timed."""
+        from profiler import accuracy as acc
+        from profiler.compare.precision import faithful_outputs
+
+        try:
+            outs = faithful_outputs(variant_path, feeds)
+            per_output = acc.compare_batches(reference, outs, kinds=self.config.output_kinds)
+        except Exception as exc:  # a figure beside the verdict; never the verdict
+            return {"error": f"{type(exc).__name__}: {exc}"}
+        keep = ("kind", "max_abs", "rel_l2", "cosine", "top1_agreement", "exact_match", "nan_count", "inf_count")
+        return {"note": CPU_FAITHFUL_NOTES[spec.precision] + " (for information: the gate judges the timed session)",
+                "outputs": {name: {k: m.get(k) for k in keep if k in m} for name, m in per_output.items()}}
+
     def _localize(self, spec: VariantSpec, model_path: Path, variant_path: Path,
-                  feeds: list[dict[str, np.ndarray]]) -> dict[str, Any] | None:
+                  feeds: list[dict[str, np.ndarray]], calibration: dict[str, Any]) -> dict[str, Any] | None:
         """Where the precision is lost (per-node error curve) and what keeping those nodes in FP32 buys."""
         from profiler.compare.precision import keep_candidates, localize, verify
 
         key = spec.key
+        if calibration.get("meaningless"):
+            reason = ("skipped: the int8 calibration used random inputs, so where its error starts says "
+                      "nothing about real data (pass --calib)")
+            self._say(f"  {key}: precision localisation {reason}")
+            return {"skipped": reason}
         self._say(f"  {key}: accuracy breached: localising the error node by node against fp32")
         try:
             with phase(self._say, f"  {key}: localising (running both models node by node)"):
@@ -647,7 +684,7 @@ class Sweep:
                 with phase(self._say, f"  {key}: verifying"), \
                         tempfile.TemporaryDirectory(prefix=f"{key}-", dir=scratch) as work:
                     check = verify(model_path, spec.precision, keep, feeds[:2], variant_model=variant_path,
-                                   work_dir=work, latency_runs=10,
+                                   work_dir=work,
                                    calib_samples=calib, calib_method=self.config.calib_method)
                 result["verification"] = check
                 result["conclusion"] = check["conclusion"]["text"]

@@ -32,13 +32,15 @@ def test_metrics_match_hand_computation():
     assert m["mean_abs"] == pytest.approx(1 / 3)
     assert m["rel_l2"] == pytest.approx(1 / 5)  # ||(0,0,1)|| / ||(3,4,0)||
     assert m["cosine"] == pytest.approx(25 / (5 * math.sqrt(26)))
-    assert m["top1_agreement"] == 1.0 and m["nan_count"] == 0 and m["inf_count"] == 0
+    assert m["top1_agreement"] is None  # (3, 4, 0) is not a probability row: no top-1 unless declared
+    assert m["nan_count"] == 0 and m["inf_count"] == 0
+    assert compare_outputs({"y": r}, {"y": c}, kinds={"y": "logits"})["y"]["top1_agreement"] == 1.0
 
 
 def test_identical_outputs_are_perfect_and_zero_reference_is_handled():
     a = np.random.default_rng(0).normal(size=(4, 10)).astype(np.float32)
     m = compare_outputs({"y": a}, {"y": a.copy()})["y"]
-    assert (m["max_abs"], m["rel_l2"], m["cosine"], m["top1_agreement"]) == (0.0, 0.0, 1.0, 1.0)
+    assert (m["max_abs"], m["rel_l2"], m["cosine"], m["top1_agreement"]) == (0.0, 0.0, 1.0, None)
     z = np.zeros((2, 3), np.float32)
     assert compare_outputs({"y": z}, {"y": z})["y"]["rel_l2"] == 0.0
     m = compare_outputs({"y": z}, {"y": z + 1})["y"]
@@ -84,7 +86,7 @@ def test_compare_batches_pools_elements():
     one = compare_outputs({"y": np.concatenate([r["y"] for r in refs])},
                           {"y": np.concatenate([c["y"] for c in cands])})["y"]
     assert pooled["batches"] == 3
-    for k in ("max_abs", "mean_abs", "rel_l2", "cosine", "top1_agreement"):
+    for k in ("max_abs", "mean_abs", "rel_l2", "cosine", "p99_abs", "median_rel"):
         assert pooled[k] == pytest.approx(one[k])
     assert pooled["max_abs"] == pytest.approx(0.03)
     with pytest.raises(ValueError):
@@ -141,3 +143,65 @@ def test_nan_output_finding_is_high_even_for_fp32_limits():
     m = compare_outputs({"y": np.ones((1, 3))}, {"y": np.array([[1.0, np.nan, 1.0]])})
     f = accuracy_findings("fp16-ws1G-s1", "fp16", m)
     assert len(f) == 1 and f[0].severity == "high" and "NaN" in f[0].title
+
+
+def test_error_statistics_and_histogram_match_hand_computation():
+    r = np.array([1.0, 2.0, 4.0, 8.0, 0.0], np.float64)
+    c = r + np.array([0.0, 0.02, -0.04, 0.8, 1e-9])
+    m = compare_outputs({"y": r}, {"y": c})["y"]
+    diff = np.array([0.0, 0.02, 0.04, 0.8, 1e-9])
+    assert m["max_abs"] == pytest.approx(0.8) and m["median_abs"] == pytest.approx(0.02)
+    assert m["p90_abs"] == pytest.approx(np.percentile(diff, 90))
+    assert m["max_rel"] > 1e3  # 1e-9 against a reference of exactly 0: relative error explodes, as it should
+    assert m["median_rel"] == pytest.approx(0.01)  # 0.02/2, 0.04/4 and 0.8/8 are 0.01, 0.01 and 0.1
+    h = m["abs_error_histogram"]
+    assert sum(h["counts"]) == 5 and h["counts"][0] == 2  # 0 and 1e-9 in [0, 1e-8)
+    assert h["counts"][h["edges"].index(1e-2)] == 2  # 0.02 and 0.04 in [1e-2, 1e-1)
+
+
+def test_elementwise_check_uses_atol_plus_rtol_times_reference():
+    r = np.array([100.0, 1.0, 0.001, 0.0])
+    c = r + np.array([0.9, 0.02, 0.0005, 0.0011])
+    m = compare_outputs({"b": r}, {"b": c}, tolerances={"b": {"atol": 1e-3, "rtol": 1e-2}})["b"]
+    # allowed: 1.001, 0.011, 0.00100001, 0.001 -> the second and the last fail
+    assert m["elementwise_failures"] == 2 and m["elementwise_fail_frac"] == 0.5
+    passed, breaches = evaluate({"b": m}, "fp16")
+    assert not passed and [b["metric"] for b in breaches] == ["elementwise_fail_frac"]
+
+
+def test_output_kinds_detected_from_values_and_declared():
+    from profiler.accuracy import detect_kind, parse_output_options
+
+    probs = np.random.default_rng(0).dirichlet(np.ones(5), size=3)
+    assert detect_kind(probs)[0] == "classes"
+    boxes = np.random.default_rng(0).uniform(0, 640, (1, 84, 8400)).astype(np.float32)  # YOLOv8-style head
+    kind, why = detect_kind(boxes)
+    assert kind == "regression" and "not probability" in why
+    assert detect_kind(np.array([[3, 1, 2]], np.int64))[0] == "integer"
+    # a detector whose anchors near-tie: top-1 along the anchor axis would flip, elementwise does not
+    near = boxes.copy()
+    near[0, :, :2] = 500.0
+    flipped = near.copy()
+    flipped[0, :, 0] += 0.01
+    m = compare_outputs({"out": near}, {"out": flipped}, tolerances={"out": {"atol": 1e-3, "rtol": 1e-2}})["out"]
+    assert m["top1_agreement"] is None and m["elementwise_fail_frac"] == 0.0 and evaluate({"out": m}, "fp16")[0]
+    assert parse_output_options(["output0:boxes", "a:b:logits"], ["output0:atol=0.5,rtol=0"]) == (
+        {"output0": "boxes", "a:b": "logits"}, {"output0": {"atol": 0.5, "rtol": 0.0}})
+    for bad in (["x:scores"], ["nokind"]):
+        with pytest.raises(UsageError):
+            parse_output_options(bad, [])
+    with pytest.raises(UsageError):
+        parse_output_options([], ["x:atol"])
+
+
+def test_integer_outputs_are_compared_exactly_and_reference_nans_are_not_blamed():
+    ids = np.array([[5, 7, 7, 1]], np.int64)
+    m = compare_outputs({"argmax": ids}, {"argmax": np.array([[5, 7, 2, 1]], np.int64)})["argmax"]
+    assert m["kind"] == "integer" and m["exact_match"] == 0.75 and m["mismatches"] == 1
+    passed, breaches = evaluate({"argmax": m}, "fp16")
+    assert not passed and breaches[0]["metric"] == "exact_match"
+    r = np.array([1.0, np.nan, 3.0])
+    m = compare_outputs({"y": r}, {"y": np.array([1.0, np.nan, 3.0])})["y"]
+    assert m["nan_count"] == 0 and m["reference_nonfinite"] == 1 and evaluate({"y": m}, "fp16")[0]
+    m = compare_outputs({"y": r}, {"y": np.array([np.nan, np.nan, 3.0])})["y"]
+    assert m["nan_count"] == 1  # only the NaN the reference does not have

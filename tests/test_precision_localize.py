@@ -50,7 +50,7 @@ def test_localize_finds_the_node_that_loses_precision(tmp_path):
 def test_verify_keeping_the_node_in_fp32_restores_accuracy(tmp_path):
     ref = _overflow_model(tmp_path / "m.onnx")
     feeds = [{"x": np.random.default_rng(1).uniform(0.5, 2.0, (4, 64)).astype(np.float32)}]
-    res = verify(ref, "fp16", ["square", "root"], feeds, work_dir=tmp_path / "v", latency_runs=3)
+    res = verify(ref, "fp16", ["square", "root"], feeds, work_dir=tmp_path / "v", latency_rounds=2)
     plain = res["variants"]["fp16"]["accuracy"]["y"]["rel_l2"]
     kept = res["variants"]["fp16+kept"]["accuracy"]["y"]["rel_l2"]
     assert plain == float("inf") or res["variants"]["fp16"]["accuracy"]["y"]["inf_count"] > 0
@@ -90,7 +90,7 @@ def test_int8_on_a_real_model_error_curve_and_verification(cls_model, tmp_path):
     keep = keep_candidates(out)
     assert keep
     res = verify(cls_model, "int8", keep, feeds, variant_model=q, work_dir=tmp_path / "v", calib_samples=calib,
-                 calib_method="minmax", latency_runs=3)
+                 calib_method="minmax", latency_rounds=2)
     plain = res["variants"]["int8"]["accuracy"]["save_infer_model/scale_0.tmp_1"]["rel_l2"]
     kept = res["variants"]["int8+kept"]["accuracy"]["save_infer_model/scale_0.tmp_1"]["rel_l2"]
     share = res["conclusion"]["error_removed"]

@@ -205,9 +205,7 @@ def _sweep_under_nsys(ctx: click.Context, out_dir: str, db: str | None, no_store
     click.echo(f"capture: {capture}")
     if run_id is not None and url is not None:
         click.echo(f"stored run {run_id} (capture attached)")
-    failed = gate_failures_from(summary)
-    if failed:
-        raise GateFailed(f"accuracy gate: {len(failed)} output(s) breach their FP32 thresholds")
+    raise_gate(gate_failures_from(summary))
 
 
 def resume_command(run_id: Any, db: str | None, out: Path) -> str:
@@ -294,6 +292,13 @@ def write_outputs(sweep: Any, summary: dict[str, Any], out_dir: Path, cdn: bool,
 @click.option("--threshold", "thresholds", multiple=True, metavar="KEY=VALUE",
               help="Accuracy limit (fp16.cosine_min=0.9999, int8.rel_l2_max=0.1) or rule threshold "
                    "(jitter.cov_pct=3); repeatable.")
+@click.option("--output-kind", "output_kinds", multiple=True, metavar="NAME:KIND",
+              help="What an output holds: classes, logits, boxes or regression (repeatable). Top-1 agreement is "
+                   "checked for classes and logits only; undeclared outputs are detected (probability rows = "
+                   "classes, integers compared exactly) and the sweep says what it detected.")
+@click.option("--output-tolerance", "output_tolerances", multiple=True, metavar="NAME:atol=X,rtol=Y",
+              help="Per-output tolerances of the elementwise check |a-b| <= atol + rtol*|ref| (repeatable); "
+                   "the precision's defaults otherwise (--threshold fp16.atol=X sets them for all outputs).")
 @click.option("--no-layers", is_flag=True, help="Skip the per-layer profiling pass.")
 @click.option("--localize/--no-localize", default=True, show_default=True,
               help="When an fp16/int8 variant breaches its accuracy threshold, find the nodes where the error "
@@ -318,7 +323,8 @@ def write_outputs(sweep: Any, summary: dict[str, Any], out_dir: Path, cdn: bool,
 def command(ctx: click.Context, model: str | None, precision: str, workspace: str, streams: str, cuda_graph: str,
             shapes: tuple[str, ...], calib: str | None, calib_method: str, inputs: str | None, iterations: int,
             duration: float, warmup: float, backend: str, out_dir: str, label: str | None, db: str | None,
-            no_store: bool, resume: str | None, thresholds: tuple[str, ...], no_layers: bool, localize: bool,
+            no_store: bool, resume: str | None, thresholds: tuple[str, ...], output_kinds: tuple[str, ...],
+            output_tolerances: tuple[str, ...], no_layers: bool, localize: bool,
             no_transfers: bool, no_overlap: bool, repeat: int, cache_dir: str | None, nsys: bool, cdn: bool,
             devices: str | None, scheduler: str | None) -> None:
     """Build and time engine variants of MODEL (default: the bundled tiny model on onnxruntime), compare each
@@ -349,7 +355,10 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
             out_dir = _stored_out_dir(store, sweep) or out_dir
             say(f"writing to the run's own --out {out_dir}")
     else:
+        from profiler.accuracy import parse_output_options
+
         acc_limits, rule_limits = parse_thresholds(thresholds)
+        kinds, tols = parse_output_options(output_kinds, output_tolerances)
         config = SweepConfig(
             model=model, precisions=_split_list(precision, "--precision"), workspaces=parse_workspaces(workspace),
             streams=parse_streams(streams), cuda_graph=parse_cuda_graph(cuda_graph),
@@ -357,7 +366,8 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
             calib_method=calib_method, inputs=inputs, iterations=iterations, duration_s=duration,
             warmup_ms=warmup, backend=backend, label=label, thresholds=acc_limits, rule_thresholds=rule_limits,
             layers=not no_layers, cache_dir=cache_dir, localize=localize, transfers=not no_transfers,
-            overlap=not no_overlap, out_dir=str(Path(out_dir).resolve()), repeat=repeat)
+            overlap=not no_overlap, out_dir=str(Path(out_dir).resolve()), repeat=repeat, output_kinds=kinds,
+            output_tolerances=tols)
         if not no_store:
             store = open_store(ctx, db)
         sweep = Sweep(config, store=store, progress=say)
@@ -406,7 +416,18 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
     if summary["variants"] and not ran:
         first = summary["variants"][0]
         raise InputError(f"every variant was skipped, nothing was measured ({first['key']}: {first.get('error')})")
-    failed = gate_failures(summary["findings"])
-    if failed:
-        raise GateFailed(f"accuracy gate: {len(failed)} output(s) breach their FP32 thresholds "
-                         f"({', '.join(sorted({f.get('variant') or '?' for f in failed}))})")
+    raise_gate(gate_failures(summary["findings"]))
+
+
+def raise_gate(failed: list[dict]) -> None:
+    """GateFailed naming the failed variants and the variants whose outputs breach their thresholds."""
+    broken = sorted({f.get("variant") or "?" for f in failed if f.get("rule") == "variant_failed"})
+    breached = [f for f in failed if f.get("rule") == "precision_regression"]
+    parts = []
+    if broken:
+        parts.append(f"{len(broken)} variant(s) failed ({', '.join(broken)})")
+    if breached:
+        parts.append(f"accuracy gate: {len(breached)} output(s) breach their FP32 thresholds "
+                     f"({', '.join(sorted({f.get('variant') or '?' for f in breached}))})")
+    if parts:
+        raise GateFailed("; ".join(parts))

@@ -200,24 +200,35 @@ def localize(reference_model: str | Path, variant_model: str | Path, feeds: list
             "largest_jumps": largest, "jump_factor": jump_factor, "floor": floor}
 
 
-def _median_latency_ms(model_path: str | Path, feeds: dict[str, np.ndarray], runs: int = 20) -> float:
+def interleaved_latency_ms(model_paths: dict[str, str | Path], feeds: dict[str, np.ndarray], *, rounds: int = 5,
+                           runs: int = 10) -> dict[str, dict[str, Any]]:
+    """Median latency of each model (ONNX Runtime CPU), measured as the harness compares variants: after a
+    warm-up, ``rounds`` rounds that each time every model ``runs`` times in turn, so a drift of the
+    machine lands on all of them. Per model: the median over all runs and the median of each round."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
-    sess = ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
-    sess.run(None, feeds)
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter_ns()
+    sessions = {k: ort.InferenceSession(str(p), opts, providers=["CPUExecutionProvider"])
+                for k, p in model_paths.items()}
+    for sess in sessions.values():
         sess.run(None, feeds)
-        times.append((time.perf_counter_ns() - t0) / 1e6)
-    return float(np.median(times))
+    times: dict[str, list[list[float]]] = {k: [] for k in sessions}
+    for _ in range(rounds):
+        for k, sess in sessions.items():
+            one = []
+            for _ in range(runs):
+                t0 = time.perf_counter_ns()
+                sess.run(None, feeds)
+                one.append((time.perf_counter_ns() - t0) / 1e6)
+            times[k].append(one)
+    return {k: {"median_ms": float(np.median(np.concatenate(t))), "round_medians_ms": [float(np.median(x)) for x in t],
+                "rounds": rounds, "runs_per_round": runs} for k, t in times.items()}
 
 
 def verify(reference_model: str | Path, precision: str, keep_nodes: list[str], feeds: list[dict[str, np.ndarray]],
            *, variant_model: str | Path | None = None, work_dir: str | Path | None = None,
-           latency_runs: int = 20, calib_samples: list[dict[str, np.ndarray]] | None = None,
+           latency_rounds: int = 5, calib_samples: list[dict[str, np.ndarray]] | None = None,
            calib_method: str = "minmax") -> dict[str, Any]:
     """Rebuild the variant with ``keep_nodes`` in FP32 and measure accuracy and latency against the
     plain variant (ONNX Runtime on this machine; the accuracy numbers carry over to any backend)."""
@@ -250,11 +261,14 @@ def verify(reference_model: str | Path, precision: str, keep_nodes: list[str], f
         return faithful_outputs(path, feeds, work)
 
     ref = outputs(reference_model)
+    paths = {"fp32": reference_model, precision: variant_model, f"{precision}+kept": kept_path}
+    latency = interleaved_latency_ms(paths, feeds[0], rounds=latency_rounds) if latency_rounds else {}
     rows = {}
-    for label, path in (("fp32", reference_model), (precision, variant_model), (f"{precision}+kept", kept_path)):
+    for label, path in paths.items():
         acc = compare_batches(ref, outputs(path)) if label != "fp32" else None
-        rows[label] = {"model": str(path), "accuracy": acc,
-                       "latency_ms": _median_latency_ms(path, feeds[0], latency_runs)}
+        lat = latency.get(label) or {}
+        rows[label] = {"model": str(path), "accuracy": acc, "latency_ms": lat.get("median_ms"),
+                       "latency_round_medians_ms": lat.get("round_medians_ms")}
     return {"precision": precision, "kept_fp32": list(keep_nodes), "variants": rows,
             "conclusion": _conclude(rows, precision, keep_nodes)}
 
@@ -275,10 +289,21 @@ def _conclude(rows: dict[str, Any], precision: str, keep_nodes: list[str]) -> di
         elif a > 0:
             recovered.append(max(0.0, 1.0 - b / a))
     share = min(recovered) if recovered else 0.0
-    cost = rows[f"{precision}+kept"]["latency_ms"] / rows[precision]["latency_ms"] - 1.0
+    kept_rounds = rows[f"{precision}+kept"].get("latency_round_medians_ms") or []
+    plain_rounds = rows[precision].get("latency_round_medians_ms") or []
+    ratios = [k / p - 1.0 for k, p in zip(kept_rounds, plain_rounds) if p]
+    cost = float(np.median(ratios)) if ratios else None
+    if cost is None:
+        cost_text = "latency not measured"
+    elif min(ratios) <= 0.0 <= max(ratios):
+        cost_text = (f"no latency change beyond noise ({min(ratios) * 100:+.0f}% to {max(ratios) * 100:+.0f}% over "
+                     f"{len(ratios)} interleaved rounds, ONNX Runtime CPU)")
+    else:
+        cost_text = (f"{cost * 100:+.0f}% latency (median of {len(ratios)} interleaved rounds, "
+                     f"{min(ratios) * 100:+.0f}% to {max(ratios) * 100:+.0f}%, ONNX Runtime CPU)")
     if share >= 0.5:
         text = (f"keeping {', '.join(keep_nodes)} in FP32 removes {share * 100:.0f}% of the {precision} error "
-                f"for {cost * 100:+.0f}% latency (ONNX Runtime CPU): the loss is localised there")
+                f"for {cost_text}: the loss is localised there")
     else:
         text = (f"keeping {', '.join(keep_nodes) or 'nothing'} in FP32 removes only {share * 100:.0f}% of the "
                 f"{precision} error: the loss is spread through the network, not in a few layers; "

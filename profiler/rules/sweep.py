@@ -118,6 +118,28 @@ def launch_overhead(ctx: SweepContext) -> list[Finding]:
     return out
 
 
+@rule("sweep.variant_failed", scope="sweep", defaults={})
+def variant_failed(ctx: SweepContext) -> list[Finding]:
+    """A variant that was asked for and could not be built or run: the sweep did not measure it.
+
+    Skips (a combination the backend cannot run, said before anything ran) are not failures."""
+    out = []
+    for v in ctx.variants:
+        if v.get("status") != "failed":
+            continue
+        err = str(v.get("error") or "no reason recorded")
+        step = next((k for k, st in (v.get("checklist") or {}).items()
+                     if isinstance(st, dict) and st.get("status") == "failed"), None)
+        out.append(Finding(
+            rule="variant_failed", severity="high", variant=v["key"],
+            title=f"{v['key']} failed{f' at {step}' if step else ''}: {err}",
+            evidence={"error": err, "failed_step": step, "precision": v.get("precision")},
+            recommendation=("An invalid converted graph is the converter's bug or a model pattern it mishandles: "
+                            "keep the failing nodes in float32 (the error names them) or export the model "
+                            "with its own fp16/int8 path; a backend limitation needs another backend.")))
+    return out
+
+
 @rule("sweep.transfer_bound", scope="sweep", defaults={"transfer_over_compute": 1.0})
 def transfer_bound(ctx: SweepContext) -> list[Finding]:
     """Transfer-bound: H2D or D2H copies take at least as long as the compute."""
