@@ -1,5 +1,6 @@
 """The sweep finds where an fp16 variant loses precision and verifies the fix, on ONNX Runtime's CPU
-provider, whose fp16 accuracy is measured with float16 storage between nodes."""
+provider. The gate judges the timed session (which computes float16 models in float32); the model's own
+arithmetic (float16 storage between nodes) stands beside it as a non-gating finding."""
 
 from __future__ import annotations
 
@@ -17,10 +18,16 @@ def test_fp16_overflow_is_caught_localised_and_verified(tmp_path):
                                     cache_dir=str(tmp_path / "cache"), **FAST))
     fp16 = summary["variants"][1]
     y = fp16["accuracy"]["y"]
-    # the CPU provider alone would compute this model in float32 and report no error at all
-    assert y["inf_count"] > 0 and y["passed"] is False
-    assert any("stored in float16" in n for n in fp16["notes"])
-    assert [f["rule"] for f in summary["findings"] if f["rule"] == "precision_regression"]
+    # the timed CPU session computes this float16 model in float32: no overflow there, and the gate passes
+    assert y["inf_count"] == 0 and y["passed"] is True
+    # the model's own arithmetic, as a GPU engine storing float16 would compute it, overflows
+    arith = fp16["model_arithmetic_accuracy"]
+    assert arith["breached"] and arith["outputs"]["y"]["inf_count"] > 0 and "stored in float16" in arith["note"]
+    rules = {f["rule"]: f for f in summary["findings"]}
+    assert "precision_regression" not in rules and rules["precision_model_arithmetic"]["severity"] == "low"
+    from profiler.sweep import gate_failures
+
+    assert gate_failures(summary["findings"]) == []
     loc = fp16["localisation"]
     assert loc["first_jumps"][0]["node"] == "square"
     check = loc["verification"]
@@ -35,19 +42,21 @@ def test_localisation_can_be_switched_off(tmp_path):
     model = _overflow_model(tmp_path / "overflow.onnx")
     summary = run_sweep(SweepConfig(model=str(model), precisions=["fp32", "fp16"], backend="onnxruntime",
                                     cache_dir=str(tmp_path / "cache"), localize=False, **FAST))
-    assert summary["variants"][1]["accuracy"]["y"]["passed"] is False
+    assert summary["variants"][1]["model_arithmetic_accuracy"]["breached"]
     assert summary["variants"][1].get("localisation") is None
 
 
-def test_int8_accuracy_on_cpu_is_the_models_own_arithmetic(tmp_path):
-    """ONNX Runtime's fused int8 CPU kernels would report ~0.2 rel L2 on the default model (saturation on
-    CPUs without VNNI); the sweep measures the Q/DQ model itself (~0.016), as a GPU engine computes it."""
+def test_int8_gate_judges_the_timed_session_with_the_model_arithmetic_beside_it(tmp_path):
+    """ONNX Runtime's fused int8 CPU kernels add their own error on CPUs without VNNI (rel L2 ~0.2 on the
+    default model); the Q/DQ model's own arithmetic is ~0.016. The gate judges what was timed; the model
+    arithmetic stands beside it, labelled."""
     summary = run_sweep(SweepConfig(precisions=["fp32", "int8"], backend="onnxruntime",
                                     cache_dir=str(tmp_path / "cache"), localize=False, **FAST))
     int8 = summary["variants"][1]
-    probs = int8["accuracy"]["probs"]
-    assert probs["rel_l2"] < 0.05 and probs["cosine"] > 0.999
-    assert any("Q/DQ model's own arithmetic" in n for n in int8["notes"])
+    timed, arith = int8["accuracy"]["probs"], int8["model_arithmetic_accuracy"]["outputs"]["probs"]
+    assert arith["rel_l2"] < 0.05 and arith["cosine"] > 0.999
+    assert timed["rel_l2"] >= arith["rel_l2"] * 0.5  # the timed figure is its own, never replaced by the other
+    assert "Q/DQ model's own arithmetic" in int8["model_arithmetic_accuracy"]["note"]
 
 
 def test_a_stored_breach_survives_resume_even_when_its_value_was_not_finite():
