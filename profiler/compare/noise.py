@@ -136,8 +136,10 @@ def _from_repeats(direction: int, b: np.ndarray, c: np.ndarray, rel_threshold: f
            f"{spread * 100:.1f}% (a change must exceed {margin:g}x that), "
            + ("no overlap between the two sides' repeats" if separated else "the two sides' repeats overlap")
            + f" (chance of no overlap without a change: {p:.2g})")
+    summary = (f"{len(b)} vs {len(c)} process repeats: x{ratio:.3f}, spread {spread * 100:.1f}% "
+               f"(needs > {margin:g}x), " + ("no overlap" if separated else "overlap"))
     return {"source": "repeats", "confirmed": ok, "run_to_run_spread": spread, "spread_margin": margin,
-            "repeat_ratio": ratio, "separation_p_value": p, "why": why}
+            "repeat_ratio": ratio, "separation_p_value": p, "why": why, "summary": summary}
 
 
 def _from_history(direction: int, prior: np.ndarray, cand_median: float, rel_threshold: float) -> dict[str, Any]:
@@ -148,14 +150,18 @@ def _from_history(direction: int, prior: np.ndarray, cand_median: float, rel_thr
     ok = bool(outside) and abs(ratio - 1.0) > max(spread, rel_threshold)
     why = (f"{len(prior)} earlier runs of this fingerprint: candidate {ratio:.3f}x their median, their spread "
            f"{spread * 100:.0f}%" + ("" if outside else ", and the candidate lies inside their range"))
-    return {"source": "history", "confirmed": ok, "run_to_run_spread": spread, "history_ratio": ratio, "why": why}
+    summary = (f"{len(prior)} earlier runs: x{ratio:.3f} their median, spread {spread * 100:.0f}%, "
+               + ("outside their range" if outside else "inside their range"))
+    return {"source": "history", "confirmed": ok, "run_to_run_spread": spread, "history_ratio": ratio, "why": why,
+            "summary": summary}
 
 
 def judge(row: dict[str, Any], base: dict[str, Any], cand: dict[str, Any], prior_medians: Sequence[float],
           rule: dict[str, Any], jitter_cov_pct: float) -> None:
     """Hold a within-run regression/improvement (``row``, in place) against the between-run evidence."""
     within = row.get("verdict")
-    row["noise"] = {"source": None}
+    row["within_reason"] = row.get("reason")
+    row["noise"] = {"source": None, "summary": "not needed: no change within the run"}
     if within not in ("regression", "improvement"):
         return
     direction = 1 if within == "regression" else -1
@@ -169,12 +175,14 @@ def judge(row: dict[str, Any], base: dict[str, Any], cand: dict[str, Any], prior
     else:
         noisy = noisy_reason(base, jitter_cov_pct) or noisy_reason(cand, jitter_cov_pct)
         if noisy is None:
-            row["noise"] = {"source": "within-run only", "confirmed": True}
+            row["noise"] = {"source": "within-run only", "confirmed": True,
+                            "summary": "unmeasured; device-bound and steady, so the within-run test stands"}
             row["reason"] += "; the variant is device-bound and steady, so the within-run test stands (no repeats)"
             return
         row["verdict_within_run"] = within
         row["verdict"] = "inconclusive"
-        row["noise"] = {"source": None, "confirmed": False, "noisy": noisy}
+        row["noise"] = {"source": None, "confirmed": False, "noisy": noisy,
+                        "summary": f"UNMEASURED: {noisy}; run both sides with trtprof sweep --repeat 5"}
         row["reason"] = (f"{row['reason']} within one run; but {noisy}, which varies between runs more than "
                          f"within one, and neither side has process-level repeats ({len(b)} and {len(c)}, need "
                          f"{MIN_REPEATS}: trtprof sweep --repeat 5) nor {MIN_HISTORY} earlier runs of this "

@@ -73,6 +73,9 @@ def verdict_summary(data: dict) -> dict[str, Any]:
                  f"({level_text} {ci_text(v)}, p = {p_text(v.get('p_value'))})"]
         if b is not None and c is not None:
             parts.append(f"{fmt_ms(b)} → {fmt_ms(c)}")
+        noise = v.get("noise") if isinstance(v.get("noise"), dict) else {}
+        if noise.get("source") in ("repeats", "history"):
+            parts.append(f"· between runs: {noise.get('summary')}")
         return " ".join(parts)
 
     reg = sorted(by["regression"], key=lambda v: -(finite(v.get("median_ratio")) or 0))
@@ -253,7 +256,9 @@ def build_compare_page(data: dict) -> dict[str, Any]:
     # ---- verdict table
     blocks = section(page, "by-variant", "Verdict by variant",
                      "Median latency ratio candidate/baseline with its bootstrap confidence interval, and the "
-                     "Mann-Whitney U p-value on the per-iteration samples.")
+                     "Mann-Whitney U p-value on the per-iteration samples; a change must also beat the "
+                     "run-to-run spread (process repeats of trtprof sweep --repeat, or the fingerprint's "
+                     "history), or it is not called.")
     rule = data.get("decision_rule", data.get("rule", data.get("thresholds")))
     if isinstance(rule, dict) and rule:
         blocks.append(kv(rule.items()))
@@ -262,14 +267,18 @@ def build_compare_page(data: dict) -> dict[str, Any]:
         rows = []
         for v in ordered:
             b, c = variant_medians(v)
+            noise = v.get("noise") if isinstance(v.get("noise"), dict) else {}
             rows.append([str(v.get("key", "?")), cell(_verdict(v).replace("_", " "), cls=VERDICT_CLASSES.get(_verdict(v), ""),
-                                                     sub=str(v.get("reason") or "")),
+                                                     sub=str(v.get("within_reason") or v.get("reason") or "")),
+                         cell(str(noise.get("summary") or DASH),
+                              cls="warn" if _verdict(v) == "inconclusive" else ""),
                          b, c, cell(fmt_ratio_pct(v.get("median_ratio"))), cell(ci_text(v)), cell(p_text(v.get("p_value"))),
                          cell(fmt_ratio_pct(v.get("throughput_ratio"))),
                          cell(f"{len(v.get('baseline_samples_ms') or [])} / {len(v.get('candidate_samples_ms') or [])}")])
-        blocks.append(table(["variant", "verdict", "baseline median ms", "candidate median ms", "median change",
-                             "confidence interval", "p-value", "throughput change", "samples (base / cand)"], rows,
-                            numeric=[False, False] + [True] * 7))
+        blocks.append(table(["variant", "verdict (within the run)", "between runs", "baseline median ms",
+                             "candidate median ms", "median change", "confidence interval", "p-value",
+                             "throughput change", "samples (base / cand)"], rows,
+                            numeric=[False, False, False] + [True] * 7))
     else:
         blocks.append(missing("No variants matched by key " + NOT_IN_RUN + "."))
 
