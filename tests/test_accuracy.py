@@ -205,3 +205,36 @@ def test_integer_outputs_are_compared_exactly_and_reference_nans_are_not_blamed(
     assert m["nan_count"] == 0 and m["reference_nonfinite"] == 1 and evaluate({"y": m}, "fp16")[0]
     m = compare_outputs({"y": r}, {"y": np.array([np.nan, np.nan, 3.0])})["y"]
     assert m["nan_count"] == 1  # only the NaN the reference does not have
+
+
+def test_a_failed_variant_fails_the_sweep_but_a_skip_does_not(tmp_path):
+    """An fp16 variant the converter cannot make (the model is float16 already) fails the gate with the
+    variant named; a combination the backend cannot run (a CUDA graph on the CPU provider) is a skip."""
+    import json
+    import subprocess
+    import sys
+
+    onnx = pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.eye(4, dtype=np.float16), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "half",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT16, [1, 4])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "half.onnx"))
+    common = [sys.executable, "-m", "profiler", "sweep", str(tmp_path / "half.onnx"), "--no-store", "--no-layers",
+              "--duration", "0", "--warmup", "0", "--iterations", "3", "--cache-dir", str(tmp_path / "cache")]
+    r = subprocess.run(common + ["--precision", "fp32,fp16", "--out", str(tmp_path / "a")], capture_output=True,
+                       text=True)
+    assert r.returncode == 1 and "1 variant(s) failed (fp16-wsdefault-s1)" in r.stderr, r.stderr
+    found = json.loads((tmp_path / "a" / "summary.json").read_text())["findings"]
+    failed = [f for f in found if f["rule"] == "variant_failed"]
+    assert [(f["variant"], f["severity"]) for f in failed] == [("fp16-wsdefault-s1", "high")]
+    r = subprocess.run(common + ["--precision", "fp32", "--cuda-graph", "off,on", "--out", str(tmp_path / "b")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    summary = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert [v["status"] for v in summary["variants"]] == ["ok", "skipped"]
