@@ -190,7 +190,8 @@ def _accuracy(key: str, precision: str, ref: list[dict[str, np.ndarray]], out: l
     from profiler import accuracy as acc
 
     thresholds = acc.merge_thresholds(config.thresholds)
-    tolerances = acc.tolerances_for(precision, thresholds, ref[0] if ref else {}, config.output_tolerances)
+    tolerances = acc.tolerances_for(precision, thresholds, ref[0] if ref else {}, config.output_tolerances,
+                                    config.thresholds)
     per_output = acc.compare_batches(ref, out, kinds=config.output_kinds, tolerances=tolerances)
     _, breaches = acc.evaluate(per_output, precision, thresholds)
     failed = {b["output"] for b in breaches}
@@ -648,7 +649,8 @@ class Sweep:
         thresholds = acc.merge_thresholds(c.thresholds)
         try:
             outs = faithful_outputs(variant_path, feeds)
-            tolerances = acc.tolerances_for(spec.precision, thresholds, reference[0], c.output_tolerances)
+            tolerances = acc.tolerances_for(spec.precision, thresholds, reference[0], c.output_tolerances,
+                                            c.thresholds)
             per_output = acc.compare_batches(reference, outs, kinds=c.output_kinds, tolerances=tolerances)
         except Exception as exc:  # a figure beside the verdict; never the verdict
             return {"error": f"{type(exc).__name__}: {exc}"}

@@ -238,3 +238,21 @@ def test_a_failed_variant_fails_the_sweep_but_a_skip_does_not(tmp_path):
     assert r.returncode == 0, r.stderr
     summary = json.loads((tmp_path / "b" / "summary.json").read_text())
     assert [v["status"] for v in summary["variants"]] == ["ok", "skipped"]
+
+
+def test_default_tolerances_are_reported_user_tolerances_gate():
+    from profiler.accuracy import tolerances_for
+
+    r = np.linspace(5.0, 20.0, 1000)
+    c = r + 0.12  # beyond atol 1e-2 + rtol 1e-2 * |r| below r = 11, yet rel L2 0.009 and cosine ~1
+    default = tolerances_for("fp16", None, ["y"])
+    assert default["y"] == {"atol": 1e-2, "rtol": 1e-2, "source": "default"}
+    m = compare_outputs({"y": r}, {"y": c}, tolerances=default)["y"]
+    assert m["elementwise_fail_frac"] == pytest.approx(0.4, abs=0.01) and m["tolerance_source"] == "default"
+    assert evaluate({"y": m}, "fp16")[0]  # reported, not gated: rel L2 and cosine are fine
+    given = tolerances_for("fp16", None, ["y"], {"y": {"atol": 1e-3}})
+    assert given["y"]["source"] == "user" and given["y"]["atol"] == 1e-3
+    m = compare_outputs({"y": r}, {"y": c}, tolerances=given)["y"]
+    passed, breaches = evaluate({"y": m}, "fp16")
+    assert not passed and breaches[0]["metric"] == "elementwise_fail_frac"  # Polygraphy: every element
+    assert tolerances_for("fp16", None, ["y"], None, {"fp16": {"rtol": 0.1}})["y"]["source"] == "user"
