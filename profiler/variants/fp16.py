@@ -232,6 +232,40 @@ def _tolerant_cast_cleanup() -> Iterator[None]:
         f16.remove_unnecessary_cast_node = original
 
 
+#: Ops whose float inputs must all have one type (ONNX type parameter T shared by every input).
+_SAME_TYPE_OPS = {"Add", "Sub", "Mul", "Div", "MatMul", "Gemm", "Concat", "Sum", "Max", "Min", "Mean"}
+
+
+def _repair_mixed_inputs(model) -> list[str]:
+    """Cast float32 inputs of float16 nodes to float16 where the converter wired a float32 tensor in.
+
+    onnxconverter-common 1.16, with ``keep_io_types``, keeps a tensor that is both a graph output and
+    an input of later nodes in float32, and feeds that float32 tensor to consumers it converted to
+    float16 (MiniLM's last hidden state, an output that the pooling Mul also reads): ONNX Runtime then
+    refuses the graph ("Type parameter (T) of Optype (Mul) bound to different types").
+    """
+    from onnx import TensorProto, helper
+
+    fixed: list[str] = []
+    graph = model.graph
+    declared = {v.name: v.type.tensor_type.elem_type
+                for v in list(graph.value_info) + list(graph.output) + list(graph.input)}
+    declared.update({t.name: t.data_type for t in graph.initializer})
+    new_nodes = []
+    for node in graph.node:
+        if node.op_type in _SAME_TYPE_OPS and node.output and declared.get(node.output[0]) == TensorProto.FLOAT16:
+            for i, name in enumerate(node.input):
+                if declared.get(name) == TensorProto.FLOAT:
+                    cast_out = f"{name}_to_fp16_for_{node.name or node.op_type}"
+                    new_nodes.append((node, helper.make_node("Cast", [name], [cast_out], name=cast_out,
+                                                             to=TensorProto.FLOAT16)))
+                    node.input[i] = cast_out
+                    fixed.append(node.name or node.op_type)
+    for consumer, cast in new_nodes:  # each Cast right before its consumer keeps the order topological
+        graph.node.insert(list(graph.node).index(consumer), cast)
+    return fixed
+
+
 def _graphs_of(graph) -> Iterable:
     """The graph and every subgraph (If/Loop/Scan bodies), depth first."""
     yield graph
@@ -289,11 +323,11 @@ def convert_fp16(src: Path, dst: Path, *, keep_fp32_nodes: Iterable[str] = ()) -
                              f"{str(exc).splitlines()[0] if str(exc) else ''}") from exc
     notes = _summarise_warnings(sorted({str(w.message).strip() for w in caught}))
     fixed_outputs = _restore_float_outputs(converted, original_types)
-    repaired = _repair_casts(converted)
+    repaired = _repair_casts(converted) + _repair_mixed_inputs(converted)
     if repaired:
-        notes.append(f"fp16 conversion: {len(repaired)} Cast node(s) from integer/bool tensors retargeted to the "
-                     f"float16 their consumers read (the converter left them at float32): {', '.join(repaired[:6])}"
-                     + (" ..." if len(repaired) > 6 else ""))
+        notes.append(f"fp16 conversion: {len(repaired)} type mismatch(es) the converter left repaired (Casts from "
+                     f"integer/bool tensors retargeted to float16, float32 inputs of float16 nodes cast): "
+                     f"{', '.join(repaired[:6])}" + (" ..." if len(repaired) > 6 else ""))
     if range_nodes:
         notes.append(f"fp16 conversion: {len(range_nodes)} nodes kept in float32 because their constants exceed "
                      f"float16's range (largest {big_values[0]:.4g} > {FP16_MAX:g}): {', '.join(range_nodes[:8])}"
