@@ -30,11 +30,16 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's profiler, not an installed one
 
+#: What a user would declare with --output-kind (everything else is detected, and the sweep says how)
+KINDS = {"nudenet-320n": ["output0:boxes"], "ddddocr-det": ["output:boxes"],
+         "ddddocr-ocr": ["387:logits"], "ddddocr-ocr-old": ["387:logits"]}
+
 #: name -> (package, path inside it, {input: shape}, what it is)
 ZOO = {
     "nudenet-320n": ("nudenet", "320n.onnx", {"images": (1, 3, 320, 320)}, "YOLOv8n detector, [1, 22, 2100] head"),
     "ddddocr-det": ("ddddocr", "common_det.onnx", {}, "YOLOX-style text detector, [1, 3549, 6]"),
-    "ddddocr-ocr": ("ddddocr", "common.onnx", {"input1": (1, 1, 64, 192)}, "CRNN/CTC OCR, dynamic width"),
+    "ddddocr-ocr": ("ddddocr", "common.onnx", {"input1": (1, 1, 64, 192)},
+                    "CRNN/CTC OCR, dynamic width, [T, 1, 8210] logits"),
     "ddddocr-ocr-old": ("ddddocr", "common_old.onnx", {"input1": (1, 1, 64, 192)}, "older CRNN OCR, Cast nodes"),
     "magika": ("magika", "models/standard_v3_3/model.onnx", {"bytes": (1, 2048)},
                "content-type classifier, int32 byte inputs, 214 classes"),
@@ -139,6 +144,8 @@ def run_model(name: str, path: Path, shapes: dict, args, work: Path) -> dict:
         cmd += ["--shape", f"{k}:{'x'.join(str(d) for d in v)}"]
     if args.no_localize:
         cmd.append("--no-localize")
+    for kind in KINDS.get(name, []):
+        cmd += ["--output-kind", kind]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     summary_path = work / name / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else None
