@@ -209,3 +209,20 @@ def test_compare_of_runs_with_differing_and_statless_variants_writes_both_files(
         "fp32": "no_change", "fp16": "missing", "graph": "missing", "int8": "missing"}
     assert (tmp_path / "c.html").stat().st_size > 10_000
     assert "fp16" in r.stdout and " - " in r.stdout  # a missing ratio prints as '-'
+
+
+def test_layer_deltas_carry_their_uncertainty_or_are_hidden():
+    from profiler.compare.runs import _judged_layers
+
+    base = {"latency_ms": {"cov_pct": 2.0}, "layers": [{"name": "conv1", "time_avg_ms": 1.0},
+                                                       {"name": "conv2", "time_avg_ms": 0.5}]}
+    cand = {"latency_ms": {"cov_pct": 2.0}, "layers": [{"name": "conv1", "time_avg_ms": 1.5},
+                                                       {"name": "conv2", "time_avg_ms": 0.52}]}
+    row = {"verdict": "no_change"}
+    _judged_layers(row, base, cand)  # no latency change: every per-layer difference is noise
+    assert row["layer_deltas"] == [] and "2 per-layer deltas hidden" in row["layer_deltas_hidden"]
+    row = {"verdict": "regression", "run_to_run_spread": 0.2}
+    _judged_layers(row, base, cand)  # +50% on conv1 beats a 20% uncertainty; +4% on conv2 does not
+    assert [r["name"] for r in row["layer_deltas"]] == ["conv1"]
+    assert row["layer_deltas"][0]["uncertainty_ms"] == pytest.approx(0.3)  # 20% of 1.5 ms
+    assert "1 per-layer deltas within their uncertainty" in row["layer_deltas_hidden"]
