@@ -34,7 +34,7 @@ from typing import Any, Iterable, Iterator
 from profiler.errors import InputError
 
 #: bump when the conversion recipe below changes, so cached conversions are remade
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2  # 2: Cast/mixed-input repairs, tolerant cast cleanup, DynamicQuantizeLinear kept
 
 #: ops kept in float32 beyond the converter's defaults (see the module docstring for why)
 EXTRA_FP32_OPS: tuple[str, ...] = (
@@ -44,6 +44,8 @@ EXTRA_FP32_OPS: tuple[str, ...] = (
     "MeanVarianceNormalization",
     "Pow", "Sqrt", "Reciprocal", "Erf",
     "NonZero", "ArgMax", "ArgMin",
+    # an already (dynamically) quantized model: these take float32 only
+    "DynamicQuantizeLinear", "DynamicQuantizeLSTM", "DynamicQuantizeMatMul", "MatMulIntegerToFloat",
 )
 
 
