@@ -38,6 +38,10 @@ from profiler.errors import InputError
 
 #: bump when the quantization recipe changes, so cached int8 models are remade
 RECIPE_VERSION = 5
+#: Ops that mark a model as quantized already (static Q/DQ or dynamic quantization).
+QUANTIZED_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "ConvInteger",
+                           "MatMulInteger", "QLinearConv", "QLinearMatMul", "DynamicQuantizeLSTM",
+                           "DynamicQuantizeMatMul", "MatMulIntegerToFloat"})
 
 QUANTIZED_OP_TYPES: tuple[str, ...] = (
     "Conv", "ConvTranspose", "Gemm", "MatMul",
@@ -218,6 +222,10 @@ def quantize_int8(src: Path, dst: Path, samples: list[dict], *, method: str,
     warnings: list[str] = []
     original = load_model_proto(src)
     op_types = {n.op_type for n in original.graph.node}
+    quantized = sorted(op_types & QUANTIZED_OPS)
+    if quantized:
+        raise InputError(f"{src.name} is quantized already (it has {', '.join(quantized)} nodes): int8 calibration "
+                         "applies to float models; its fp32 variant runs its own integer arithmetic")
     exclude_ops = {k for k in keep_fp32 if k in op_types}
     exclude_nodes = sorted(k for k in keep_fp32 if k not in op_types)
     quant_ops = [op for op in QUANTIZED_OP_TYPES if op not in exclude_ops]
