@@ -140,8 +140,8 @@ def run_model(name: str, path: Path, shapes: dict, args, work: Path) -> dict:
            "--warmup", "50", "--iterations", "10", "--inputs", str(work / f"{name}.inputs.npz"),
            "--calib", str(work / f"{name}.calib.npz"), "--calib-method", "minmax", "--out", str(work / name),
            "--cache-dir", str(work / "cache"), "--label", name]
-    for k, v in resolved.items():
-        cmd += ["--shape", f"{k}:{'x'.join(str(d) for d in v)}"]
+    for k in shapes:  # the dynamic inputs; static ones (silero's scalar sample rate) need no --shape
+        cmd += ["--shape", f"{k}:{'x'.join(str(d) for d in resolved[k])}"]
     if args.no_localize:
         cmd.append("--no-localize")
     for kind in KINDS.get(name, []):
