@@ -37,7 +37,7 @@ import numpy as np
 from profiler.errors import InputError
 
 #: bump when the quantization recipe changes, so cached int8 models are remade
-RECIPE_VERSION = 5
+RECIPE_VERSION = 6  # 6: a model quantized already is refused; "no node quantized" is said
 #: Ops that mark a model as quantized already (static Q/DQ or dynamic quantization).
 QUANTIZED_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "ConvInteger",
                            "MatMulInteger", "QLinearConv", "QLinearMatMul", "DynamicQuantizeLSTM",
@@ -316,6 +316,11 @@ def quantize_int8(src: Path, dst: Path, samples: list[dict], *, method: str,
     compute = [n for n in quantized.graph.node if n.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul")]
     # a compute layer runs in int8 only when both its data and weight inputs come through Q/DQ
     kept = [n.name for n in compute if not all(i in dq_outputs for i in n.input[:2])]
+    if not counts.get("QuantizeLinear"):
+        inside = any(n.op_type in ("If", "Loop", "Scan") for n in quantized.graph.node)
+        warnings.append("int8: no node was quantized, so this variant computes in float32"
+                        + (" (the model's layers sit inside If/Loop/Scan subgraphs, which onnxruntime's quantizer "
+                           "does not enter)" if inside else ""))
     return {
         "converter": "onnxruntime.quantization quantize_static (QDQ)",
         "converter_version": quantizer_version(),
