@@ -333,6 +333,9 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
     from profiler.sweep import Sweep, SweepConfig, gate_failures, open_resume
 
     say = lambda msg: click.echo(msg, err=True)  # noqa: E731 - progress goes to stderr
+    if repeat and (devices or scheduler):
+        raise UsageError("--repeat times its repeats on this machine, one process at a time; it cannot be combined with "
+                         "--devices or --scheduler yet")
     start_runner = parallel_runner(devices, scheduler, nsys=nsys, backend=backend)  # --devices/--scheduler
     if nsys:
         from profiler.harness.nsys import under_nsys
