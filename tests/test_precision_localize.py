@@ -28,7 +28,9 @@ def _overflow_model(path):
     graph = helper.make_graph(nodes, "overflow", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 64])],
                               [c("k_up", 1000.0), c("k_down", 1e-3)])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8  # readable by older ONNX Runtimes too
+    onnx.save(model, str(path))
     return path
 
 
