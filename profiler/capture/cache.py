@@ -37,12 +37,10 @@ _LOADER_MODULES = ("loader.py", "validate.py", "trace.py", "nsysrep.py", "cache.
 
 
 def default_trace_cache_dir() -> Path:
-    """``$TRTPROF_CACHE_DIR/traces``, else ``$XDG_CACHE_HOME/trtprof/traces``, else ``~/.cache/trtprof/traces``."""
-    root = os.environ.get("TRTPROF_CACHE_DIR")
-    if root:
-        return Path(root) / "traces"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "trtprof" / "traces"
+    """:func:`profiler.cache_dir.cache_root` + ``/traces``."""
+    from profiler.cache_dir import cache_root
+
+    return cache_root() / "traces"
 
 
 def cache_enabled() -> bool:

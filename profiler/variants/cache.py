@@ -20,12 +20,10 @@ CACHE_FORMAT = 1
 
 
 def default_cache_dir() -> Path:
-    """``$TRTPROF_CACHE_DIR``, else ``$XDG_CACHE_HOME/trtprof``, else ``~/.cache/trtprof``; + ``/variants``."""
-    root = os.environ.get("TRTPROF_CACHE_DIR")
-    if root:
-        return Path(root) / "variants"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "trtprof" / "variants"
+    """:func:`profiler.cache_dir.cache_root` + ``/variants``."""
+    from profiler.cache_dir import cache_root
+
+    return cache_root() / "variants"
 
 
 def cache_key(parts: dict[str, Any]) -> str:
