@@ -117,9 +117,7 @@ class TraceCache:
             shutil.rmtree(folder, ignore_errors=True)
             return None
         meta["source_path"] = str(source_path)
-        trace = Trace(meta={}, **frames)
-        trace.meta = meta
-        return trace
+        return Trace(meta=meta, **frames)  # the stored meta is complete: nothing is recomputed
 
     def put(self, key: str, trace: Any) -> bool:
         """Store ``trace`` under ``key``; False (and nothing left behind) when it cannot be written."""
@@ -140,7 +138,7 @@ class TraceCache:
             except OSError:  # another process stored the same key first: keep its copy
                 pass
             return (final / "meta.json").is_file()
-        except (OSError, ValueError, TypeError, ImportError):
+        except Exception:  # a cache that cannot be written (disk, permissions, a pyarrow error) never stops the analysis
             return False
         finally:
             if tmp is not None and tmp.exists():

@@ -67,6 +67,8 @@ def summary_lines(data: dict[str, Any], max_ranges: int = MAX_RANGES_SHOWN) -> l
 
 def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) -> list[str]:
     """The inference line, the top layers, the phases and the streams (empty for an old JSON)."""
+    from profiler.report.fmt import fmt_bytes
+
     inf = data.get("inference")
     if not isinstance(inf, dict):
         return []
@@ -105,7 +107,7 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
         n_up, n_warm = up.get("count", 0), w.get("warmup_inferences", 0)
         lines.append(f"setup: {_fmt(su.get('duration_ms'), '.1f')} ms ({ttfi_text}; {n_warm} warm-up "
                      f"inference{'' if n_warm == 1 else 's'}, {n_up} upload{'' if n_up == 1 else 's'} of "
-                     f"{_mib(up.get('bytes', 0))}, "
+                     f"{fmt_bytes(up.get('bytes', 0))}, "
                      f"GPU work outside inferences {_fmt(w.get('gpu_work_outside_inferences_ms'), '.1f')} ms); "
                      f"steady state {_fmt(sd.get('duration_ms'), '.1f')} ms, GPU busy "
                      f"{_fmt((sd.get('gpu_busy_fraction') or 0) * 100, '.1f')}% "
@@ -281,12 +283,6 @@ def _write_trace(trace: Any, findings: list, data: dict[str, Any], path: str) ->
            if info["truncated_at_us"] is not None else "")
     click.echo(f"trace: {path} ({info['events_kept']:,} events{cut}; open in ui.perfetto.dev or chrome://tracing)",
                err=True)
-
-
-def _mib(n_bytes: float) -> str:
-    """Bytes in MiB, or in KiB/B where MiB would print 0.0."""
-    n = float(n_bytes or 0)
-    return f"{n / 2**20:.1f} MiB" if n >= 0.05 * 2**20 else f"{n / 1024:.1f} KiB" if n >= 1024 else f"{n:.0f} B"
 
 
 def _same_file(url: str, path: str) -> bool:
