@@ -55,6 +55,8 @@ CPU_FAITHFUL_NOTES = {
 }
 ACCURACY_SAMPLES = 4  # seeded random inputs for the accuracy check when no data is given
 HOLDOUT_FRACTION = 0.2  # of --calib, kept out of calibration for the accuracy check
+#: Other processes taking this share of the host CPU during a timed phase is said (and noted with the variant).
+BUSY_HOST_SHARE = 0.25
 
 
 @dataclass
@@ -407,6 +409,11 @@ class Sweep:
             with phase(self._say, f"  {key}: timing"):
                 m = run_queries(contexts, c.harness, key=key)
             timing = summarize_timings(m.timings)
+            if m.host_others_share is not None and m.host_others_share >= BUSY_HOST_SHARE:
+                busy = (f"other processes took {m.host_others_share * 100:.0f}% of the host's CPU while this "
+                        "variant was timed: a host-bound latency is inflated by that load")
+                self._say(f"  {key}: {busy}")
+                notes.append(busy)
             rss_after_run = _rss()
             device_run = _device_memory(backend)  # contexts still alive: what the variant holds
 
@@ -473,7 +480,7 @@ class Sweep:
             build_time_s=einfo.get("build_time_s") or (einfo.get("checklist") or {}).get("build_time_s"),
             prepare_s=prepare_s, memory=memory, model_path=str(prepared.path), model_hash=prepared.model_hash,
             prepare=pinfo, engine=einfo, notes=notes, layer_count=len(layers), localisation=localisation,
-            model_arithmetic_accuracy=model_arithmetic,
+            model_arithmetic_accuracy=model_arithmetic, host_others_share=m.host_others_share,
         )
         rec["checklist"] = _checklist(spec, pinfo, einfo, rec)
         return rec, m.samples(), layers
@@ -615,6 +622,10 @@ class Sweep:
         for v in ok:
             rep = json_safe(got[v["key"]])
             meds = rep["medians_ms"]
+            busy = [x for x in rep.get("host_others_shares") or [] if x is not None and x >= BUSY_HOST_SHARE]
+            if busy:
+                self._say(f"  {v['key']}: other processes took up to {max(busy) * 100:.0f}% of the host's CPU during "
+                          f"{len(busy)} of the repeats; trtprof compare holds that load against any change")
             if meds:
                 rep["spread_rel"] = float((max(meds) - min(meds)) / np.median(meds)) if len(meds) > 1 else None
                 self._say(f"  {v['key']}: medians of {len(meds)} processes {', '.join(f'{m:.3f}' for m in meds)} ms"

@@ -105,8 +105,14 @@ def _print(result: dict, *, err: bool = False) -> None:
         echo(f"new finding: [{f['severity']}] {f['rule']}: {f['title']}")
     for f in result["findings_disappeared"]:
         echo(f"gone finding: [{f['severity']}] {f['rule']}: {f['title']}")
-    if result.get("inconclusive"):
-        echo(f"INCONCLUSIVE: {len(result['inconclusive'])} variant(s) changed within one run but their run-to-run "
-             f"spread is unmeasured ({', '.join(result['inconclusive'])}); this gate does not fail on them: rerun "
+    shared = [v["key"] for v in result["variants"] if (v.get("noise") or {}).get("host_shared")]
+    unmeasured = [k for k in result.get("inconclusive") or [] if k not in shared]
+    if unmeasured:
+        echo(f"INCONCLUSIVE: {len(unmeasured)} variant(s) changed within one run but their run-to-run "
+             f"spread is unmeasured ({', '.join(unmeasured)}); this gate does not fail on them: rerun "
              "both sides with `trtprof sweep --repeat 5`")
+    if shared:
+        echo(f"INCONCLUSIVE: {len(shared)} variant(s) changed, but other processes were using the host's CPU "
+             f"enough to explain it ({', '.join(shared)}); this gate does not fail on them: rerun both sides "
+             "on a quiet host")
     echo(f"verdict: {result['verdict']}" + (" (forced comparison)" if result.get("forced") else ""))

@@ -29,6 +29,15 @@ a change:
    dominates, a CPU backend whose compute is the host, or a CoV above the backend's jitter threshold),
    the verdict is ``inconclusive``: no gate fails on it, and the output says what evidence is missing.
 4. Else (a quiet, device-bound variant), the within-run verdict stands, marked as such.
+
+A shared host: the repeats of one run are taken back to back, under whatever else the machine was
+doing then, so they do not measure load that comes and goes between runs (on this project's 2-core CI
+box, with a second test worker, the same sweep run twice measured 0.798x with all three repeats of
+each side apart). Every timed phase records the share of the host's CPU other processes took
+(``profiler.harness.hostload``). For a host-sensitive variant (a CPU backend, an enqueue-bound GPU
+query) a change confirmed by rule 1 or 2 must also exceed what that load can explain, 1 / (1 - share)
+with the larger share of the two sides (a query that needs the whole host gets 1 - share of it);
+when it does not, the verdict is ``inconclusive`` and says how busy the host was.
 """
 
 from __future__ import annotations
@@ -45,6 +54,8 @@ MIN_REPEATS = 3
 MIN_HISTORY = 3
 #: trtexec's enqueue-bound condition: the host enqueue takes more than this share of the GPU compute time.
 HOST_BOUND_RATIO = 0.8
+#: Host shares above this are capped: a host 90% busy with others explains up to a 10x change.
+MAX_EXPLAINED_SHARE = 0.9
 
 
 def _finite(values: Sequence[Any] | None) -> np.ndarray:
@@ -113,6 +124,50 @@ def repeat_medians(variant: dict[str, Any]) -> list[float]:
     return [float(x) for x in _finite(rep.get("medians_ms"))]
 
 
+def host_sensitive(variant: dict[str, Any]) -> bool:
+    """True when the variant's latency follows the host CPU: a CPU backend or an enqueue-bound GPU query."""
+    m = {**(variant.get("metrics") or {}), **variant}
+    return bool(m.get("synchronous_enqueue")) or host_bound(variant)
+
+
+def host_share(variant: dict[str, Any], *, repeats: bool) -> float | None:
+    """Share of the host's CPU other processes took while the variant was timed: the median over its
+    process-level repeats (``repeats=True``) or its main measurement's; None when not recorded."""
+    m = {**(variant.get("metrics") or {}), **variant}
+    if repeats:
+        rep = m.get("repeats") if isinstance(m.get("repeats"), dict) else {}
+        a = _finite(rep.get("host_others_shares"))
+        return float(np.median(a)) if len(a) else None
+    a = _finite([m.get("host_others_share")])
+    return float(a[0]) if len(a) else None
+
+
+def explained_by_load(shares: Sequence[float | None]) -> tuple[float, float | None]:
+    """(factor, share): how large a change the busiest side's host load can explain on its own."""
+    known = [float(x) for x in shares if isinstance(x, (int, float)) and math.isfinite(x)]
+    if not known:
+        return 1.0, None
+    share = max(known)
+    return 1.0 / (1.0 - min(share, MAX_EXPLAINED_SHARE)), share
+
+
+def _hold_against_load(ev: dict[str, Any], ratio: float, needed: float, shares: Sequence[float | None]) -> None:
+    """A confirmed change of a host-sensitive variant must also beat what the host's other load explains."""
+    factor, share = explained_by_load(shares)
+    ev["host_others_share"] = share
+    if not ev["confirmed"] or share is None:
+        return
+    adjusted = ratio / factor if ratio > 1 else ratio * factor
+    ev["load_adjusted_ratio"] = adjusted
+    if abs(adjusted - 1.0) > needed and (adjusted > 1) == (ratio > 1):
+        return
+    ev["confirmed"], ev["host_shared"] = False, True
+    ev["why"] += (f"; but other processes took {share * 100:.0f}% of the host's CPU while one side was timed, "
+                  f"which alone can move a host-bound query by up to {factor:.2f}x (x{ratio:.3f} is "
+                  f"x{adjusted:.3f} after allowing for it)")
+    ev["summary"] += f", host {share * 100:.0f}% busy with others (explains up to x{factor:.2f})"
+
+
 def spread_margin(n: int) -> float:
     """How many run-to-run spreads a change must exceed with ``n`` repeats on the smaller side.
 
@@ -129,7 +184,8 @@ def _from_repeats(direction: int, b: np.ndarray, c: np.ndarray, rel_threshold: f
     spread = max(relative_spread(b) or 0.0, relative_spread(c) or 0.0)
     margin = spread_margin(min(len(b), len(c)))
     separated = bool(c.min() > b.max()) if direction > 0 else bool(c.max() < b.min())
-    beyond = abs(ratio - 1.0) > max(margin * spread, rel_threshold)
+    needed = max(margin * spread, rel_threshold)
+    beyond = abs(ratio - 1.0) > needed
     p = separation_p_value(len(b), len(c))
     ok = separated and beyond and (ratio > 1) == (direction > 0)
     why = (f"{len(b)} and {len(c)} process-level repeats: median of repeats {ratio:.3f}x, run-to-run spread "
@@ -139,7 +195,7 @@ def _from_repeats(direction: int, b: np.ndarray, c: np.ndarray, rel_threshold: f
     summary = (f"{len(b)} vs {len(c)} process repeats: x{ratio:.3f}, spread {spread * 100:.1f}% "
                f"(needs > {margin:g}x), " + ("no overlap" if separated else "overlap"))
     return {"source": "repeats", "confirmed": ok, "run_to_run_spread": spread, "spread_margin": margin,
-            "repeat_ratio": ratio, "separation_p_value": p, "why": why, "summary": summary}
+            "repeat_ratio": ratio, "separation_p_value": p, "needed": needed, "why": why, "summary": summary}
 
 
 def _from_history(direction: int, prior: np.ndarray, cand_median: float, rel_threshold: float) -> dict[str, Any]:
@@ -147,13 +203,14 @@ def _from_history(direction: int, prior: np.ndarray, cand_median: float, rel_thr
     centre = float(np.median(prior))
     ratio = cand_median / centre
     outside = cand_median > prior.max() if direction > 0 else cand_median < prior.min()
-    ok = bool(outside) and abs(ratio - 1.0) > max(spread, rel_threshold)
+    needed = max(spread, rel_threshold)
+    ok = bool(outside) and abs(ratio - 1.0) > needed
     why = (f"{len(prior)} earlier runs of this fingerprint: candidate {ratio:.3f}x their median, their spread "
            f"{spread * 100:.0f}%" + ("" if outside else ", and the candidate lies inside their range"))
     summary = (f"{len(prior)} earlier runs: x{ratio:.3f} their median, spread {spread * 100:.0f}%, "
                + ("outside their range" if outside else "inside their range"))
-    return {"source": "history", "confirmed": ok, "run_to_run_spread": spread, "history_ratio": ratio, "why": why,
-            "summary": summary}
+    return {"source": "history", "confirmed": ok, "run_to_run_spread": spread, "history_ratio": ratio,
+            "needed": needed, "why": why, "summary": summary}
 
 
 def judge(row: dict[str, Any], base: dict[str, Any], cand: dict[str, Any], prior_medians: Sequence[float],
@@ -168,10 +225,16 @@ def judge(row: dict[str, Any], base: dict[str, Any], cand: dict[str, Any], prior
     rel = float(rule["rel_threshold"])
     b, c = _finite(repeat_medians(base)), _finite(repeat_medians(cand))
     prior = _finite(prior_medians)
+    sensitive = host_sensitive(base) or host_sensitive(cand)
     if len(b) >= MIN_REPEATS and len(c) >= MIN_REPEATS:
         ev = _from_repeats(direction, b, c, rel)
+        if sensitive:
+            _hold_against_load(ev, ev["repeat_ratio"], ev["needed"],
+                               [host_share(base, repeats=True), host_share(cand, repeats=True)])
     elif len(prior) >= MIN_HISTORY:
         ev = _from_history(direction, prior, float(row["candidate_median_ms"]), rel)
+        if sensitive:  # the earlier runs' load is not at hand: the candidate's own
+            _hold_against_load(ev, ev["history_ratio"], ev["needed"], [host_share(cand, repeats=False)])
     else:
         noisy = noisy_reason(base, jitter_cov_pct) or noisy_reason(cand, jitter_cov_pct)
         if noisy is None:
@@ -192,6 +255,11 @@ def judge(row: dict[str, Any], base: dict[str, Any], cand: dict[str, Any], prior
     row["run_to_run_spread"] = ev["run_to_run_spread"]
     if ev["confirmed"]:
         row["reason"] += f"; beyond the run-to-run noise ({ev['why']})"
+    elif ev.get("host_shared"):
+        row["verdict_within_run"] = within
+        row["verdict"] = "inconclusive"
+        row["reason"] = (f"{row['reason']} within one run and beyond the run-to-run spread, but the host was "
+                         f"shared: {ev['why']}; compare runs made on a quiet host")
     else:
         row["verdict_within_run"] = within
         row["verdict"] = "no_change"

@@ -57,10 +57,11 @@ def time_variants(job: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 ctx.set_inputs(feeds)
                 if spec.cuda_graph:
                     ctx.enable_cuda_graph()
-            timing = summarize_timings(run_queries(contexts, harness, key=v["key"]).timings)
+            m = run_queries(contexts, harness, key=v["key"])
+            timing = summarize_timings(m.timings)
             lat = timing["latency_ms"] or {}
             out[v["key"]] = {"median_ms": lat.get("median"), "count": timing.get("count"),
-                             "cov_pct": lat.get("cov_pct")}
+                             "cov_pct": lat.get("cov_pct"), "host_others_share": m.host_others_share}
         except Exception as exc:  # one variant failing in a repeat is recorded; the others go on
             out[v["key"]] = {"error": f"{type(exc).__name__}: {exc}"}
         finally:
@@ -76,12 +77,15 @@ def run_repeats(variants: Sequence[dict[str, Any]], *, backend: str, backend_opt
                 repeats: int, progress: Callable[[str], None] = lambda _m: None) -> dict[str, dict[str, Any]]:
     """Run ``repeats`` worker processes over ``variants`` (summary records with ``model_path``).
 
-    Returns {key: {"medians_ms": [...], "counts": [...], "errors": [...], "processes": N}}.
+    Returns {key: {"medians_ms": [...], "counts": [...], "host_others_shares": [...], "errors": [...],
+    "processes": N}}; ``host_others_shares`` holds, per repeat, the share of the host's CPU other
+    processes took while it was timed (None where unmeasurable).
     """
     todo = [{"key": v["key"], "model_path": v["model_path"], "precision": v["precision"],
              "workspace_bytes": v.get("workspace_bytes"), "streams": v.get("streams") or 1,
              "cuda_graph": bool(v.get("cuda_graph")), "shapes": v.get("shapes") or {}} for v in variants]
-    result = {v["key"]: {"medians_ms": [], "counts": [], "errors": [], "processes": repeats} for v in todo}
+    result = {v["key"]: {"medians_ms": [], "counts": [], "host_others_shares": [], "errors": [], "processes": repeats}
+              for v in todo}
     if not todo:
         return result
     per_worker_s = WORKER_OVERHEAD_S + len(todo) * (float(harness.get("duration_s", 3.0)) * 4 + 10)
@@ -108,6 +112,7 @@ def run_repeats(variants: Sequence[dict[str, Any]], *, backend: str, backend_opt
                 if res.get("median_ms") is not None:
                     rec["medians_ms"].append(float(res["median_ms"]))
                     rec["counts"].append(res.get("count"))
+                    rec["host_others_shares"].append(res.get("host_others_share"))
                 else:
                     rec["errors"].append(str(res.get("error")))
     return result

@@ -31,6 +31,7 @@ from typing import Any, Callable, Sequence
 
 from profiler.backends.base import ExecutionContext, QueryTiming
 from profiler.cuda.timed_loop import repeat
+from profiler.harness.hostload import HostLoad
 from profiler.harness.nvtx import Ranges, iteration_range_name, ranges as default_ranges
 from profiler.stats import summarize
 
@@ -67,6 +68,8 @@ class Measurement:
     per_stream_count: list[int] = field(default_factory=list)
     #: queries each stream kept in flight: 2 with overlap, else 1
     in_flight: int = 1
+    #: share (0-1) of the host's CPU time other processes took while it ran; None where unmeasurable
+    host_others_share: float | None = None
 
     def samples(self) -> list[dict[str, Any]]:
         """One row per kept query (the store's Sample columns); ``start_ms`` from the first start."""
@@ -203,7 +206,8 @@ def run_queries(contexts: Sequence[ExecutionContext], config: HarnessConfig, *, 
     gc_was_on = gc.isenabled()
     gc.disable()  # a collection inside the timed loop would land on one query; the caller's setting comes back
     try:
-        _run_streams(contexts, config, warm_end_ns, duration_ns, clock, nv, name, stop, overlap, results, errors)
+        with HostLoad() as load:
+            _run_streams(contexts, config, warm_end_ns, duration_ns, clock, nv, name, stop, overlap, results, errors)
     finally:
         if gc_was_on:
             gc.enable()
@@ -222,4 +226,5 @@ def run_queries(contexts: Sequence[ExecutionContext], config: HarnessConfig, *, 
     if len(results) > 1:  # one stream's queries are already in start order
         merged.sort(key=attrgetter("start_ns"))
     return Measurement(key=key, timings=merged, streams=len(contexts), warmup_dropped=dropped,
-                       warmup_ms=config.warmup_ms, per_stream_count=per_stream, in_flight=2 if overlap else 1)
+                       warmup_ms=config.warmup_ms, per_stream_count=per_stream, in_flight=2 if overlap else 1,
+                       host_others_share=load.others_share)
