@@ -11,6 +11,10 @@ process's peak RSS, from ``os.wait4``):
 - load_trace:   ``profiler.capture.load_trace`` (frames, names, correlation join);
 - analyze:      ``trtprof analyze CAPTURE --json OUT --no-store`` end to end (skipped with a note if
                 the subcommand is not available);
+- analyze with the trace cache: the first default run (reads the export, stores its frames) and a
+  second one (reads the cache); the plain ``analyze`` row is ``--no-cache``;
+- with ``--baseline-tree DIR``: ``analyze`` from another checkout (a worktree of an older commit) on
+  the same files in the same run, and the time and memory ratios against it;
 - the same ``load_trace`` and ``analyze`` on a 10x larger copy, for linearity;
 - with ``nsys`` on PATH: ``nsys stats -r cuda_gpu_kern_sum,cuda_api_sum,nvtx_sum,nvtx_gpu_proj_sum``
   and ``nsys analyze -r gpu_gaps,cuda_api_sync`` on the same file (the work trtprof analyze shares
@@ -21,6 +25,7 @@ Prints one table. Needs only python3, the repository and pyarrow (ADBC optional)
     python3 benchmarks/bench_analyze.py                     # ~2.5 M kernels, 5 M API calls
     python3 benchmarks/bench_analyze.py --scale 0.02        # 2% of that, for a quick run
     python3 benchmarks/bench_analyze.py capture.sqlite --no-10x
+    git worktree add /tmp/base eed82bf && python3 benchmarks/bench_analyze.py --scale 0.05 --baseline-tree /tmp/base
 """
 
 from __future__ import annotations
@@ -228,10 +233,12 @@ def step(name: str, path: Path, queries_file: Path | None) -> dict:
     return info
 
 
-def run_child(cmd: list[str], timeout_s: float | None = None) -> dict:
+def run_child(cmd: list[str], timeout_s: float | None = None, cwd: Path | None = None,
+              env: dict[str, str] | None = None) -> dict:
     """Run a command; its wall time and its own peak RSS (os.wait4), plus JSON it prints last."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+                            env={**os.environ, **env} if env else None)
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -273,10 +280,11 @@ print(json.dumps({"outer_wall_s": wall, "rc": status, "peak_rss_mb": ru.ru_maxrs
 """
 
 
-def measured(cmd: list[str], timeout_s: float | None) -> dict:
+def measured(cmd: list[str], timeout_s: float | None, cwd: Path | None = None,
+             env: dict[str, str] | None = None) -> dict:
     """``cmd`` run under a fresh Python parent that has no other children, so RUSAGE_CHILDREN's
-    ru_maxrss is exactly this command's peak RSS."""
-    res = run_child([sys.executable, "-c", MEASURE, *cmd], timeout_s)
+    ru_maxrss is exactly this command's peak RSS. ``cwd``: where ``python -m profiler`` finds its code."""
+    res = run_child([sys.executable, "-c", MEASURE, *cmd], timeout_s, cwd, env)
     inner = res.get("inner") or {}
     return {
         "wall_s": res.get("outer_wall_s"),  # the whole process: interpreter, imports, work
@@ -312,6 +320,9 @@ def main() -> None:
     ap.add_argument("--step", help=argparse.SUPPRESS)
     ap.add_argument("--queries", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--json", type=Path, help="also write every number here")
+    ap.add_argument("--baseline-tree", type=Path, metavar="DIR",
+                    help="another checkout of trtprof (e.g. a git worktree of an older commit): its analyze is "
+                         "timed on the same files in the same run, and the ratio printed")
     args = ap.parse_args()
 
     if args.step:
@@ -339,19 +350,25 @@ def main() -> None:
         qfile = args.workdir / f"{path.stem}.queries.json"
         qfile.write_text(json.dumps(loader_queries(path) if size == "1x" else
                                     json.loads((args.workdir / f"{files['1x'].stem}.queries.json").read_text())))
-        plan: list[tuple[str, list[str] | None, str]] = []
+        plan: list[tuple[str, list[str] | None, str, dict]] = []
         if size == "1x":
-            plan += [("floor (Arrow)", me + ["--step", "floor", "--queries", str(qfile), str(path)], ""),
-                     ("pandas.read_sql", me + ["--step", "read_sql", "--queries", str(qfile), str(path)], "")]
-        plan.append(("load_trace", me + ["--step", "load_trace", str(path)], ""))
+            plan += [("floor (Arrow)", me + ["--step", "floor", "--queries", str(qfile), str(path)], "", {}),
+                     ("pandas.read_sql", me + ["--step", "read_sql", "--queries", str(qfile), str(path)], "", {})]
+        plan.append(("load_trace", me + ["--step", "load_trace", str(path)], "", {}))
         if have_analyze:
             out_json = args.workdir / f"{path.stem}.analysis.json"
-            plan.append(("trtprof analyze", [sys.executable, "-m", "profiler", "analyze", str(path), "--json",
-                                             str(out_json), "--no-store"], ""))
+            base_cmd = [sys.executable, "-m", "profiler", "analyze", str(path), "--json", str(out_json), "--no-store"]
+            if args.baseline_tree:  # its own code: python -m profiler from that folder
+                plan.append(("baseline analyze", base_cmd, "", {"cwd": args.baseline_tree.resolve(),
+                                                                 "env": {"TRTPROF_TRACE_CACHE": "0"}}))
+            plan.append(("trtprof analyze", base_cmd + ["--no-cache"], "", {}))
+            # the trace cache, in a folder of its own: the first default run stores, the second reads it
+            cache = {"env": {"TRTPROF_CACHE_DIR": tempfile.mkdtemp(prefix="cache-", dir=args.workdir)}}
+            plan += [("analyze, storing cache", base_cmd, "", cache), ("analyze, cache hit", base_cmd, "", cache)]
         else:
-            plan.append(("trtprof analyze", None, "skipped: profiler.cli.analyze is not in this checkout"))
+            plan.append(("trtprof analyze", None, "skipped: profiler.cli.analyze is not in this checkout", {}))
         if size == "10x":
-            plan.insert(0, ("floor (Arrow)", me + ["--step", "floor", "--queries", str(qfile), str(path)], ""))
+            plan.insert(0, ("floor (Arrow)", me + ["--step", "floor", "--queries", str(qfile), str(path)], "", {}))
         if nsys and size == "1x":
             # the flags the sample-trace capture script uses with nsys 2025.3; a fresh output folder
             # each run, so nsys never has to ask about overwriting
@@ -359,17 +376,17 @@ def main() -> None:
             plan += [("nsys stats kern+api+nvtx+proj", [nsys, "stats", "-r",
                                                         "cuda_gpu_kern_sum,cuda_api_sum,nvtx_sum,nvtx_gpu_proj_sum",
                                                    "--format", "csv", "--force-export", "false", "--output",
-                                                   str(peer_dir / "stats"), str(path)], ""),
+                                                   str(peer_dir / "stats"), str(path)], "", {}),
                      ("nsys analyze gaps+sync", [nsys, "analyze", "-r", "gpu_gaps,cuda_api_sync", "--format", "csv",
                                                  "--force-export", "false", "--output", str(peer_dir / "analyze"),
-                                                 str(path)], "")]
-        for label, cmd, note in plan:
+                                                 str(path)], "", {})]
+        for label, cmd, note, opts in plan:
             row = {"size": size, "what": label, "file_mb": mb, **c}
             if cmd is None:
                 row["note"] = note
             else:
                 print(f"# {size} {label} ...", file=sys.stderr, flush=True)
-                m = measured(cmd, args.timeout)
+                m = measured(cmd, args.timeout, **opts)
                 row.update({k: m[k] for k in ("wall_s", "cpu_s", "peak_rss_mb", "rc")})
                 if m.get("error") or m.get("rc"):
                     row["note"] = m.get("error") or f"exit {m['rc']}: {' '.join(m['stderr'])[-160:]}"
@@ -400,6 +417,14 @@ def main() -> None:
              and not r.get("note")]
     ours = next((r.get("wall_s") for r in results if r["size"] == "1x" and r["what"] == "trtprof analyze"
                  and not r.get("note")), None)
+    for size in files:
+        mine = next((r.get("wall_s") for r in results if r["size"] == size and r["what"] == "trtprof analyze"), None)
+        theirs = [r for r in results if r["size"] == size and r["what"] == "baseline analyze" and r.get("wall_s")]
+        if mine and theirs and not theirs[0].get("note"):
+            b = theirs[0]
+            mrss = next((r.get("peak_rss_mb") for r in results if r["size"] == size and r["what"] == "trtprof analyze"))
+            print(f"{size}: trtprof analyze vs the baseline tree ({args.baseline_tree}): {mine / b['wall_s']:.2f}x the "
+                  f"time, {(mrss or 0) / (b.get('peak_rss_mb') or float('nan')):.2f}x the peak memory")
     if len(peers) == 2 and all(peers) and ours:
         print(f"trtprof analyze (everything) {ours:.1f} s vs nsys stats + nsys analyze {sum(peers):.1f} s: "
               f"{sum(peers) / ours:.1f}x (target >= 3x)")
