@@ -325,32 +325,38 @@ def top_kernels(trace: Any, limit: int = 50) -> list[dict[str, Any]]:
     """Kernels grouped by name, most total GPU time first (what ``nsys stats -r cuda_gpu_kern_sum`` lists),
     with CUDA graph replays as rows of their own: traced per graph, a graph's kernels are not in
     ``kernels`` and the replays are where the GPU time went."""
-    parts = []
+    parts = []  # (name codes, durations, names, short names): grouped on integer codes, named after
     k = getattr(trace, "kernels", None)
     if k is not None and len(k):
         codes, names = S.factor(k, "name")
         scode, short = S.factor(k, "short_name")
-        parts.append(pd.DataFrame({"name": np.asarray(names, dtype=object)[codes],
-                                   "short": np.asarray(short, dtype=object)[scode],
-                                   "d": np.maximum(S.i64(k, "end_ns", 0) - S.i64(k, "start_ns", 0), 0)}))
+        first = np.full(len(names), -1, np.int64)
+        first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)  # each name's first row
+        parts.append((codes, np.maximum(S.i64(k, "end_ns", 0) - S.i64(k, "start_ns", 0), 0),
+                      [str(x) for x in names],
+                      [str(short[scode[i]]) if i >= 0 else "" for i in first]))
     g = getattr(trace, "graphs", None)
     if g is not None and len(g):
-        label = [f"CUDA graph {x} (replays)" for x in g["graph_id"].astype("Int64").astype(str).replace("<NA>", "?")]
-        parts.append(pd.DataFrame({"name": label, "short": label,
-                                   "d": np.maximum(S.i64(g, "end_ns", 0) - S.i64(g, "start_ns", 0), 0)}))
+        gcodes, gids = pd.factorize(g["graph_id"].astype("Int64").astype(str).replace("<NA>", "?"))
+        label = [f"CUDA graph {x} (replays)" for x in gids]
+        parts.append((gcodes, np.maximum(S.i64(g, "end_ns", 0) - S.i64(g, "start_ns", 0), 0), label, label))
     if not parts:
         return []
-    df = pd.concat(parts, ignore_index=True)  # corrupt rows count with zero duration, as in the series
-    grp = df.groupby("name", sort=False)["d"]
+    offsets = np.cumsum([0] + [len(p[2]) for p in parts])
+    codes = np.concatenate([p[0].astype(np.int64) + off for p, off in zip(parts, offsets)])
+    dur = np.concatenate([p[1] for p in parts])  # corrupt rows count with zero duration, as in the series
+    names = [n for p in parts for n in p[2]]
+    shorts = [n for p in parts for n in p[3]]
+    grp = pd.DataFrame({"c": codes, "d": dur}).groupby("c", sort=False)["d"]
     agg = pd.DataFrame({"n": grp.size(), "tot": grp.sum(), "avg": grp.mean(), "med": grp.median(),
-                        "lo": grp.min(), "hi": grp.max(), "s": df.groupby("name", sort=False)["short"].first()})
-    total_all = float(df["d"].sum()) or 1.0
+                        "lo": grp.min(), "hi": grp.max()})
+    total_all = float(dur.sum()) or 1.0
     agg = agg.sort_values("tot", ascending=False, kind="stable").head(limit)
-    return [{"name": str(name), "short_name": str(s), "count": int(n), "total_ms": tot / 1e6,
+    return [{"name": names[c], "short_name": shorts[c], "count": int(n), "total_ms": tot / 1e6,
              "mean_ms": avg / 1e6, "median_ms": med / 1e6, "min_ms": lo / 1e6, "max_ms": hi / 1e6,
              "share_pct": 100.0 * tot / total_all}
-            for name, n, tot, avg, med, lo, hi, s in zip(agg.index, agg["n"], agg["tot"], agg["avg"], agg["med"],
-                                                         agg["lo"], agg["hi"], agg["s"])]
+            for c, n, tot, avg, med, lo, hi in zip(agg.index, agg["n"], agg["tot"], agg["avg"], agg["med"],
+                                                   agg["lo"], agg["hi"])]
 
 
 def _gap_histograms(ctx: CaptureContext) -> list[dict[str, Any]]:

@@ -22,8 +22,10 @@ def streams_json(act: S.Activity) -> dict[str, Any]:
         return {"streams": [], "gpu_concurrency": None,
                 "copy_compute_overlap": {"overlap_ms": 0.0, "copy_ms": 0.0, "compute_ms": 0.0,
                                          "share_of_copy": None}, "overlap_saved_ms": 0.0}
-    key = pd.MultiIndex.from_arrays([act.device_id, act.stream_id])
-    codes, uniq = pd.factorize(key)
+    dev_codes, devs = pd.factorize(act.device_id)
+    s_codes, s_ids = pd.factorize(act.stream_id)
+    codes, pairs = pd.factorize(dev_codes.astype(np.int64) * len(s_ids) + s_codes)  # (device, stream), exact
+    uniq = [(devs[p // len(s_ids)], s_ids[p % len(s_ids)]) for p in pairs]
     busy = intervals.union_length_by_group(codes, act.start_ns, act.end_ns, len(uniq))
     is_copy = act.kind == S.MEMCPY
     kernels = np.bincount(codes, weights=(act.kind == S.KERNEL), minlength=len(uniq)).astype(int)
@@ -34,7 +36,6 @@ def streams_json(act: S.Activity) -> dict[str, Any]:
              "graph_launches": int(graphs[i]), "copies": int(copies[i]), "copy_ms": copy_ms[i] / 1e6}
             for i, (d, s) in enumerate(uniq)]
     rows.sort(key=lambda r: -r["busy_ms"])
-    dev_codes, devs = pd.factorize(act.device_id)
     union = intervals.union_length_by_group(dev_codes, act.start_ns, act.end_ns, len(devs))
     total_union = float(union.sum())
     ov = copy_ns = comp_ns = 0

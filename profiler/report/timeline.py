@@ -48,8 +48,10 @@ def _tid(global_tid: np.ndarray) -> np.ndarray:
 def _overlapping(df: pd.DataFrame, start_ns: int, end_ns: int) -> pd.DataFrame:
     if df is None or len(df) == 0:
         return df.iloc[0:0] if df is not None else pd.DataFrame()
-    s = df["start_ns"].to_numpy(dtype=np.int64)
-    e = df["end_ns"].astype("float64").fillna(float(end_ns)).to_numpy()  # an unclosed NVTX range runs on
+    s = df["start_ns"].to_numpy()
+    end = df["end_ns"]
+    # an unclosed NVTX range runs on; the large frames' int64 ends are compared as they are (no copy)
+    e = end.to_numpy() if end.dtype == np.int64 else end.to_numpy(dtype="float64", na_value=float(end_ns))
     return df[(s < end_ns) & (e > start_ns)]
 
 
