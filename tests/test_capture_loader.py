@@ -847,3 +847,39 @@ def test_absent_columns_name_only_tables_the_export_has():
         assert set(absent) <= tables, (path.name, sorted(set(absent) - tables))
         seen_without_memcpy += "CUPTI_ACTIVITY_KIND_MEMCPY" not in tables
     assert seen_without_memcpy >= 1  # the case that matters is among them
+
+
+@pytest.mark.parametrize("reader", ["adbc", "sqlite3"])
+@pytest.mark.parametrize("bad_row", [None, 3, 70_000])  # none, inside the first batch, after it
+def test_unguarded_scan_is_kept_only_when_every_value_is_an_integer(tmp_path, monkeypatch, reader, bad_row):
+    """The loader first reads integer columns without SQL's typeof guards; a text or real value anywhere
+    (first batch or later, ADBC or sqlite3) falls back to the guarded query, so the values equal it."""
+    from profiler.capture import loader as L
+    from profiler.capture.validate import int_sql
+
+    if reader == "adbc" and L._adbc_dbapi() is None:
+        pytest.skip("adbc-driver-sqlite is not installed")
+    path = tmp_path / "t.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE T (start INTEGER, end INTEGER)")
+    rows = [(i, i + 5) for i in range(80_000)]
+    if bad_row is not None:
+        rows[bad_row] = ("abc", 1.5)
+    con.executemany("INSERT INTO T VALUES (?, ?)", rows)
+    con.commit()
+    con.close()
+    if reader == "sqlite3":
+        monkeypatch.setattr(L, "_adbc_dbapi", lambda: None)
+    export = L.Export(path)
+    scans = []
+    real_scan = export._scan
+    monkeypatch.setattr(export, "_scan", lambda *a, **k: scans.append(k.get("integers_only", False))
+                        or real_scan(*a, **k))
+    got = export.fetch(f"SELECT {int_sql('start')} AS s, coalesce({int_sql('end')}, -1) AS e", "T")
+    want_s = np.arange(80_000, dtype=np.int64)
+    want_e = want_s + 5
+    if bad_row is not None:
+        want_s[bad_row], want_e[bad_row] = L.NULL_INT, -1
+    np.testing.assert_array_equal(got["s"], want_s)
+    np.testing.assert_array_equal(got["e"], want_e)
+    assert scans == ([True] if bad_row is None else [True, False])

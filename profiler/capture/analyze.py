@@ -188,25 +188,27 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
         start_ns = int(full.instances["start_ns"].min()) if len(full.instances) else 0
     unit = U.build_unit(full, options.unit)
     ph = phases.split(full, unit, int(start_ns))
-    table = full
-    if not options.include_setup and _trims(full, ph):
-        table = full.subset(ph.steady_start_ns, ph.steady_end_ns)
+    trt = bool((full.series["domain"] == U.TENSORRT_DOMAIN).any()) if len(full.series) else False
+    kernels = getattr(trace, "kernels", None)
+    knames = S.factor(kernels, "name") if kernels is not None and len(kernels) else None
+    # what reads the whole capture's table comes first: the steady-state table then replaces it, so the
+    # two copies of the capture's GPU activity and API calls are never held through the rules
+    whole = {"inference": U.unit_json(unit), "phases": phases.phases_json(ph, full.activity),
+             **layer_table.layer_table(full, unit, knames)}
+    trimmed = not options.include_setup and _trims(full, ph)
+    table = full.subset(ph.steady_start_ns, ph.steady_end_ns, consume=True) if trimmed else full
+    del full
     summaries = S.series_summary(table)
     outl = S.explain_outliers(table)
     devices = S.device_gaps(table.activity, None if table.window else S.attributed_activity(table))
-    trt = bool((full.series["domain"] == U.TENSORRT_DOMAIN).any()) if len(full.series) else False
     ctx = CaptureContext(trace=trace, table=table, ranges=summaries, devices=devices, outliers=outl,
                          capture_start_ns=int(start_ns), unit=unit, phases=ph, tensorrt=trt,
                          include_setup=options.include_setup)
     findings = calibrate(ctx, run_rules("capture", ctx, only=options.rules, overrides=options.rule_overrides()))
     capture = _capture_info(trace, meta, table)
     ranges = _ranges_json(ctx, options)
-    kernels = getattr(trace, "kernels", None)
-    knames = S.factor(kernels, "name") if kernels is not None and len(kernels) else None
     extra = {
-        "inference": U.unit_json(unit),
-        "phases": phases.phases_json(ph, full.activity),
-        **layer_table.layer_table(full, unit, knames),
+        **whole,
         **streams.streams_json(table.activity),
         "top_kernels": top_kernels(trace, options.top_kernels),
         "gap_histogram": _gap_histograms(ctx),
@@ -216,7 +218,7 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
     extra["inference"]["bound_by"] = _bound_by(extra["phases"]["steady"]["gpu_ms_by_kind"])
     if options.layer_info:
         extra["layer_info"] = layer_table.join_layer_info(extra["layers"], options.layer_info)
-    extra["phases"]["included_in_statistics"] = "whole capture" if table is full else "steady state"
+    extra["phases"]["included_in_statistics"] = "steady state" if trimmed else "whole capture"
     return AnalysisResult(capture=capture, ranges=ranges, findings=findings, extra=extra, context=ctx)
 
 

@@ -335,6 +335,27 @@ class Export:
 
     def _fetch_one(self, sql: str, max_rows: int, text: tuple[str, ...], small: tuple[str, ...], con
                    ) -> "Columns":
+        """One scan into numpy columns. Integer columns are guarded in SQL (``int_sql``: text, BLOB and
+        real values become NULL), which costs SQLite a ``typeof`` per value; the query is first run
+        without the guards and kept only if every non-text column arrived as integers, which holds for
+        every export nsys writes. Otherwise (a mistyped value) the guarded query runs: the same rows."""
+        import pyarrow as pa
+
+        fast = _GUARD.sub(r"\1", sql)
+        if fast != sql:
+            try:
+                return self._scan(fast, max_rows, text, small, con, integers_only=True)
+            except _NotIntegers:
+                pass
+            except pa.ArrowException:  # sqlite3 fallback: a mixed column does not convert
+                pass
+            except OSError as exc:  # ADBC: a value of another type after the first batch
+                if "mismatch" not in str(exc).lower():
+                    raise
+        return self._scan(sql, max_rows, text, small, con)
+
+    def _scan(self, sql: str, max_rows: int, text: tuple[str, ...], small: tuple[str, ...], con, *,
+              integers_only: bool = False) -> "Columns":
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -355,6 +376,8 @@ class Export:
                 if name in chunks:
                     chunks[name].append(pc.dictionary_encode(col))
                     continue
+                if integers_only and not (pa.types.is_integer(col.type) or pa.types.is_null(col.type)):
+                    raise _NotIntegers(name)
                 if col.null_count:
                     col = pc.fill_null(col, NULL_INT)
                 out[name][pos:pos + m] = col.to_numpy(zero_copy_only=False)
@@ -370,6 +393,14 @@ class Export:
                 values, codes = np.empty(0, dtype=object), np.empty(0, np.int64)
             result.text[name] = (codes, values)
         return result
+
+
+class _NotIntegers(Exception):
+    """An unguarded scan met a column that is not all integers: the guarded query must run."""
+
+
+#: ``int_sql(name)`` as it appears in a query, to run the query without the guards first.
+_GUARD = re.compile(r"iif\(typeof\((\w+)\) = 'integer', \1, NULL\)")
 
 
 def read_threads() -> int:

@@ -448,15 +448,21 @@ class SeriesTable:
         anc, counts = np.unique(uniq, return_counts=True)
         return {int(a): c / len(rows) for a, c in zip(anc, counts) if a != series_id}
 
-    def subset(self, lo: int, hi: int) -> "SeriesTable":
+    def subset(self, lo: int, hi: int, *, consume: bool = False) -> "SeriesTable":
         """The table of the events starting in [lo, hi] (the steady state), without re-sorting anything.
 
         Instances keep their numbers (``idx``) and metrics: an instance's work is launched inside it, so
         all of it is kept when it starts at or after ``lo`` and ``hi`` is past the last GPU end. A window
         instance is cut to what is kept and measured again. ``activity.row`` still indexes the trace.
+        ``consume``: this table is not used afterwards; its large arrays are let go as soon as their
+        subset is made, so the capture's activity is never held twice.
         """
         act = _filter(self.activity, (self.activity.start_ns >= lo) & (self.activity.start_ns <= hi))
+        if consume:
+            self.activity = None  # type: ignore[assignment]
         api = _filter(self.api, (self.api.start_ns >= lo) & (self.api.start_ns <= hi))
+        if consume:
+            self.api = None  # type: ignore[assignment]
         # OS runtime calls (often the largest table) are shared, not copied: they are only read through
         # the instances' windows, and around the steady state's GPU gaps; a window instance owns every row
         osrt = _filter(self.osrt, (self.osrt.start_ns >= lo) & (self.osrt.start_ns <= hi)) if self.window else \
@@ -475,6 +481,9 @@ class SeriesTable:
             in_order = kept[srt.order]
             remap = np.cumsum(kept) - 1
             sorted_[prefix] = Sorted(order=remap[srt.order[in_order]], key=srt.key[in_order])
+            if consume:
+                setattr(self, f"{prefix}_sorted", None)
+            del remap
             before = np.concatenate(([0], np.cumsum(in_order)))  # kept rows before each sorted position
             inst[f"{prefix}_lo"] = before[inst[f"{prefix}_lo"].to_numpy()]
             inst[f"{prefix}_hi"] = before[inst[f"{prefix}_hi"].to_numpy()]
