@@ -38,7 +38,7 @@ def union(starts, ends, *, assume_sorted: bool = False) -> tuple[np.ndarray, np.
         s, e = s[keep], e[keep]
     if len(s) == 0:
         return s, e
-    if not assume_sorted:
+    if not assume_sorted and not (s[1:] >= s[:-1]).all():  # the check is O(n); most inputs come sorted
         order = np.argsort(s, kind="stable")
         s, e = s[order], e[order]
     reach = np.maximum.accumulate(e)
@@ -137,8 +137,14 @@ def union_by_group(groups, starts, ends) -> tuple[np.ndarray, np.ndarray, np.nda
     g, s, e = g[keep], s[keep], e[keep]
     if len(s) == 0:
         return g, s, e
-    order = np.lexsort((s, g))
-    g, s, e = g[order], s[order], e[order]
+    in_order = bool((s[1:] >= s[:-1]).all())  # the activity comes sorted by start
+    order = None
+    if not (g == g[0]).all():  # a stable sort by group keeps sorted starts in order
+        order = np.argsort(g, kind="stable") if in_order else np.lexsort((s, g))
+    elif not in_order:  # one group (one device or stream): only the starts need an order
+        order = np.argsort(s, kind="stable")
+    if order is not None:
+        g, s, e = g[order], s[order], e[order]
     starts_of_group = np.flatnonzero(np.concatenate(([True], g[1:] != g[:-1])))
     counts = np.diff(np.append(starts_of_group, len(g)))
     gmin = np.minimum.reduceat(s, starts_of_group)
@@ -192,6 +198,8 @@ def weighted_median(values, weights) -> float:
     total = int(w.sum())
     if total == 0:
         return float("nan")
+    if total == len(w):  # every weight 1 (no nesting): the plain median, by selection
+        return float(np.median(v))
     order = np.argsort(v, kind="stable")
     v, cum = v[order], np.cumsum(w[order])
     lo_rank, hi_rank = (total - 1) // 2, total // 2  # 0-based ranks of the middle value(s)

@@ -139,14 +139,16 @@ def steady_breakdown(act: S.Activity, lo: int, hi: int) -> dict[str, float]:
     """GPU time per kind of work in [lo, hi]: busy union of compute and of each copy direction (ms)."""
     m = (act.start_ns >= lo) & (act.start_ns <= hi)
     out = {}
-    names = np.asarray(S.COPY_KINDS, dtype=object)[act.copy_kind]
+    code = {name: i for i, name in enumerate(S.COPY_KINDS)}  # compared as codes: no per-row strings
+    named = [code[k] for k in ("HtoD", "DtoH", "DtoD") if k in code]
+    copy = m & (act.kind == S.MEMCPY)
     for key in COPY_KIND_ORDER:
         if key == "compute":
             k = m & (act.kind != S.MEMCPY)
         elif key == "other_copy":
-            k = m & (act.kind == S.MEMCPY) & ~np.isin(names, ("HtoD", "DtoH", "DtoD"))
+            k = copy & ~np.isin(act.copy_kind, named)
         else:
-            k = m & (act.kind == S.MEMCPY) & (names == key)
+            k = copy & (act.copy_kind == code.get(key, -1))
         out[key] = intervals.union_length(act.start_ns[k], act.end_ns[k]) / 1e6
     return out
 

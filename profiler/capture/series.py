@@ -261,7 +261,13 @@ def build_activity(trace: Any) -> Activity:
         empty["kind"] = empty["copy_kind"] = np.zeros(0, dtype=np.int8)
         empty["pageable"] = empty["is_launch"] = np.zeros(0, dtype=bool)
         return Activity(**empty)
-    return Activity(**{k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in parts.items()})
+    act = {k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in parts.items()}
+    start = act["start_ns"]
+    if len(start) > 1 and not (start[1:] >= start[:-1]).all():
+        # one order by start for every consumer: each union of the activity then needs no sort of its own
+        order = np.argsort(start, kind="stable")
+        act = {k: v[order] for k, v in act.items()}
+    return Activity(**act)
 
 
 @dataclass
