@@ -685,14 +685,19 @@ def build_series(trace: Any) -> SeriesTable:
 
 
 def _filter(table: Any, keep: np.ndarray) -> tuple[Any, np.ndarray]:
-    """(a copy of an Activity or HostCalls with the rows of ``keep``, keep)."""
+    """(an Activity or HostCalls with the rows of ``keep``, keep). When the kept rows are one contiguous
+    run (rows in start order, a time window), its arrays are views of the original's: no copy."""
+    idx = np.flatnonzero(keep)
+    rows: Any = keep
+    if len(idx) == 0 or idx[-1] - idx[0] + 1 == len(idx):
+        rows = slice(int(idx[0]), int(idx[-1]) + 1) if len(idx) else slice(0, 0)
     fields = {}
     for name in table.__dataclass_fields__:
         value = getattr(table, name)
         if name == "names" or name.startswith("_"):
             fields[name] = value if name == "names" else None
         else:
-            fields[name] = value[keep]
+            fields[name] = value[rows]
     return type(table)(**fields), keep
 
 
