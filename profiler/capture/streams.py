@@ -42,6 +42,10 @@ def streams_json(act: S.Activity) -> dict[str, Any]:
     for d in range(len(devs)):
         m = dev_codes == d
         c, k = m & is_copy, m & ~is_copy
+        if not c.any() or not k.any():  # one kind of work only: its union is the device's, no overlap
+            copy_ns += int(union[d]) if c.any() else 0
+            comp_ns += int(union[d]) if k.any() else 0
+            continue
         ov += intervals.overlap_length(act.start_ns[c], act.end_ns[c], act.start_ns[k], act.end_ns[k])
         copy_ns += intervals.union_length(act.start_ns[c], act.end_ns[c])
         comp_ns += intervals.union_length(act.start_ns[k], act.end_ns[k])
