@@ -693,7 +693,7 @@ class Sweep:
         self._say(f"  {key}: accuracy breached: localising the error node by node against fp32")
         try:
             with phase(self._say, f"  {key}: localising (running both models node by node)"):
-                found = localize(model_path, variant_path, feeds[:2])
+                found = localize(model_path, variant_path, feeds[:2], progress=lambda m: self._say(f"  {key}: {m}"))
             keep = keep_candidates(found)
             result: dict[str, Any] = {k: found[k] for k in ("nodes_compared", "final_rel_l2", "first_jumps",
                                                             "largest_jumps", "jump_factor", "floor")}

@@ -49,6 +49,25 @@ def test_localize_finds_the_node_that_loses_precision(tmp_path):
     assert out["final_rel_l2"] == float("inf")
 
 
+def test_localize_says_each_step_and_node_k_of_n_once_a_second(tmp_path):
+    ref = _overflow_model(tmp_path / "m.onnx")
+    fp16 = tmp_path / "m16.onnx"
+    convert_fp16(ref, fp16)
+    feeds = [{"x": np.random.default_rng(0).uniform(0.5, 2.0, (4, 64)).astype(np.float32)}]
+    ticks = iter(np.arange(0.0, 100.0, 0.6))  # each clock read 0.6 s later: a node line every other node
+    said = []
+    out = localize(ref, fp16, feeds, progress=said.append, clock=lambda: float(next(ticks)))
+    assert said[0] == "running the fp32 model with all 6 node outputs exposed (1 input(s))"
+    assert said[1] == "running the variant the same way"
+    nodes = [m for m in said[2:]]
+    assert nodes and all(m.startswith("comparing node ") and m.endswith(" of 6") for m in nodes)
+    ks = [int(m.split()[2]) for m in nodes]
+    assert ks == sorted(ks) and len(ks) < 6  # throttled, in order
+    by_node = {c["node"]: c["consumers"] for c in out["curve"]}
+    assert by_node["scale_up"] == ["square"]  # square reads s twice: one consumer
+    assert by_node["relu_in"] == ["scale_up", "residual"] and by_node["residual"] == []
+
+
 def test_verify_keeping_the_node_in_fp32_restores_accuracy(tmp_path):
     ref = _overflow_model(tmp_path / "m.onnx")
     feeds = [{"x": np.random.default_rng(1).uniform(0.5, 2.0, (4, 64)).astype(np.float32)}]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -152,18 +152,34 @@ def _rel_l2(ref: np.ndarray, cand: np.ndarray) -> tuple[float, float]:
 
 
 def localize(reference_model: str | Path, variant_model: str | Path, feeds: list[dict[str, np.ndarray]], *,
-             jump_factor: float = DEFAULT_JUMP, floor: float = DEFAULT_FLOOR, top: int = 5) -> dict[str, Any]:
-    """The error curve through the network and the first nodes where the error jumps."""
+             jump_factor: float = DEFAULT_JUMP, floor: float = DEFAULT_FLOOR, top: int = 5,
+             progress: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic
+             ) -> dict[str, Any]:
+    """The error curve through the network and the first nodes where the error jumps.
+
+    ``progress`` hears each step, and "node k of n" at most once a second while nodes are compared."""
     import onnx
 
+    say = progress or (lambda _m: None)
     model = onnx.load(str(reference_model), load_external_data=False)
     producer = _producers(variant_model)
+    nodes = list(model.graph.node)
     with tempfile.TemporaryDirectory() as d:
+        say(f"running the fp32 model with all {len(nodes)} node outputs exposed ({len(feeds)} input(s))")
         ref_runs = _run_all(reference_model, feeds, Path(d))
+        say("running the variant the same way")
         var_runs = _run_all(variant_model, feeds, Path(d))
+    consumers: dict[str, list[str]] = {}
+    for j, c in enumerate(nodes):
+        for name in dict.fromkeys(c.input):  # a node reading a tensor twice is one consumer
+            consumers.setdefault(name, []).append(c.name or f"{c.op_type}_{j}")
     err: dict[str, float] = {}
     curve: list[dict[str, Any]] = []
-    for index, node in enumerate(model.graph.node):
+    last_said = clock()
+    for index, node in enumerate(nodes):
+        if clock() - last_said >= 1.0:
+            say(f"comparing node {index + 1} of {len(nodes)}")
+            last_said = clock()
         if node.op_type == "Constant":
             continue
         in_errs = [err[i] for i in node.input if i in err]
@@ -190,8 +206,7 @@ def localize(reference_model: str | Path, variant_model: str | Path, feeds: list
             curve.append({"index": index, "node": node.name or f"{node.op_type}_{index}", "op": node.op_type,
                           "tensor": out, "variant_node": producer.get(out), "rel_l2": e, "cosine": cos,
                           "input_rel_l2": worst_in, "amplification": amp, "ref_max_abs": ref_max,
-                          "consumers": [c.name or f"{c.op_type}_{j}" for j, c in enumerate(model.graph.node)
-                                        if out in c.input]})
+                          "consumers": consumers.get(out, [])})
             compared = True  # one point per node: its first float output
     jumps = [c for c in curve if c["rel_l2"] > floor and c["amplification"] >= jump_factor]
     largest = sorted(jumps, key=lambda c: -c["amplification"])[:top]
