@@ -404,7 +404,7 @@ def test_layer_sum_and_end_to_end_latency_shown_side_by_side():
 def test_layers_page_alignment_chart_uses_both_time_columns():
     page = build_layers_page(layers_example())
     fig = page["figures"]["fig-alignment-0"]["data"]
-    assert [t["name"] for t in fig] == ["time a ms", "time b ms"]
+    assert [t["name"] for t in fig] == ["fp16 (time a ms)", "int8 (time b ms)"]  # the legend names the variants
     assert fig[0]["y"] == [3.0, 0.5] and fig[1]["y"] == [1.5, 0.9]
     assert fig[0]["x"] == ["conv1, relu", "softmax"]
     mix = page["figures"]["fig-precision"]["data"]

@@ -93,7 +93,9 @@ def alignment_groups(alignment: Any) -> list[dict[str, Any]]:
         for a in nested:
             title = " vs ".join(str(a[k]) for k in ("baseline", "candidate") if a.get(k)) or \
                     " vs ".join(str(a[k]) for k in ("a", "b") if a.get(k))
-            out.append({"title": title or "alignment",
+            names = {side: str(a[k]) for side, keys in (("a", ("a", "baseline")), ("b", ("b", "candidate")))
+                     for k in keys[::-1] if a.get(k)}
+            out.append({"title": title or "alignment", "names": names,
                         "rows": [r for r in a.get("groups", a.get("rows")) if isinstance(r, dict)]})
         return out
     return [{"title": "", "rows": [r for r in alignment if isinstance(r, dict)]}]
@@ -227,7 +229,7 @@ def build_layers_page(data: dict) -> dict[str, Any]:
             rows = g["rows"]
             tkeys = _align_time_keys(rows)
             if len(tkeys) == 2 and rows:
-                blocks.append(chart(page, f"alignment-{gi}", alignment_figure(rows, tkeys)))
+                blocks.append(chart(page, f"alignment-{gi}", alignment_figure(rows, tkeys, g.get("names"))))
             cols: list[str] = []
             for r in rows:
                 for k in r:
@@ -270,9 +272,17 @@ def precision_figure(mix: dict[str, dict[str, float]]) -> dict:
                          "yaxis": {"title": {"text": "share of layer time (%)"}, "range": [0, 100]}})
 
 
-def alignment_figure(rows: Sequence[dict], tkeys: Sequence[str]) -> dict:
+def _side_name(key: str, names: dict[str, str] | None) -> str:
+    """A time column's legend entry: the variant it belongs to (``time_a_ms`` -> the pair's ``a``)."""
+    for side in ("a", "b"):
+        if (names or {}).get(side) and (key.endswith(f"_{side}_ms") or key.startswith(f"{side}_")):
+            return f"{names[side]} ({humanize_key(key)})"
+    return humanize_key(key)
+
+
+def alignment_figure(rows: Sequence[dict], tkeys: Sequence[str], names: dict[str, str] | None = None) -> dict:
     labels = unique_labels([short_label(_align_label(r, i), 40) for i, r in enumerate(rows)])
-    data = [{"type": "bar", "name": humanize_key(k), "x": labels, "y": rounded_list(r.get(k) for r in rows),
+    data = [{"type": "bar", "name": _side_name(k, names), "x": labels, "y": rounded_list(r.get(k) for r in rows),
              "hovertext": [_align_label(r, i) for i, r in enumerate(rows)]} for k in tkeys]
     return figure(data, {"barmode": "group", "xaxis": {"type": "category", "tickangle": -35},
                          "yaxis": {"title": {"text": "ms"}}}, height=420)
