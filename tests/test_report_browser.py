@@ -165,6 +165,9 @@ REAL_INPUTS = [
 
 
 def _layout(page) -> dict:
+    """Sideways scroll of the page, and tables hiding columns behind a scroll bar: measured with every
+    <details> open (a closed one has no width, so its tables would pass unmeasured)."""
+    page.evaluate("() => document.querySelectorAll('details').forEach(d => { d.open = true; })")
     return page.evaluate("""() => ({
         scroll: document.documentElement.scrollWidth, client: document.documentElement.clientWidth,
         first: document.querySelector('main').firstElementChild.id,
@@ -197,6 +200,32 @@ def test_real_reports_open_with_the_verdict_and_never_scroll_sideways_at_1400px(
         lanes = page.evaluate("() => [...new Set([...document.querySelectorAll('#timeline div.chart')]"
                               ".flatMap(d => d.data.flatMap(t => t.y)))]")
         assert any(lane.startswith("thread ") for lane in lanes) and any(" · stream " in lane for lane in lanes)
+    page.close()
+
+
+def test_capture_index_page_fits_1280px_with_every_column_visible(browser, tmp_path):
+    """``trtprof analyze A B C --out DIR``: the index of real captures (long paths, TensorRT findings)."""
+    import subprocess
+    import sys
+
+    caps = [ROOT / "sample_traces" / f"{n}.sqlite" for n in ("harness_cls", "host_stall", "launch_bound")]
+    caps += sorted((SHARED / "fixtures" / "nsys-tensorrt").glob("*.sqlite"))[:2]
+    caps = [c for c in caps if c.is_file()]
+    if len(caps) < 3:
+        pytest.skip("sample traces not found")
+    r = subprocess.run([sys.executable, "-m", "profiler", "analyze", *map(str, caps), "--no-store", "--out",
+                        str(tmp_path / "idx")], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode in (0, 1), r.stderr
+    page, errors = load(browser, tmp_path / "idx" / "index.html")
+    for width in (1400, 1280):
+        page.set_viewport_size({"width": width, "height": 1000})
+        lay = page.evaluate("""() => ({scroll: document.documentElement.scrollWidth,
+            client: document.documentElement.clientWidth,
+            hidden: [...document.querySelectorAll('.tablewrap')].filter(w => w.scrollWidth > w.clientWidth + 1).length,
+            rows: document.querySelectorAll('#captures tbody tr').length})""")
+        assert lay["scroll"] <= lay["client"] and lay["hidden"] == 0, (width, lay)
+        assert lay["rows"] == len(caps)
+    assert errors == []
     page.close()
 
 
