@@ -145,6 +145,16 @@ def _sweep(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
+def _sweep_nsys(path: Path) -> dict:
+    """What ``sweep --nsys`` writes: the sweep's summary with its capture attached (timeline included)."""
+    from profiler.harness.nsys import attach_capture
+
+    summary = _sweep(path.with_suffix(".summary.json"))
+    for v in summary["variants"]:
+        v.pop("nsys", None)
+    return attach_capture(summary, path)
+
+
 def _layers(path: Path) -> dict:
     from profiler.cli.import_ import build_import
 
@@ -159,6 +169,7 @@ REAL_INPUTS = [
     ("analysis-tensorrt-dtoh", _analysis, SHARED / "fixtures" / "nsys-tensorrt" / "multistream_DtoH-bound.sqlite"),
     ("sweep-h200", _sweep, ROOT / "sample_traces" / "harness_cls.summary.json"),
     ("sweep-h200-streams", _sweep, ROOT / "sample_traces" / "harness_cls_streams.summary.json"),
+    ("sweep-h200-nsys", _sweep_nsys, ROOT / "sample_traces" / "harness_cls.sqlite"),
     ("layers-rtx3090", _layers, SHARED / "fixtures" / "trtexec" / "tensorflow" / "resnet" / "RTX-3090"),
     ("layers-qat", _layers, SHARED / "fixtures" / "trtexec" / "tests" / "inputs"),
 ]
@@ -196,7 +207,7 @@ def test_real_reports_open_with_the_verdict_and_never_scroll_sideways_at_1400px(
     assert errors == []
     status = page.inner_text("#verdict .vstatus")
     assert status in ("PASS", "ISSUES FOUND", "GATE FAILED", "REGRESSION", "INCONCLUSIVE", "FAILED")
-    if name.startswith("analysis"):
+    if name.startswith("analysis") or name.endswith("-nsys"):
         lanes = page.evaluate("() => [...new Set([...document.querySelectorAll('#timeline div.chart')]"
                               ".flatMap(d => d.data.flatMap(t => t.y)))]")
         assert any(lane.startswith("thread ") for lane in lanes) and any(" · stream " in lane for lane in lanes)

@@ -71,6 +71,26 @@ def test_harness_capture_diagnosis_attaches_per_variant():
     capture_speedup = med(eager["nsys"]["wall_ms"]) / med(graph["nsys"]["wall_ms"])
     assert harness_speedup > 5 and abs(harness_speedup / capture_speedup - 1) < 0.10
     assert summary["artifacts"][-1] == {"kind": "nsys_capture", "path": str(SAMPLE_TRACES / "harness_cls.sqlite")}
+    # the timeline: each variant's median query, fastest (the graph) first, drawn from the capture
+    tl = summary["timeline"]
+    labels = [w["label"] for w in tl["windows"]]
+    assert [lab.split(" (#")[0] for lab in labels] == ["median instance of fp32-wsdefault-s1-graph",
+                                                         "median instance of fp32-wsdefault-s1"]
+    graph_w, eager_w = tl["windows"]
+    for w, v in ((graph_w, graph), (eager_w, eager)):
+        span = w["window_end_ms"] - w["window_start_ms"]
+        assert abs(span / med(v["nsys"]["wall_ms"]) - 1) < 0.25  # a median query, not the whole variant
+        assert any(lane.startswith("thread ") for lane in w["lanes"]) and any("stream" in lane for lane in w["lanes"])
+    cats = lambda w: set(w["events"]["category"])  # noqa: E731
+    assert "graph" in cats(graph_w) and "kernel" not in cats(graph_w)  # one graph replay per query
+    assert "kernel" in cats(eager_w) and eager_w["total"] > 200  # every step a kernel of its own
+    from profiler.report.sweep import build_sweep_page
+
+    page = build_sweep_page(summary)
+    assert any(s["id"] == "timeline" for s in page["sections"])
+    assert {"fig-timeline-0", "fig-timeline-1"} <= set(page["figures"])
+    plain = {k: v for k, v in summary.items() if k != "timeline"}
+    assert not any(s["id"] == "timeline" for s in build_sweep_page(plain)["sections"])  # no --nsys: no section
 
 
 def test_harness_streams_capture_overlaps():

@@ -166,6 +166,33 @@ def analyze_iterations(capture_path: str | os.PathLike, options: Any = None) -> 
     return analyze(trace, options)
 
 
+#: Variants whose median query the sweep report draws, and the events kept per drawing.
+TIMELINE_VARIANTS = 6
+TIMELINE_EVENTS = 2000
+
+
+def sweep_timeline(trace: Any, summary: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
+    """The sweep report's ``timeline``: the median timed query (``<key>/iter``) of each variant the capture
+    holds, fastest first (at most TIMELINE_VARIANTS), as :func:`profiler.report.timeline.build_timeline`
+    draws an analysis's."""
+    from profiler.report.timeline import build_timeline, series_windows
+
+    start = int((getattr(trace, "meta", None) or {}).get("capture_start_ns") or 0)
+    by_label = {(f"{r['domain']}:{r['name']}" if r.get("domain") else r.get("name")): r
+                for r in doc.get("ranges") or [] if isinstance(r, dict)}
+    found = [v for v in summary.get("variants") or [] if (v.get("nsys") or {}).get("found")]
+    found.sort(key=lambda v: ((v.get("nsys") or {}).get("wall_ms") or {}).get("median") or float("inf"))
+    windows = []
+    for v in found[:TIMELINE_VARIANTS]:
+        r = by_label.get(v["nsys"]["series"])
+        if r is not None:
+            windows += series_windows(r, start, worst=False, name=v["key"])
+    tl = build_timeline(trace, doc, windows, max_events=TIMELINE_EVENTS)
+    tl["variants_drawn"] = len(windows)
+    tl["variants_found"] = len(found)
+    return tl
+
+
 def attach_capture(summary: dict[str, Any], capture_path: str | os.PathLike,
                    analysis: Any = None) -> dict[str, Any]:
     """Add to each variant of ``summary`` what the capture shows for its timed queries.
@@ -205,6 +232,9 @@ def attach_capture(summary: dict[str, Any], capture_path: str | os.PathLike,
             entry["compute_vs_gpu_busy"] = {"harness_compute_median_ms": compute, "nsys_gpu_busy_median_ms": busy,
                                             "ratio": compute / busy}
         v["nsys"] = entry
+    trace = getattr(getattr(analysis, "context", None), "trace", None)
+    if trace is not None:
+        summary["timeline"] = sweep_timeline(trace, summary, doc)
     summary.setdefault("artifacts", []).append({"kind": "nsys_capture", "path": str(capture_path)})
     summary["nsys"] = {
         "capture": str(capture_path),

@@ -284,7 +284,8 @@ def build_analysis_page(result: dict) -> dict[str, Any]:
     _findings_section(page, result)
     from profiler.report.timeline import timeline_section
 
-    timeline_section(page, result)
+    timeline_section(page, result, absent="The timeline needs the capture itself: `trtprof analyze CAPTURE "
+                                          "--report` draws it (a stored run or --json without it cannot).")
     blocks = section(page, "summary", "Range series", "Each NVTX range series at a glance, most total wall "
                                                       "time first.")
     if ranges:

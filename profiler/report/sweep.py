@@ -272,6 +272,9 @@ def build_sweep_page(summary: dict, *, layers: Sequence[dict] | None = None) -> 
     _checklist_section(page, variants)
     _series_sections(page, variants)
     _nsys_section(page, summary, variants)
+    from profiler.report.timeline import SWEEP_TIMELINE_INTRO, timeline_section
+
+    timeline_section(page, summary, SWEEP_TIMELINE_INTRO)  # with --nsys only
     _localisation_section(page, variants)
     _layers_section(page, summary, variants, layers)
     _memory_section(page, variants)

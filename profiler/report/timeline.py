@@ -207,24 +207,33 @@ def _lane_order(lane: str) -> tuple:
             int(what.split(" ")[-1]) if what.startswith("stream ") else 0)
 
 
+def series_windows(r: dict[str, Any], capture_start_ns: int = 0, *, worst: bool = True,
+                   name: str | None = None) -> list[Window]:
+    """The median instance (and with ``worst`` the slowest one) of one range of the analysis JSON, as
+    windows on the capture's clock; [] when the range carries no instance times."""
+    inst = r.get("instances") if isinstance(r.get("instances"), dict) else {}
+    start, wall = inst.get("start_ms") or [], inst.get("wall_ms") or []
+    pairs = [(float(s), float(w)) for s, w in zip(start, wall) if s is not None and w is not None]
+    if not pairs:
+        return []
+    name = name or (r.get("name") if r.get("name") is not None else "(whole capture)")
+    order = sorted(range(len(pairs)), key=lambda i: pairs[i][1])
+    med, slow = order[len(order) // 2], order[-1]
+    picks = [(f"median instance of {name} (#{med})", med)]
+    if worst and slow != med:
+        picks.append((f"worst instance of {name} (#{slow})", slow))
+    return [Window(label, capture_start_ns + int(round(pairs[i][0] * 1e6)),
+                   capture_start_ns + int(round((pairs[i][0] + pairs[i][1]) * 1e6))) for label, i in picks]
+
+
 def instance_windows(result: dict[str, Any], capture_start_ns: int = 0) -> list[Window]:
     """The median and the worst instance of the series with the most total wall time (the analysis
-    JSON's first range), as windows on the capture's clock."""
-    ranges = [r for r in result.get("ranges") or [] if isinstance(r, dict)]
-    for r in ranges:
-        inst = r.get("instances") if isinstance(r.get("instances"), dict) else {}
-        start, wall = inst.get("start_ms") or [], inst.get("wall_ms") or []
-        pairs = [(float(s), float(w)) for s, w in zip(start, wall) if s is not None and w is not None]
-        if not pairs:
-            continue
-        name = r.get("name") if r.get("name") is not None else "(whole capture)"
-        order = sorted(range(len(pairs)), key=lambda i: pairs[i][1])
-        med, worst = order[len(order) // 2], order[-1]
-        out = []
-        for label, i in ((f"median instance of {name} (#{med})", med), (f"worst instance of {name} (#{worst})", worst)):
-            s, w = pairs[i]
-            out.append(Window(label, capture_start_ns + int(round(s * 1e6)), capture_start_ns + int(round((s + w) * 1e6))))
-        return out if worst != med else out[:1]
+    JSON's first range that has instance times), as windows on the capture's clock."""
+    for r in result.get("ranges") or []:
+        if isinstance(r, dict):
+            found = series_windows(r, capture_start_ns)
+            if found:
+                return found
     return []
 
 
@@ -288,21 +297,29 @@ def timeline_figure(w: dict[str, Any]) -> dict:
                   height=max(220, 26 * len(lanes) + 140))
 
 
-def timeline_section(page: dict, result: dict[str, Any]) -> None:
+ANALYSIS_TIMELINE_INTRO = ("What each host thread and GPU stream did during a representative (median) and the "
+                           "worst instance of the busiest series. Red: the GPU idle, with the host call that "
+                           "overlapped the gap most (hover). Zoom by dragging; double-click resets.")
+SWEEP_TIMELINE_INTRO = ("From the sweep's nsys capture: the median timed query of each variant (fastest first), "
+                        "every host thread and GPU stream. Red: the GPU idle, with the host call that overlapped "
+                        "the gap most (hover). Zoom by dragging; double-click resets.")
+
+
+def timeline_section(page: dict, result: dict[str, Any], intro: str = ANALYSIS_TIMELINE_INTRO,
+                     absent: str | None = None) -> None:
     """The report section ``timeline``: each window's picture, what was left out, the longest gaps and
-    the findings that explain them pinned below."""
+    the findings that explain them pinned below. ``absent``: what to say without windows (None: nothing,
+    no section)."""
     from profiler.report.common import chart, missing, note, section
     from profiler.report.verdict import merge_findings
 
-    blocks = section(page, "timeline", "Timeline",
-                     "What each host thread and GPU stream did during a representative (median) and the worst "
-                     "instance of the busiest series. Red: the GPU idle, with the host call that overlapped "
-                     "the gap most (hover). Zoom by dragging; double-click resets.")
     tl = result.get("timeline") if isinstance(result.get("timeline"), dict) else {}
     windows = [w for w in tl.get("windows") or [] if isinstance(w, dict) and w.get("lanes")]
+    if not windows and absent is None:
+        return
+    blocks = section(page, "timeline", "Timeline", intro)
     if not windows:
-        blocks.append(missing("The timeline needs the capture itself: `trtprof analyze CAPTURE --report` draws it "
-                              "(a stored run or --json without it cannot)."))
+        blocks.append(missing(absent))
         return
     for i, w in enumerate(windows):
         blocks.append({"type": "heading", "text": f"{w['label']}: {w['window_end_ms'] - w['window_start_ms']:.4g} ms"})
