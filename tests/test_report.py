@@ -405,11 +405,23 @@ def test_layers_page_alignment_chart_uses_both_time_columns():
     page = build_layers_page(layers_example())
     fig = page["figures"]["fig-alignment-0"]["data"]
     assert [t["name"] for t in fig] == ["fp16 (time a ms)", "int8 (time b ms)"]  # the legend names the variants
-    assert fig[0]["y"] == [3.0, 0.5] and fig[1]["y"] == [1.5, 0.9]
-    assert fig[0]["x"] == ["conv1, relu", "softmax"]
+    assert fig[0]["x"] == [0.5, 3.0] and fig[1]["x"] == [0.9, 1.5]  # horizontal, first group at the top
+    assert fig[0]["y"] == ["softmax", "conv1, relu"]
     mix = page["figures"]["fig-precision"]["data"]
     per_variant = [sum(t["y"][i] for t in mix) for i in range(2)]
     assert per_variant == [pytest.approx(100.0), pytest.approx(100.0)]
+
+
+def test_alignment_chart_draws_the_costliest_groups_in_network_order():
+    from profiler.report.layers import ALIGN_CHART_GROUPS, alignment_figure
+
+    rows = [{"group": i, "name": f"g{i}", "time_a_ms": float(i % 7), "time_b_ms": 0.1} for i in range(70)]
+    fig = alignment_figure(rows, ["time_a_ms", "time_b_ms"], {"a": "fp32", "b": "fp16"})
+    drawn = fig["data"][0]["y"][::-1]
+    assert len(drawn) == ALIGN_CHART_GROUPS == 30
+    kept = [int(n[1:]) for n in drawn]
+    assert kept == sorted(kept) and all(i % 7 >= 4 for i in kept)  # the 30 largest (the 6s, 5s, 4s), in order
+    assert fig["layout"]["height"] >= 26 * 30
 
 
 def test_layers_report_from_real_trtexec_exports(trtexec_fixtures, tmp_path):

@@ -229,7 +229,11 @@ def build_layers_page(data: dict) -> dict[str, Any]:
             rows = g["rows"]
             tkeys = _align_time_keys(rows)
             if len(tkeys) == 2 and rows:
-                blocks.append(chart(page, f"alignment-{gi}", alignment_figure(rows, tkeys, g.get("names"))))
+                shown = len(alignment_rows_drawn(rows, tkeys))
+                blocks.append(chart(page, f"alignment-{gi}", alignment_figure(rows, tkeys, g.get("names")),
+                                    "" if shown == len(rows) else
+                                    f"The {shown} costliest of {len(rows)} groups, in network order; the table "
+                                    "lists every group."))
             cols: list[str] = []
             for r in rows:
                 for k in r:
@@ -280,9 +284,25 @@ def _side_name(key: str, names: dict[str, str] | None) -> str:
     return humanize_key(key)
 
 
+#: Alignment groups drawn at most (the costliest, in network order); the table below lists them all.
+ALIGN_CHART_GROUPS = 30
+
+
+def alignment_rows_drawn(rows: Sequence[dict], tkeys: Sequence[str], limit: int = ALIGN_CHART_GROUPS
+                         ) -> list[tuple[int, dict]]:
+    """(position, row) of the groups the chart draws: all, or the ``limit`` costliest in network order."""
+    cost = [max((v for v in (finite(r.get(k)) for k in tkeys) if v is not None), default=0.0) for r in rows]
+    keep = sorted(sorted(range(len(rows)), key=lambda i: -cost[i])[:limit])
+    return [(i, rows[i]) for i in keep]
+
+
 def alignment_figure(rows: Sequence[dict], tkeys: Sequence[str], names: dict[str, str] | None = None) -> dict:
-    labels = unique_labels([short_label(_align_label(r, i), 40) for i, r in enumerate(rows)])
-    data = [{"type": "bar", "name": _side_name(k, names), "x": labels, "y": rounded_list(r.get(k) for r in rows),
-             "hovertext": [_align_label(r, i) for i, r in enumerate(rows)]} for k in tkeys]
-    return figure(data, {"barmode": "group", "xaxis": {"type": "category", "tickangle": -35},
-                         "yaxis": {"title": {"text": "ms"}}}, height=420)
+    """Grouped horizontal bars, one group per aligned layer group (names readable on the left, first at
+    the top); at most ALIGN_CHART_GROUPS, the costliest."""
+    drawn = alignment_rows_drawn(rows, tkeys)[::-1]  # plotly draws the first category at the bottom
+    labels = unique_labels([short_label(_align_label(r, i), 48) for i, r in drawn])
+    data = [{"type": "bar", "orientation": "h", "name": _side_name(k, names), "y": labels,
+             "x": rounded_list(r.get(k) for _, r in drawn), "hovertext": [_align_label(r, i) for i, r in drawn]}
+            for k in tkeys]
+    return figure(data, {"barmode": "group", "yaxis": {"type": "category"}, "xaxis": {"title": {"text": "ms"}},
+                         "margin": {"l": 20}}, height=120 + 26 * len(drawn))
