@@ -264,3 +264,12 @@ def test_layer_deltas_carry_their_uncertainty_or_are_hidden():
     assert [r["name"] for r in row["layer_deltas"]] == ["conv1"]
     assert row["layer_deltas"][0]["uncertainty_ms"] == pytest.approx(0.3)  # 20% of 1.5 ms
     assert "1 per-layer deltas within their uncertainty" in row["layer_deltas_hidden"]
+
+
+def test_an_underflowing_p_value_is_never_printed_as_zero():
+    from profiler.compare.stats import decide, fmt_p
+
+    assert fmt_p(0.0) == "<1e-300" and fmt_p(0.031) == "=0.031"
+    rng = np.random.default_rng(0)
+    row = decide(rng.normal(1.0, 0.001, 3000), rng.normal(2.0, 0.001, 3000), DEFAULT_RULE)
+    assert row.p_value == 0.0 and "p<1e-300" in row.reason and "p=0," not in row.reason

@@ -95,7 +95,8 @@ def _print(result: dict, *, err: bool = False) -> None:
     for v in result["variants"]:
         lo, hi = _num(v.get("ci_low"), ".3f"), _num(v.get("ci_high"), ".3f")
         ci = f"{lo}-{hi}" if lo != "-" and hi != "-" else ""
-        p = _num(v.get("p_value"), ".2g")
+        pv = v.get("p_value")
+        p = "<1e-300" if pv == 0 else _num(pv, ".2g")
         verdict = str(v.get("verdict")) + ("+acc" if v.get("accuracy_verdict") == "regression" else "")
         echo(f"{str(v['key'])[:36]:<36} {verdict:<12} {_num(v.get('median_ratio'), '.3f'):>7} "
              f"{ci:>15} {p:>9}  {v.get('reason', '')}")

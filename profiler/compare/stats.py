@@ -71,6 +71,11 @@ def _rankdata(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ranks, ends - starts
 
 
+def fmt_p(p: float) -> str:
+    """``=0.031`` or, where the normal tail underflows to 0.0, ``<1e-300`` (never "p=0")."""
+    return f"={p:.2g}" if p > 0 else "<1e-300"
+
+
 def mann_whitney_u(baseline, candidate) -> tuple[float, float]:
     """(U of the candidate, two-sided p-value). p is NaN when either sample is empty."""
     b, c = _as_array(baseline), _as_array(candidate)
@@ -126,7 +131,7 @@ def decide(baseline, candidate, rule: dict | None = None) -> Verdict:
     if significant and relevant and material:
         verdict = "regression" if ratio > 1 else "improvement"
         reason = (f"median {'up' if ratio > 1 else 'down'} {abs(ratio - 1) * 100:.1f}% "
-                  f"(95% CI {lo:.3f}-{hi:.3f}x, p={p:.2g}, {delta * 1000:+.1f} us)")
+                  f"(95% CI {lo:.3f}-{hi:.3f}x, p{fmt_p(p)}, {delta * 1000:+.1f} us)")
     else:
         missing = [name for name, ok in (("significant", significant), (f"> {r['rel_threshold'] * 100:g}%", relevant),
                                          (f"> {r['abs_floor_ms'] * 1000:g} us", material)) if not ok]
