@@ -106,14 +106,14 @@ def _print(result: dict, *, err: bool = False) -> None:
         echo(f"new finding: [{f['severity']}] {f['rule']}: {f['title']}")
     for f in result["findings_disappeared"]:
         echo(f"gone finding: [{f['severity']}] {f['rule']}: {f['title']}")
-    shared = [v["key"] for v in result["variants"] if (v.get("noise") or {}).get("host_shared")]
-    unmeasured = [k for k in result.get("inconclusive") or [] if k not in shared]
-    if unmeasured:
-        echo(f"INCONCLUSIVE: {len(unmeasured)} variant(s) changed within one run but their run-to-run "
-             f"spread is unmeasured ({', '.join(unmeasured)}); this gate does not fail on them: rerun "
-             "both sides with `trtprof sweep --repeat 5`")
-    if shared:
-        echo(f"INCONCLUSIVE: {len(shared)} variant(s) changed, but other processes were using the host's CPU "
-             f"enough to explain it ({', '.join(shared)}); this gate does not fail on them: rerun both sides "
-             "on a quiet host")
+    from profiler.compare.noise import INCONCLUSIVE_CAUSES, inconclusive_cause
+
+    by_cause: dict[str, list[str]] = {}
+    for v in result["variants"]:
+        if v.get("verdict") == "inconclusive":
+            by_cause.setdefault(inconclusive_cause(v), []).append(str(v["key"]))
+    for cause, keys in by_cause.items():
+        what, todo = INCONCLUSIVE_CAUSES[cause]
+        echo(f"INCONCLUSIVE: {len(keys)} variant(s) changed within one run, but {what} ({', '.join(keys)}); "
+             f"this gate does not fail on them: {todo}")
     echo(f"verdict: {result['verdict']}" + (" (forced comparison)" if result.get("forced") else ""))

@@ -22,7 +22,8 @@ a change:
    (the two sets do not overlap: an exact rank test, p = 2/C(n+m, n), 0.8% for 5 against 5), and the
    median-of-repeats ratio moves by more than the relevance threshold and by more than the larger of
    the two sides' relative spreads (max-min over median) times a margin that is larger for fewer
-   repeats (``spread_margin``: 2 for 3 repeats, 1.5 for 4, 1 from 5).
+   repeats (``spread_margin``: 2 for 3 repeats, 1.5 for 4, 1 from 5). Apart and beyond one spread but
+   short of that margin, the verdict is ``inconclusive`` (more repeats would decide it), not no_change.
 2. Else, MIN_HISTORY earlier runs of the candidate's fingerprint: the change stands when the candidate
    median lies outside the range of those runs' medians and moves by more than their relative spread.
 3. Else, when the variant is noisy (its latency follows the host: a GPU query whose host enqueue
@@ -188,13 +189,16 @@ def _from_repeats(direction: int, b: np.ndarray, c: np.ndarray, rel_threshold: f
     beyond = abs(ratio - 1.0) > needed
     p = separation_p_value(len(b), len(c))
     ok = separated and beyond and (ratio > 1) == (direction > 0)
+    # apart and beyond one spread, short of the margin few repeats need: more repeats would decide it
+    weak = (not ok and separated and (ratio > 1) == (direction > 0)
+            and abs(ratio - 1.0) > max(spread, rel_threshold) and margin > 1)
     why = (f"{len(b)} and {len(c)} process-level repeats: median of repeats {ratio:.3f}x, run-to-run spread "
            f"{spread * 100:.1f}% (a change must exceed {margin:g}x that), "
            + ("no overlap between the two sides' repeats" if separated else "the two sides' repeats overlap")
            + f" (chance of no overlap without a change: {p:.2g})")
     summary = (f"{len(b)} vs {len(c)} process repeats: x{ratio:.3f}, spread {spread * 100:.1f}% "
                f"(needs > {margin:g}x), " + ("no overlap" if separated else "overlap"))
-    return {"source": "repeats", "confirmed": ok, "run_to_run_spread": spread, "spread_margin": margin,
+    return {"source": "repeats", "confirmed": ok, "weak": weak, "run_to_run_spread": spread, "spread_margin": margin,
             "repeat_ratio": ratio, "separation_p_value": p, "needed": needed, "why": why, "summary": summary}
 
 
@@ -211,6 +215,20 @@ def _from_history(direction: int, prior: np.ndarray, cand_median: float, rel_thr
                + ("outside their range" if outside else "inside their range"))
     return {"source": "history", "confirmed": ok, "run_to_run_spread": spread, "history_ratio": ratio,
             "needed": needed, "why": why, "summary": summary}
+
+
+#: Why a variant is inconclusive -> (what the headline says, what to do).
+INCONCLUSIVE_CAUSES = {
+    "host_busy": ("the host was busy with other processes", "rerun both sides on a quiet host"),
+    "few_repeats": ("too few repeats to tell it from noise", "rerun both sides with `trtprof sweep --repeat 5`"),
+    "unmeasured": ("run-to-run spread unmeasured", "rerun both sides with `trtprof sweep --repeat 5`"),
+}
+
+
+def inconclusive_cause(row: dict[str, Any]) -> str:
+    """The key of INCONCLUSIVE_CAUSES for an inconclusive comparison row."""
+    ev = row.get("noise") or {}
+    return "host_busy" if ev.get("host_shared") else "few_repeats" if ev.get("weak") else "unmeasured"
 
 
 def judge(row: dict[str, Any], base: dict[str, Any], cand: dict[str, Any], prior_medians: Sequence[float],
@@ -255,6 +273,12 @@ def judge(row: dict[str, Any], base: dict[str, Any], cand: dict[str, Any], prior
     row["run_to_run_spread"] = ev["run_to_run_spread"]
     if ev["confirmed"]:
         row["reason"] += f"; beyond the run-to-run noise ({ev['why']})"
+    elif ev.get("weak") and not ev.get("host_shared"):
+        row["verdict_within_run"] = within
+        row["verdict"] = "inconclusive"
+        row["reason"] = (f"{row['reason']} within one run, and the repeats moved beyond their spread but not by "
+                         f"the margin {len(b)} and {len(c)} repeats need: {ev['why']}; rerun both sides with "
+                         f"trtprof sweep --repeat 5")
     elif ev.get("host_shared"):
         row["verdict_within_run"] = within
         row["verdict"] = "inconclusive"

@@ -94,9 +94,10 @@ def verdict_summary(data: dict) -> dict[str, Any]:
     elif by["missing"] and not imp and len(by["missing"]) == n:
         cls, head = "warn", "No variant of the baseline is in the candidate"
     elif by["inconclusive"]:
-        shared = sum(1 for v in by["inconclusive"] if (v.get("noise") or {}).get("host_shared"))
-        why = ("the host was busy with other processes" if shared == len(by["inconclusive"]) else
-               "run-to-run spread unmeasured" if not shared else "spread unmeasured or host busy with others")
+        from profiler.compare.noise import INCONCLUSIVE_CAUSES, inconclusive_cause
+
+        causes = dict.fromkeys(inconclusive_cause(v) for v in by["inconclusive"])
+        why = " or ".join(INCONCLUSIVE_CAUSES[c][0] for c in causes)
         cls, head = "warn", (f"Inconclusive: {len(by['inconclusive'])} of {n} noisy "
                              f"variant{'s' if n != 1 else ''} changed within one run, {why}")
     elif imp:
