@@ -87,6 +87,14 @@ def test_user_unit_outermost_repeated_and_window():
     assert data["inference"]["source"] == "window" and data["inference"]["count"] == 1
 
 
+def test_time_to_first_inference_needs_the_start_up_in_the_capture():
+    # the same app captured from the middle of the run (no module loading or context creation in it)
+    late = analyze(trt_app(n=20, warm_us=3000)).to_json()["phases"]
+    assert late["startup_in_capture"] is False and late["time_to_first_inference_ms"] is None
+    early = analyze(trt_app(n=20, warm_us=3000, startup_gap_us=100_000)).to_json()["phases"]
+    assert early["startup_in_capture"] is True and early["time_to_first_inference_ms"] > 100
+
+
 def test_warmup_and_startup_gap_are_setup_not_steady_state():
     tr = trt_app(n=20, warm_us=3000, startup_gap_us=100_000, layer_us=(150, 40))  # GPU busy 190 of 200 us
     res = analyze(tr)
@@ -250,3 +258,14 @@ def test_steady_subset_equals_a_rebuild_of_the_cut_capture(name):
                 "depth", "outlier"):
         assert sub.instances[col].tolist() == fresh.instances[col].tolist(), col
     assert len(sub.activity) == len(fresh.activity) and len(sub.api) == len(fresh.api)
+
+
+@pytest.mark.parametrize("name,first_event_s", [("v2026.2.1_nsysai_h100_2gpu_1s_nvtx.sqlite", 155.0),
+                                                ("v2026.2.1_nsysai_mfu_2gpu_after.sqlite", 72.0)])
+def test_real_captures_that_begin_mid_run_have_no_time_to_first_inference(nsys_fixtures, name, first_event_s):
+    """Both captures begin tens of seconds into a training run: their first inference is not the process's."""
+    from tests.test_capture_analysis import result_of
+
+    ph = result_of(nsys_fixtures / name).to_json()["phases"]
+    assert ph["setup"]["start_ms"] > first_event_s * 1000
+    assert ph["startup_in_capture"] is False and ph["time_to_first_inference_ms"] is None

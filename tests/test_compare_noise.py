@@ -275,7 +275,10 @@ def test_layer_deltas_carry_their_uncertainty_or_are_hidden():
 def test_an_underflowing_p_value_is_never_printed_as_zero():
     from profiler.compare.stats import decide, fmt_p
 
+    from profiler.report.compare import p_text
+
     assert fmt_p(0.0) == "<1e-300" and fmt_p(0.031) == "=0.031"
+    assert p_text(0.0) == "<1e-300" and p_text(0.031) == "0.031" and p_text(2e-7) == "2.0e-07"
     rng = np.random.default_rng(0)
     row = decide(rng.normal(1.0, 0.001, 3000), rng.normal(2.0, 0.001, 3000), DEFAULT_RULE)
     assert row.p_value == 0.0 and "p<1e-300" in row.reason and "p=0," not in row.reason

@@ -26,8 +26,8 @@ statistics, GPU busy projection, idle gaps, then the capture rules with each fin
                  tensor_cores}], tensor_cores, engine (with --layer-info)}],   # most GPU time first
      "layer_total": {layers_gpu_ms, inference_gpu_ms, difference_ms, note},
      "phases": {setup: {start_ms, end_ms, duration_ms, what}, steady: {start_ms, end_ms, duration_ms,
-                gpu_busy_ms, gpu_busy_fraction, gpu_ms_by_kind}, time_to_first_inference_ms,
-                included_in_statistics},
+                gpu_busy_ms, gpu_busy_fraction, gpu_ms_by_kind}, time_to_first_inference_ms (null when
+                the capture does not hold the CUDA start-up), startup_in_capture, included_in_statistics},
      "streams": [{device, stream, busy_ms, kernels, graph_launches, copies, copy_ms}], "gpu_concurrency",
      "overlap_saved_ms", "copy_compute_overlap": {overlap_ms, copy_ms, compute_ms, share_of_copy},
      "top_kernels": [{name, short_name, count, total_ms, mean_ms, median_ms, min_ms, max_ms, share_pct}],

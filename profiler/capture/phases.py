@@ -160,6 +160,7 @@ def phases_json(ph: Phases, act: S.Activity) -> dict[str, Any]:
     m = (act.start_ns >= ph.steady_start_ns) & (act.start_ns <= ph.steady_end_ns)
     busy = intervals.union_length(act.start_ns[m], act.end_ns[m]) / 1e6
     dur = (ph.steady_end_ns - ph.steady_start_ns) / 1e6
+    started = startup_in_capture(ph)
     return {
         "setup": {"start_ms": rel(ph.first_event_ns), "end_ms": rel(ph.steady_start_ns),
                   "duration_ms": (ph.steady_start_ns - ph.first_event_ns) / 1e6, "what": ph.what},
@@ -167,7 +168,19 @@ def phases_json(ph: Phases, act: S.Activity) -> dict[str, Any]:
                    "gpu_busy_ms": busy, "gpu_busy_fraction": min(busy / dur, 1.0) if dur > 0 else None,
                    "gpu_ms_by_kind": by_kind},
         # from the capture's first event (the process start when nsys launched it) to the end of the first
-        # inference's GPU work
+        # inference's GPU work; only when the capture holds the process's CUDA start-up
         "time_to_first_inference_ms": (ph.first_inference_end_ns - ph.first_event_ns) / 1e6
-        if ph.first_inference_end_ns else None,
+        if ph.first_inference_end_ns and started else None,
+        "startup_in_capture": started,
     }
+
+
+def startup_in_capture(ph: Phases) -> bool:
+    """Whether the capture holds the process's CUDA start-up (context creation or module loading).
+
+    A capture started late (``nsys --delay``, a cudaProfilerStart capture range, an attach) begins in the
+    middle of the run: its first event is no start, so a "time to first inference" from it would be
+    the time to the first inference *in the capture* (2 ms on a capture that began 73 s into training).
+    """
+    w = ph.what or {}
+    return any((w.get(k) or 0) > 0 for k in ("context_creation_ms", "module_loading_ms"))

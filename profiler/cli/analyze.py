@@ -103,7 +103,9 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
         w = su.get("what") or {}
         up = w.get("uploads") or {}
         ttfi = ph.get("time_to_first_inference_ms")
-        ttfi_text = f"time to first inference {_fmt(ttfi, '.1f')} ms" if ttfi is not None else "no inference unit"
+        ttfi_text = (f"time to first inference {_fmt(ttfi, '.1f')} ms" if ttfi is not None else
+                     "the capture starts after the process's CUDA start-up" if ph.get("startup_in_capture") is False
+                     else "no inference unit")
         n_up, n_warm = up.get("count", 0), w.get("warmup_inferences", 0)
         lines.append(f"setup: {_fmt(su.get('duration_ms'), '.1f')} ms ({ttfi_text}; {n_warm} warm-up "
                      f"inference{'' if n_warm == 1 else 's'}, {n_up} upload{'' if n_up == 1 else 's'} of "

@@ -52,6 +52,8 @@ def p_text(p: Any) -> str:
     p = finite(p)
     if p is None:
         return DASH
+    if p <= 0:  # the normal tail underflowed: smaller than any double, not zero
+        return "<1e-300"
     return f"{p:.2g}" if p >= 1e-4 else f"{p:.1e}"
 
 
