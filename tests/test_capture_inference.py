@@ -269,3 +269,18 @@ def test_real_captures_that_begin_mid_run_have_no_time_to_first_inference(nsys_f
     ph = result_of(nsys_fixtures / name).to_json()["phases"]
     assert ph["setup"]["start_ms"] > first_event_s * 1000
     assert ph["startup_in_capture"] is False and ph["time_to_first_inference_ms"] is None
+
+
+def test_training_capture_copies_are_not_charged_per_inference_and_gpu_time_shares_count_both_gpus(nsys_fixtures):
+    """The nsysai H100 capture: FSDP::pre_forward (2 instances) is the repeated range chosen as the unit, but
+    it launched almost none of the steady state's compute: the steady state's copies (on two GPUs) are not
+    divided among its two instances, and the aten::to copies' cost is a share of both GPUs' time."""
+    from tests.test_capture_analysis import result_of
+
+    data = result_of(nsys_fixtures / "v2026.2.1_nsysai_h100_2gpu_1s_nvtx.sqlite").to_json()
+    assert data["inference"]["series"] == "FSDP::pre_forward (shared)"
+    tb = [f for f in data["findings"] if f["rule"] == "transfer_bound"]
+    assert all("by_direction" not in f["evidence"] or "bound_by" not in f["evidence"] for f in tb)
+    assert not any(f["range"] == "FSDP::pre_forward (shared)" and "bound_by" in f["evidence"] for f in tb)
+    to = next(f for f in tb if f["range"] == "aten::to")
+    assert to["impact"]["gpus"] == 2 and 0.3 < to["impact"]["share"] < 1.0  # 1041 ms of copies / (2 x 969 ms)

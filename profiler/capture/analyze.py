@@ -111,7 +111,7 @@ class CaptureContext:
         ph = self.phases
         if ph is None:
             return 0
-        lo = ph.capture_start_ns if self.include_setup else ph.steady_start_ns
+        lo = ph.first_event_ns if self.include_setup else ph.steady_start_ns  # not the session start: a late capture
         return max(int(ph.steady_end_ns - lo), 0)
 
     @property

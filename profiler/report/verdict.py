@@ -69,7 +69,10 @@ def impact(f: dict[str, Any]) -> dict[str, Any]:
     if ms is not None:
         parts.append(how.format(fmt_ms(ms)))
     if share is not None:
-        parts.append(f"{share * 100:.3g}% of the {'steady state' if 'steady_ms' in given else 'time'}")
+        of = "steady state" if "steady_ms" in given else "time"
+        if isinstance(given.get("gpus"), int) and given["gpus"] > 1:
+            of = f"steady state's GPU time on {given['gpus']} GPUs"
+        parts.append(f"{share * 100:.3g}% of the {of}")
     cov = next((_num(ev[k]) for k in ("cov_pct", "compute_cov_pct") if _num(ev.get(k)) is not None), None)
     if not parts and cov is not None:
         parts.append(f"CoV {cov:.3g}%")

@@ -708,6 +708,11 @@ def _copies_text(d: dict[str, Any] | None) -> str:
     return f"{n:.2g} {'copy' if n == 1 else 'copies'} per inference of {size / 2**20:.3g} MiB{rate}"
 
 
+#: Share of the steady state's compute the inference unit must have launched for the steady state's copies
+#: to count per inference (TensorRT apps launch all of it inside the enqueue ranges, copies outside).
+UNIT_COMPUTE_SHARE = 0.5
+
+
 def _inference_transfer_bound(ctx: Any, t: dict[str, Any]) -> list[Finding]:
     """The steady state as a whole: copies of one direction take longer than the compute (copies made
     outside the inference ranges, as TensorRT applications make them, count)."""
@@ -717,11 +722,18 @@ def _inference_transfer_bound(ctx: Any, t: dict[str, Any]) -> list[Finding]:
     if unit is None or ph is None or ctx.steady_ns <= 0:
         return []
     act = ctx.table.activity
-    lo = ph.capture_start_ns if ctx.include_setup else ph.steady_start_ns
+    lo = ph.first_event_ns if ctx.include_setup else ph.steady_start_ns
     by_kind = steady_breakdown(act, lo, ph.steady_end_ns)
     compute = by_kind.pop("compute")
     direction = max(by_kind, key=by_kind.get)
     steady_ms = ctx.steady_ns / 1e6
+    # the steady state's copies are charged to the inferences only when the inferences are its work: they
+    # launched most of its compute (a training capture whose "unit" is one of many op ranges is not)
+    unit_range = next((r for r in ctx.ranges if r["series_id"] == unit.series_id), None)
+    if unit.series_id is not None and not ctx.table.window:
+        unit_compute_ms = float(unit_range["_totals"]["compute_ns"]) / 1e6 if unit_range else 0.0
+        if unit_compute_ms < UNIT_COMPUTE_SHARE * compute:
+            return []
     m = (act.start_ns >= lo) & (act.start_ns <= ph.steady_end_ns)
     c, k = m & (act.kind == S.MEMCPY), m & (act.kind != S.MEMCPY)
     copy_ms = intervals.union_length(act.start_ns[c], act.end_ns[c]) / 1e6

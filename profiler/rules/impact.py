@@ -43,6 +43,16 @@ def _cost_ms(f: Finding) -> float | None:
     return float(value) if isinstance(value, (int, float)) and np.isfinite(value) else None
 
 
+#: Rules whose cost is GPU time summed over devices: its share is of the steady state times the GPUs that
+#: worked in it (two GPUs copying side by side for a whole second cost 2 s of GPU time in 1 s).
+GPU_TIME_COSTS = frozenset({"transfer_bound", "pageable_memcpy"})
+
+
+def _gpus_at_work(ctx: Any) -> int:
+    act = getattr(getattr(ctx, "table", None), "activity", None)
+    return max(1, int(len(np.unique(act.device_id)))) if act is not None and len(act.device_id) else 1
+
+
 def _severity(share: float) -> str:
     return "high" if share >= IMPACT_HIGH_SHARE else "medium" if share >= IMPACT_MEDIUM_SHARE else "low"
 
@@ -53,12 +63,16 @@ def calibrate(ctx: Any, findings: list[Finding]) -> list[Finding]:
     steady_ms = ctx.steady_ns / 1e6
     n_inf = ctx.steady_instances
     counts = {ctx.label(r["series_id"]): r["count"] for r in ctx.ranges}
+    gpus = _gpus_at_work(ctx)
     out = []
     for f in findings:
         cost = _cost_ms(f)
-        share = min(max(cost / steady_ms, 0.0), 1.0) if cost is not None and steady_ms > 0 else None
+        period = steady_ms * (gpus if f.rule in GPU_TIME_COSTS else 1)
+        share = min(max(cost / period, 0.0), 1.0) if cost is not None and period > 0 else None
         f.impact = {"ms_per_instance": max(cost, 0.0) / n_inf if cost is not None else None, "share": share,
                     "instances": n_inf, "steady_ms": steady_ms}
+        if f.rule in GPU_TIME_COSTS and gpus > 1:
+            f.impact["gpus"] = gpus  # the share is of the steady state's GPU time on all of them
         f.evidence["impact"] = dict(f.impact)
         if share is None:
             bound = f.evidence.get("cost_upper_bound_ms")  # the most it can cost, when the cost is unknown
