@@ -138,13 +138,11 @@ def union_by_group(groups, starts, ends) -> tuple[np.ndarray, np.ndarray, np.nda
     if len(s) == 0:
         return g, s, e
     in_order = bool((s[1:] >= s[:-1]).all())  # the activity comes sorted by start
-    order = None
-    if not (g == g[0]).all():  # a stable sort by group keeps sorted starts in order
-        order = np.argsort(g, kind="stable") if in_order else np.lexsort((s, g))
-    elif not in_order:  # one group (one device or stream): only the starts need an order
-        order = np.argsort(s, kind="stable")
-    if order is not None:
-        g, s, e = g[order], s[order], e[order]
+    if (g == g[0]).all():  # one group (one device or stream): a plain union
+        us, ue = union(s, e, assume_sorted=in_order)
+        return np.full(len(us), g[0], dtype=g.dtype), us, ue
+    order = np.argsort(g, kind="stable") if in_order else np.lexsort((s, g))  # stable: sorted starts stay so
+    g, s, e = g[order], s[order], e[order]
     starts_of_group = np.flatnonzero(np.concatenate(([True], g[1:] != g[:-1])))
     counts = np.diff(np.append(starts_of_group, len(g)))
     gmin = np.minimum.reduceat(s, starts_of_group)

@@ -146,7 +146,7 @@ def idle_gaps(events: pd.DataFrame, start_ns: int, end_ns: int, min_gap_us: floa
     cuda_threads = set(events.loc[events["lane"].str.endswith("· CUDA API"), "tid"])
     host = events[(~events["gpu"]) & events["tid"].isin(cuda_threads)
                   & events["lane"].str.contains("CUDA API|OS runtime", regex=True)]
-    hs, he = host["start_ns"].to_numpy(), host["end_ns"].to_numpy()
+    hs, he, hname = host["start_ns"].to_numpy(), host["end_ns"].to_numpy(), host["name"].to_numpy()
     found: list[tuple[str, int, int]] = []
     devices = gpu["lane"].str.split(" · ").str[0]
     for dev in sorted(set(devices)):
@@ -163,7 +163,7 @@ def idle_gaps(events: pd.DataFrame, start_ns: int, end_ns: int, min_gap_us: floa
             ov = np.minimum(he, ge) - np.maximum(hs, gs)
             j = int(np.argmax(ov))
             if ov[j] > 0:
-                cause, frac = str(host["name"].iloc[j]), float(ov[j]) / (ge - gs)
+                cause, frac = str(hname[j]), float(ov[j]) / (ge - gs)
         out.append({"device": dev, "start_ns": gs, "end_ns": ge, "cause": cause, "cause_overlap_fraction": frac})
     return out
 
