@@ -84,6 +84,7 @@ class SweepConfig:
     cache_dir: str | None = None
     seed: int = 0
     localize: bool = True  # on a precision breach, find the nodes where the error starts and verify
+    fp16_range_check: bool = True  # keep nodes whose sample activations near float16's range in fp32
     transfers: bool = True  # False: no per-query H2D/D2H (trtexec --noDataTransfers); latency = compute
     overlap: bool = True  # two queries in flight per stream where the backend can (trtexec's default)
     out_dir: str | None = None  # where summary.json and report.html go (--resume writes there again)
@@ -358,6 +359,7 @@ class Sweep:
         try:
             with phase(self._say, f"  {key}: preparing the {spec.precision} model"):
                 prepared = prepare(model_path, spec.precision, shapes=shapes, calib=c.calib,
+                                   fp16_range_check=c.fp16_range_check,
                                    calib_method=c.calib_method, cache_dir=str(c.cache_root() / "variants"),
                                    progress=lambda m: self._say(f"  {key}: {m}"), seed=c.seed,
                                    holdout_fraction=HOLDOUT_FRACTION if (c.calib and not c.inputs) else 0.0)

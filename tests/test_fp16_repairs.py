@@ -64,3 +64,45 @@ def test_an_output_also_read_by_a_float16_node_is_cast_for_it(tmp_path):
     feeds = {"x": rng.standard_normal((2, 4)).astype(np.float32), "mask": np.array([[1, 1, 0, 1], [0, 1, 1, 1]])}
     for ref, got in zip(_run(path, feeds), _run(tmp_path / "pool16.onnx", feeds)):
         assert got.dtype == np.float32 and np.abs(ref - got).max() < 1e-2
+
+
+def _layernorm_statistic(path):
+    """y = x / sqrt(sum((x - mean)^2) / 512): the sum of squares of 512 values near 30 is ~460,000, far past
+    float16's 65504, though every other tensor (x, the mean variance 900, y) fits (magika's LayerNorm_1)."""
+    c = lambda name, v: numpy_helper.from_array(np.array(v, np.float32), name)  # noqa: E731
+    nodes = [helper.make_node("ReduceMean", ["x"], ["mean"], keepdims=1, name="mean"),
+             helper.make_node("Sub", ["x", "mean"], ["dev"], name="dev"),
+             helper.make_node("Mul", ["dev", "dev"], ["sq"], name="square"),
+             helper.make_node("ReduceSum", ["sq", "axes"], ["ss"], keepdims=1, name="sum_sq"),
+             helper.make_node("Mul", ["ss", "inv_n"], ["var"], name="var"),
+             helper.make_node("Sqrt", ["var"], ["std"], name="std"),
+             helper.make_node("Div", ["x", "std"], ["y"], name="norm")]
+    return _save(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 512])],
+                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 512])],
+                 [c("inv_n", 1 / 512), numpy_helper.from_array(np.array([1], np.int64), "axes")], path)
+
+
+def test_an_activation_past_float16_range_stays_float32_from_producer_to_consumers(tmp_path):
+    from profiler.variants.fp16 import ACTIVATION_LIMIT, activation_overflow_nodes
+
+    src = _layernorm_statistic(tmp_path / "ln.onnx")
+    rng = np.random.default_rng(0)
+    feeds = [{"x": rng.normal(0, 30, (1, 512)).astype(np.float32)}]
+    hot = activation_overflow_nodes(src, feeds)
+    assert set(hot) == {"sum_sq", "var"}  # the sum (~460k) and the node that reads it; var (~900) is back in range
+    assert hot["sum_sq"] > 4 * ACTIVATION_LIMIT
+    made = convert_fp16(src, tmp_path / "ln16.onnx", range_feeds=feeds)
+    assert made["activation_range_kept"].keys() == {"sum_sq", "var"}
+    assert any("activations reach" in n for n in made["warnings"])
+    def casts_of_the_sum_to_fp16(path):
+        nodes = onnx.load(str(path)).graph.node
+        made_by_sum = set(next(n for n in nodes if n.name == "sum_sq").output)
+        return [n for n in nodes if n.op_type == "Cast" and made_by_sum & set(n.input)
+                and n.attribute[0].i == TensorProto.FLOAT16], {n.name: n for n in nodes}, made_by_sum
+
+    to16, by_name, made_by_sum = casts_of_the_sum_to_fp16(tmp_path / "ln16.onnx")
+    assert to16 == [] and set(by_name["var"].input) & made_by_sum  # the kept consumer reads the float32 sum
+    # without sample inputs nothing is kept for range: the sum goes through a Cast to float16 (inf) before "var"
+    plain = convert_fp16(src, tmp_path / "plain16.onnx")
+    assert plain["activation_range_kept"] == {}
+    assert casts_of_the_sum_to_fp16(tmp_path / "plain16.onnx")[0]

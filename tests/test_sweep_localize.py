@@ -12,10 +12,24 @@ from tests.test_precision_localize import _overflow_model
 FAST = {"iterations": 5, "duration_s": 0.0, "warmup_ms": 0.0, "layers": False}
 
 
-def test_fp16_overflow_is_caught_localised_and_verified(tmp_path):
+def test_the_fp16_range_check_keeps_the_overflowing_nodes_in_fp32(tmp_path):
+    """By default the fp16 model is made with the nodes whose sample activations near float16's range kept
+    in fp32: square (1e6 on the samples) and root, which reads it; the model's own arithmetic is then clean."""
     model = _overflow_model(tmp_path / "overflow.onnx")
     summary = run_sweep(SweepConfig(model=str(model), precisions=["fp32", "fp16"], backend="onnxruntime",
                                     cache_dir=str(tmp_path / "cache"), **FAST))
+    fp16 = summary["variants"][1]
+    assert sorted(fp16["prepare"]["activation_range_kept"]) == ["root", "square"]
+    assert not (fp16.get("model_arithmetic_accuracy") or {}).get("breached")
+    assert fp16["accuracy"]["y"]["passed"] is True and fp16.get("localisation") is None
+    assert not [f for f in summary["findings"] if f["rule"].startswith("precision_")]
+
+
+def test_fp16_overflow_is_caught_localised_and_verified(tmp_path):
+    """Without the range check (the converter's plain fp16 model) the overflow is found and localised."""
+    model = _overflow_model(tmp_path / "overflow.onnx")
+    summary = run_sweep(SweepConfig(model=str(model), precisions=["fp32", "fp16"], backend="onnxruntime",
+                                    cache_dir=str(tmp_path / "cache"), fp16_range_check=False, **FAST))
     fp16 = summary["variants"][1]
     y = fp16["accuracy"]["y"]
     # the timed CPU session computes this float16 model in float32: no overflow there, and the gate passes
@@ -41,7 +55,8 @@ def test_fp16_overflow_is_caught_localised_and_verified(tmp_path):
 def test_localisation_can_be_switched_off(tmp_path):
     model = _overflow_model(tmp_path / "overflow.onnx")
     summary = run_sweep(SweepConfig(model=str(model), precisions=["fp32", "fp16"], backend="onnxruntime",
-                                    cache_dir=str(tmp_path / "cache"), localize=False, **FAST))
+                                    cache_dir=str(tmp_path / "cache"), localize=False, fp16_range_check=False,
+                                    **FAST))
     assert summary["variants"][1]["model_arithmetic_accuracy"]["breached"]
     assert summary["variants"][1].get("localisation") is None
 

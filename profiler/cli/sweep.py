@@ -303,6 +303,10 @@ def write_outputs(sweep: Any, summary: dict[str, Any], out_dir: Path, cdn: bool,
 @click.option("--localize/--no-localize", default=True, show_default=True,
               help="When an fp16/int8 variant breaches its accuracy threshold, find the nodes where the error "
                    "starts and measure what keeping them in fp32 buys.")
+@click.option("--fp16-range-check/--no-fp16-range-check", default=True, show_default=True,
+              help="Keep in fp32 the nodes whose activations reach a quarter of float16's range on sample inputs "
+                   "(--calib, else seeded random ones) when making the fp16 model; off: the converter's plain "
+                   "fp16 model.")
 @click.option("--no-transfers", is_flag=True,
               help="Like trtexec --noDataTransfers: no host<->device copies per query; latency = compute.")
 @click.option("--no-overlap", is_flag=True,
@@ -324,7 +328,7 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
             shapes: tuple[str, ...], calib: str | None, calib_method: str, inputs: str | None, iterations: int,
             duration: float, warmup: float, backend: str, out_dir: str, label: str | None, db: str | None,
             no_store: bool, resume: str | None, thresholds: tuple[str, ...], output_kinds: tuple[str, ...],
-            output_tolerances: tuple[str, ...], no_layers: bool, localize: bool,
+            output_tolerances: tuple[str, ...], no_layers: bool, localize: bool, fp16_range_check: bool,
             no_transfers: bool, no_overlap: bool, repeat: int, cache_dir: str | None, nsys: bool, cdn: bool,
             devices: str | None, scheduler: str | None) -> None:
     """Build and time engine variants of MODEL (default: the bundled tiny model on onnxruntime), compare each
@@ -368,7 +372,8 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
             shapes={k: list(v) for k, v in parse_shape_args(shapes).items()}, calib=calib,
             calib_method=calib_method, inputs=inputs, iterations=iterations, duration_s=duration,
             warmup_ms=warmup, backend=backend, label=label, thresholds=acc_limits, rule_thresholds=rule_limits,
-            layers=not no_layers, cache_dir=cache_dir, localize=localize, transfers=not no_transfers,
+            layers=not no_layers, cache_dir=cache_dir, localize=localize, fp16_range_check=fp16_range_check,
+            transfers=not no_transfers,
             overlap=not no_overlap, out_dir=str(Path(out_dir).resolve()), repeat=repeat, output_kinds=kinds,
             output_tolerances=tols)
         if not no_store:

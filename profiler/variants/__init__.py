@@ -58,11 +58,26 @@ def _say(progress: Progress | None, message: str) -> None:
         progress(message)
 
 
+def _digest(feeds: Iterable[dict[str, Any]]) -> str:
+    """SHA-256 of sample inputs (names, dtypes, shapes, bytes): part of a cache key."""
+    import hashlib
+
+    import numpy as np
+
+    h = hashlib.sha256()
+    for sample in feeds:
+        for name in sorted(sample):
+            a = np.ascontiguousarray(sample[name])
+            h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
+            h.update(a.tobytes())
+    return h.hexdigest()
+
+
 def prepare(model_path: str | Path, precision: str, *, shapes: dict[str, tuple[int, ...]] | None,
             calib: str | Path | None = None, calib_method: str = "entropy",
             cache_dir: str | Path | None = None, progress: Progress | None = None,
             keep_fp32: Iterable[str] = (), seed: int = 0, random_calib_samples: int = 8,
-            holdout_fraction: float = 0.0) -> PreparedModel:
+            holdout_fraction: float = 0.0, fp16_range_check: bool = True) -> PreparedModel:
     """Make (or fetch from the cache) the ONNX model of ``precision`` for ``model_path``.
 
     ``shapes``: concrete shapes (partial is fine for static inputs); a dynamic input without one
@@ -70,7 +85,9 @@ def prepare(model_path: str | Path, precision: str, *, shapes: dict[str, tuple[i
     ``random_calib_samples`` seeded random inputs and is flagged meaningless. ``keep_fp32``: node
     names or op types to leave in float32 (fp16 block list, int8 exclusions). ``holdout_fraction``:
     the last part of ``calib`` not used for calibration (see ``profiler.models.split_holdout``), so
-    the sweep can check accuracy on data the calibration did not see.
+    the sweep can check accuracy on data the calibration did not see. ``fp16_range_check``: keep in
+    float32 the nodes whose activations near float16's range on sample inputs (``calib``, else seeded
+    random ones; :func:`profiler.variants.fp16.activation_overflow_nodes`).
     """
     from profiler.models import file_sha256, inspect_model, resolve_shapes
 
@@ -94,9 +111,13 @@ def prepare(model_path: str | Path, precision: str, *, shapes: dict[str, tuple[i
     if precision == "fp16":
         from profiler.variants import fp16
 
+        # sample inputs for the activation range check: the calibration data when given, else seeded random
+        from profiler.models import make_inputs
+
+        feeds = make_inputs(info_src, resolved, source=calib, seed=seed, count=4)[:8] if fp16_range_check else []
         key = cache_key({"model": info_src.model_hash, "precision": "fp16", "keep_fp32": keep,
                          "converter": fp16.converter_version(), "block_list": fp16.fp32_op_block_list(),
-                         "recipe": fp16.RECIPE_VERSION})
+                         "recipe": fp16.RECIPE_VERSION, "range_feeds": _digest(feeds) if feeds else None})
         hit = cache.lookup(key, "fp16")
         if hit is not None:
             _say(progress, f"fp16: reusing cached conversion {hit[0].name}")
@@ -106,7 +127,7 @@ def prepare(model_path: str | Path, precision: str, *, shapes: dict[str, tuple[i
             _say(progress, f"fp16: converting {src.name} with onnxconverter-common")
             tmp = cache.new_temp_path("fp16")
             try:
-                made = fp16.convert_fp16(src, tmp, keep_fp32_nodes=keep)
+                made = fp16.convert_fp16(src, tmp, keep_fp32_nodes=keep, range_feeds=feeds or None)
                 path = cache.store(key, "fp16", tmp, made)
             finally:
                 tmp.unlink(missing_ok=True)

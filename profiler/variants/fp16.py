@@ -27,9 +27,12 @@ Convolutions, matrix products, pooling and pointwise activations (the time) run 
 from __future__ import annotations
 
 import contextlib
+import tempfile
 import warnings
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
 
 from profiler.errors import InputError
 
@@ -291,11 +294,52 @@ def _summarise_warnings(messages: list[str]) -> list[str]:
     return out
 
 
-def convert_fp16(src: Path, dst: Path, *, keep_fp32_nodes: Iterable[str] = ()) -> dict[str, Any]:
+#: An activation reaching this magnitude on the sample inputs is kept in float32: a quarter of float16's
+#: largest value, headroom for inputs the samples did not cover.
+ACTIVATION_LIMIT = FP16_MAX / 4
+
+
+def activation_overflow_nodes(src: Path, feeds: Sequence[dict[str, np.ndarray]], limit: float = ACTIVATION_LIMIT
+                              ) -> dict[str, float]:
+    """Nodes of the float32 model whose float outputs reach ``limit`` in magnitude on ``feeds``: node name
+    -> largest |x|. Stored in float16 they would overflow (or nearly): a LayerNorm's sum of squared
+    deviations (124,363 in magika's second LayerNorm on file bytes) becomes inf, its reciprocal square
+    root 0, and every output after it garbage, on any engine that stores the tensor in float16."""
+    import onnx
+
+    from profiler.compare.precision import _run_all
+
+    model = onnx.load(str(src), load_external_data=False)
+    names = [n.name or f"{n.op_type}_{i}" for i, n in enumerate(model.graph.node)]
+    producer = {o: names[i] for i, n in enumerate(model.graph.node) for o in n.output}
+    consumers: dict[str, list[str]] = {}
+    for i, n in enumerate(model.graph.node):
+        for t in dict.fromkeys(n.input):
+            consumers.setdefault(t, []).append(names[i])
+    with tempfile.TemporaryDirectory() as d:
+        runs = _run_all(src, list(feeds), Path(d))
+    worst: dict[str, float] = {}
+    for run in runs:
+        for tensor, value in run.items():
+            if tensor not in producer or not value.size:
+                continue
+            finite = value[np.isfinite(value)]
+            m = float(np.abs(finite).max()) if finite.size else 0.0
+            if m >= limit:
+                # the tensor stays float32 end to end: made in float32 and read in float32 by every consumer
+                # (a float16 consumer would get it through a Cast to float16, where it overflows)
+                for node in [producer[tensor], *consumers.get(tensor, [])]:
+                    worst[node] = max(m, worst.get(node, 0.0))
+    return worst
+
+
+def convert_fp16(src: Path, dst: Path, *, keep_fp32_nodes: Iterable[str] = (),
+                 range_feeds: Sequence[dict[str, np.ndarray]] | None = None) -> dict[str, Any]:
     """Write the float16 version of ``src`` to ``dst``; return what was done (for PreparedModel.info).
 
     ``keep_fp32_nodes``: node names or op types to keep in float32 besides the block list. Nodes
-    whose float constants exceed float16's range are kept in float32 automatically.
+    whose float constants exceed float16's range are kept in float32 automatically, and with
+    ``range_feeds`` (sample inputs) so are nodes whose activations reach ACTIVATION_LIMIT on them.
     """
     import onnx
     from onnxconverter_common.float16 import convert_float_to_float16
@@ -309,7 +353,15 @@ def convert_fp16(src: Path, dst: Path, *, keep_fp32_nodes: Iterable[str] = ()) -
     op_types = {n.op_type for n in _nodes_of(model.graph)}
     block_ops = sorted(set(fp32_op_block_list()) | {e for e in extra if e in op_types})
     range_nodes, big_values = _out_of_range_nodes(model.graph)
-    block_nodes = sorted({e for e in extra if e not in op_types} | set(range_nodes))
+    hot: dict[str, float] = {}
+    range_note = None
+    if range_feeds:
+        try:
+            hot = activation_overflow_nodes(src, range_feeds)
+        except Exception as exc:  # a model ONNX Runtime cannot expose fully: convert without the check, say so
+            range_note = (f"fp16 conversion: the activation range check could not run ({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0][:160] if str(exc) else ''}); only constants were checked")
+    block_nodes = sorted({e for e in extra if e not in op_types} | set(range_nodes) | set(hot))
     kept_nodes = [n for n in _nodes_of(model.graph) if n.op_type in block_ops or n.name in block_nodes]
     kept_ops: dict[str, int] = {}
     for n in kept_nodes:
@@ -334,8 +386,17 @@ def convert_fp16(src: Path, dst: Path, *, keep_fp32_nodes: Iterable[str] = ()) -
         notes.append(f"fp16 conversion: {len(range_nodes)} nodes kept in float32 because their constants exceed "
                      f"float16's range (largest {big_values[0]:.4g} > {FP16_MAX:g}): {', '.join(range_nodes[:8])}"
                      + (" ..." if len(range_nodes) > 8 else ""))
+    if hot:
+        top = sorted(hot.items(), key=lambda kv: -kv[1])
+        notes.append(f"fp16 conversion: {len(hot)} node(s) kept in float32 because their activations reach "
+                     f"|x| >= {ACTIVATION_LIMIT:g} on the sample inputs (float16 stops at {FP16_MAX:g}; largest "
+                     f"{top[0][1]:.4g} at {top[0][0]}): " + ", ".join(n for n, _ in top[:8])
+                     + (" ..." if len(top) > 8 else ""))
+    if range_note:
+        notes.append(range_note)
     onnx.save(converted, str(dst))
     return {
+        "activation_range_kept": dict(sorted(hot.items())),
         "converter": "onnxconverter-common float16",
         "converter_version": converter_version(),
         "keep_io_types": True,
