@@ -131,6 +131,9 @@ def prepare(model_path: str | Path, precision: str, *, shapes: dict[str, tuple[i
                 path = cache.store(key, "fp16", tmp, made)
             finally:
                 tmp.unlink(missing_ok=True)
+            for note in made.get("warnings") or []:
+                if "activations reach" in note or "range check could not run" in note:
+                    _say(progress, note)  # a decision about the model that is timed: said, not only stored
             info = {**base, **made, "calibration": None, "cache_hit": False, "cache_key": key}
         info.setdefault("calibration", None)
         info["prepare_s"] = round(time.perf_counter() - started, 3)
