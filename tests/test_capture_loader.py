@@ -625,7 +625,7 @@ def test_trace_from_frames_fills_the_contract():
 @needs_fixtures
 @pytest.mark.parametrize("name", [NCCL_FIXTURE, DOMAIN_FIXTURE])
 def test_partitioned_parallel_read_equals_one_scan(nsys_fixtures, name, monkeypatch):
-    from profiler.capture import loader
+    from profiler.capture import export as loader
 
     monkeypatch.setattr(loader, "PARTITION_MIN_ROWS", 7)
     monkeypatch.setenv("TRTPROF_READ_THREADS", "3")
@@ -854,7 +854,7 @@ def test_absent_columns_name_only_tables_the_export_has():
 def test_unguarded_scan_is_kept_only_when_every_value_is_an_integer(tmp_path, monkeypatch, reader, bad_row):
     """The loader first reads integer columns without SQL's typeof guards; a text or real value anywhere
     (first batch or later, ADBC or sqlite3) falls back to the guarded query, so the values equal it."""
-    from profiler.capture import loader as L
+    from profiler.capture import export as L
     from profiler.capture.validate import int_sql
 
     if reader == "adbc" and L._adbc_dbapi() is None:

@@ -33,7 +33,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 FORMAT = 1
-_LOADER_MODULES = ("loader.py", "validate.py", "trace.py", "nsysrep.py", "cache.py")
+_LOADER_MODULES = ("loader.py", "export.py", "validate.py", "trace.py", "nsysrep.py", "cache.py")
 
 
 def default_trace_cache_dir() -> Path:
