@@ -54,6 +54,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.capture import series as S
+from profiler.capture import summary as SM
 from profiler.findings import Finding, json_safe
 
 GAP_EDGES_US = (0.0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 100_000, 1_000_000,
@@ -96,7 +97,7 @@ class CaptureContext:
     trace: Any
     table: S.SeriesTable
     ranges: list[dict[str, Any]]  # series_summary() rows, indexed by series_id
-    devices: list[S.DeviceGaps]
+    devices: list[SM.DeviceGaps]
     outliers: pd.DataFrame  # explain_outliers() rows
     capture_start_ns: int
     thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -198,9 +199,9 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
     trimmed = not options.include_setup and _trims(full, ph)
     table = full.subset(ph.steady_start_ns, ph.steady_end_ns, consume=True) if trimmed else full
     del full
-    summaries = S.series_summary(table)
-    outl = S.explain_outliers(table)
-    devices = S.device_gaps(table.activity, None if table.window else S.attributed_activity(table))
+    summaries = SM.series_summary(table)
+    outl = SM.explain_outliers(table)
+    devices = SM.device_gaps(table.activity, None if table.window else SM.attributed_activity(table))
     ctx = CaptureContext(trace=trace, table=table, ranges=summaries, devices=devices, outliers=outl,
                          capture_start_ns=int(start_ns), unit=unit, phases=ph, tensorrt=trt,
                          include_setup=options.include_setup)

@@ -18,6 +18,7 @@ import pandas as pd
 
 from profiler.capture import intervals
 from profiler.capture import series as S
+from profiler.capture import summary as SM
 from profiler.findings import Finding
 from profiler.rules import rule, thresholds
 
@@ -213,7 +214,7 @@ _CALL_BLOCK = 1 << 20
 """Calls searched against the gaps per block in ``_host_during`` (bounds its temporary arrays)."""
 
 
-def _host_during(ctx: Any, d: S.DeviceGaps, gs: np.ndarray, ge: np.ndarray, detail: np.ndarray | None = None,
+def _host_during(ctx: Any, d: SM.DeviceGaps, gs: np.ndarray, ge: np.ndarray, detail: np.ndarray | None = None,
                  ) -> tuple[dict, list[dict]]:
     """Where the launching threads were during the gaps: API, OS runtime and NVTX time overlapping them.
 
@@ -237,7 +238,7 @@ def _host_during(ctx: Any, d: S.DeviceGaps, gs: np.ndarray, ge: np.ndarray, deta
         sums = np.zeros(len(calls.names), np.int64)
         for b in range(0, len(idx), _CALL_BLOCK):
             blk = idx[b:b + _CALL_BLOCK]
-            g, q, ov = S.overlap_by_name(gs, ge, calls.start_ns[blk], calls.end_ns[blk])
+            g, q, ov = SM.overlap_by_name(gs, ge, calls.start_ns[blk], calls.end_ns[blk])
             rows = blk[q]
             del q
             np.add.at(sums, calls.name_code[rows], ov)
@@ -259,7 +260,7 @@ def _host_during(ctx: Any, d: S.DeviceGaps, gs: np.ndarray, ge: np.ndarray, deta
     if not table.window and len(inst):
         m = np.isin(inst["tid"].to_numpy(), d.launch_tids)
         sub = inst[m]
-        g, q, ov = S.overlap_by_name(gs, ge, sub["start_ns"].to_numpy(), sub["end_ns"].to_numpy())
+        g, q, ov = SM.overlap_by_name(gs, ge, sub["start_ns"].to_numpy(), sub["end_ns"].to_numpy())
         if len(q):
             by_series = np.array([ctx.label(i) for i in range(len(ctx.ranges))], dtype=object)
             labels = by_series[sub["series_id"].to_numpy()[q]]
@@ -309,7 +310,7 @@ def gpu_idle(ctx: Any) -> list[Finding]:
         big = d.gap_ns >= min_gap_ns
         # gaps spent mostly in start-up calls on the launching threads are warm-up, not idleness
         rows = init_calls[np.isin(api.tid[init_calls], d.launch_tids)]
-        g, _, ov = S.overlap_by_name(d.gap_start_ns, d.gap_end_ns, api.start_ns[rows], api.end_ns[rows])
+        g, _, ov = SM.overlap_by_name(d.gap_start_ns, d.gap_end_ns, api.start_ns[rows], api.end_ns[rows])
         init_ns = np.bincount(g, weights=ov, minlength=len(d.gap_ns)) if len(g) else np.zeros(len(d.gap_ns))
         init_gap = big & (init_ns >= 0.5 * d.gap_ns)
         big &= ~init_gap
