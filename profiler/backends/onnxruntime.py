@@ -21,7 +21,6 @@ Mapping onto the backend interface:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -34,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from profiler.hashing import file_sha256
 from profiler.backends.base import (Backend, BuildError, Engine, ExecutionContext, QueryTiming, TensorInfo,
                                     UnsupportedOp, VariantSpec)
 from profiler.findings import json_safe
@@ -67,14 +67,6 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "CPU"
-
-
-def _file_sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def translate_load_error(exc: BaseException, model_path: str) -> BuildError:
@@ -316,7 +308,7 @@ class OnnxRuntimeBackend(Backend):
             raise BuildError(f"model file not found: {model_path}")
         rss0 = rss_bytes()
         t0 = time.perf_counter()
-        model_hash = _file_sha256(model_path)
+        model_hash = file_sha256(model_path)
         fp = self.fingerprint(model_hash, spec)
         load_path, optimized, cache_hit, save_to = model_path, False, False, None
         if cache_dir:

@@ -400,18 +400,11 @@ def sync_summary(table: S.SeriesTable) -> list[dict[str, Any]]:
 
 # ----------------------------------------------------------------------------- the run store
 
-def file_sha256(path: str | os.PathLike, chunk_bytes: int = 1 << 22) -> str | None:
+def file_sha256(path: str | os.PathLike) -> str | None:
     """SHA-256 of a file (the run's ``source_hash``), or None when it cannot be read."""
-    import hashlib
+    from profiler.hashing import file_sha256_or_none
 
-    h = hashlib.sha256()
-    try:
-        with open(path, "rb") as f:
-            while block := f.read(chunk_bytes):
-                h.update(block)
-    except OSError:
-        return None
-    return h.hexdigest()
+    return file_sha256_or_none(path)
 
 
 def store_analysis(store: Any, result: AnalysisResult, *, source: str | os.PathLike, label: str | None = None,

@@ -32,6 +32,8 @@ from typing import Any, Iterable
 
 import pandas as pd
 
+from profiler.hashing import file_sha256
+
 FORMAT = 1
 _LOADER_MODULES = ("loader.py", "export.py", "validate.py", "trace.py", "nsysrep.py", "cache.py")
 
@@ -45,14 +47,6 @@ def default_trace_cache_dir() -> Path:
 
 def cache_enabled() -> bool:
     return os.environ.get("TRTPROF_TRACE_CACHE", "1").strip().lower() not in ("0", "false", "no", "off")
-
-
-def file_sha256(path: Path, chunk_bytes: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk_bytes):
-            h.update(block)
-    return h.hexdigest()
 
 
 _loader_version: str | None = None

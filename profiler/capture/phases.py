@@ -104,7 +104,7 @@ def setup_contents(table: S.SeriesTable, unit: Unit, lo: int, hi: int) -> dict[s
         m = in_setup & api.named_prefix(prefixes) if len(api) else in_setup
         out[key] = float(dur[m].sum()) / 1e6
     a = (act.start_ns >= lo) & (act.start_ns < hi)
-    up = a & (act.kind == S.MEMCPY) & (act.copy_kind == S.COPY_KINDS.index("HtoD"))
+    up = a & (act.kind == S.MEMCPY) & (act.copy_kind == S.CopyKind.HtoD)
     out["uploads"] = {"count": int(up.sum()), "bytes": int(act.bytes[up].sum()),
                       "gpu_ms": float((act.end_ns - act.start_ns)[up].sum()) / 1e6,
                       "largest_bytes": int(act.bytes[up].max()) if up.any() else 0}
@@ -139,8 +139,8 @@ def steady_breakdown(act: S.Activity, lo: int, hi: int) -> dict[str, float]:
     """GPU time per kind of work in [lo, hi]: busy union of compute and of each copy direction (ms)."""
     m = (act.start_ns >= lo) & (act.start_ns <= hi)
     out = {}
-    code = {name: i for i, name in enumerate(S.COPY_KINDS)}  # compared as codes: no per-row strings
-    named = [code[k] for k in ("HtoD", "DtoH", "DtoD") if k in code]
+    code = {k.name: k for k in S.CopyKind}  # compared as codes: no per-row strings
+    named = [S.CopyKind.HtoD, S.CopyKind.DtoH, S.CopyKind.DtoD]
     copy = m & (act.kind == S.MEMCPY)
     for key in COPY_KIND_ORDER:
         if key == "compute":

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Any, Iterable
 
 import numpy as np
@@ -39,8 +40,31 @@ WINDOW_TID = -2
 
 KIND_NAMES = ("kernel", "memcpy", "memset", "graph")
 KERNEL, MEMCPY, MEMSET, GRAPH = range(4)
-COPY_KINDS = ("other", "HtoD", "DtoH", "DtoD", "HtoH", "PtoP")
-API_CATEGORIES = ("other", "launch", "graph_launch", "sync", "memcpy", "memset")
+class CopyKind(IntEnum):
+    """``Activity.copy_kind`` codes (0 for anything not a known copy direction)."""
+
+    other = 0
+    HtoD = 1
+    DtoH = 2
+    DtoD = 3
+    HtoH = 4
+    PtoP = 5
+
+
+class ApiCategory(IntEnum):
+    """``HostCalls.category`` codes (0 for OS runtime calls and unclassified API calls)."""
+
+    other = 0
+    launch = 1
+    graph_launch = 2
+    sync = 3
+    memcpy = 4
+    memset = 5
+
+
+#: The names of the codes, in code order (the trace's string vocabularies map onto them by name).
+COPY_KINDS = tuple(k.name for k in CopyKind)
+API_CATEGORIES = tuple(c.name for c in ApiCategory)
 DEVICE_SYNC_NAMES = frozenset({"cudaDeviceSynchronize", "cuCtxSynchronize", "cudaThreadSynchronize"})
 
 OUTLIER_MEDIAN_RATIO = 1.5
@@ -294,7 +318,7 @@ class HostCalls:
         queries are GPU-side dependencies or polls, not host waits."""
         if self._blocking is None:
             names = np.array(["Synchronize" in str(n) for n in self.names], dtype=bool)
-            self._blocking = (self.category == 3) & (names[self.name_code] if len(self.name_code) else
+            self._blocking = (self.category == ApiCategory.sync) & (names[self.name_code] if len(self.name_code) else
                                                      np.zeros(0, dtype=bool))
         return self._blocking
 

@@ -14,7 +14,7 @@ import pandas as pd
 from profiler import stats
 from profiler.capture import intervals
 from profiler.capture.series import (
-    _PAIR_CHUNK, _PREFIX, INSTANCE_METRICS, Activity, SeriesTable, expand,
+    _PAIR_CHUNK, _PREFIX, INSTANCE_METRICS, Activity, ApiCategory, SeriesTable, expand,
 )
 
 
@@ -273,7 +273,7 @@ def _cause_details(table: SeriesTable, sub: pd.DataFrame, cause: np.ndarray, exc
                    med: pd.DataFrame) -> list[dict[str, Any]]:
     osrt_name, osrt_dur = _largest_call(table, sub, "osrt")
     sync_name, sync_dur = _largest_call(table, sub, "api", table.api.blocking_sync)
-    copy_name, copy_dur = _largest_call(table, sub, "api", table.api.category == 4)
+    copy_name, copy_dur = _largest_call(table, sub, "api", table.api.category == ApiCategory.memcpy)
     other = ~table.api.blocking_sync & (table.api.category != 4)
     api_name, api_dur = _largest_call(table, sub, "api", other)
     out = []

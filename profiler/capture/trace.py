@@ -286,11 +286,6 @@ class Trace:
         return f"Trace({counts}, nsys={self.meta.get('nsys_version')})"
 
 
-def categorical_from_strings(values: Any) -> pd.Categorical:
-    """A string categorical (helper for building frames by hand)."""
-    return pd.Categorical(pd.Index(values, dtype="str"))
-
-
 def decode_global_tid(global_tid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(pid, tid) from nsys global thread ids: pid = (g >> 24) & 0xFFFFFF, tid = g & 0xFFFFFF."""
     g = np.asarray(global_tid, dtype=np.int64)

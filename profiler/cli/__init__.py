@@ -163,8 +163,3 @@ def _exit_interrupted(exc: BaseException, *, hard: bool) -> None:
         os._exit(130)
     sys.exit(130)
 
-
-def obj_db_url(ctx: click.Context) -> str | None:
-    """The --db given to the group (or TRTPROF_DB), for subcommands."""
-    root = ctx.find_root()
-    return (root.obj or {}).get("db_url")

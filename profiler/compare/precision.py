@@ -108,7 +108,7 @@ def _producers(model_path: str | Path) -> dict[str, str]:
     return out
 
 
-FP16_MAX = 65504.0
+from profiler.variants.fp16 import FP16_MAX  # noqa: E402 - the one float16 limit
 
 
 def keep_candidates(result: dict[str, Any], top: int = 3) -> list[str]:

@@ -189,10 +189,6 @@ class Stream:
     def wait_event(self, event: "Event") -> None:
         check(runtime().cudaStreamWaitEvent(self.handle, event.handle, 0), "cudaStreamWaitEvent")
 
-    def is_capturing(self) -> bool:
-        status = check(runtime().cudaStreamIsCapturing(self.handle), "cudaStreamIsCapturing")
-        return int(status) != 0
-
     def destroy(self) -> None:
         if self.handle is not None:
             check(runtime().cudaStreamDestroy(self.handle), "cudaStreamDestroy")

@@ -7,7 +7,6 @@ file and the reason.
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +15,6 @@ from typing import Any
 from profiler.backends.base import TensorInfo
 from profiler.errors import InputError
 
-_HASH_CHUNK_BYTES = 1 << 20
 
 
 @dataclass
@@ -72,14 +70,14 @@ def is_static(shape: tuple[int | str | None, ...]) -> bool:
 
 
 def file_sha256(path: Path, extra_files: list[Path] | None = None) -> str:
-    """sha256 of a file (and, in order, of the external data files it references)."""
-    h = hashlib.sha256()
-    for p in [path, *(extra_files or [])]:
-        check_model_file(Path(p))
-        with open(p, "rb") as fh:
-            while chunk := fh.read(_HASH_CHUNK_BYTES):
-                h.update(chunk)
-    return h.hexdigest()
+    """sha256 of a model file (and, in order, of the external data files it references), each checked
+    to be a readable regular file first."""
+    from profiler.hashing import file_sha256 as sha256_of
+
+    files = [Path(p) for p in [path, *(extra_files or [])]]
+    for p in files:
+        check_model_file(p)
+    return sha256_of(*files)
 
 
 def onnx_dtype_name(elem_type: int) -> str:

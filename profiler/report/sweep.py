@@ -294,7 +294,7 @@ def _no_findings_text(variants: Sequence[dict]) -> str:
 
 
 def _banners_and_cards(page: dict, summary: dict, run: dict, variants: Sequence[dict]) -> None:
-    random_cal = bool(run.get("random_calibration") or run.get("calibration_random"))
+    random_cal = bool(run.get("random_calibration"))
     if random_cal:
         banner(page, "high", RANDOM_CALIBRATION_TEXT)
     for w in run.get("warnings") or summary.get("warnings") or []:

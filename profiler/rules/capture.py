@@ -151,7 +151,7 @@ def launch_overhead(ctx: Any) -> list[Finding]:
         kern = table.activity.kind[rows] == S.KERNEL
         kernel_ns, kernel_n = (table.activity.end_ns - table.activity.start_ns)[rows][kern], times[kern]
         arows, atimes = table.member_counts(inst, "api")
-        launch = table.api.top_level[arows] & np.isin(table.api.category[arows], (1, 2))
+        launch = table.api.top_level[arows] & np.isin(table.api.category[arows], (S.ApiCategory.launch, S.ApiCategory.graph_launch))
         call_ns, call_n = (table.api.end_ns - table.api.start_ns)[arows][launch], atimes[launch]
         med_kernel_us = intervals.weighted_median(kernel_ns, kernel_n) / 1e3
         med_call_us = intervals.weighted_median(call_ns, call_n) / 1e3
@@ -744,8 +744,9 @@ def _inference_transfer_bound(ctx: Any, t: dict[str, Any]) -> list[Finding]:
     overlap_ms = intervals.overlap_length(act.start_ns[c], act.end_ns[c], act.start_ns[k], act.end_ns[k]) / 1e6
     n = ctx.steady_instances
     dirs = {}
-    for name in ("HtoD", "DtoH", "DtoD"):
-        sel = c & (np.asarray(S.COPY_KINDS, dtype=object)[act.copy_kind] == name)
+    for kind in (S.CopyKind.HtoD, S.CopyKind.DtoH, S.CopyKind.DtoD):
+        name = kind.name
+        sel = c & (act.copy_kind == kind)
         ns, b = float((act.end_ns - act.start_ns)[sel].sum()), float(act.bytes[sel].sum())
         if sel.any():
             dirs[name] = {"copies_per_instance": int(sel.sum()) / n, "bytes_per_instance": b / n,

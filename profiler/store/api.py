@@ -8,7 +8,7 @@ import itertools
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator
 
 from sqlalchemy import Float, func, select
 from sqlalchemy import exc as sa_exc
@@ -519,8 +519,3 @@ def iso_utc(v: Any) -> Any:
 
 def _row(obj) -> dict[str, Any]:
     return {c.name: iso_utc(getattr(obj, c.name)) for c in obj.__table__.columns}
-
-
-def sample_columns() -> Sequence[str]:
-    """Sample columns a producer may fill (besides ``idx``, all optional)."""
-    return tuple(_SAMPLE_ORDER)
