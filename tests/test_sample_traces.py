@@ -185,3 +185,19 @@ def test_trt_eager_report_lists_findings_by_impact(trt_shaped):
     [sec] = [s for s in page["sections"] if s["id"] == "findings"]
     assert [i["rule"] for i in sec["blocks"][0]["items"]] == [f["rule"] for f in d["findings"]]
     assert d["findings"][0]["rule"] == "launch_overhead"  # 61% of the steady state before gpu_idle's 32%
+
+
+def test_cuda_backend_latencies_are_said_to_be_the_reference_executors():
+    """The H200 sweep on the cuda backend: report and terminal say its numbers are its interpreter's."""
+    from profiler.cli.sweep import format_table
+    from profiler.report.render import render_html
+    from profiler.report.sweep import build_sweep_page
+
+    summary = json.loads((SAMPLE_TRACES / "harness_cls.summary.json").read_text())
+    html = render_html(build_sweep_page(summary))
+    assert html.count("never TensorRT&#39;s") + html.count("never TensorRT's") == 2  # variants table and latency
+    assert "note: backend cuda is trtprof's reference executor" in format_table(summary)
+    for v in summary["variants"]:
+        v["backend"] = "onnxruntime"
+    assert "reference executor" not in render_html(build_sweep_page(summary))
+    assert "reference executor" not in format_table(summary)

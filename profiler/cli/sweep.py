@@ -133,6 +133,10 @@ def format_table(summary: dict[str, Any]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    if any(v.get("backend") == "cuda" for v in summary["variants"]):
+        from profiler.backends.cuda_ref.backend import EXECUTOR_NOTE
+
+        lines.append(f"note: {EXECUTOR_NOTE}")
     failed = [v for v in summary["variants"] if v["status"] == "failed" and v.get("error")]
     if failed:
         lines.append("")

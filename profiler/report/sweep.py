@@ -373,6 +373,16 @@ def _variants_section(page: dict, variants: Sequence[dict]) -> None:
     numeric = dict(zip(cols, [False] * 4 + [True] * 5 + [False] * 4))
     cols, rows = drop_empty_columns(cols, rows, keep=2)
     blocks.append(table(cols, rows, numeric=[numeric[c] for c in cols]))
+    blocks.extend(_executor_notes(variants))
+
+
+def _executor_notes(variants: Sequence[dict]) -> list[dict]:
+    """What a backend's latencies are, where they are not TensorRT's (the cuda reference executor)."""
+    if not any(v.get("backend") == "cuda" for v in variants):
+        return []
+    from profiler.backends.cuda_ref.backend import EXECUTOR_NOTE
+
+    return [note(EXECUTOR_NOTE[0].upper() + EXECUTOR_NOTE[1:] + ".", "info")]
 
 
 def _latency_section(page: dict, variants: Sequence[dict], colors: dict[str, str]) -> None:
@@ -387,6 +397,7 @@ def _latency_section(page: dict, variants: Sequence[dict], colors: dict[str, str
     caption = ("Log scale: the slowest samples are more than 3x the upper whiskers and would flatten the boxes."
                if fig["layout"]["yaxis"].get("type") == "log" else "")
     blocks.append(chart(page, "latency", fig, caption))
+    blocks.extend(_executor_notes(okv))
 
 
 def _series_sections(page: dict, variants: Sequence[dict]) -> None:

@@ -16,6 +16,12 @@ INT8_REASON = ("the cuda backend runs ONNX models through PyTorch's CUDA kernels
                "for ONNX quantize/dequantize graphs; use the tensorrt backend for INT8")
 
 
+#: What the cuda backend's numbers are, said wherever they are shown (report, terminal, describe()).
+EXECUTOR_NOTE = ("backend cuda is trtprof's reference executor (ONNX nodes on PyTorch kernels): its latencies are "
+                 "its interpreter's, never TensorRT's; eager variants launch each node from Python, CUDA-graph "
+                 "variants replay the same kernels without the host")
+
+
 class CudaTorchBackend(Backend):
     """``--backend cuda``: trtprof's reference executor (see :mod:`profiler.backends.cuda_ref`)."""
 
@@ -32,9 +38,7 @@ class CudaTorchBackend(Backend):
     def describe(self) -> dict[str, Any]:
         from profiler import __version__
 
-        d: dict[str, Any] = {"name": self.name, "version": f"trtprof {__version__}",
-                             "executor": "trtprof's reference executor (ONNX nodes on PyTorch kernels): its latencies "
-                                         "are its interpreter's, never TensorRT's"}
+        d: dict[str, Any] = {"name": self.name, "version": f"trtprof {__version__}", "executor": EXECUTOR_NOTE}
         try:
             t = load_torch()
             d["torch"] = t.__version__
