@@ -20,57 +20,13 @@ import pytest
 
 from profiler import stats
 from profiler.capture import series as S
-from profiler.capture.analyze import AnalysisOptions, analyze, analyze_path
+from profiler.capture.analyze import analyze
 from profiler.capture.trace import Trace
+from tests.capture_builders import T, api, kernels, ranges, result_of
 from tests.conftest import SAMPLE_TRACES, nsys_fixture_files
 
 SAMPLES = sorted(SAMPLE_TRACES.glob("*.sqlite"))
 ALL_CAPTURES = nsys_fixture_files() + SAMPLES
-_CACHE: dict[Path, object] = {}
-
-
-def result_of(path: Path):
-    if path not in _CACHE:
-        _CACHE[path] = analyze_path(path, AnalysisOptions(include_setup=True))  # every instance, as SQL sees it
-    return _CACHE[path]
-
-
-# ----------------------------------------------------------------------------- synthetic builders
-
-T = 1_000  # one microsecond in ns
-
-
-def kernels(*rows, **common) -> pd.DataFrame:
-    """rows: (start, end, api_tid, api_start[, correlation_id]) in ns."""
-    out = []
-    for i, r in enumerate(rows):
-        start, end, tid, api_start = r[:4]
-        out.append({"start_ns": start, "end_ns": end, "api_tid": tid, "api_start_ns": api_start,
-                    "api_end_ns": api_start + 2 * T, "correlation_id": r[4] if len(r) > 4 else i + 1,
-                    "device_id": 0, "stream_id": 7, "pid": 1, "name": "k", "short_name": "k", **common})
-    return pd.DataFrame(out)
-
-
-def ranges(*rows) -> pd.DataFrame:
-    """rows: (name, start, end or None, global_tid[, domain[, event_type[, end_tid]]])."""
-    out = []
-    for r in rows:
-        name, start, end, tid = r[:4]
-        out.append({"name": name, "start_ns": start, "end_ns": end, "global_tid": tid,
-                    "domain": r[4] if len(r) > 4 else "", "event_type": r[5] if len(r) > 5 else "push_pop",
-                    "end_global_tid": r[6] if len(r) > 6 else tid, "pid": 1, "tid": tid})
-    df = pd.DataFrame(out)
-    df["end_ns"] = df["end_ns"].astype("Int64")
-    return df
-
-
-def api(*rows) -> pd.DataFrame:
-    """rows: (name, start, end, global_tid, category)."""
-    return pd.DataFrame([{"name": n, "start_ns": s, "end_ns": e, "global_tid": t, "category": c, "pid": 1,
-                          "tid": t, "api": "runtime", "correlation_id": i + 1000}
-                         for i, (n, s, e, t, c) in enumerate(rows)])
-
-
 def only_range(res, name: str) -> dict:
     [r] = [r for r in res.to_json()["ranges"] if r["name"] == name]
     return r

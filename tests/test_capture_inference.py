@@ -13,7 +13,7 @@ from profiler.capture import unit as U
 from profiler.capture.analyze import AnalysisOptions, analyze
 from profiler.capture.trace import Trace
 from profiler.errors import UsageError
-from tests.test_capture_analysis import T, api, kernels, ranges
+from tests.capture_builders import T, api, kernels, ranges
 
 
 def trt_app(n: int = 20, warm_us: int = 0, stream_of=lambda i: 7, layer_us=(30, 10), startup_gap_us: int = 0):
@@ -264,7 +264,7 @@ def test_steady_subset_equals_a_rebuild_of_the_cut_capture(name):
                                                 ("v2026.2.1_nsysai_mfu_2gpu_after.sqlite", 72.0)])
 def test_real_captures_that_begin_mid_run_have_no_time_to_first_inference(nsys_fixtures, name, first_event_s):
     """Both captures begin tens of seconds into a training run: their first inference is not the process's."""
-    from tests.test_capture_analysis import result_of
+    from tests.capture_builders import result_of
 
     ph = result_of(nsys_fixtures / name).to_json()["phases"]
     assert ph["setup"]["start_ms"] > first_event_s * 1000
@@ -275,7 +275,7 @@ def test_training_capture_copies_are_not_charged_per_inference_and_gpu_time_shar
     """The nsysai H100 capture: FSDP::pre_forward (2 instances) is the repeated range chosen as the unit, but
     it launched almost none of the steady state's compute: the steady state's copies (on two GPUs) are not
     divided among its two instances, and the aten::to copies' cost is a share of both GPUs' time."""
-    from tests.test_capture_analysis import result_of
+    from tests.capture_builders import result_of
 
     data = result_of(nsys_fixtures / "v2026.2.1_nsysai_h100_2gpu_1s_nvtx.sqlite").to_json()
     assert data["inference"]["series"] == "FSDP::pre_forward (shared)"

@@ -337,7 +337,7 @@ def test_dask_scheduler_without_gpu_workers_is_a_usage_error(tmp_path):
 @pytest.mark.browser
 def test_index_page_sorts_by_a_clicked_column(tmp_path):
     from profiler.distributed.index import write_index
-    from tests.test_report_browser import CHROMIUM_ARGS, chromium_path
+    from tests.browser import CHROMIUM_ARGS, chromium_path
 
     exe = chromium_path()
     if exe is None:

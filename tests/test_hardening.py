@@ -59,7 +59,7 @@ def test_resume_of_a_run_still_running_is_refused_and_nothing_is_stored_twice(tm
     pytest.importorskip("onnxruntime")
     from profiler.backends.onnxruntime import OnnxRuntimeBackend
     from profiler.sweep import SweepConfig, open_resume, run_sweep
-    from tests.test_sweep import FAST, conv_model
+    from tests.onnx_models import FAST_SWEEP as FAST, conv_model
 
     store = Store.open(f"sqlite:///{tmp_path / 's.db'}")
     refused: list[str] = []
@@ -88,7 +88,7 @@ def test_resume_of_a_run_still_running_is_refused_and_nothing_is_stored_twice(tm
 def test_the_model_path_is_stored_absolute(tmp_path, monkeypatch):
     pytest.importorskip("onnxruntime")
     from profiler.sweep import SweepConfig, run_sweep
-    from tests.test_sweep import FAST, conv_model
+    from tests.onnx_models import FAST_SWEEP as FAST, conv_model
 
     conv_model(tmp_path / "conv.onnx")
     monkeypatch.chdir(tmp_path)
@@ -277,7 +277,7 @@ def test_the_guard_keeps_progress_redraws_but_escapes_a_carriage_return_inside_a
 def test_a_sweep_that_fails_unexpectedly_is_stored_failed_not_running(tmp_path, monkeypatch):
     pytest.importorskip("onnxruntime")
     from profiler.sweep import Sweep, SweepConfig, run_sweep
-    from tests.test_sweep import FAST, conv_model
+    from tests.onnx_models import FAST_SWEEP as FAST, conv_model
 
     real = Sweep._store_variant
 

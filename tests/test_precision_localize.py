@@ -4,38 +4,15 @@ in FP32 buys the accuracy back."""
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from profiler.compare.precision import localize, verify
 from profiler.variants.fp16 import convert_fp16
-
-
-def _overflow_model(path):
-    """y = sqrt((1000 x)^2) / 1000 + x: exact in fp32, but (1000 x)^2 exceeds float16's range (65504)
-    for x > 0.256, so the Mul named 'square' is where precision is lost (its input is fine, its output
-    is inf), and everything after it inherits the damage."""
-    c = lambda name, v: numpy_helper.from_array(np.array(v, np.float32), name)  # noqa: E731
-    nodes = [
-        helper.make_node("Relu", ["x"], ["r"], name="relu_in"),
-        helper.make_node("Mul", ["r", "k_up"], ["s"], name="scale_up"),
-        helper.make_node("Mul", ["s", "s"], ["q"], name="square"),
-        helper.make_node("Sqrt", ["q"], ["t"], name="root"),
-        helper.make_node("Mul", ["t", "k_down"], ["u"], name="scale_down"),
-        helper.make_node("Add", ["u", "r"], ["y"], name="residual"),
-    ]
-    graph = helper.make_graph(nodes, "overflow", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 64])],
-                              [c("k_up", 1000.0), c("k_down", 1e-3)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8  # readable by older ONNX Runtimes too
-    onnx.save(model, str(path))
-    return path
+from tests.onnx_models import overflow_model
 
 
 def test_localize_finds_the_node_that_loses_precision(tmp_path):
-    ref = _overflow_model(tmp_path / "m.onnx")
+    ref = overflow_model(tmp_path / "m.onnx")
     fp16 = tmp_path / "m16.onnx"
     convert_fp16(ref, fp16)
     feeds = [{"x": np.random.default_rng(0).uniform(0.5, 2.0, (4, 64)).astype(np.float32)}]
@@ -50,7 +27,7 @@ def test_localize_finds_the_node_that_loses_precision(tmp_path):
 
 
 def test_localize_says_each_step_and_node_k_of_n_once_a_second(tmp_path):
-    ref = _overflow_model(tmp_path / "m.onnx")
+    ref = overflow_model(tmp_path / "m.onnx")
     fp16 = tmp_path / "m16.onnx"
     convert_fp16(ref, fp16)
     feeds = [{"x": np.random.default_rng(0).uniform(0.5, 2.0, (4, 64)).astype(np.float32)}]
@@ -69,7 +46,7 @@ def test_localize_says_each_step_and_node_k_of_n_once_a_second(tmp_path):
 
 
 def test_verify_keeping_the_node_in_fp32_restores_accuracy(tmp_path):
-    ref = _overflow_model(tmp_path / "m.onnx")
+    ref = overflow_model(tmp_path / "m.onnx")
     feeds = [{"x": np.random.default_rng(1).uniform(0.5, 2.0, (4, 64)).astype(np.float32)}]
     res = verify(ref, "fp16", ["square", "root"], feeds, work_dir=tmp_path / "v", latency_rounds=2)
     plain = res["variants"]["fp16"]["accuracy"]["y"]["rel_l2"]

@@ -8,34 +8,18 @@ browser is downloaded. Skips with the reason when either is missing.
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import pytest
 
 from profiler.report import write_report
 from tests.conftest import SHARED
-from tests.test_report import (
-    EVIL, ROOT, _evil_everywhere, analysis_example, chart_ids, compare_example, sweep_example,
+from tests.browser import CHROMIUM_ARGS, chromium_path
+from tests.report_examples import (
+    EVIL, ROOT, evil_everywhere, analysis_example, chart_ids, compare_example, sweep_example,
 )
 
 pytestmark = pytest.mark.browser
-
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
-
-
-def chromium_path() -> str | None:
-    env = os.environ.get("TRTPROF_CHROMIUM")
-    if env:
-        return env if Path(env).is_file() else None
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
-
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
@@ -91,7 +75,7 @@ def assert_renders(context, path: Path) -> object:
 def test_report_loads_without_errors_every_chart_renders_and_markup_stays_text(browser, kind, tmp_path):
     """The examples carry a name full of markup in every place a name goes (ranges, kernels, variants,
     layers, findings); it must show literally in the tables and in plotly's SVG, and never run."""
-    data = dict(_evil_everywhere())[kind]
+    data = dict(evil_everywhere())[kind]
     out = write_report(data, tmp_path / f"{kind}.html")
     page = assert_renders(browser, out)
     assert page.evaluate("() => document.scripts.length") == 3  # only the scripts the report wrote

@@ -19,7 +19,7 @@ from profiler.report.analysis import build_analysis_page
 from profiler.report.chrome_trace import chrome_trace, validate, write_chrome_trace
 from profiler.report.timeline import Window, build_timeline, instance_windows, window_events
 from tests.conftest import SAMPLE_TRACES, SHARED
-from tests.test_capture_analysis import T, api, kernels, ranges
+from tests.capture_builders import T, api, kernels, ranges
 
 NSYS_TRT = SHARED / "fixtures" / "nsys-tensorrt"
 

@@ -19,7 +19,7 @@ from profiler.report.sweep import build_sweep_page
 from profiler.report.verdict import (
     analysis_verdict, fastest_variant, impact, merge_findings, sweep_verdict, terminal_lines,
 )
-from tests.test_report import analysis_example, figures_of, sweep_example
+from tests.report_examples import analysis_example, figures_of, sweep_example
 
 
 def _breach(key: str, rel: float) -> dict:
@@ -172,7 +172,7 @@ def test_memory_table_drops_empty_columns_and_flattens_device_memory(tmp_path):
 
 
 def test_every_page_kind_opens_with_the_verdict_and_keeps_metadata_for_the_end(tmp_path):
-    from tests.test_report import compare_example, layers_example
+    from tests.report_examples import compare_example, layers_example
 
     for data in (analysis_example(), sweep_example(), layers_example(), compare_example()):
         html = write_report(data, tmp_path / "r.html", cdn=True).read_text()

@@ -13,7 +13,7 @@ from profiler.capture.trace import Trace
 from profiler.errors import UsageError
 from profiler.rules import get_rule, registry, resolve_thresholds
 from tests.conftest import SAMPLE_TRACES
-from tests.test_capture_analysis import T, api, kernels, ranges
+from tests.capture_builders import T, api, kernels, ranges
 
 CAPTURE_RULES = {"launch_overhead", "gpu_idle", "jitter", "sync_api", "pageable_memcpy", "transfer_bound"}
 REFERENCE = SAMPLE_TRACES / "reference"

@@ -9,7 +9,6 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
-from onnx import TensorProto, helper  # noqa: E402
 
 from profiler import stats  # noqa: E402
 from profiler.backends.base import QueryTiming  # noqa: E402
@@ -19,36 +18,14 @@ from profiler.harness import summarize_timings  # noqa: E402
 from profiler.rules.sweep import jitter_threshold_pct, sweep_findings  # noqa: E402
 from profiler.store import Store  # noqa: E402
 from profiler.sweep import SweepConfig, plan_variants, resume_sweep, run_sweep  # noqa: E402
+from tests.onnx_models import FAST_SWEEP as FAST, conv_model  # noqa: E402
 
 MS = 1_000_000
-FAST = dict(iterations=12, duration_s=0.0, warmup_ms=0.0, layer_iterations=2)
 
 
 @pytest.fixture(autouse=True)
 def _cache(tmp_path, monkeypatch):
     monkeypatch.setenv("TRTPROF_CACHE_DIR", str(tmp_path / "cache"))
-
-
-def conv_model(path, *, dynamic: bool = False, opset: int = 17) -> str:
-    """A small conv net (Conv -> Relu -> GlobalAveragePool -> Flatten -> Gemm -> Softmax)."""
-    rng = np.random.default_rng(0)
-    w = rng.normal(0, 0.3, (8, 3, 3, 3)).astype(np.float32)
-    fc = rng.normal(0, 0.3, (8, 5)).astype(np.float32)
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c"], ["r"], name="relu"),
-             helper.make_node("GlobalAveragePool", ["r"], ["g"], name="gap"),
-             helper.make_node("Flatten", ["g"], ["f"], name="flatten"),
-             helper.make_node("Gemm", ["f", "fc"], ["logits"], name="fc"),
-             helper.make_node("Softmax", ["logits"], ["probs"], name="softmax", axis=-1)]
-    dims = ["N", 3, "H", "W"] if dynamic else [1, 3, 16, 16]
-    graph = helper.make_graph(nodes, "convnet", [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
-                              [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["N" if dynamic else 1, 5])],
-                              [helper.make_tensor("w", TensorProto.FLOAT, w.shape, w.ravel()),
-                               helper.make_tensor("fc", TensorProto.FLOAT, fc.shape, fc.ravel())])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
-    return str(path)
 
 
 # -- the plan ---------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from profiler.sweep import SweepConfig, run_sweep
-from tests.test_precision_localize import _overflow_model
+from tests.onnx_models import overflow_model
 
 FAST = {"iterations": 5, "duration_s": 0.0, "warmup_ms": 0.0, "layers": False}
 
@@ -15,7 +15,7 @@ FAST = {"iterations": 5, "duration_s": 0.0, "warmup_ms": 0.0, "layers": False}
 def test_the_fp16_range_check_keeps_the_overflowing_nodes_in_fp32(tmp_path):
     """By default the fp16 model is made with the nodes whose sample activations near float16's range kept
     in fp32: square (1e6 on the samples) and root, which reads it; the model's own arithmetic is then clean."""
-    model = _overflow_model(tmp_path / "overflow.onnx")
+    model = overflow_model(tmp_path / "overflow.onnx")
     summary = run_sweep(SweepConfig(model=str(model), precisions=["fp32", "fp16"], backend="onnxruntime",
                                     cache_dir=str(tmp_path / "cache"), **FAST))
     fp16 = summary["variants"][1]
@@ -27,7 +27,7 @@ def test_the_fp16_range_check_keeps_the_overflowing_nodes_in_fp32(tmp_path):
 
 def test_fp16_overflow_is_caught_localised_and_verified(tmp_path):
     """Without the range check (the converter's plain fp16 model) the overflow is found and localised."""
-    model = _overflow_model(tmp_path / "overflow.onnx")
+    model = overflow_model(tmp_path / "overflow.onnx")
     summary = run_sweep(SweepConfig(model=str(model), precisions=["fp32", "fp16"], backend="onnxruntime",
                                     cache_dir=str(tmp_path / "cache"), fp16_range_check=False, **FAST))
     fp16 = summary["variants"][1]
@@ -53,7 +53,7 @@ def test_fp16_overflow_is_caught_localised_and_verified(tmp_path):
 
 
 def test_localisation_can_be_switched_off(tmp_path):
-    model = _overflow_model(tmp_path / "overflow.onnx")
+    model = overflow_model(tmp_path / "overflow.onnx")
     summary = run_sweep(SweepConfig(model=str(model), precisions=["fp32", "fp16"], backend="onnxruntime",
                                     cache_dir=str(tmp_path / "cache"), localize=False, fp16_range_check=False,
                                     **FAST))

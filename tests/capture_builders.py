@@ -1,0 +1,55 @@
+"""Shared by the capture tests: synthetic frame builders (times in ns) and each real capture analysed once.
+
+Test modules import these from here, never from one another.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from profiler.capture.analyze import AnalysisOptions, analyze_path
+
+_CACHE: dict[Path, object] = {}
+
+
+def result_of(path: Path):
+    """``analyze_path`` of a real capture with every instance (setup included, as SQL sees it), once."""
+    if path not in _CACHE:
+        _CACHE[path] = analyze_path(path, AnalysisOptions(include_setup=True))  # every instance, as SQL sees it
+    return _CACHE[path]
+
+
+T = 1_000  # one microsecond in ns
+
+
+def kernels(*rows, **common) -> pd.DataFrame:
+    """rows: (start, end, api_tid, api_start[, correlation_id]) in ns."""
+    out = []
+    for i, r in enumerate(rows):
+        start, end, tid, api_start = r[:4]
+        out.append({"start_ns": start, "end_ns": end, "api_tid": tid, "api_start_ns": api_start,
+                    "api_end_ns": api_start + 2 * T, "correlation_id": r[4] if len(r) > 4 else i + 1,
+                    "device_id": 0, "stream_id": 7, "pid": 1, "name": "k", "short_name": "k", **common})
+    return pd.DataFrame(out)
+
+
+def ranges(*rows) -> pd.DataFrame:
+    """rows: (name, start, end or None, global_tid[, domain[, event_type[, end_tid]]])."""
+    out = []
+    for r in rows:
+        name, start, end, tid = r[:4]
+        out.append({"name": name, "start_ns": start, "end_ns": end, "global_tid": tid,
+                    "domain": r[4] if len(r) > 4 else "", "event_type": r[5] if len(r) > 5 else "push_pop",
+                    "end_global_tid": r[6] if len(r) > 6 else tid, "pid": 1, "tid": tid})
+    df = pd.DataFrame(out)
+    df["end_ns"] = df["end_ns"].astype("Int64")
+    return df
+
+
+def api(*rows) -> pd.DataFrame:
+    """rows: (name, start, end, global_tid, category)."""
+    return pd.DataFrame([{"name": n, "start_ns": s, "end_ns": e, "global_tid": t, "category": c, "pid": 1,
+                          "tid": t, "api": "runtime", "correlation_id": i + 1000}
+                         for i, (n, s, e, t, c) in enumerate(rows)])
