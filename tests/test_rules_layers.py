@@ -80,10 +80,11 @@ def test_mobilenet_tiny_layers_jitter_and_alignment(findings):
     f = findings["mobilenet-qat"]
     assert f["tiny_layers"].evidence["tiny_layers"] == 61 and f["tiny_layers"].evidence["timed_layers"] == 72
     assert f["jitter"].evidence["compute_cov_pct"] == pytest.approx(2.56, abs=0.01)
-    assert f["jitter"].threshold["cov_pct"] == 1.0 and "before 8.6" in f["jitter"].threshold["why"]
+    # no version in these exports: the current trtexec's 2.5% (the one mapping every scope uses)
+    assert f["jitter"].threshold["cov_pct"] == 2.5 and "unknown" in f["jitter"].threshold["why"]
     assert f["channel_alignment"].evidence["count"] == 8
     assert f["unfused_reformat"].evidence["costly_layers"] == 18
-    assert findings["mobilenet-v2-qat"]["jitter"].severity == "medium"  # CoV 11.2% > 4 x 1.0%
+    assert findings["mobilenet-v2-qat"]["jitter"].severity == "medium"  # CoV 11.2% > 4 x 2.5%
 
 
 def test_tensor_core_kind_examples():
@@ -126,3 +127,17 @@ def test_hotspot_threshold_override():
     assert len(hs) == 1 and [x["name"] for x in hs[0].evidence["layers"]] == ["L0"]
     assert hs[0].severity == "medium" and hs[0].threshold == {"share_pct": 40.0}
     assert pd.isna(lf.make_frame([])["share_pct"]).all()
+
+
+def test_trtexecs_jitter_threshold_is_one_mapping_for_every_scope():
+    """The sweep (TensorRT backend) and the imported trtexec runs read trtexec's CoV limit from one place:
+    before, an unknown version got 2.5% in one and 1.0% in the other."""
+    from profiler.rules._trtexec import jitter_cov_limit
+    from profiler.rules.sweep import jitter_threshold_pct
+
+    for version, pct in (("10.14.1", 2.5), ("10.13.2", 1.0), ("8.6.1", 1.0), ("8.4.1", 1.0), (None, 2.5),
+                         ("dev", 2.5)):
+        assert jitter_cov_limit(version)[0] == pct, version
+        assert rl.jitter_limit(version) == jitter_cov_limit(version)
+        assert jitter_threshold_pct({"name": "tensorrt", "version": version}) == jitter_cov_limit(version)
+    assert "before 8.6" in jitter_cov_limit("8.4.1")[1] and "unknown" in jitter_cov_limit(None)[1]

@@ -48,13 +48,15 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from profiler.rules._trtexec import ENQUEUE_BOUND_RATIO
+
 #: Process-level repeats needed on each side (3 against 3: the non-overlap of two sets of three has
 #: probability 2/20 under no change; the spread condition on top makes a false alarm rarer still).
 MIN_REPEATS = 3
 #: Earlier runs of a fingerprint needed to measure its run-to-run spread.
 MIN_HISTORY = 3
 #: trtexec's enqueue-bound condition: the host enqueue takes more than this share of the GPU compute time.
-HOST_BOUND_RATIO = 0.8
+HOST_BOUND_RATIO = ENQUEUE_BOUND_RATIO
 #: Host shares above this are capped: a host 90% busy with others explains up to a 10x change.
 MAX_EXPLAINED_SHARE = 0.9
 

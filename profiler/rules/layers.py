@@ -38,12 +38,11 @@ from typing import Any
 
 import pandas as pd
 
+from profiler.rules._trtexec import ENQUEUE_BOUND_RATIO, jitter_cov_limit
 from profiler.findings import Finding
 from profiler.layers import frame as lf
 from profiler.rules import rule, run_rules, thresholds
 
-JITTER_OLD_PCT = 1.0
-JITTER_NEW_PCT = 2.5
 
 _TC_MARKERS = re.compile(r"xmma|hmma|imma|gmma|h884|h1688|h16816|i8816|i16832|16816|1688|884cudnn|tf32|"
                          r"tensorop|_hgemm|wmma", re.I)
@@ -268,17 +267,11 @@ def _median(v: LayerVariant, key: str) -> tuple[float | None, str]:
 
 
 def jitter_limit(version: str | None) -> tuple[float, str]:
-    """(CoV limit in %, why) for the TensorRT version that produced the data."""
-    nums = [int(x) for x in re.findall(r"\d+", version or "")[:2]]
-    if len(nums) == 2 and tuple(nums) >= (10, 14):
-        return JITTER_NEW_PCT, f"trtexec's threshold for TensorRT {version} (10.14 and later)"
-    if len(nums) == 2 and tuple(nums) >= (8, 6):
-        return JITTER_OLD_PCT, f"trtexec's threshold for TensorRT {version} (8.6 to 10.13)"
-    what = f"TensorRT {version}" if version else "an unknown TensorRT version"
-    return JITTER_OLD_PCT, (f"{what}: trtexec before 8.6 printed no CoV warning; using trtexec 8.6's 1.0%")
+    """(CoV limit in %, why) for the TensorRT version that produced the data (trtexec's, one place)."""
+    return jitter_cov_limit(version)
 
 
-def launch_overhead(v: LayerVariant, ratio: float = 0.8) -> list[Finding]:
+def launch_overhead(v: LayerVariant, ratio: float = ENQUEUE_BOUND_RATIO) -> list[Finding]:
     enq, src = _median(v, "enqueue_ms")
     comp, _ = _median(v, "gpu_compute_ms")
     if enq is None or not comp or enq <= ratio * comp:
@@ -336,7 +329,7 @@ PLAIN_RULES = {"layer_hotspot": layer_hotspot, "unfused_reformat": unfused_refor
 
 _DEFAULTS: dict[str, dict[str, Any]] = {"layer_hotspot": {"share_pct": 10.0},
                                         "tiny_layers": {"tiny_ms": 0.010, "min_count": 10, "min_fraction": 0.3},
-                                        "launch_overhead": {"ratio": 0.8}}
+                                        "launch_overhead": {"ratio": ENQUEUE_BOUND_RATIO}}
 
 
 def _register(name: str) -> None:

@@ -26,18 +26,16 @@ Thresholds are overridable per rule: ``run_rules("sweep", ctx, overrides={"sweep
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from profiler.findings import Finding
 from profiler.rules import rule, run_rules, thresholds
+from profiler.rules._trtexec import ENQUEUE_BOUND_RATIO, JITTER_COV_PCT_10_14, jitter_cov_limit
 
-ENQUEUE_RATIO = 0.8
-JITTER_COV_PCT_TRT_OLD = 1.0
-JITTER_COV_PCT_TRT_NEW = 2.5
-JITTER_COV_PCT_GPU = 2.5
+ENQUEUE_RATIO = ENQUEUE_BOUND_RATIO
+JITTER_COV_PCT_GPU = JITTER_COV_PCT_10_14
 JITTER_COV_PCT_CPU = 5.0
 SPEEDUP_NOISE = 0.05
 
@@ -65,22 +63,12 @@ def _ok(variants: Iterable[Variant]) -> list[Variant]:
     return [v for v in variants if v.get("status") == "ok" and _med(v, "latency_ms") is not None]
 
 
-def _version_tuple(text: str | None) -> tuple[int, ...] | None:
-    if not text:
-        return None
-    nums = re.findall(r"\d+", str(text))
-    return tuple(int(x) for x in nums[:3]) if nums else None
-
-
 def jitter_threshold_pct(environment: dict[str, Any] | None) -> tuple[float, str]:
     """(CoV threshold in %, why) for the backend that measured the sweep."""
     env = environment or {}
     backend = env.get("name") or env.get("backend")
     if backend == "tensorrt":
-        ver = _version_tuple(env.get("version") or env.get("tensorrt_version"))
-        if ver is not None and ver < (10, 14):
-            return JITTER_COV_PCT_TRT_OLD, f"trtexec's threshold for TensorRT {env.get('version')} (8.6 to 10.13)"
-        return JITTER_COV_PCT_TRT_NEW, f"trtexec's threshold for TensorRT {env.get('version')} (10.14 and later)"
+        return jitter_cov_limit(env.get("version") or env.get("tensorrt_version"))
     provider = str(env.get("provider") or "")
     if "CUDA" in provider or "Tensorrt" in provider or backend == "cuda":
         return JITTER_COV_PCT_GPU, "GPU backend other than TensorRT: trtexec's current threshold"
