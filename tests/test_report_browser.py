@@ -140,7 +140,7 @@ def _sweep_nsys(path: Path) -> dict:
 
 
 def _layers(path: Path) -> dict:
-    from profiler.cli.import_ import build_import
+    from profiler.layers.importer import build_import
 
     return build_import([str(path)])[0]
 
