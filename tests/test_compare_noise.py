@@ -17,6 +17,7 @@ from profiler.compare import compare_runs
 from profiler.compare.noise import judge, separation_p_value, spread_margin
 from profiler.compare.stats import DEFAULT_RULE
 from profiler.errors import UsageError
+from profiler.harness.hostload import read_proc_stat
 from profiler.store import Store
 
 onnx = pytest.importorskip("onnx")
@@ -72,6 +73,11 @@ def test_sweep_repeat_stores_one_median_per_process(cpu_runs):
     main_median = run["variants"][0]["latency_ms"]["median"]
     # each process measured the same work: every repeat within 3x of the main measurement (a busy CI box)
     assert all(main_median / 3 < m < main_median * 3 for m in rep["medians_ms"])
+    # the host load of the main measurement travels with the fingerprint's history (the history rule reads it)
+    hist = store.fingerprint_history(run["variants"][0]["fingerprint"])
+    assert len(hist) >= 6 and all(h["host_others_share"] is None or 0 <= h["host_others_share"] <= 1 for h in hist)
+    if read_proc_stat() is not None:
+        assert all(h["host_others_share"] is not None for h in hist)
 
 
 def test_same_config_pairs_are_never_a_change(cpu_runs):
@@ -217,6 +223,15 @@ def test_a_change_the_hosts_other_load_can_explain_is_inconclusive():
     judge(hist, _variant(synchronous=True), _variant(synchronous=True, share=0.6), [1.0, 1.05, 0.98],
           DEFAULT_RULE, 5.0)
     assert hist["verdict"] == "inconclusive" and "60%" in hist["reason"]
+    # ... or the earlier runs were: they ran slow on a busy host, the quiet candidate looks faster
+    prior = _row("improvement", ratio=0.7, cand_median=0.7)
+    judge(prior, _variant(synchronous=True), _variant(synchronous=True, share=0.0), [1.0, 1.05, 0.98],
+          DEFAULT_RULE, 5.0, prior_shares=[0.55, None, 0.1])
+    assert prior["verdict"] == "inconclusive" and "55%" in prior["reason"]
+    quiet = _row("improvement", ratio=0.7, cand_median=0.7)
+    judge(quiet, _variant(synchronous=True), _variant(synchronous=True, share=0.0), [1.0, 1.05, 0.98],
+          DEFAULT_RULE, 5.0, prior_shares=[0.0, 0.01, None])
+    assert quiet["verdict"] == "improvement"
 
 
 def test_a_quiet_device_bound_variant_keeps_its_within_run_verdict():

@@ -234,8 +234,9 @@ def inconclusive_cause(row: dict[str, Any]) -> str:
 
 
 def judge(row: dict[str, Any], base: dict[str, Any], cand: dict[str, Any], prior_medians: Sequence[float],
-          rule: dict[str, Any], jitter_cov_pct: float) -> None:
-    """Hold a within-run regression/improvement (``row``, in place) against the between-run evidence."""
+          rule: dict[str, Any], jitter_cov_pct: float, *, prior_shares: Sequence[float | None] = ()) -> None:
+    """Hold a within-run regression/improvement (``row``, in place) against the between-run evidence.
+    ``prior_shares``: the host load recorded with each earlier run of the fingerprint (None where not)."""
     within = row.get("verdict")
     row["within_reason"] = row.get("reason")
     row["noise"] = {"source": None, "summary": "not needed: no change within the run"}
@@ -253,8 +254,9 @@ def judge(row: dict[str, Any], base: dict[str, Any], cand: dict[str, Any], prior
                                [host_share(base, repeats=True), host_share(cand, repeats=True)])
     elif len(prior) >= MIN_HISTORY:
         ev = _from_history(direction, prior, float(row["candidate_median_ms"]), rel)
-        if sensitive:  # the earlier runs' load is not at hand: the candidate's own
-            _hold_against_load(ev, ev["history_ratio"], ev["needed"], [host_share(cand, repeats=False)])
+        if sensitive:  # a busy host on either side: the candidate's run or any earlier one
+            _hold_against_load(ev, ev["history_ratio"], ev["needed"], [host_share(cand, repeats=False),
+                                                                       *prior_shares])
     else:
         noisy = noisy_reason(base, jitter_cov_pct) or noisy_reason(cand, jitter_cov_pct)
         if noisy is None:

@@ -125,7 +125,8 @@ def trend(store: Store, fingerprint: str | None, *, limit: int = 50) -> dict[str
         return None
     rows = [r for r in store.fingerprint_history(fingerprint) if r["status"] == "ok"][-limit:]
     points = [{"run_id": r["run_id"], "label": r["label"], "created_at": r["created_at"],
-               "median_ms": (r["latency_ms"] or {}).get("median")} for r in rows]
+               "median_ms": (r["latency_ms"] or {}).get("median"),
+               "host_others_share": r.get("host_others_share")} for r in rows]
     points = [p for p in points if p["median_ms"] is not None]
     if len(points) < 2:
         return None
@@ -143,11 +144,12 @@ def _jitter_cov_pct(run: dict[str, Any]) -> float:
     return jitter_threshold_pct(env)[0]
 
 
-def _prior_medians(trend_: dict[str, Any] | None, candidate_run: int) -> list[float]:
-    """Medians of the fingerprint's runs before the candidate (oldest first)."""
+def _prior_points(trend_: dict[str, Any] | None, candidate_run: int) -> list[dict[str, Any]]:
+    """The fingerprint's runs before the candidate (oldest first)."""
     points = (trend_ or {}).get("points", [])
     at = next((i for i, p in enumerate(points) if p["run_id"] == candidate_run), len(points))
-    return [p["median_ms"] for p in points[:at]]
+    return points[:at]
+
 
 
 def _layer_noise(row: dict[str, Any], bv: dict[str, Any], cv: dict[str, Any]) -> float:
@@ -222,7 +224,9 @@ def compare_runs(store: Store, baseline_ref: int | str, candidate_ref: int | str
         row["trend"] = trend(store, cv.get("fingerprint"))
         row["host_bound"] = host_bound(bv) or host_bound(cv)
         row["baseline_repeats_ms"], row["candidate_repeats_ms"] = repeat_medians(bv), repeat_medians(cv)
-        judge(row, bv, cv, _prior_medians(row["trend"], cand["id"]), r, jitter_cov)
+        prior = _prior_points(row["trend"], cand["id"])
+        judge(row, bv, cv, [p["median_ms"] for p in prior], r, jitter_cov,
+              prior_shares=[p.get("host_others_share") for p in prior])
         _judged_layers(row, bv, cv)
         variants.append(row)
     for name, bv in bvars.items():

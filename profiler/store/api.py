@@ -452,21 +452,25 @@ class Store:
         """Variants with this fingerprint across runs, oldest run first (the trend's x axis).
 
         Each item: run_id, created_at, label, gpu, driver/cuda/tensorrt versions, variant_id, key,
-        status, latency_ms (the stored summary), throughput_qps.
+        status, latency_ms (the stored summary), throughput_qps, host_others_share (the share of the host's
+        CPU other processes took while it was timed; None when not recorded).
         """
         r, v = m.Run, m.Variant
         q = (select(r.id, r.created_at, r.label, r.gpu, r.driver_version, r.cuda_version, r.tensorrt_version,
-                    v.id, v.key, v.status, v.latency_ms, v.throughput_qps)
+                    v.id, v.key, v.status, v.latency_ms, v.throughput_qps, v.metrics)
              .join(v, v.run_id == r.id).where(v.fingerprint == fingerprint)
              .order_by(r.created_at, r.id, v.id))
         if limit:
             q = q.limit(limit)
         keys = ("run_id", "created_at", "label", "gpu", "driver_version", "cuda_version", "tensorrt_version",
-                "variant_id", "key", "status", "latency_ms", "throughput_qps")
+                "variant_id", "key", "status", "latency_ms", "throughput_qps", "metrics")
         with self.session() as s:
             rows = [dict(zip(keys, row)) for row in s.execute(q)]
         for d in rows:
             d["created_at"] = iso_utc(d["created_at"])
+            metrics = d.pop("metrics")
+            share = metrics.get("host_others_share") if isinstance(metrics, dict) else None
+            d["host_others_share"] = share if isinstance(share, (int, float)) else None
         return rows
 
     def fingerprint_sample_medians(self, fingerprint: str) -> list[dict[str, Any]]:
