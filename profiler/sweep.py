@@ -305,7 +305,7 @@ class Sweep:
         if name == "auto":
             name, self.backend_reason = choose_auto()
         else:
-            self.backend_reason = f"--backend {name}"
+            self.backend_reason = "chosen with --backend"
         try:
             self.backend = get_backend(name)
         except (ImportError, BuildError) as exc:

@@ -297,3 +297,10 @@ def test_an_underflowing_p_value_is_never_printed_as_zero():
     rng = np.random.default_rng(0)
     row = decide(rng.normal(1.0, 0.001, 3000), rng.normal(2.0, 0.001, 3000), DEFAULT_RULE)
     assert row.p_value == 0.0 and "p<1e-300" in row.reason and "p=0," not in row.reason
+
+
+def test_a_run_compared_with_itself_is_a_usage_error(cpu_runs):
+    store, _ = cpu_runs
+    run_id = store.run_dict("same0")["id"]
+    with pytest.raises(UsageError, match=r"'same0' and '\d+' are the same run"):
+        compare_runs(store, "same0", str(run_id))

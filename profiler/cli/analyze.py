@@ -18,7 +18,10 @@ MAX_LAYERS_SHOWN = 10
 
 
 def _fmt(v: Any, spec: str = ".3f") -> str:
-    return format(v, spec) if isinstance(v, (int, float)) and v == v else "-"
+    if not (isinstance(v, (int, float)) and v == v):
+        return "-"
+    text = format(v, spec)
+    return text[1:] if text.startswith("-") and float(text) == 0 else text  # never "-0.000"
 
 
 def summary_lines(data: dict[str, Any], max_ranges: int = MAX_RANGES_SHOWN) -> list[str]:

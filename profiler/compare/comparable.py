@@ -14,6 +14,12 @@ from __future__ import annotations
 from typing import Any
 
 
+def _a(word: object) -> str:
+    """'a sweep', 'an analyze'."""
+    w = str(word)
+    return f"{'an' if w[:1].lower() in 'aeiou' else 'a'} {w}"
+
+
 def _interface(run: dict[str, Any]) -> dict[str, Any] | None:
     """{"inputs": [(name, dtype, shape)], "outputs": [(name, dtype)]} from the run's stored model info."""
     info = ((run.get("summary") or {}).get("run") or {}).get("model_info")
@@ -42,7 +48,7 @@ def incomparable(base: dict[str, Any], cand: dict[str, Any]) -> list[str]:
     why: list[str] = []
     bk, ck = base.get("kind"), cand.get("kind")
     if bk != ck:
-        why.append(f"run {base.get('id')} is a {bk} run and run {cand.get('id')} is a {ck} run")
+        why.append(f"run {base.get('id')} is {_a(bk)} run and run {cand.get('id')} is {_a(ck)} run")
         return why
     if bk != "sweep":
         return why

@@ -192,6 +192,9 @@ def compare_runs(store: Store, baseline_ref: int | str, candidate_ref: int | str
     r = {**DEFAULT_RULE, **(rule or {})}
     base = store.run_dict(baseline_ref)
     cand = store.run_dict(candidate_ref)
+    if base.get("id") is not None and base.get("id") == cand.get("id"):
+        raise UsageError(f"{baseline_ref!r} and {candidate_ref!r} are the same run ({base['id']}): compare two "
+                         "different runs")
     why_not = incomparable(base, cand)
     if why_not and not force:
         raise UsageError(f"refusing to compare: {'; '.join(why_not)} (--force compares them anyway)")

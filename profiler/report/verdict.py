@@ -55,6 +55,11 @@ def impact(f: dict[str, Any]) -> dict[str, Any]:
     ms = _num(given.get("ms")) if per is None else _num(given[per])
     share = _num(given.get("share"))
     how = "{} per inference" if per else "{}"
+    if per and f.get("rule") == "transfer_bound":  # the cost is the copy time compute does not hide
+        how = "{} of exposed copy time per inference"
+    if ms is None and _num(given.get("ms_total")) is not None:  # a range other than the inference unit
+        ms = _num(given["ms_total"])
+        how = "{} of GPU time in the steady state" if given.get("gpu_time") else "{} over the steady state"
     if ms is None:
         key = next((k for k in COST_MS_KEYS if _num(ev.get(k)) is not None), None)
         if key is not None:
@@ -252,7 +257,8 @@ def analysis_verdict(result: dict[str, Any]) -> dict[str, Any]:
                 else "No problem found: every capture rule passed")
     else:
         serious = [g for g in groups if g["severity"] in ("high", "medium")]
-        head = f"{_plural(len(serious), 'problem')} found"
+        minor = len(groups) - len(serious)
+        head = f"{_plural(len(serious), 'problem')} found" + (f" (and {_plural(minor, 'minor finding')})" if minor else "")
         costly = [g for g in serious if g["impact"]["text"]]
         if costly:
             head += f"; the costliest: {costly[0]['rule']}, {costly[0]['impact']['text']}"

@@ -64,13 +64,21 @@ def calibrate(ctx: Any, findings: list[Finding]) -> list[Finding]:
     n_inf = ctx.steady_instances
     counts = {ctx.label(r["series_id"]): r["count"] for r in ctx.ranges}
     gpus = _gpus_at_work(ctx)
+    unit = getattr(ctx, "unit", None)
+    unit_label = unit.label if unit is not None and getattr(unit, "source", "window") != "window" else None
     out = []
     for f in findings:
         cost = _cost_ms(f)
         period = steady_ms * (gpus if f.rule in GPU_TIME_COSTS else 1)
         share = min(max(cost / period, 0.0), 1.0) if cost is not None and period > 0 else None
-        f.impact = {"ms_per_instance": max(cost, 0.0) / n_inf if cost is not None else None, "share": share,
+        # per inference only where the finding is about the inference (or the whole capture): the cost of
+        # another range's copies divided by the inference count would exceed the inference itself
+        about_unit = f.range is None or unit_label is None or f.range == unit_label
+        f.impact = {"ms_per_instance": max(cost, 0.0) / n_inf if cost is not None and about_unit else None,
+                    "ms_total": max(cost, 0.0) if cost is not None else None, "share": share,
                     "instances": n_inf, "steady_ms": steady_ms}
+        if f.rule in GPU_TIME_COSTS:
+            f.impact["gpu_time"] = True
         if f.rule in GPU_TIME_COSTS and gpus > 1:
             f.impact["gpus"] = gpus  # the share is of the steady state's GPU time on all of them
         f.evidence["impact"] = dict(f.impact)
