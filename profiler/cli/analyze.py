@@ -123,7 +123,10 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
         conc = data.get("gpu_concurrency")
         copies = (f"; copies overlap compute for {_fmt(ov.get('overlap_ms'), '.1f')} of "
                   f"{_fmt(ov.get('copy_ms'), '.1f')} ms of copy time") if ov.get("copy_ms") else ""
-        lines.append(f"streams: {len(streams)} with GPU work; concurrency {_fmt(conc, '.2f')}x "
+        gpus = len({s.get("device") for s in streams})
+        where = f" on {gpus} GPUs" if gpus > 1 else ""
+        per_gpu = " per GPU" if gpus > 1 else ""
+        lines.append(f"streams: {len(streams)} with GPU work{where}; concurrency{per_gpu} {_fmt(conc, '.2f')}x "
                      f"(overlap saved {_fmt(data.get('overlap_saved_ms'), '.1f')} ms){copies}")
     return lines
 
