@@ -139,7 +139,8 @@ def test_compare_says_when_the_runs_were_measured_differently(tmp_path):
         {"field": "config.overlap", "baseline": False, "candidate": True}]
     assert compare_runs(store, "new", "new-noio")["environment_changes"] == [
         {"field": "config.transfers", "baseline": True, "candidate": False}]
-    assert compare_runs(store, "new", "new")["environment_changes"] == []
+    _store_run(store, "new-again", rng.normal(1.0, 0.01, 200), config={"transfers": True, "overlap": True})
+    assert compare_runs(store, "new", "new-again")["environment_changes"] == []
 
 
 def test_cli_compare_exit_codes(tmp_path):
