@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from profiler.capture.analyze import AnalysisOptions, analyze_path
 
@@ -53,3 +54,10 @@ def api(*rows) -> pd.DataFrame:
     return pd.DataFrame([{"name": n, "start_ns": s, "end_ns": e, "global_tid": t, "category": c, "pid": 1,
                           "tid": t, "api": "runtime", "correlation_id": i + 1000}
                          for i, (n, s, e, t, c) in enumerate(rows)])
+
+
+def capture_or_skip(path: Path) -> Path:
+    """``path`` when the capture is there, else skip the test saying which is missing."""
+    if not Path(path).is_file():
+        pytest.skip(f"{path} not found")
+    return Path(path)

@@ -19,7 +19,7 @@ from profiler.report.analysis import build_analysis_page
 from profiler.report.chrome_trace import chrome_trace, validate, write_chrome_trace
 from profiler.report.timeline import Window, build_timeline, instance_windows, window_events
 from tests.conftest import SAMPLE_TRACES, SHARED
-from tests.capture_builders import T, api, kernels, ranges
+from tests.capture_builders import T, api, capture_or_skip, kernels, ranges
 
 NSYS_TRT = SHARED / "fixtures" / "nsys-tensorrt"
 
@@ -94,9 +94,7 @@ def test_the_report_draws_the_timeline_and_pins_the_findings(synth):
 
 
 def test_real_capture_the_worst_host_stall_instance_shows_the_sleep():
-    path = SAMPLE_TRACES / "host_stall.sqlite"
-    if not path.is_file():
-        pytest.skip(f"{path} not found")
+    path = capture_or_skip(SAMPLE_TRACES / "host_stall.sqlite")
     res = analyze_path(path)
     tl = build_timeline(res.context.trace, res.to_json())
     med, worst = tl["windows"]
@@ -107,9 +105,7 @@ def test_real_capture_the_worst_host_stall_instance_shows_the_sleep():
 
 
 def test_real_tensorrt_capture_has_its_streams():
-    path = NSYS_TRT / "multistream_HtoD-bound.sqlite"
-    if not path.is_file():
-        pytest.skip(f"{path} not found")
+    path = capture_or_skip(NSYS_TRT / "multistream_HtoD-bound.sqlite")
     res = analyze_path(path)
     tl = build_timeline(res.context.trace, res.to_json())
     lanes = [lane for w in tl["windows"] for lane in w["lanes"]]
@@ -136,9 +132,7 @@ def test_chrome_trace_is_well_formed_with_every_event_and_findings_as_instants(s
 
 
 def test_chrome_trace_of_a_large_capture_is_cut_at_a_time_and_says_where():
-    path = SAMPLE_TRACES / "launch_bound.sqlite"
-    if not path.is_file():
-        pytest.skip(f"{path} not found")
+    path = capture_or_skip(SAMPLE_TRACES / "launch_bound.sqlite")
     res = analyze_path(path)
     doc = chrome_trace(res.context.trace, res.findings, max_events=1000, result=res.to_json())
     assert validate(doc) == []
@@ -156,9 +150,7 @@ def test_validate_rejects_what_perfetto_would():
 
 
 def test_analyze_trace_option_writes_a_valid_file_and_says_what_it_kept(tmp_path):
-    path = SAMPLE_TRACES / "host_stall.sqlite"
-    if not path.is_file():
-        pytest.skip(f"{path} not found")
+    path = capture_or_skip(SAMPLE_TRACES / "host_stall.sqlite")
     out = tmp_path / "t.json"
     r = subprocess.run([sys.executable, "-m", "profiler", "analyze", str(path), "--no-store", "--trace", str(out)],
                        capture_output=True, text=True, timeout=120)

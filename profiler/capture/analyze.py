@@ -107,13 +107,17 @@ class CaptureContext:
     include_setup: bool = False
 
     @property
+    def judged_start_ns(self) -> int:
+        """Where what the rules judge starts: the steady state's start, or with setup the capture's first
+        event (not the session start: a capture begun late would count the time before it)."""
+        ph = self.phases
+        return 0 if ph is None else ph.first_event_ns if self.include_setup else ph.steady_start_ns
+
+    @property
     def steady_ns(self) -> int:
         """Duration of what the rules judge: the steady state (or the whole capture with setup)."""
         ph = self.phases
-        if ph is None:
-            return 0
-        lo = ph.first_event_ns if self.include_setup else ph.steady_start_ns  # not the session start: a late capture
-        return max(int(ph.steady_end_ns - lo), 0)
+        return 0 if ph is None else max(int(ph.steady_end_ns - self.judged_start_ns), 0)
 
     @property
     def steady_instances(self) -> int:
@@ -400,19 +404,14 @@ def sync_summary(table: S.SeriesTable) -> list[dict[str, Any]]:
 
 # ----------------------------------------------------------------------------- the run store
 
-def file_sha256(path: str | os.PathLike) -> str | None:
-    """SHA-256 of a file (the run's ``source_hash``), or None when it cannot be read."""
-    from profiler.hashing import file_sha256_or_none
-
-    return file_sha256_or_none(path)
-
-
 def store_analysis(store: Any, result: AnalysisResult, *, source: str | os.PathLike, label: str | None = None,
                    artifacts: list[tuple[str, str]] | None = None, options: dict[str, Any] | None = None,
                    data: dict[str, Any] | None = None) -> int:
     """Record an analysis as a run of kind 'analyze': one variant (kind 'range') per series with its
     per-instance samples (wall and GPU busy time), the findings and the artifacts. Returns the run id.
     ``data``: ``result.to_json()`` when the caller already has it."""
+    from profiler.hashing import file_sha256_or_none
+
     data = result.to_json() if data is None else data
     cap = data["capture"]
     gpus = [g for g in cap.get("gpus") or [] if isinstance(g, dict)]
@@ -420,7 +419,7 @@ def store_analysis(store: Any, result: AnalysisResult, *, source: str | os.PathL
     drivers = sorted({str(g["driver_version"]) for g in gpus if g.get("driver_version")})
     cuda = sorted({str(g["cuda_version"]) for g in gpus if g.get("cuda_version")})
     run_id = store.create_run(
-        kind="analyze", source=str(Path(source).resolve()), source_hash=file_sha256(source), label=label,
+        kind="analyze", source=str(Path(source).resolve()), source_hash=file_sha256_or_none(source), label=label,
         gpu=gpu, nsys_version=cap.get("nsys_version"), driver_version=", ".join(drivers) or None,
         cuda_version=", ".join(cuda) or None,
         config={"thresholds": data.get("thresholds"), **(options or {})},

@@ -139,8 +139,7 @@ def steady_breakdown(act: S.Activity, lo: int, hi: int) -> dict[str, float]:
     """GPU time per kind of work in [lo, hi]: busy union of compute and of each copy direction (ms)."""
     m = (act.start_ns >= lo) & (act.start_ns <= hi)
     out = {}
-    code = {k.name: k for k in S.CopyKind}  # compared as codes: no per-row strings
-    named = [S.CopyKind.HtoD, S.CopyKind.DtoH, S.CopyKind.DtoD]
+    named = [S.CopyKind.HtoD, S.CopyKind.DtoH, S.CopyKind.DtoD]  # compared as codes: no per-row strings
     copy = m & (act.kind == S.MEMCPY)
     for key in COPY_KIND_ORDER:
         if key == "compute":
@@ -148,7 +147,7 @@ def steady_breakdown(act: S.Activity, lo: int, hi: int) -> dict[str, float]:
         elif key == "other_copy":
             k = copy & ~np.isin(act.copy_kind, named)
         else:
-            k = copy & (act.copy_kind == code.get(key, -1))
+            k = copy & (act.copy_kind == S.CopyKind[key])
         out[key] = intervals.union_length(act.start_ns[k], act.end_ns[k]) / 1e6
     return out
 

@@ -277,7 +277,7 @@ def judge(row: dict[str, Any], base: dict[str, Any], cand: dict[str, Any], prior
     row["run_to_run_spread"] = ev["run_to_run_spread"]
     if ev["confirmed"]:
         row["reason"] += f"; beyond the run-to-run noise ({ev['why']})"
-    elif ev.get("weak") and not ev.get("host_shared"):
+    elif ev.get("weak"):  # never with host_shared: that one is set only on a change the repeats confirmed
         row["verdict_within_run"] = within
         row["verdict"] = "inconclusive"
         row["reason"] = (f"{row['reason']} within one run, and the repeats moved beyond their spread but not by "

@@ -14,7 +14,6 @@ window. ``None`` where ``/proc/stat`` is not readable (macOS, Windows, a sandbox
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -69,15 +68,12 @@ class HostLoad:
     stat: Callable[[], tuple[int, int] | None] = read_proc_stat
     own: Callable[[], float] = own_cpu_s
     others_share: float | None = None
-    wall_s: float = 0.0
 
     def __enter__(self) -> "HostLoad":
-        self._t0 = time.perf_counter()
         self._before, self._own0 = self.stat(), self.own()
         return self
 
     def __exit__(self, *exc: object) -> None:
         after, own1 = self.stat(), self.own()
-        self.wall_s = time.perf_counter() - self._t0
         if self._before is not None and after is not None:
             self.others_share = others_share(self._before, after, own1 - self._own0)

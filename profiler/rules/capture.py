@@ -723,7 +723,7 @@ def _inference_transfer_bound(ctx: Any, t: dict[str, Any]) -> list[Finding]:
     if unit is None or ph is None or ctx.steady_ns <= 0:
         return []
     act = ctx.table.activity
-    lo = ph.first_event_ns if ctx.include_setup else ph.steady_start_ns
+    lo = ctx.judged_start_ns
     by_kind = steady_breakdown(act, lo, ph.steady_end_ns)
     compute = by_kind.pop("compute")
     direction = max(by_kind, key=by_kind.get)

@@ -79,8 +79,8 @@ def calibrate(ctx: Any, findings: list[Finding]) -> list[Finding]:
                     "instances": n_inf, "steady_ms": steady_ms}
         if f.rule in GPU_TIME_COSTS:
             f.impact["gpu_time"] = True
-        if f.rule in GPU_TIME_COSTS and gpus > 1:
-            f.impact["gpus"] = gpus  # the share is of the steady state's GPU time on all of them
+            if gpus > 1:
+                f.impact["gpus"] = gpus  # the share is of the steady state's GPU time on all of them
         f.evidence["impact"] = dict(f.impact)
         if share is None:
             bound = f.evidence.get("cost_upper_bound_ms")  # the most it can cost, when the cost is unknown

@@ -266,9 +266,8 @@ def _median(v: LayerVariant, key: str) -> tuple[float | None, str]:
     return (float(s), "timing export") if s is not None and s == s else (None, "")
 
 
-def jitter_limit(version: str | None) -> tuple[float, str]:
-    """(CoV limit in %, why) for the TensorRT version that produced the data (trtexec's, one place)."""
-    return jitter_cov_limit(version)
+#: (CoV limit in %, why) for the TensorRT version that produced the data: trtexec's, from the one place
+jitter_limit = jitter_cov_limit
 
 
 def launch_overhead(v: LayerVariant, ratio: float = ENQUEUE_BOUND_RATIO) -> list[Finding]:

@@ -58,21 +58,6 @@ def _say(progress: Progress | None, message: str) -> None:
         progress(message)
 
 
-def _digest(feeds: Iterable[dict[str, Any]]) -> str:
-    """SHA-256 of sample inputs (names, dtypes, shapes, bytes): part of a cache key."""
-    import hashlib
-
-    import numpy as np
-
-    h = hashlib.sha256()
-    for sample in feeds:
-        for name in sorted(sample):
-            a = np.ascontiguousarray(sample[name])
-            h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
-            h.update(a.tobytes())
-    return h.hexdigest()
-
-
 def prepare(model_path: str | Path, precision: str, *, shapes: dict[str, tuple[int, ...]] | None,
             calib: str | Path | None = None, calib_method: str = "entropy",
             cache_dir: str | Path | None = None, progress: Progress | None = None,
@@ -112,12 +97,12 @@ def prepare(model_path: str | Path, precision: str, *, shapes: dict[str, tuple[i
         from profiler.variants import fp16
 
         # sample inputs for the activation range check: the calibration data when given, else seeded random
-        from profiler.models import make_inputs
+        from profiler.models import make_inputs, samples_hash
 
         feeds = make_inputs(info_src, resolved, source=calib, seed=seed, count=4)[:8] if fp16_range_check else []
         key = cache_key({"model": info_src.model_hash, "precision": "fp16", "keep_fp32": keep,
                          "converter": fp16.converter_version(), "block_list": fp16.fp32_op_block_list(),
-                         "recipe": fp16.RECIPE_VERSION, "range_feeds": _digest(feeds) if feeds else None})
+                         "recipe": fp16.RECIPE_VERSION, "range_feeds": samples_hash(feeds) if feeds else None})
         hit = cache.lookup(key, "fp16")
         if hit is not None:
             _say(progress, f"fp16: reusing cached conversion {hit[0].name}")

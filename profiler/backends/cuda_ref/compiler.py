@@ -71,11 +71,16 @@ class Program:
             out.append((_ranged(s.fn, push, pop), s.ins, s.outs[0] if not s.multi else s.outs, s.multi, s.frees))
         return out
 
-    def forward(self, inputs: Sequence[Any], plan: list[tuple] | None = None) -> list[Any]:
-        """Run the steps on ``inputs`` (tensors on the program's device, in input order)."""
+    def _bound(self, inputs: Sequence[Any]) -> list[Any]:
+        """The slot list for one pass: constants from the template, ``inputs`` (cast where declared)."""
         env = list(self.template)
         for slot, t, cast in zip(self.input_slots, inputs, self.input_casts):
             env[slot] = t if cast is None else t.to(cast)
+        return env
+
+    def forward(self, inputs: Sequence[Any], plan: list[tuple] | None = None) -> list[Any]:
+        """Run the steps on ``inputs`` (tensors on the program's device, in input order)."""
+        env = self._bound(inputs)
         for fn, ins, out, multi, frees in (plan if plan is not None else self.plan()):
             r = fn(*[env[i] for i in ins])
             if multi:
@@ -89,9 +94,7 @@ class Program:
 
     def forward_each(self, inputs: Sequence[Any], after_step: Callable[[int], None]) -> None:
         """``forward`` without freeing, calling ``after_step(k)`` once step ``k`` is enqueued (per-step timing)."""
-        env = list(self.template)
-        for slot, t, cast in zip(self.input_slots, inputs, self.input_casts):
-            env[slot] = t if cast is None else t.to(cast)
+        env = self._bound(inputs)
         for k, (fn, ins, out, multi, _frees) in enumerate(self.plan()):
             r = fn(*[env[i] for i in ins])
             if multi:
