@@ -155,21 +155,24 @@ class DevicePools:
             for fut in done:
                 device, it = running.pop(fut)
                 try:
-                    yield it, Outcome(value=fut.result(), where=device)
+                    outcome = Outcome(value=fut.result(), where=device)
                 except BrokenProcessPool as exc:
                     self.pools[device].shutdown(wait=False, cancel_futures=True)
                     self.pools[device] = self._start(device)
-                    yield it, Outcome(lost=f"the worker process of device {device} died while running it ({exc})",
+                    outcome = Outcome(lost=f"the worker process of device {device} died while running it ({exc})",
                                       where=device)
-                feed(device)
+                feed(device)  # the device's next item starts before the caller handles this one
+                yield it, outcome
 
-    def close(self, abort: bool = False) -> None:
-        """Wait for the processes to finish; ``abort`` (Ctrl-C) ends them at once."""
+    def close(self, abort: bool = False, wait: bool = True) -> None:
+        """Wait for the processes to finish; ``abort`` (Ctrl-C) ends them at once. ``wait=False`` returns
+        while they exit (a GPU process's teardown takes a second or more): the interpreter still joins
+        them before it exits, so the caller's remaining work overlaps their exit."""
         for p in self.pools.values():
             if abort:
                 _terminate(p)
             else:
-                p.shutdown(wait=True, cancel_futures=True)
+                p.shutdown(wait=wait, cancel_futures=True)
 
 
 def device_map(fn: Callable[[Any], Any], items: Iterable[Any], *, devices: list[str]) -> Iterator[tuple[Any, Outcome]]:

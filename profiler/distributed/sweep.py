@@ -146,7 +146,9 @@ class DeviceRunner:
         return self.pools.map(run_variant_task, tasks)
 
     def close(self, abort: bool = False) -> None:
-        self.pools.close(abort)
+        # every variant's result is in (or the run is abandoned): the processes exit while this one
+        # writes the summary and report
+        self.pools.close(abort, wait=False)
 
 
 def warm_backend(name: str) -> None:
