@@ -242,10 +242,7 @@ def _host_during(ctx: Any, d: SM.DeviceGaps, gs: np.ndarray, ge: np.ndarray, det
             rows = blk[q]
             del q
             np.add.at(sums, calls.name_code[rows], ov)
-            sel = np.flatnonzero(want[g])
-            for gi, n, o in zip(g[sel].tolist(), calls.name_of(rows[sel]), ov[sel].tolist()):
-                per_gap[gi].setdefault(label, {})
-                per_gap[gi][label][n] = per_gap[gi][label].get(n, 0.0) + o / 1e6
+            _add_per_gap(per_gap, label, calls, g, rows, ov, want)
             covered_s.append(np.maximum(calls.start_ns[rows], gs[g]))
             covered_e.append(np.minimum(calls.end_ns[rows], ge[g]))
         del idx
@@ -276,6 +273,25 @@ def _host_during(ctx: Any, d: SM.DeviceGaps, gs: np.ndarray, ge: np.ndarray, det
         in_calls = _covered_ns(cs, ce)
     agg["outside_cuda_and_os_calls_ms"] = max(total - in_calls, 0.0) / 1e6
     return agg, per_gap
+
+
+def _add_per_gap(per_gap: list[dict], label: str, calls: Any, g: np.ndarray, rows: np.ndarray, ov: np.ndarray,
+                 want: np.ndarray) -> None:
+    """Add each wanted gap's overlap (ms) per call name into ``per_gap[gap][label]``: exact sums per
+    (gap, name code) first, so a gap overlapping many calls costs no per-call Python; names appear in the
+    order of their first call."""
+    sel = np.flatnonzero(want[g])
+    if not len(sel):
+        return
+    n_codes = max(len(calls.names), 1)
+    key = g[sel].astype(np.int64) * n_codes + calls.name_code[rows[sel]]
+    uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    sums = np.bincount(inv.ravel(), weights=ov[sel], minlength=len(uniq))
+    for k in np.argsort(first, kind="stable").tolist():
+        gi, code = divmod(int(uniq[k]), n_codes)
+        name = calls.names[code]
+        where = per_gap[gi].setdefault(label, {})
+        where[name] = where.get(name, 0.0) + float(sums[k]) / 1e6
 
 
 def _covered_ns(starts: np.ndarray, ends: np.ndarray) -> int:
