@@ -15,7 +15,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from profiler.errors import InputError
 
 __all__ = [
     "write_analysis_report", "write_sweep_report", "write_layers_report", "write_compare_report",
@@ -56,36 +55,20 @@ def write_compare_report(data: dict, path: str | os.PathLike, *, cdn: bool = Fal
     return write_html(build_compare_page(data), path, cdn=cdn)
 
 
-def report_kind(data: Any) -> str:
-    """Which report fits ``data``: 'compare', 'analysis', 'layers' or 'sweep'.
+#: the page that renders each document kind (its template is ``reports/templates/<page>.html.j2``)
+PAGE_OF_KIND = {"analyze": "analysis", "sweep": "sweep", "import": "layers", "compare": "compare"}
 
-    An explicit ``kind`` (top level or in ``run``: ``analyze``/``sweep``/``import``/``compare``) wins;
-    otherwise the shape decides.
-    """
-    if not isinstance(data, dict):
-        raise InputError("a report needs a JSON object (the --json output of analyze, sweep, import or compare)")
-    aliases = {"analyze": "analysis", "analysis": "analysis", "capture": "analysis", "sweep": "sweep",
-               "import": "layers", "layers": "layers", "compare": "compare"}
-    run = data.get("run") if isinstance(data.get("run"), dict) else {}
-    for kind in (data.get("kind"), run.get("kind")):
-        if isinstance(kind, str) and kind.lower() in aliases:
-            return aliases[kind.lower()]
-    if "baseline" in data and "candidate" in data:
-        return "compare"
-    if "ranges" in data or "capture" in data:
-        return "analysis"
-    variants = [v for v in data.get("variants") or [] if isinstance(v, dict)]
-    sweep_keys = ("checklist", "streams", "workspace_bytes", "cuda_graph", "accuracy", "samples_ms")
-    if data.get("layers") and not any(k in v for v in variants for k in sweep_keys):
-        return "layers"
-    if "variants" in data:
-        return "sweep"
-    raise InputError("cannot tell which report this data is for: expected the --json output of "
-                     "analyze (ranges), sweep (variants), import (layers) or compare (baseline, candidate)")
+
+def report_kind(data: Any) -> str:
+    """Which report page fits ``data``: 'analysis', 'sweep', 'layers' or 'compare', from the document's
+    kind (:func:`profiler.documents.document_kind`, which alone reads the shape of older files)."""
+    from profiler.documents import document_kind
+
+    return PAGE_OF_KIND[document_kind(data)]
 
 
 def write_report(data: dict, path: str | os.PathLike, *, cdn: bool = False) -> Path:
-    """Write the report that fits ``data`` (see :func:`report_kind`)."""
+    """Write the report of a trtprof document (any kind: see :mod:`profiler.documents`)."""
     kind = report_kind(data)
     if kind == "analysis":
         return write_analysis_report(data, path, cdn=cdn)

@@ -1,20 +1,22 @@
 """The capture-analysis report (``trtprof analyze --report``): plain data from the analysis dict.
 
-Input: the ``trtprof analyze --json`` dict. Every section is optional; a section whose data the
-capture lacks says so ("not in this capture") instead of failing.
+Input: the ``trtprof analyze --json`` document (:class:`profiler.documents.AnalysisDocument`). The page
+is ``SECTIONS``, a list of functions ``(doc) -> Section | None``; a section whose data the capture lacks
+says so ("not in this capture") instead of failing.
 """
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
+from profiler.documents import AnalysisDocument
 from profiler.report.common import (
-    NOT_IN_CAPTURE, OUTLIER_COLOR, PALETTE, banner, card, cell, chart, figure, findings_block,
-    findings_cards, finite, kv, missing, new_page, note, rounded, rounded_list, scalar_items, section,
+    NOT_IN_CAPTURE, OUTLIER_COLOR, PALETTE, Section, SectionFn, add_sections, banner, card, cell, chart, figure,
+    findings_block, findings_cards, finite, kv, missing, new_page, note, rounded, rounded_list, scalar_items,
     short_label, stat, table, unique_labels,
 )
 from profiler.report.fmt import fmt_pct, fmt_value, is_number
-from profiler.report.inference import add_inference
+from profiler.report.inference import inference_cards, inference_section
 
 MAX_DISTRIBUTION_RANGES = 16
 MAX_TIMELINE_RANGES = 8
@@ -235,11 +237,20 @@ def _bin_label(lo: Any, hi: Any) -> str:
     return f"{f(lo)}–{f(hi)}"
 
 
-def _verdict_and_cards(page: dict, result: dict, capture: dict, ranges: Sequence[dict]) -> None:
+def _ranges(doc: AnalysisDocument) -> list[dict]:
+    return [r for r in (doc.get("ranges") or []) if isinstance(r, dict)]
+
+
+def _capture(doc: AnalysisDocument) -> dict:
+    return doc["capture"] if isinstance(doc.get("capture"), dict) else {}
+
+
+def _head(page: dict, doc: AnalysisDocument) -> None:
     """The verdict strip, the cards, the banners (each said once) and the capture details (collapsed, last)."""
     from profiler.report.verdict import analysis_verdict
 
-    page["verdict"] = analysis_verdict(result)
+    capture, ranges = _capture(doc), _ranges(doc)
+    page["verdict"] = analysis_verdict(doc)
     n_inst = sum(int(r["count"]) for r in ranges if is_number(r.get("count")))
     page["cards"].append(card("ranges", len(ranges)))
     page["cards"].append(card("instances", n_inst))
@@ -247,8 +258,9 @@ def _verdict_and_cards(page: dict, result: dict, capture: dict, ranges: Sequence
     if isinstance(gpus, list) and gpus:
         names = sorted({str(g.get("name", "?")) if isinstance(g, dict) else str(g) for g in gpus})
         page["cards"].append(card("GPUs", str(len(gpus)), sub=", ".join(names)))
-    findings_cards(page, result.get("findings") or [])
-    for w in result.get("warnings") or capture.get("warnings") or []:
+    findings_cards(page, doc.get("findings") or [])
+    page["cards"] += inference_cards(doc)
+    for w in doc.get("warnings") or capture.get("warnings") or []:
         banner(page, "medium", str(w))
     for k in ("missing", "degraded"):
         items = capture.get(k)
@@ -258,88 +270,88 @@ def _verdict_and_cards(page: dict, result: dict, capture: dict, ranges: Sequence
     page["metadata"] = [kv(items)] if items else [missing("No capture details " + NOT_IN_CAPTURE + ".")]
 
 
-def _findings_section(page: dict, result: dict) -> None:
-    blocks = section(page, "findings", "Findings", "Each diagnosis with the numbers that prove it, the threshold "
-                                                   "it was held to and what to do; one card per problem.")
-    blocks.append(_by_impact(findings_block(result.get("findings") or []), result.get("findings") or []))
-    sync = [x for x in result.get("sync_summary") or [] if isinstance(x, dict)]
+def _findings(doc: AnalysisDocument) -> Section:
+    sec = Section("findings", "Findings", "Each diagnosis with the numbers that prove it, the threshold it was "
+                                          "held to and what to do; one card per problem.")
+    sec.add(_by_impact(findings_block(doc.get("findings") or []), doc.get("findings") or []))
+    sync = [x for x in doc.get("sync_summary") or [] if isinstance(x, dict)]
     if sync:
-        blocks.append({"type": "heading", "text": "Synchronisation calls"})
-        blocks.append(table(["call", "count", "total ms", "max ms"],
-                            [[str(x.get("name", "?")), x.get("count"), finite(x.get("total_ms")),
-                              finite(x.get("max_ms"))] for x in sync], numeric=[False, True, True, True]))
+        sec.add({"type": "heading", "text": "Synchronisation calls"},
+                table(["call", "count", "total ms", "max ms"],
+                      [[str(x.get("name", "?")), x.get("count"), finite(x.get("total_ms")),
+                        finite(x.get("max_ms"))] for x in sync], numeric=[False, True, True, True]))
+    return sec
 
 
-# ----------------------------------------------------------------------------- page
-
-def build_analysis_page(result: dict) -> dict[str, Any]:
-    """The analysis report as plain data (see :mod:`profiler.report.common` for the page shape)."""
-    result = result if isinstance(result, dict) else {}
-    capture = result.get("capture") if isinstance(result.get("capture"), dict) else {}
-    ranges = [r for r in (result.get("ranges") or []) if isinstance(r, dict)]
-    source = capture.get("source_path") or capture.get("path") or capture.get("source") or capture.get("file") or ""
-    page = new_page("analysis", "trtprof capture analysis", str(source))
-    _verdict_and_cards(page, result, capture, ranges)
-    add_inference(page, result)  # the inference, its layers, phases and streams come first
-    _findings_section(page, result)
+def _timeline(doc: AnalysisDocument) -> Section | None:
     from profiler.report.timeline import timeline_section
 
-    timeline_section(page, result, absent="The timeline needs the capture itself: `trtprof analyze CAPTURE "
-                                          "--report` draws it (a stored run or --json without it cannot).")
-    blocks = section(page, "summary", "Range series", "Each NVTX range series at a glance, most total wall "
-                                                      "time first.")
-    if ranges:
-        rows = []
-        for r in ranges:
-            outs = outliers(r)
-            rows.append([
-                cell(range_label(r), sub=(f"inside {r['parent']}" if r.get("parent") else
-                                          f"domain {r.get('domain')}" if r.get("domain") not in (None, "") else "")),
-                r.get("count"),
-                stat(r.get("wall_ms"), "median"), stat(r.get("wall_ms"), "p90"), stat(r.get("wall_ms"), "p99"),
-                stat(r.get("wall_ms"), "max"),
-                cell(fmt_pct(stat(r.get("wall_ms"), "cov_pct"))),
-                stat(r.get("gpu_busy_ms"), "median"),
-                cell(fmt_pct(finite(r.get("gpu_busy_fraction")) * 100) if finite(r.get("gpu_busy_fraction"))
-                     is not None else "—"),
-                r["outlier_count"] if is_number(r.get("outlier_count")) else len(outs),
-            ])
-        blocks.append(table(["range", "count", "median ms", "p90 ms", "p99 ms", "max ms", "CoV",
-                             "GPU busy median ms", "GPU busy fraction", "outliers"], rows,
-                            numeric=[False] + [True] * 9))
-    else:
-        blocks.append(missing("No NVTX ranges " + NOT_IN_CAPTURE + "."))
+    return timeline_section(doc, absent="The timeline needs the capture itself: `trtprof analyze CAPTURE "
+                                        "--report` draws it (a stored run or --json without it cannot).")
 
-    # ---- latency distribution
-    blocks = section(page, "distribution", "Latency distribution per series",
-                     "Wall time of each range instance. Boxes show quartiles and 1.5×IQR whiskers where the "
-                     "per-instance times are in the capture; otherwise the summary percentiles.")
-    order = sorted(ranges, key=_total_wall, reverse=True)[:MAX_DISTRIBUTION_RANGES]
+
+def _summary(doc: AnalysisDocument) -> Section:
+    sec = Section("summary", "Range series", "Each NVTX range series at a glance, most total wall time first.")
+    ranges = _ranges(doc)
+    if not ranges:
+        return sec.add(missing("No NVTX ranges " + NOT_IN_CAPTURE + "."))
+    rows = []
+    for r in ranges:
+        outs = outliers(r)
+        rows.append([
+            cell(range_label(r), sub=(f"inside {r['parent']}" if r.get("parent") else
+                                      f"domain {r.get('domain')}" if r.get("domain") not in (None, "") else "")),
+            r.get("count"),
+            stat(r.get("wall_ms"), "median"), stat(r.get("wall_ms"), "p90"), stat(r.get("wall_ms"), "p99"),
+            stat(r.get("wall_ms"), "max"),
+            cell(fmt_pct(stat(r.get("wall_ms"), "cov_pct"))),
+            stat(r.get("gpu_busy_ms"), "median"),
+            cell(fmt_pct(finite(r.get("gpu_busy_fraction")) * 100) if finite(r.get("gpu_busy_fraction"))
+                 is not None else "—"),
+            r["outlier_count"] if is_number(r.get("outlier_count")) else len(outs),
+        ])
+    return sec.add(table(["range", "count", "median ms", "p90 ms", "p99 ms", "max ms", "CoV",
+                          "GPU busy median ms", "GPU busy fraction", "outliers"], rows,
+                         numeric=[False] + [True] * 9))
+
+
+def _busiest(ranges: list[dict]) -> list[dict]:
+    """The ranges the charts draw: the most total wall time first, at most MAX_DISTRIBUTION_RANGES."""
+    return sorted(ranges, key=_total_wall, reverse=True)[:MAX_DISTRIBUTION_RANGES]
+
+
+def _distribution(doc: AnalysisDocument) -> Section:
+    sec = Section("distribution", "Latency distribution per series",
+                  "Wall time of each range instance. Boxes show quartiles and 1.5×IQR whiskers where the "
+                  "per-instance times are in the capture; otherwise the summary percentiles.")
+    ranges = _ranges(doc)
+    order = _busiest(ranges)
     if not order:
-        blocks.append(missing("Latency distribution " + NOT_IN_CAPTURE + " (no ranges)."))
-    else:
-        blocks.append(chart(page, "distribution", distribution_figure(order)))
-        if len(ranges) > len(order):
-            blocks.append(note(f"Showing the {len(order)} ranges with the most total wall time of {len(ranges)}."))
+        return sec.add(missing("Latency distribution " + NOT_IN_CAPTURE + " (no ranges)."))
+    sec.add(chart(sec, "distribution", distribution_figure(order)))
+    if len(ranges) > len(order):
+        sec.add(note(f"Showing the {len(order)} ranges with the most total wall time of {len(ranges)}."))
+    return sec
 
-    # ---- per-instance times
-    blocks = section(page, "instances", "Per-instance times",
-                     "Wall and GPU busy time of each instance in start order (0-based index); outliers marked "
-                     "with a red ×.")
+
+def _instances(doc: AnalysisDocument) -> Section:
+    sec = Section("instances", "Per-instance times",
+                  "Wall and GPU busy time of each instance in start order (0-based index); outliers marked "
+                  "with a red ×.")
+    ranges = _ranges(doc)
     shown = 0
-    for r in order:
+    for r in _busiest(ranges):
         tl = timeline(r)
         if not tl["total"]:
             continue
         if shown >= MAX_TIMELINE_RANGES:
             break
         shown += 1
-        blocks.append({"type": "heading", "text": range_label(r)})
         caption = "" if tl["shown"] == tl["total"] else (
             f"{tl['shown']} of {tl['total']} instances shown (the slowest of each bucket, and every outlier).")
-        blocks.append(chart(page, f"instances-{shown}", timeline_figure(tl), caption))
+        sec.add({"type": "heading", "text": range_label(r)}, chart(sec, f"instances-{shown}", timeline_figure(tl), caption))
     if not shown:
-        blocks.append(missing("Per-instance times " + NOT_IN_CAPTURE + "."))
+        sec.add(missing("Per-instance times " + NOT_IN_CAPTURE + "."))
     out_rows = []
     for r in ranges:
         inst = instances(r)["wall_ms"]
@@ -349,48 +361,62 @@ def build_analysis_page(result: dict) -> dict[str, Any]:
             out_rows.append([range_label(r), o["index"], finite(w), str(o.get("cause") or "—"),
                              "; ".join(f"{k} {fmt_value(k, v)}" for k, v in extra.items()) or "—"])
     if out_rows:
-        blocks.append(table(["range", "instance", "wall ms", "cause", "details"], out_rows,
-                            numeric=[False, True, True, False, False], caption="Outlier instances.", limit=200))
+        sec.add(table(["range", "instance", "wall ms", "cause", "details"], out_rows,
+                      numeric=[False, True, True, False, False], caption="Outlier instances.", limit=200))
+    return sec
 
-    # ---- busy vs host
-    blocks = section(page, "busy", "GPU busy vs host time",
-                     "Median wall time of each range against the median union of its GPU activity (kernels, "
-                     "copies, memsets, graph launches). A low fraction means the host, not the GPU, sets the pace.")
-    bvh = busy_vs_host(ranges)
+
+def _busy(doc: AnalysisDocument) -> Section:
+    sec = Section("busy", "GPU busy vs host time",
+                  "Median wall time of each range against the median union of its GPU activity (kernels, "
+                  "copies, memsets, graph launches). A low fraction means the host, not the GPU, sets the pace.")
+    bvh = busy_vs_host(_ranges(doc))
     if any(v is not None for v in bvh["wall_ms_median"] + bvh["gpu_busy_ms_median"]):
-        blocks.append(chart(page, "busy", busy_figure(bvh)))
-    else:
-        blocks.append(missing("GPU busy time " + NOT_IN_CAPTURE + "."))
+        return sec.add(chart(sec, "busy", busy_figure(bvh)))
+    return sec.add(missing("GPU busy time " + NOT_IN_CAPTURE + "."))
 
-    # ---- kernels
-    blocks = section(page, "kernels", "Top kernels", "Kernels by total GPU time.")
-    krows = kernel_rows(result)
-    if krows:
-        top = krows[:MAX_KERNELS]
-        blocks.append(chart(page, "kernels", kernels_figure(top), ""))
-        cols = [c for c in ("count", "total_ms", "mean_ms", "median_ms", "min_ms", "max_ms", "share_pct")
-                if any(c in k for k in krows)]
-        blocks.append(table(["kernel"] + [c.replace("_", " ") for c in cols],
-                            [[cell(str(k.get("name", "?")))] + [_num_or_text(k.get(c)) for c in cols]
-                             for k in krows], numeric=[False] + [True] * len(cols), limit=100))
-    else:
-        blocks.append(missing("Kernel summary " + NOT_IN_CAPTURE + "."))
 
-    # ---- gaps
-    blocks = section(page, "gaps", "GPU idle gaps", "Idle time between GPU activities inside the active window, "
-                                                   "by gap length.")
-    hists = gap_histograms(result)
-    if hists:
-        blocks.append(chart(page, "gaps", gaps_figure(hists)))
-        for h in hists:
-            if h["info"]:
-                blocks.append(kv([(f"{h['label']}: {k}", v) for k, v in h["info"].items()
-                                  if not isinstance(v, (list, dict))]))
-    else:
-        blocks.append(missing("Gap histogram " + NOT_IN_CAPTURE + "."))
-    # as in the terminal: the inference (with layers, phases, streams), then the findings ranked by impact
-    order = {"inference": 0, "findings": 1}
-    page["sections"].sort(key=lambda sec: order.get(sec["id"], 2))
+def _kernels(doc: AnalysisDocument) -> Section:
+    sec = Section("kernels", "Top kernels", "Kernels by total GPU time.")
+    krows = kernel_rows(doc)
+    if not krows:
+        return sec.add(missing("Kernel summary " + NOT_IN_CAPTURE + "."))
+    sec.add(chart(sec, "kernels", kernels_figure(krows[:MAX_KERNELS]), ""))
+    cols = [c for c in ("count", "total_ms", "mean_ms", "median_ms", "min_ms", "max_ms", "share_pct")
+            if any(c in k for k in krows)]
+    return sec.add(table(["kernel"] + [c.replace("_", " ") for c in cols],
+                         [[cell(str(k.get("name", "?")))] + [_num_or_text(k.get(c)) for c in cols]
+                          for k in krows], numeric=[False] + [True] * len(cols), limit=100))
+
+
+def _gaps(doc: AnalysisDocument) -> Section:
+    sec = Section("gaps", "GPU idle gaps", "Idle time between GPU activities inside the active window, by gap length.")
+    hists = gap_histograms(doc)
+    if not hists:
+        return sec.add(missing("Gap histogram " + NOT_IN_CAPTURE + "."))
+    sec.add(chart(sec, "gaps", gaps_figure(hists)))
+    for h in hists:
+        if h["info"]:
+            sec.add(kv([(f"{h['label']}: {k}", v) for k, v in h["info"].items() if not isinstance(v, (list, dict))]))
+    return sec
+
+
+# ----------------------------------------------------------------------------- page
+
+#: The analysis page, in order: as in the terminal, the inference (its layers, phases, streams), then the
+#: findings ranked by impact, then the detail. A new section is one function here and one entry.
+SECTIONS: list[SectionFn] = [inference_section, _findings, _timeline, _summary, _distribution, _instances,
+                             _busy, _kernels, _gaps]
+
+
+def build_analysis_page(result: AnalysisDocument) -> dict[str, Any]:
+    """The analysis report as plain data (see :mod:`profiler.report.common` for the page shape)."""
+    doc = result if isinstance(result, dict) else {}
+    capture = _capture(doc)
+    source = capture.get("source_path") or capture.get("path") or capture.get("source") or capture.get("file") or ""
+    page = new_page("analysis", "trtprof capture analysis", str(source))
+    _head(page, doc)
+    add_sections(page, doc, SECTIONS)
     return page
 
 

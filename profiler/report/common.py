@@ -1,15 +1,18 @@
 """Building blocks shared by every report: pages, sections, tables, findings, plotly figure specs.
 
 A *page* is plain data: ``{"kind", "title", "subtitle", "banners", "cards", "sections", "figures"}``.
-Each section holds *blocks* (``chart``, ``table``, ``kv``, ``findings``, ``note``, ``missing``,
-``details``) that the templates render one way everywhere. Figures are plotly JSON specs (dicts);
-plotly itself is never imported here.
+Each page kind lists its sections as functions ``(doc) -> Section | None`` (``SECTIONS`` in its
+module; None: the document has nothing for it) and :func:`add_sections` places them in that order.
+A section holds *blocks* (``chart``, ``table``, ``kv``, ``findings``, ``note``, ``missing``,
+``details``) that the templates render one way everywhere, and its charts' figures. Figures are
+plotly JSON specs (dicts); plotly itself is never imported here.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
 
 from profiler.report.fmt import DASH, fmt_num, fmt_value, humanize_key, is_number
 
@@ -82,11 +85,51 @@ def drop_empty_columns(columns: Sequence[str], rows: Sequence[Sequence[Any]], ke
     return [columns[i] for i in idx], [[r[i] for i in idx] for r in rows]
 
 
-def section(page: dict, sid: str, title: str, intro: str = "") -> list[dict]:
-    """Append a section to ``page`` and return its (mutable) block list."""
-    blocks: list[dict] = []
-    page["sections"].append({"id": sid, "title": title, "intro": intro, "blocks": blocks})
-    return blocks
+@dataclass
+class Section:
+    """One section of a page: an anchor id, a title, an intro line, its blocks and its charts' figures."""
+
+    id: str
+    title: str
+    intro: str = ""
+    blocks: list[dict] = field(default_factory=list)
+    figures: dict[str, dict] = field(default_factory=dict)
+
+    def add(self, *blocks: dict) -> "Section":
+        self.blocks.extend(blocks)
+        return self
+
+
+#: a section of a page: None when the document has nothing for it (the section is left out)
+SectionFn = Callable[[Any], "Section | None"]
+
+
+def add_sections(page: dict, doc: Any, sections: Sequence[SectionFn]) -> None:
+    """Append to ``page`` each section the functions build from ``doc``, in order, with their figures
+    (an id another section already took gets a suffix, as :func:`chart` gives one inside a section)."""
+    for build in sections:
+        sec = build(doc)
+        if sec is None:
+            continue
+        renamed = {}
+        for fig_id, fig in sec.figures.items():
+            new, n = fig_id, 2
+            while new in page["figures"]:
+                new, n = f"{fig_id}-{n}", n + 1
+            page["figures"][new] = fig
+            if new != fig_id:
+                renamed[fig_id] = new
+        if renamed:
+            _rename_charts(sec.blocks, renamed)
+        page["sections"].append({"id": sec.id, "title": sec.title, "intro": sec.intro, "blocks": sec.blocks})
+
+
+def _rename_charts(blocks: list[dict], renamed: dict[str, str]) -> None:
+    for b in blocks:
+        if b.get("type") == "chart" and b.get("id") in renamed:
+            b["id"] = renamed[b["id"]]
+        elif b.get("type") == "details":
+            _rename_charts(b.get("blocks") or [], renamed)
 
 
 def card(label: str, value: Any, cls: str = "", sub: str = "") -> dict[str, str]:
@@ -101,15 +144,16 @@ def note(text: str, level: str = "info") -> dict[str, str]:
     return {"type": "note", "text": text, "level": level}
 
 
-def chart(page: dict, fig_id: str, figure: dict, caption: str = "") -> dict[str, str]:
-    """Register ``figure`` under ``fig_id`` on the page and return the block that places it."""
+def chart(owner: "Section | dict", fig_id: str, figure: dict, caption: str = "") -> dict[str, str]:
+    """Register ``figure`` under ``fig_id`` on a section (or a page dict) and return the block that places it."""
+    figures = owner.figures if isinstance(owner, Section) else owner["figures"]
     fig_id = "fig-" + "".join(c if c.isalnum() or c in "-_" else "-" for c in fig_id)
     base, n = fig_id, 2
-    while fig_id in page["figures"]:
+    while fig_id in figures:
         fig_id, n = f"{base}-{n}", n + 1
     for trace in figure.get("data", []):
         escape_trace_text(trace)
-    page["figures"][fig_id] = figure
+    figures[fig_id] = figure
     return {"type": "chart", "id": fig_id, "caption": caption}
 
 

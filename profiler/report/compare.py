@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from profiler.documents import ComparisonDocument
 from profiler.report.common import (
-    NOT_IN_RUN, OUTLIER_COLOR, cell, chart, figure, findings_block, finite, kv, missing, new_page,
-    note, rounded, rounded_list, section, shared_edges, short_label, histogram, table, unique_labels,
+    NOT_IN_RUN, OUTLIER_COLOR, Section, SectionFn, add_sections, cell, chart, figure, findings_block, finite, kv,
+    missing, new_page, note, rounded, rounded_list, shared_edges, short_label, histogram, table, unique_labels,
 )
 from profiler.report.fmt import DASH, fmt_ms, fmt_num, fmt_pct, fmt_ratio_pct, fmt_value, humanize_key, is_number
 
@@ -239,169 +240,205 @@ def _num_or_cell(v: Any, cls: str = "") -> Any:
 
 # ----------------------------------------------------------------------------- page
 
-def build_compare_page(data: dict) -> dict[str, Any]:
-    """The compare report as plain data; ``page["verdict"]`` is shown before everything else."""
-    data = data if isinstance(data, dict) else {}
-    base = data.get("baseline") if isinstance(data.get("baseline"), dict) else {}
-    cand = data.get("candidate") if isinstance(data.get("candidate"), dict) else {}
-    variants = [v for v in data.get("variants") or [] if isinstance(v, dict)]
+def _variants(doc: ComparisonDocument) -> list[dict]:
+    return [v for v in doc.get("variants") or [] if isinstance(v, dict)]
 
-    def run_name(r: dict) -> str:
-        return str(r.get("label") or (f"run {r['id']}" if r.get("id") is not None else "?"))
 
-    page = new_page("compare", "trtprof regression review", f"{run_name(base)} → {run_name(cand)}")
+def _side(doc: ComparisonDocument, which: str) -> dict:
+    return doc[which] if isinstance(doc.get(which), dict) else {}
+
+
+def run_name(r: dict) -> str:
+    return str(r.get("label") or (f"run {r['id']}" if r.get("id") is not None else "?"))
+
+
+def _head(page: dict, doc: ComparisonDocument) -> None:
+    """The verdict, the banners and the two runs' details side by side (collapsed, last)."""
     from profiler.report.verdict import compare_verdict
 
-    page["verdict"] = compare_verdict(data, verdict_summary(data))
-    for w in data.get("warnings") or []:
+    page["verdict"] = compare_verdict(doc, verdict_summary(doc))
+    for w in doc.get("warnings") or []:
         page["banners"].append({"level": "medium", "text": str(w)})
-    if data.get("forced"):
+    if doc.get("forced"):
         page["banners"].append({"level": "high", "text": "Compared with --force although " + "; ".join(
-            str(x) for x in data["forced"]) + ": differences may come from that, not from a regression."})
+            str(x) for x in doc["forced"]) + ": differences may come from that, not from a regression."})
+    base, cand = _side(doc, "baseline"), _side(doc, "candidate")
+    rows = []
+    for f in RUN_FIELDS if base or cand else ():
+        b, c = base.get(f), cand.get(f)
+        if b is None and c is None:
+            continue
+        cls = "warn" if b != c and f not in ("id", "label", "created_at", "status") else ""
+        rows.append([humanize_key(f), cell(fmt_value(f, b), cls=cls), cell(fmt_value(f, c), cls=cls)])
+    if rows:
+        page["metadata"].append(table(["", "baseline", "candidate"], rows, numeric=[False] * 3))
 
-    # ---- verdict table
-    blocks = section(page, "by-variant", "Verdict by variant",
-                     "Median latency ratio candidate/baseline with its bootstrap confidence interval, and the "
-                     "Mann-Whitney U p-value on the per-iteration samples; a change must also beat the "
-                     "run-to-run spread (process repeats of trtprof sweep --repeat, or the fingerprint's "
-                     "history), or it is not called.")
-    rule = data.get("decision_rule", data.get("rule", data.get("thresholds")))
+
+def _by_variant(doc: ComparisonDocument) -> Section:
+    sec = Section("by-variant", "Verdict by variant",
+                  "Median latency ratio candidate/baseline with its bootstrap confidence interval, and the "
+                  "Mann-Whitney U p-value on the per-iteration samples; a change must also beat the "
+                  "run-to-run spread (process repeats of trtprof sweep --repeat, or the fingerprint's "
+                  "history), or it is not called.")
+    rule = doc.get("decision_rule", doc.get("rule", doc.get("thresholds")))
     if isinstance(rule, dict) and rule:
-        blocks.append(kv(rule.items()))
-    if variants:
-        ordered = sorted(variants, key=lambda v: (VERDICT_ORDER.get(_verdict(v), 9), -(finite(v.get("median_ratio")) or 0)))
-        rows = []
-        for v in ordered:
-            b, c = variant_medians(v)
-            noise = v.get("noise") if isinstance(v.get("noise"), dict) else {}
-            rows.append([str(v.get("key", "?")), cell(_verdict(v).replace("_", " "), cls=VERDICT_CLASSES.get(_verdict(v), ""),
-                                                     sub=str(v.get("within_reason") or v.get("reason") or "")),
-                         cell(str(noise.get("summary") or DASH),
-                              cls="warn" if _verdict(v) == "inconclusive" else ""),
-                         b, c, cell(fmt_ratio_pct(v.get("median_ratio"))), cell(ci_text(v)), cell(p_text(v.get("p_value"))),
-                         cell(fmt_ratio_pct(v.get("throughput_ratio"))),
-                         cell(f"{len(v.get('baseline_samples_ms') or [])} / {len(v.get('candidate_samples_ms') or [])}")])
-        blocks.append(table(["variant", "verdict (within the run)", "between runs", "baseline median ms",
-                             "candidate median ms", "median change", "confidence interval", "p-value",
-                             "throughput change", "samples (base / cand)"], rows,
-                            numeric=[False, False, False] + [True] * 7))
-    else:
-        blocks.append(missing("No variants matched by key " + NOT_IN_RUN + "."))
+        sec.add(kv(rule.items()))
+    variants = _variants(doc)
+    if not variants:
+        return sec.add(missing("No variants matched by key " + NOT_IN_RUN + "."))
+    ordered = sorted(variants, key=lambda v: (VERDICT_ORDER.get(_verdict(v), 9), -(finite(v.get("median_ratio")) or 0)))
+    rows = []
+    for v in ordered:
+        b, c = variant_medians(v)
+        noise = v.get("noise") if isinstance(v.get("noise"), dict) else {}
+        rows.append([str(v.get("key", "?")), cell(_verdict(v).replace("_", " "), cls=VERDICT_CLASSES.get(_verdict(v), ""),
+                                                 sub=str(v.get("within_reason") or v.get("reason") or "")),
+                     cell(str(noise.get("summary") or DASH),
+                          cls="warn" if _verdict(v) == "inconclusive" else ""),
+                     b, c, cell(fmt_ratio_pct(v.get("median_ratio"))), cell(ci_text(v)), cell(p_text(v.get("p_value"))),
+                     cell(fmt_ratio_pct(v.get("throughput_ratio"))),
+                     cell(f"{len(v.get('baseline_samples_ms') or [])} / {len(v.get('candidate_samples_ms') or [])}")])
+    return sec.add(table(["variant", "verdict (within the run)", "between runs", "baseline median ms",
+                          "candidate median ms", "median change", "confidence interval", "p-value",
+                          "throughput change", "samples (base / cand)"], rows,
+                         numeric=[False, False, False] + [True] * 7))
 
-    # ---- distributions
-    blocks = section(page, "distributions", "Latency distributions, both runs overlaid",
-                     "Per-iteration latency histograms on shared bins.")
+
+def _distributions(doc: ComparisonDocument) -> Section:
+    sec = Section("distributions", "Latency distributions, both runs overlaid",
+                  "Per-iteration latency histograms on shared bins.")
+    base, cand = run_name(_side(doc, "baseline")), run_name(_side(doc, "candidate"))
     shown = 0
-    for v in sorted(variants, key=lambda v: (VERDICT_ORDER.get(_verdict(v), 9),
-                                              -abs((finite(v.get("median_ratio")) or 1) - 1))):
+    for v in sorted(_variants(doc), key=lambda v: (VERDICT_ORDER.get(_verdict(v), 9),
+                                                    -abs((finite(v.get("median_ratio")) or 1) - 1))):
         h = overlaid_histogram(v)
         if h is None or shown >= MAX_DISTRIBUTIONS:
             continue
         shown += 1
-        blocks.append({"type": "heading", "text": f"{v.get('key', '?')} ({_verdict(v).replace('_', ' ')})"})
-        blocks.append(chart(page, f"dist-{shown}", distribution_figure(h, run_name(base), run_name(cand))))
+        sec.add({"type": "heading", "text": f"{v.get('key', '?')} ({_verdict(v).replace('_', ' ')})"},
+                chart(sec, f"dist-{shown}", distribution_figure(h, base, cand)))
     if not shown:
-        blocks.append(missing("Per-iteration samples " + NOT_IN_RUN + "."))
+        sec.add(missing("Per-iteration samples " + NOT_IN_RUN + "."))
+    return sec
 
-    # ---- layer deltas (and kernel deltas)
-    top_kernels = data.get("kernel_deltas")
+
+def _deltas_section(kind: str, label: str, has: list[dict], hidden: list[dict]) -> Section:
+    """Per-layer or per-kernel deltas of the variants in ``has`` (``hidden``: variants whose deltas were
+    withheld, with why)."""
+    sec = Section(f"{kind}-deltas", f"Per-{label} deltas",
+                  f"Which {label}s got slower (candidate − baseline), largest slowdown first. Per-layer "
+                  "times come from a short profiling pass: a delta is shown only for a variant whose "
+                  "latency changed beyond noise, and only when it exceeds its uncertainty (± shown).")
+    key = f"{label}_deltas"
+    for v in hidden:
+        sec.add(note(f"{v.get('key', '?')}: {v['layer_deltas_hidden']}."))
+    if not has and not hidden:
+        sec.add(missing(f"Per-{label} times " + NOT_IN_RUN + " (both runs need them)."))
+    for i, v in enumerate(has):
+        rows = delta_rows(v.get(key))
+        sec.add({"type": "heading", "text": str(v.get("key", "?"))})
+        if i < MAX_DISTRIBUTIONS:
+            sec.add(chart(sec, f"{kind}-delta-{i}", delta_figure(rows[:TOP_DELTAS] + [r for r in rows[TOP_DELTAS:]][-5:])))
+        extra = [c for c in ("type", "precision_baseline", "precision_candidate", "uncertainty_ms")
+                 if any(c in r for r in rows)]
+        sec.add(table([label] + [humanize_key(c) for c in extra] + ["baseline ms", "candidate ms", "delta ms", "delta"],
+                      [[str(r.get("name", "?"))] + [cell(fmt_value(c, r.get(c))) for c in extra] +
+                       [finite(r.get("baseline_ms")), finite(r.get("candidate_ms")),
+                        cell(fmt_num(r.get("delta_ms")), cls="bad" if (finite(r.get("delta_ms")) or 0) > 0
+                             else "ok" if (finite(r.get("delta_ms")) or 0) < 0 else ""),
+                        cell(fmt_pct(r.get("delta_pct")))] for r in rows],
+                      numeric=[False] + [False] * len(extra) + [True] * 4, limit=40))
+    return sec
+
+
+def _layer_deltas(doc: ComparisonDocument) -> Section:
+    variants = _variants(doc)
+    return _deltas_section("layers", "layer", [v for v in variants if delta_rows(v.get("layer_deltas"))],
+                           [v for v in variants if v.get("layer_deltas_hidden")])
+
+
+def _kernel_deltas(doc: ComparisonDocument) -> Section | None:
+    top_kernels = doc.get("kernel_deltas")
     kernel_error = next((r.get("error") for r in top_kernels or [] if isinstance(r, dict) and r.get("error")), None)
-    for kind, key, label in (("layers", "layer_deltas", "layer"), ("kernels", "kernel_deltas", "kernel")):
-        has = [v for v in variants if delta_rows(v.get(key))]
-        hidden = [v for v in variants if kind == "layers" and v.get("layer_deltas_hidden")]
-        if kind == "kernels" and delta_rows([r for r in top_kernels or [] if isinstance(r, dict) and "name" in r]):
-            has = [{"key": "whole capture", key: [r for r in top_kernels if isinstance(r, dict) and "name" in r]}] + has
-        if kind == "kernels" and kernel_error:
-            section(page, "kernels-deltas", "Per-kernel deltas").append(note(str(kernel_error), "warn"))
-            continue
-        if kind == "kernels" and not has:
-            continue
-        blocks = section(page, f"{kind}-deltas", f"Per-{label} deltas",
-                         f"Which {label}s got slower (candidate − baseline), largest slowdown first. Per-layer "
-                         "times come from a short profiling pass: a delta is shown only for a variant whose "
-                         "latency changed beyond noise, and only when it exceeds its uncertainty (± shown).")
-        for v in hidden:
-            blocks.append(note(f"{v.get('key', '?')}: {v['layer_deltas_hidden']}."))
-        if not has and not hidden:
-            blocks.append(missing(f"Per-{label} times " + NOT_IN_RUN + " (both runs need them)."))
-        for i, v in enumerate(has):
-            rows = delta_rows(v.get(key))
-            blocks.append({"type": "heading", "text": str(v.get("key", "?"))})
-            if i < MAX_DISTRIBUTIONS:
-                blocks.append(chart(page, f"{kind}-delta-{i}", delta_figure(rows[:TOP_DELTAS] +
-                                                                            [r for r in rows[TOP_DELTAS:]][-5:])))
-            extra = [c for c in ("type", "precision_baseline", "precision_candidate", "uncertainty_ms")
-                     if any(c in r for r in rows)]
-            blocks.append(table([label] + [humanize_key(c) for c in extra] + ["baseline ms", "candidate ms",
-                                                                             "delta ms", "delta"],
-                                [[str(r.get("name", "?"))] + [cell(fmt_value(c, r.get(c))) for c in extra] +
-                                 [finite(r.get("baseline_ms")), finite(r.get("candidate_ms")),
-                                  cell(fmt_num(r.get("delta_ms")), cls="bad" if (finite(r.get("delta_ms")) or 0) > 0
-                                       else "ok" if (finite(r.get("delta_ms")) or 0) < 0 else ""),
-                                  cell(fmt_pct(r.get("delta_pct")))] for r in rows],
-                                numeric=[False] + [False] * len(extra) + [True] * 4, limit=40))
+    if kernel_error:
+        return Section("kernels-deltas", "Per-kernel deltas").add(note(str(kernel_error), "warn"))
+    has = [v for v in _variants(doc) if delta_rows(v.get("kernel_deltas"))]
+    whole = [r for r in top_kernels or [] if isinstance(r, dict) and "name" in r]
+    if delta_rows(whole):
+        has = [{"key": "whole capture", "kernel_deltas": whole}] + has
+    return _deltas_section("kernels", "kernel", has, []) if has else None
 
-    # ---- accuracy deltas
-    acc = [(v, accuracy_rows(v.get("accuracy_deltas", v.get("accuracy")))) for v in variants]
+
+def _accuracy(doc: ComparisonDocument) -> Section | None:
+    acc = [(v, accuracy_rows(v.get("accuracy_deltas", v.get("accuracy")))) for v in _variants(doc)]
     acc = [(v, rows) for v, rows in acc if rows]
-    if acc:
-        blocks = section(page, "accuracy", "Accuracy deltas", "Each output's error against FP32 in both runs.")
-        for v, rows in acc:
-            bad = str(v.get("accuracy_verdict") or "") == "regression"
-            blocks.append({"type": "heading", "text": f"{v.get('key', '?')}" + (" (accuracy regression)" if bad else "")})
-            blocks.append(table(["output", "metric", "baseline", "candidate", "delta"],
-                                [[r["output"], r["metric"], _num_or_cell(r["baseline"]), _num_or_cell(r["candidate"]),
-                                  _num_or_cell(r["delta"], cls="bad" if r["metric"] == "passed"
-                                               and r["candidate"] is False and r["baseline"] is not False else "")]
-                                 for r in rows], numeric=[False, False, True, True, True], limit=200))
+    if not acc:
+        return None
+    sec = Section("accuracy", "Accuracy deltas", "Each output's error against FP32 in both runs.")
+    for v, rows in acc:
+        bad = str(v.get("accuracy_verdict") or "") == "regression"
+        sec.add({"type": "heading", "text": f"{v.get('key', '?')}" + (" (accuracy regression)" if bad else "")})
+        sec.add(table(["output", "metric", "baseline", "candidate", "delta"],
+                      [[r["output"], r["metric"], _num_or_cell(r["baseline"]), _num_or_cell(r["candidate"]),
+                        _num_or_cell(r["delta"], cls="bad" if r["metric"] == "passed"
+                                     and r["candidate"] is False and r["baseline"] is not False else "")]
+                       for r in rows], numeric=[False, False, True, True, True], limit=200))
+    return sec
 
-    # ---- environment
-    blocks = section(page, "environment", "Environment differences",
-                     "What changed between the runs: GPU, driver, CUDA, TensorRT, engine fingerprint, clocks.")
-    env = environment_rows(data.get("environment_changes"))
+
+def _environment(doc: ComparisonDocument) -> Section:
+    sec = Section("environment", "Environment differences",
+                  "What changed between the runs: GPU, driver, CUDA, TensorRT, engine fingerprint, clocks.")
+    env = environment_rows(doc.get("environment_changes"))
     if env:
-        blocks.append(table(["what", "baseline", "candidate"],
-                            [[f, cell(fmt_value(f, b), cls="warn"), cell(fmt_value(f, c), cls="warn")] for f, b, c in env],
-                            numeric=[False, False, False]))
-    elif "environment_changes" in data:
-        blocks.append(note("Nothing changed in the recorded environment.", "ok"))
-    else:
-        blocks.append(missing("Environment comparison " + NOT_IN_RUN + "."))
-    if base or cand:
-        rows = []
-        for f in RUN_FIELDS:
-            b, c = base.get(f), cand.get(f)
-            if b is None and c is None:
-                continue
-            cls = "warn" if b != c and f not in ("id", "label", "created_at", "status") else ""
-            rows.append([humanize_key(f), cell(fmt_value(f, b), cls=cls), cell(fmt_value(f, c), cls=cls)])
-        if rows:
-            page["metadata"].append(table(["", "baseline", "candidate"], rows, numeric=[False] * 3))
+        return sec.add(table(["what", "baseline", "candidate"],
+                             [[f, cell(fmt_value(f, b), cls="warn"), cell(fmt_value(f, c), cls="warn")] for f, b, c in env],
+                             numeric=[False, False, False]))
+    if "environment_changes" in doc:
+        return sec.add(note("Nothing changed in the recorded environment.", "ok"))
+    return sec.add(missing("Environment comparison " + NOT_IN_RUN + "."))
 
-    # ---- findings
-    blocks = section(page, "findings", "Findings that appeared or disappeared")
-    appeared, gone = data.get("findings_appeared"), data.get("findings_disappeared")
+
+def _findings(doc: ComparisonDocument) -> Section:
+    sec = Section("findings", "Findings that appeared or disappeared")
+    appeared, gone = doc.get("findings_appeared"), doc.get("findings_disappeared")
     if appeared is None and gone is None:
-        blocks.append(missing("Finding comparison " + NOT_IN_RUN + "."))
-    else:
-        blocks.append({"type": "heading", "text": f"Appeared in the candidate ({len(appeared or [])})"})
-        blocks.append(findings_block(appeared or [], "No new findings."))
-        blocks.append({"type": "heading", "text": f"Disappeared from the candidate ({len(gone or [])})"})
-        blocks.append(findings_block(gone or [], "No finding went away."))
+        return sec.add(missing("Finding comparison " + NOT_IN_RUN + "."))
+    return sec.add({"type": "heading", "text": f"Appeared in the candidate ({len(appeared or [])})"},
+                   findings_block(appeared or [], "No new findings."),
+                   {"type": "heading", "text": f"Disappeared from the candidate ({len(gone or [])})"},
+                   findings_block(gone or [], "No finding went away."))
 
-    # ---- trend
-    series = trend_series(data.get("trend"))
-    for v in variants:
+
+def _trend(doc: ComparisonDocument) -> Section | None:
+    series = trend_series(doc.get("trend"))
+    for v in _variants(doc):
         for t in trend_series(v.get("trend")):
             t["title"] = t["title"] if t["title"] and t["title"] != "None" else str(v.get("key", "?"))
             series.append(t)
-    if series:
-        blocks = section(page, "trend", "Trend", "Median latency of the runs of the same fingerprint over time; "
-                                                 "the star marks the run where the change began.")
-        for i, s in enumerate(series[:MAX_DISTRIBUTIONS]):
-            if s["title"]:
-                blocks.append({"type": "heading", "text": s["title"]})
-            blocks.append(chart(page, f"trend-{i}", trend_figure(s)))
+    if not series:
+        return None
+    sec = Section("trend", "Trend", "Median latency of the runs of the same fingerprint over time; "
+                                    "the star marks the run where the change began.")
+    for i, s in enumerate(series[:MAX_DISTRIBUTIONS]):
+        if s["title"]:
+            sec.add({"type": "heading", "text": s["title"]})
+        sec.add(chart(sec, f"trend-{i}", trend_figure(s)))
+    return sec
+
+
+#: The compare page, in order. A new section is one function ``(doc) -> Section | None`` and one entry here.
+SECTIONS: list[SectionFn] = [_by_variant, _distributions, _layer_deltas, _kernel_deltas, _accuracy, _environment,
+                             _findings, _trend]
+
+
+def build_compare_page(data: ComparisonDocument) -> dict[str, Any]:
+    """The compare report as plain data; ``page["verdict"]`` is shown before everything else."""
+    doc = data if isinstance(data, dict) else {}
+    base, cand = _side(doc, "baseline"), _side(doc, "candidate")
+    page = new_page("compare", "trtprof regression review", f"{run_name(base)} → {run_name(cand)}")
+    _head(page, doc)
+    add_sections(page, doc, SECTIONS)
     return page
 
 

@@ -6,8 +6,8 @@ Input: the ``trtprof analyze --json`` dict (``inference``, ``layers``, ``layer_t
 
 from __future__ import annotations
 
-
-from profiler.report.common import card, cell, kv, note, section, stat, table
+from profiler.documents import AnalysisDocument
+from profiler.report.common import Section, card, cell, kv, note, stat, table
 from profiler.report.fmt import fmt_pct
 
 SOURCES = {"tensorrt": "TensorRT's ExecutionContext enqueue/execute ranges",
@@ -17,33 +17,39 @@ BOUND = {"compute": "compute", "HtoD": "host-to-device copies", "DtoH": "device-
 MAX_LAYERS = 60
 
 
-def add_inference(page: dict, result: dict) -> None:
-    """Cards and an 'Inference' section (unit, layers, phases, streams) ahead of the other sections."""
-    inf = result.get("inference")
+def inference_cards(doc: AnalysisDocument) -> list[dict]:
+    """The inference's cards: GPU and host time per inference, what bounds it, time to first inference."""
+    inf = doc.get("inference")
     if not isinstance(inf, dict):
-        return
+        return []
     gpu = inf.get("gpu_ms") or {}
-    page["cards"].append(card("inference GPU ms", stat(gpu, "median"), sub=f"median of {inf.get('steady_count')} "
-                                                                        f"steady of {inf.get('count')}"))
-    page["cards"].append(card("host ms", stat(inf.get("host_ms"), "median"), sub="median enqueue time"))
+    cards = [card("inference GPU ms", stat(gpu, "median"), sub=f"median of {inf.get('steady_count')} "
+                                                                f"steady of {inf.get('count')}"),
+             card("host ms", stat(inf.get("host_ms"), "median"), sub="median enqueue time")]
     if inf.get("bound_by"):
-        page["cards"].append(card("bound by", BOUND.get(inf["bound_by"], str(inf["bound_by"])), sub="steady state"))
-    ph = result.get("phases") or {}
+        cards.append(card("bound by", BOUND.get(inf["bound_by"], str(inf["bound_by"])), sub="steady state"))
+    ph = doc.get("phases") or {}
     if ph.get("time_to_first_inference_ms") is not None:
-        page["cards"].append(card("time to first inference ms", ph["time_to_first_inference_ms"]))
-    blocks = section(page, "inference", "Inference",
-                     f"One inference is {SOURCES.get(inf.get('source'), '?')}: "
-                     f"{inf.get('series') or '(whole capture)'}. Statistics over the steady-state instances; GPU "
-                     "time is the busy union of the work each launched, on the GPU timeline.")
+        cards.append(card("time to first inference ms", ph["time_to_first_inference_ms"]))
+    return cards
+
+
+def inference_section(doc: AnalysisDocument) -> Section | None:
+    """The 'Inference' section (unit, layers, phases, streams); None for a document without an inference."""
+    inf = doc.get("inference")
+    if not isinstance(inf, dict):
+        return None
+    sec = Section("inference", "Inference",
+                  f"One inference is {SOURCES.get(inf.get('source'), '?')}: "
+                  f"{inf.get('series') or '(whole capture)'}. Statistics over the steady-state instances; GPU "
+                  "time is the busy union of the work each launched, on the GPU timeline.")
     rows = [[name, stat(inf.get(key), "median"), stat(inf.get(key), "p99"), stat(inf.get(key), "max")]
             for name, key in (("GPU time", "gpu_ms"), ("GPU latency (first start to last end)", "gpu_latency_ms"),
                               ("queueing delay (launch call to GPU start)", "queue_ms"),
                               ("host enqueue time", "host_ms"))]
-    blocks.append(table(["per inference", "median ms", "p99 ms", "max ms"], rows,
-                        numeric=[False, True, True, True]))
-    blocks += _layers(result)
-    blocks += _phases(ph)
-    blocks += _streams(result)
+    sec.add(table(["per inference", "median ms", "p99 ms", "max ms"], rows, numeric=[False, True, True, True]))
+    sec.add(*_layers(doc), *_phases(doc.get("phases") or {}), *_streams(doc))
+    return sec
 
 
 def _layers(result: dict) -> list[dict]:
@@ -108,4 +114,4 @@ def _streams(result: dict) -> list[dict]:
             note(text)] if text else []
 
 
-__all__ = ["add_inference"]
+__all__ = ["inference_cards", "inference_section"]

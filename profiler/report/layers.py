@@ -10,9 +10,11 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Sequence
 
+from profiler.documents import ImportDocument
 from profiler.report.common import (
-    NOT_IN_RUN, PALETTE, banner, card, cell, chart, details, figure, findings_block, findings_cards, finite, kv, missing,
-    new_page, note, rounded_list, scalar_items, section, short_label, stat, table, unique_labels,
+    NOT_IN_RUN, PALETTE, Section, SectionFn, add_sections, banner, card, cell, chart, details, figure, findings_block,
+    findings_cards, finite, kv, missing, new_page, note, rounded_list, scalar_items, short_label, stat, table,
+    unique_labels,
 )
 from profiler.report.fmt import DASH, fmt_pct, fmt_value, humanize_key, is_number
 from profiler.report.sweep import PRECISION_COLORS, layer_time_by_type, layer_time_metric, variant_key
@@ -121,129 +123,151 @@ def _align_label(r: dict, i: int) -> str:
 
 # ----------------------------------------------------------------------------- page
 
-def build_layers_page(data: dict) -> dict[str, Any]:
-    """The per-layer report as plain data."""
-    data = data if isinstance(data, dict) else {}
-    run = data.get("run") if isinstance(data.get("run"), dict) else {}
-    variants = [v for v in data.get("variants") or [] if isinstance(v, dict)]
-    layers = [x for x in data.get("layers") or [] if isinstance(x, dict)]
-    findings = data.get("findings") or []
-    page = new_page("layers", "trtprof per-layer report", str(run.get("source") or run.get("model") or ""))
+def _variants(doc: ImportDocument) -> list[dict]:
+    return [v for v in doc.get("variants") or [] if isinstance(v, dict)]
+
+
+def _layers(doc: ImportDocument) -> list[dict]:
+    return [x for x in doc.get("layers") or [] if isinstance(x, dict)]
+
+
+def _head(page: dict, doc: ImportDocument) -> None:
+    """The verdict, the banners, the cards and the run details (collapsed, last)."""
     from profiler.report.verdict import layers_verdict
 
-    page["verdict"] = layers_verdict(data)
-    for w in run.get("warnings") or data.get("warnings") or []:
+    run = doc["run"] if isinstance(doc.get("run"), dict) else {}
+    variants, layers = _variants(doc), _layers(doc)
+    page["verdict"] = layers_verdict(doc)
+    for w in run.get("warnings") or doc.get("warnings") or []:
         banner(page, "medium", str(w))
     page["cards"].append(card("variants", str(len(variants) or len({x.get('variant') for x in layers}))))
     page["cards"].append(card("profiled layers", len(layers)))
-    findings_cards(page, findings)
-
-    # ---- summary
-    blocks = section(page, "summary", "Summary", "End-to-end timing of each variant, and its per-layer sum.")
+    findings_cards(page, doc.get("findings") or [])
     items = scalar_items(run, skip=("warnings",))
     if items:
         page["metadata"] = [kv(items)]
-    sums = layer_sum_vs_latency(data)
-    if sums:
-        rows = []
-        for s in sums:
-            v = next((x for x in variants if variant_key(x) == s["variant"]), {})
-            rows.append([s["variant"], s["layers"], s["layer_sum_ms"], s["latency_median_ms"],
-                         s["gpu_compute_median_ms"], stat(v.get("enqueue_ms"), "median"), finite(v.get("throughput_qps")),
-                         cell(fmt_pct(s["overhead_pct"]))])
-        blocks.append(table(["variant", "layers", "sum of per-layer times ms", "latency median ms",
-                             "GPU compute median ms", "enqueue median ms", "throughput qps",
-                             "layer sum over GPU compute"], rows, numeric=[False] + [True] * 7))
-        blocks.append(note("The sum of per-layer times is larger than the end-to-end latency: profiling each "
-                           "layer adds timing events around it (per-layer event overhead) and breaks the overlap "
-                           "between layers. Use per-layer times for where the time goes (shares), and the "
-                           "end-to-end latency for how long an inference takes."))
-    else:
-        blocks.append(missing("No variants " + NOT_IN_RUN + "."))
 
-    blocks = section(page, "findings", "Findings", "Hotspots, unfused reformat and Q/DQ layers, layers left in "
-                                                   "higher precision, tiny layers, Tensor Core use.")
-    blocks.append(findings_block(findings))
 
-    # ---- time by layer
+def _summary(doc: ImportDocument) -> Section:
+    sec = Section("summary", "Summary", "End-to-end timing of each variant, and its per-layer sum.")
+    sums = layer_sum_vs_latency(doc)
+    if not sums:
+        return sec.add(missing("No variants " + NOT_IN_RUN + "."))
+    variants = _variants(doc)
+    rows = []
+    for s in sums:
+        v = next((x for x in variants if variant_key(x) == s["variant"]), {})
+        rows.append([s["variant"], s["layers"], s["layer_sum_ms"], s["latency_median_ms"],
+                     s["gpu_compute_median_ms"], stat(v.get("enqueue_ms"), "median"), finite(v.get("throughput_qps")),
+                     cell(fmt_pct(s["overhead_pct"]))])
+    return sec.add(table(["variant", "layers", "sum of per-layer times ms", "latency median ms",
+                          "GPU compute median ms", "enqueue median ms", "throughput qps",
+                          "layer sum over GPU compute"], rows, numeric=[False] + [True] * 7),
+                   note("The sum of per-layer times is larger than the end-to-end latency: profiling each "
+                        "layer adds timing events around it (per-layer event overhead) and breaks the overlap "
+                        "between layers. Use per-layer times for where the time goes (shares), and the "
+                        "end-to-end latency for how long an inference takes."))
+
+
+def _findings(doc: ImportDocument) -> Section:
+    sec = Section("findings", "Findings", "Hotspots, unfused reformat and Q/DQ layers, layers left in "
+                                          "higher precision, tiny layers, Tensor Core use.")
+    return sec.add(findings_block(doc.get("findings") or []))
+
+
+def _by_layer(doc: ImportDocument) -> Section:
+    layers = _layers(doc)
     metric = layer_time_metric(layers)
-    blocks = section(page, "by-layer", "Time by layer", f"The {TOP_LAYERS} slowest layers of each variant "
-                                                        f"({humanize_key(metric)}).")
+    sec = Section("by-layer", "Time by layer", f"The {TOP_LAYERS} slowest layers of each variant "
+                                               f"({humanize_key(metric)}).")
     by_var: "OrderedDict[str, list[dict]]" = OrderedDict()
     for x in layers:
         by_var.setdefault(str(x.get("variant") or "?"), []).append(x)
-    if by_var:
-        for i, (var, xs) in enumerate(by_var.items()):
-            xs = sorted(xs, key=lambda x: -(finite(x.get(metric)) or 0.0))
-            if i < MAX_LAYER_CHARTS:
-                blocks.append({"type": "heading", "text": var})
-                blocks.append(chart(page, f"by-layer-{i}", top_layers_figure(xs[:TOP_LAYERS], metric)))
-        inner = []
-        for var, xs in by_var.items():
-            xs = sorted(xs, key=lambda x: -(finite(x.get(metric)) or 0.0))
-            inner.append({"type": "heading", "text": var})
-            inner.append(table(["layer", "type", "precision in", "precision out", "tactic", "avg ms", "median ms",
-                                "total ms", "share"],
-                               [[str(x.get("name", "?")), str(x.get("type") or DASH), str(x.get("precision_in") or DASH),
-                                 str(x.get("precision_out") or DASH), cell(str(x.get("tactic") or DASH)),
-                                 finite(x.get("time_avg_ms")), finite(x.get("time_median_ms")),
-                                 finite(x.get("time_total_ms")), cell(fmt_pct(x.get("share_pct")))] for x in xs],
-                               numeric=[False] * 5 + [True] * 4, limit=300))
-        blocks.append(details("Every layer", inner))
-    else:
-        blocks.append(missing("Per-layer times " + NOT_IN_RUN + "."))
+    if not by_var:
+        return sec.add(missing("Per-layer times " + NOT_IN_RUN + "."))
+    for i, (var, xs) in enumerate(by_var.items()):
+        xs = sorted(xs, key=lambda x: -(finite(x.get(metric)) or 0.0))
+        if i < MAX_LAYER_CHARTS:
+            sec.add({"type": "heading", "text": var},
+                    chart(sec, f"by-layer-{i}", top_layers_figure(xs[:TOP_LAYERS], metric)))
+    inner = []
+    for var, xs in by_var.items():
+        xs = sorted(xs, key=lambda x: -(finite(x.get(metric)) or 0.0))
+        inner.append({"type": "heading", "text": var})
+        inner.append(table(["layer", "type", "precision in", "precision out", "tactic", "avg ms", "median ms",
+                            "total ms", "share"],
+                           [[str(x.get("name", "?")), str(x.get("type") or DASH), str(x.get("precision_in") or DASH),
+                             str(x.get("precision_out") or DASH), cell(str(x.get("tactic") or DASH)),
+                             finite(x.get("time_avg_ms")), finite(x.get("time_median_ms")),
+                             finite(x.get("time_total_ms")), cell(fmt_pct(x.get("share_pct")))] for x in xs],
+                           numeric=[False] * 5 + [True] * 4, limit=300))
+    return sec.add(details("Every layer", inner))
 
-    # ---- time by type
-    blocks = section(page, "by-type", "Time by layer type")
+
+def _by_type(doc: ImportDocument) -> Section:
+    sec = Section("by-type", "Time by layer type")
+    layers = _layers(doc)
     lt = layer_time_by_type(layers) if layers else None
-    if lt and lt["variants"]:
-        blocks.append(chart(page, "by-type", by_type_figure(lt)))
-        blocks.append(table(["layer type"] + lt["variants"],
-                            [[typ] + lt["ms"][typ] for typ in lt["types"]],
-                            numeric=[False] + [True] * len(lt["variants"]),
-                            caption=f"{humanize_key(lt['metric'])} summed by type."))
-    else:
-        blocks.append(missing("Layer types " + NOT_IN_RUN + "."))
+    if not (lt and lt["variants"]):
+        return sec.add(missing("Layer types " + NOT_IN_RUN + "."))
+    return sec.add(chart(sec, "by-type", by_type_figure(lt)),
+                   table(["layer type"] + lt["variants"], [[typ] + lt["ms"][typ] for typ in lt["types"]],
+                         numeric=[False] + [True] * len(lt["variants"]),
+                         caption=f"{humanize_key(lt['metric'])} summed by type."))
 
-    # ---- precision mix
-    blocks = section(page, "precision", "Precision mix", "Share of each variant's layer time by the precision the "
-                                                         "layer ran in (its output format).")
-    mix = precision_mix(layers)
-    if mix:
-        blocks.append(chart(page, "precision", precision_figure(mix)))
-        precs = sorted({p for d in mix.values() for p in d})
-        blocks.append(table(["variant"] + precs, [[var] + [cell(fmt_pct(d.get(p, 0.0))) for p in precs]
-                                                  for var, d in mix.items()], numeric=[False] + [True] * len(precs)))
-    else:
-        blocks.append(missing("Layer precisions " + NOT_IN_RUN + "."))
 
-    # ---- alignment
-    blocks = section(page, "alignment", "Layer alignment between variants",
-                     "Layers of two engines of the same model matched even where fusion made the lists differ: "
-                     "where the time moved and which precision each piece ran in.")
-    groups = alignment_groups(data.get("alignment"))
-    if groups:
-        for gi, g in enumerate(groups):
-            if g["title"]:
-                blocks.append({"type": "heading", "text": g["title"]})
-            rows = g["rows"]
-            tkeys = _align_time_keys(rows)
-            if len(tkeys) == 2 and rows:
-                shown = len(alignment_rows_drawn(rows, tkeys))
-                blocks.append(chart(page, f"alignment-{gi}", alignment_figure(rows, tkeys, g.get("names")),
-                                    "" if shown == len(rows) else
-                                    f"The {shown} costliest of {len(rows)} groups, in network order; the table "
-                                    "lists every group."))
-            cols: list[str] = []
-            for r in rows:
-                for k in r:
-                    if k not in cols:
-                        cols.append(k)
-            blocks.append(table([humanize_key(c) for c in cols],
-                                [[r.get(c) if is_number(r.get(c)) else cell(fmt_value(c, r.get(c))) for c in cols]
-                                 for r in rows], limit=300))
-    else:
-        blocks.append(missing("Layer alignment " + NOT_IN_RUN + " (it needs two variants of the same model)."))
+def _precision(doc: ImportDocument) -> Section:
+    sec = Section("precision", "Precision mix", "Share of each variant's layer time by the precision the "
+                                                "layer ran in (its output format).")
+    mix = precision_mix(_layers(doc))
+    if not mix:
+        return sec.add(missing("Layer precisions " + NOT_IN_RUN + "."))
+    precs = sorted({p for d in mix.values() for p in d})
+    return sec.add(chart(sec, "precision", precision_figure(mix)),
+                   table(["variant"] + precs, [[var] + [cell(fmt_pct(d.get(p, 0.0))) for p in precs]
+                                               for var, d in mix.items()], numeric=[False] + [True] * len(precs)))
+
+
+def _alignment(doc: ImportDocument) -> Section:
+    sec = Section("alignment", "Layer alignment between variants",
+                  "Layers of two engines of the same model matched even where fusion made the lists differ: "
+                  "where the time moved and which precision each piece ran in.")
+    groups = alignment_groups(doc.get("alignment"))
+    if not groups:
+        return sec.add(missing("Layer alignment " + NOT_IN_RUN + " (it needs two variants of the same model)."))
+    for gi, g in enumerate(groups):
+        if g["title"]:
+            sec.add({"type": "heading", "text": g["title"]})
+        rows = g["rows"]
+        tkeys = _align_time_keys(rows)
+        if len(tkeys) == 2 and rows:
+            shown = len(alignment_rows_drawn(rows, tkeys))
+            sec.add(chart(sec, f"alignment-{gi}", alignment_figure(rows, tkeys, g.get("names")),
+                          "" if shown == len(rows) else
+                          f"The {shown} costliest of {len(rows)} groups, in network order; the table "
+                          "lists every group."))
+        cols: list[str] = []
+        for r in rows:
+            for k in r:
+                if k not in cols:
+                    cols.append(k)
+        sec.add(table([humanize_key(c) for c in cols],
+                      [[r.get(c) if is_number(r.get(c)) else cell(fmt_value(c, r.get(c))) for c in cols]
+                       for r in rows], limit=300))
+    return sec
+
+
+#: The per-layer page, in order. A new section is one function ``(doc) -> Section | None`` and one entry here.
+SECTIONS: list[SectionFn] = [_summary, _findings, _by_layer, _by_type, _precision, _alignment]
+
+
+def build_layers_page(data: ImportDocument) -> dict[str, Any]:
+    """The per-layer report as plain data."""
+    doc = data if isinstance(data, dict) else {}
+    run = doc["run"] if isinstance(doc.get("run"), dict) else {}
+    page = new_page("layers", "trtprof per-layer report", str(run.get("source") or run.get("model") or ""))
+    _head(page, doc)
+    add_sections(page, doc, SECTIONS)
     return page
 
 

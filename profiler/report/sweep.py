@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Iterable, Sequence
 
+from profiler.documents import SweepDocument
 from profiler.report.analysis import box_stats, box_traces
 from profiler.report.common import (
-    NOT_IN_RUN, PALETTE, banner, card, category_colors, cell, chart, details, drop_empty_columns, figure,
-    findings_block, findings_cards, finite, kv, missing, new_page, note, rounded, rounded_list, scalar_items,
-    plot_text, section, stat, status_class, table,
+    NOT_IN_RUN, PALETTE, Section, SectionFn, add_sections, banner, card, category_colors, cell, chart, details,
+    drop_empty_columns, figure, findings_block, findings_cards, finite, kv, missing, new_page, note, rounded,
+    rounded_list, scalar_items, plot_text, stat, status_class, table,
 )
 from profiler.report.verdict import fastest_variant
 from profiler.report.fmt import DASH, fmt_bytes, fmt_ms, fmt_num, fmt_pct, fmt_value, humanize_key, is_number
@@ -250,34 +251,47 @@ def layer_time_by_type(layers: Sequence[dict], max_types: int = MAX_LAYER_TYPES)
 
 # ----------------------------------------------------------------------------- page
 
-def build_sweep_page(summary: dict, *, layers: Sequence[dict] | None = None) -> dict[str, Any]:
-    """The sweep report as plain data: the verdict, the findings, the variants, then the detail."""
-    from profiler.report.verdict import sweep_verdict
+def _variants(doc: SweepDocument) -> list[dict]:
+    return [v for v in (doc.get("variants") or []) if isinstance(v, dict)]
 
-    summary = summary if isinstance(summary, dict) else {}
-    run = summary.get("run") if isinstance(summary.get("run"), dict) else {}
-    variants = [v for v in (summary.get("variants") or []) if isinstance(v, dict)]
-    page = new_page("sweep", "trtprof sweep", str(run.get("model") or run.get("source") or ""))
-    page["verdict"] = sweep_verdict(summary)
-    colors = category_colors(variant_key(v) for v in variants)
-    _banners_and_cards(page, summary, run, variants)
-    blocks = section(page, "findings", "Findings", "Merged by rule and cause: one card per problem, listing the "
-                                                   "variants it applies to.")
+
+def _run(doc: SweepDocument) -> dict:
+    return doc["run"] if isinstance(doc.get("run"), dict) else {}
+
+
+def _colors(doc: SweepDocument) -> dict[str, str]:
+    """One colour per variant, the same in every chart of the page."""
+    return category_colors(variant_key(v) for v in _variants(doc))
+
+
+def _findings(doc: SweepDocument) -> Section:
+    sec = Section("findings", "Findings", "Merged by rule and cause: one card per problem, listing the "
+                                          "variants it applies to.")
+    variants = _variants(doc)
     measured = bool(ok_variants(variants))
-    blocks.append(findings_block(summary.get("findings") or [], empty=_no_findings_text(variants),
-                                 empty_level="ok" if measured else "warn"))
-    _variants_section(page, variants)
-    _latency_section(page, variants, colors)
-    _accuracy_section(page, variants, colors)
-    _checklist_section(page, variants)
-    _series_sections(page, variants)
-    _nsys_section(page, summary, variants)
+    return sec.add(findings_block(doc.get("findings") or [], empty=_no_findings_text(variants),
+                                  empty_level="ok" if measured else "warn"))
+
+
+def _timeline(doc: SweepDocument) -> Section | None:
     from profiler.report.timeline import SWEEP_TIMELINE_INTRO, timeline_section
 
-    timeline_section(page, summary, SWEEP_TIMELINE_INTRO)  # with --nsys only
-    _localisation_section(page, variants)
-    _layers_section(page, summary, variants, layers)
-    _memory_section(page, variants)
+    return timeline_section(doc, SWEEP_TIMELINE_INTRO)  # with --nsys only
+
+
+def build_sweep_page(summary: SweepDocument, *, layers: Sequence[dict] | None = None) -> dict[str, Any]:
+    """The sweep report as plain data: the verdict, the findings, the variants, then the detail
+    (``layers``: per-layer records, instead of the summary's own)."""
+    from profiler.report.verdict import sweep_verdict
+
+    doc = summary if isinstance(summary, dict) else {}
+    if layers:
+        doc = {**doc, "layers": list(layers)}
+    run = _run(doc)
+    page = new_page("sweep", "trtprof sweep", str(run.get("model") or run.get("source") or ""))
+    page["verdict"] = sweep_verdict(doc)
+    _banners_and_cards(page, doc, run, _variants(doc))
+    add_sections(page, doc, SECTIONS)
     items = scalar_items(run, skip=("warnings",))
     page["metadata"] = [kv(items)] if items else []
     return page
@@ -319,13 +333,13 @@ def _banners_and_cards(page: dict, summary: dict, run: dict, variants: Sequence[
     findings_cards(page, summary.get("findings") or [])
 
 
-def _checklist_section(page: dict, variants: Sequence[dict]) -> None:
-    blocks = section(page, "checklist", "Build-and-run checklist",
-                     "The chain to walk when an engine misbehaves: parsed, optimized, calibrated, serialized, "
-                     "executed (outputs within threshold of FP32).")
+def _checklist_section(doc: SweepDocument) -> Section:
+    sec = Section("checklist", "Build-and-run checklist",
+                  "The chain to walk when an engine misbehaves: parsed, optimized, calibrated, serialized, "
+                  "executed (outputs within threshold of FP32).")
+    variants = _variants(doc)
     if not variants:
-        blocks.append(missing("No variants " + NOT_IN_RUN + "."))
-        return
+        return sec.add(missing("No variants " + NOT_IN_RUN + "."))
     rows = []
     for row in checklist_rows(variants):
         cells = [cell(row["key"], sub=str(row["error"]) if row["error"] else "")]
@@ -334,7 +348,7 @@ def _checklist_section(page: dict, variants: Sequence[dict]) -> None:
             st = row["steps"][s]
             cells.append(cell(st["status"], cls=st["cls"], sub=st["details"]))
         rows.append(cells)
-    blocks.append(table(["variant", "status"] + list(CHECKLIST_STEPS), rows, numeric=[False] * 7))
+    return sec.add(table(["variant", "status"] + list(CHECKLIST_STEPS), rows, numeric=[False] * 7))
 
 
 def _accuracy_cell(v: dict) -> Any:
@@ -349,13 +363,13 @@ def _accuracy_cell(v: dict) -> Any:
                 title="worst relative L2 over the outputs, elements finite in both")
 
 
-def _variants_section(page: dict, variants: Sequence[dict]) -> None:
-    blocks = section(page, "variants", "Variants side by side",
-                     "Latency statistics as trtexec prints them; accuracy is the worst relative L2 error "
-                     "against FP32 over the outputs.")
+def _variants_section(doc: SweepDocument) -> Section:
+    sec = Section("variants", "Variants side by side",
+                  "Latency statistics as trtexec prints them; accuracy is the worst relative L2 error "
+                  "against FP32 over the outputs.")
+    variants = _variants(doc)
     if not variants:
-        blocks.append(missing("No variants " + NOT_IN_RUN + "."))
-        return
+        return sec.add(missing("No variants " + NOT_IN_RUN + "."))
     rows = []
     for v in variants:
         lat = v.get("latency_ms")
@@ -372,8 +386,7 @@ def _variants_section(page: dict, variants: Sequence[dict]) -> None:
             "throughput qps", "enqueue median ms", "workspace", "streams", "CUDA graph", "backend"]
     numeric = dict(zip(cols, [False] * 4 + [True] * 5 + [False] * 4))
     cols, rows = drop_empty_columns(cols, rows, keep=2)
-    blocks.append(table(cols, rows, numeric=[numeric[c] for c in cols]))
-    blocks.extend(_executor_notes(variants))
+    return sec.add(table(cols, rows, numeric=[numeric[c] for c in cols]), *_executor_notes(variants))
 
 
 def _executor_notes(variants: Sequence[dict]) -> list[dict]:
@@ -385,44 +398,46 @@ def _executor_notes(variants: Sequence[dict]) -> list[dict]:
     return [note(EXECUTOR_NOTE[0].upper() + EXECUTOR_NOTE[1:] + ".", "info")]
 
 
-def _latency_section(page: dict, variants: Sequence[dict], colors: dict[str, str]) -> None:
-    okv = ok_variants(variants)
-    blocks = section(page, "latency", "Latency distributions",
-                     "Per-iteration latency (host enqueue + H2D + compute + D2H). Boxes from the stored samples; "
-                     "where a variant has none, its min, median and p99.")
+def _latency_section(doc: SweepDocument) -> Section:
+    okv = ok_variants(_variants(doc))
+    sec = Section("latency", "Latency distributions",
+                  "Per-iteration latency (host enqueue + H2D + compute + D2H). Boxes from the stored samples; "
+                  "where a variant has none, its min, median and p99.")
     if not okv:
-        blocks.append(missing("No variant ran; latency " + NOT_IN_RUN + "."))
-        return
-    fig = latency_figure(okv, colors)
+        return sec.add(missing("No variant ran; latency " + NOT_IN_RUN + "."))
+    fig = latency_figure(okv, _colors(doc))
     caption = ("Log scale: the slowest samples are more than 3x the upper whiskers and would flatten the boxes."
                if fig["layout"]["yaxis"].get("type") == "log" else "")
-    blocks.append(chart(page, "latency", fig, caption))
-    blocks.extend(_executor_notes(okv))
+    return sec.add(chart(sec, "latency", fig, caption), *_executor_notes(okv))
 
 
-def _series_sections(page: dict, variants: Sequence[dict]) -> None:
-    ser = throughput_by_streams(variants)
-    if ser and any(len(s["x"]) > 1 for s in ser):
-        blocks = section(page, "streams", "Throughput against streams",
-                         "Each line holds the other axes fixed; a flat line means more streams did not help.")
-        blocks.append(chart(page, "streams", line_figure(ser, "streams", "throughput (qps)", xtype="linear")))
-    ser = latency_by_workspace(variants)
-    if ser and any(len(s["x"]) > 1 for s in ser):
-        blocks = section(page, "workspace", "Latency against workspace",
-                         "Median latency by workspace size; a falling line means the smaller workspace limited "
-                         "tactics.")
-        blocks.append(chart(page, "workspace", line_figure(ser, "workspace", "median latency (ms)", xtype="bytes")))
+def _streams_section(doc: SweepDocument) -> Section | None:
+    ser = throughput_by_streams(_variants(doc))
+    if not (ser and any(len(s["x"]) > 1 for s in ser)):
+        return None
+    sec = Section("streams", "Throughput against streams",
+                  "Each line holds the other axes fixed; a flat line means more streams did not help.")
+    return sec.add(chart(sec, "streams", line_figure(ser, "streams", "throughput (qps)", xtype="linear")))
 
 
-def _accuracy_section(page: dict, variants: Sequence[dict], colors: dict[str, str]) -> None:
-    blocks = section(page, "accuracy", "Accuracy against speed",
-                     "Worst relative L2 error over each variant's outputs against its median latency (lower left "
-                     "is better); × marks a variant outside its threshold.")
+def _workspace_section(doc: SweepDocument) -> Section | None:
+    ser = latency_by_workspace(_variants(doc))
+    if not (ser and any(len(s["x"]) > 1 for s in ser)):
+        return None
+    sec = Section("workspace", "Latency against workspace",
+                  "Median latency by workspace size; a falling line means the smaller workspace limited tactics.")
+    return sec.add(chart(sec, "workspace", line_figure(ser, "workspace", "median latency (ms)", xtype="bytes")))
+
+
+def _accuracy_section(doc: SweepDocument) -> Section:
+    sec = Section("accuracy", "Accuracy against speed",
+                  "Worst relative L2 error over each variant's outputs against its median latency (lower left "
+                  "is better); × marks a variant outside its threshold.")
+    variants = _variants(doc)
     avs = accuracy_vs_speed(variants)
     if not avs:
-        blocks.append(missing("Accuracy against FP32 " + NOT_IN_RUN + "."))
-        return
-    blocks.append(chart(page, "accuracy", accuracy_figure(avs, colors)))
+        return sec.add(missing("Accuracy against FP32 " + NOT_IN_RUN + "."))
+    sec.add(chart(sec, "accuracy", accuracy_figure(avs, _colors(doc))))
     rows = []
     for v in variants:
         for out, a in _accuracy_outputs(v).items():
@@ -430,21 +445,22 @@ def _accuracy_section(page: dict, variants: Sequence[dict], colors: dict[str, st
                 cell("yes" if a.get(k) else "no", cls="ok" if a.get(k) else "bad") if k == "passed"
                 and isinstance(a.get(k), bool) else (a.get(k) if is_number(a.get(k)) else cell(DASH))
                 for k in ACCURACY_KEYS])
-    blocks.append(details(f"Accuracy per output ({len(rows)} rows)",
-                          [table(["variant", "output"] + [humanize_key(k) for k in ACCURACY_KEYS], rows,
-                                 numeric=[False, False] + [True] * 7 + [False], limit=500)]))
+    return sec.add(details(f"Accuracy per output ({len(rows)} rows)",
+                           [table(["variant", "output"] + [humanize_key(k) for k in ACCURACY_KEYS], rows,
+                                  numeric=[False, False] + [True] * 7 + [False], limit=500)]))
 
 
-def _nsys_section(page: dict, summary: dict, variants: Sequence[dict]) -> None:
-    captured = [v for v in variants if isinstance(v.get("nsys"), dict)]
+def _nsys_section(doc: SweepDocument) -> Section | None:
+    captured = [v for v in _variants(doc) if isinstance(v.get("nsys"), dict)]
     if not captured:
-        return
-    nsys_info = summary.get("nsys") if isinstance(summary.get("nsys"), dict) else {}
-    blocks = section(page, "nsys", "What the Nsight Systems capture shows",
-                     "Each variant's timed queries (NVTX ranges <key>/iter) as the capture sees them: GPU busy "
-                     "time is the union of the GPU work the query launched; the harness's compute time is "
-                     "measured with CUDA events around the enqueue, so it also covers GPU time spent waiting "
-                     "for a launch-bound host.")
+        return None
+    nsys_info = doc["nsys"] if isinstance(doc.get("nsys"), dict) else {}
+    sec = Section("nsys", "What the Nsight Systems capture shows",
+                  "Each variant's timed queries (NVTX ranges <key>/iter) as the capture sees them: GPU busy "
+                  "time is the union of the GPU work the query launched; the harness's compute time is "
+                  "measured with CUDA events around the enqueue, so it also covers GPU time spent waiting "
+                  "for a launch-bound host.")
+    blocks = sec.blocks
     rows = []
     for v in captured:
         n = v["nsys"]
@@ -464,16 +480,18 @@ def _nsys_section(page: dict, summary: dict, variants: Sequence[dict]) -> None:
                         numeric=[False, True, True, True, True, True, False]))
     if nsys_info.get("capture"):
         blocks.append(note(f"capture: {nsys_info['capture']}", "info"))
+    return sec
 
 
-def _localisation_section(page: dict, variants: Sequence[dict]) -> None:
-    localised = [v for v in variants if isinstance(v.get("localisation"), dict)]
+def _localisation_section(doc: SweepDocument) -> Section | None:
+    localised = [v for v in _variants(doc) if isinstance(v.get("localisation"), dict)]
     if not localised:
-        return
-    blocks = section(page, "localisation", "Where precision is lost",
-                     "For each variant that breached its accuracy threshold: the error of every node's output "
-                     "against FP32 in topological order, the first nodes whose error jumps, and what "
-                     "keeping them in FP32 buys.")
+        return None
+    sec = Section("localisation", "Where precision is lost",
+                  "For each variant that breached its accuracy threshold: the error of every node's output "
+                  "against FP32 in topological order, the first nodes whose error jumps, and what "
+                  "keeping them in FP32 buys.")
+    blocks = sec.blocks
     for v in localised:
         loc = v["localisation"]
         key = variant_key(v)
@@ -484,7 +502,7 @@ def _localisation_section(page: dict, variants: Sequence[dict]) -> None:
         if loc.get("conclusion"):
             blocks.append(note(str(loc["conclusion"]), "info"))
         if loc.get("curve"):
-            blocks.append(chart(page, f"loc-{key}", error_curve_figure(loc)))
+            blocks.append(chart(sec, f"loc-{key}", error_curve_figure(loc)))
         jumps = loc.get("first_jumps") or []
         if jumps:
             blocks.append(table(["node", "op", "rel L2", "inputs' rel L2", "amplification", "node in variant"],
@@ -506,20 +524,23 @@ def _localisation_section(page: dict, variants: Sequence[dict]) -> None:
             blocks.append(table(["model", "latency ms (ONNX Runtime CPU)", "worst rel L2", "NaN/Inf values"],
                                 rows, numeric=[False, True, True, True],
                                 caption="kept in FP32: " + ", ".join(check.get("kept_fp32") or [])))
+    return sec
 
 
-def _layers_section(page: dict, summary: dict, variants: Sequence[dict], layers: Sequence[dict] | None) -> None:
-    recs = layer_records(summary, layers)
+def _layers_section(doc: SweepDocument) -> Section:
+    variants = _variants(doc)
+    recs = layer_records(doc, None)
     lt = layer_time_by_type(recs) if recs else None
     graph_keys = [variant_key(v) for v in variants if v.get("cuda_graph")]
-    blocks = section(page, "layers", "Per-layer time by variant",
-                     "Share of each variant's per-layer time by layer type. The per-layer pass is separate from "
-                     "the timed run: it runs the engine layer by layer (eager, never as a CUDA graph) with a "
-                     "timing event around each layer, so its sum exceeds the latency; compare shares, not sums.")
+    sec = Section("layers", "Per-layer time by variant",
+                  "Share of each variant's per-layer time by layer type. The per-layer pass is separate from "
+                  "the timed run: it runs the engine layer by layer (eager, never as a CUDA graph) with a "
+                  "timing event around each layer, so its sum exceeds the latency; compare shares, not sums.")
+    blocks = sec.blocks
     if not (lt and lt["variants"]):
         blocks.append(missing("Per-layer times " + NOT_IN_RUN + "."))
-        return
-    blocks.append(chart(page, "layers", layer_type_figure(lt)))
+        return sec
+    blocks.append(chart(sec, "layers", layer_type_figure(lt)))
     sums = []
     vmap = {variant_key(v): v for v in variants}
     for i, var in enumerate(lt["variants"]):
@@ -542,6 +563,7 @@ def _layers_section(page: dict, summary: dict, variants: Sequence[dict], layers:
                              cell(fmt_pct(x.get("share_pct")))] for x in xs],
                            numeric=[False, False, False, True, True], limit=15))
     blocks.append(details("Slowest layers of each variant", inner))
+    return sec
 
 
 def _flat_memory(mem: Any) -> dict[str, Any]:
@@ -557,18 +579,23 @@ def _flat_memory(mem: Any) -> dict[str, Any]:
     return out
 
 
-def _memory_section(page: dict, variants: Sequence[dict]) -> None:
-    blocks = section(page, "memory", "Memory", "Engine size, activation memory per context and device memory, "
-                                               "to see which workspace and how many streams fit beside a service.")
-    mems = [(variant_key(v), _flat_memory(v.get("memory"))) for v in variants]
+def _memory_section(doc: SweepDocument) -> Section:
+    sec = Section("memory", "Memory", "Engine size, activation memory per context and device memory, "
+                                      "to see which workspace and how many streams fit beside a service.")
+    mems = [(variant_key(v), _flat_memory(v.get("memory"))) for v in _variants(doc)]
     mems = [(k, m) for k, m in mems if any(x is not None for x in m.values())]
     keys = list(dict.fromkeys(k for _, m in mems for k, x in m.items() if x is not None))
     if not keys:
-        blocks.append(missing("Memory " + NOT_IN_RUN + "."))
-        return
+        return sec.add(missing("Memory " + NOT_IN_RUN + "."))
     rows = [[key] + [cell(fmt_value(k, m.get(k))) for k in keys] for key, m in mems]
-    blocks.append(table(["variant"] + [humanize_key(k.replace("_bytes", "")) for k in keys], rows,
+    return sec.add(table(["variant"] + [humanize_key(k.replace("_bytes", "")) for k in keys], rows,
                         numeric=[False] + [True] * len(keys)))
+
+
+#: The sweep page, in order. A new section is one function ``(doc) -> Section | None`` and one entry here.
+SECTIONS: list[SectionFn] = [_findings, _variants_section, _latency_section, _accuracy_section, _checklist_section,
+                             _streams_section, _workspace_section, _nsys_section, _timeline, _localisation_section,
+                             _layers_section, _memory_section]
 
 
 # ----------------------------------------------------------------------------- figures

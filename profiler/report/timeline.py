@@ -305,22 +305,23 @@ SWEEP_TIMELINE_INTRO = ("From the sweep's nsys capture: the median timed query o
                         "the gap most (hover). Zoom by dragging; double-click resets.")
 
 
-def timeline_section(page: dict, result: dict[str, Any], intro: str = ANALYSIS_TIMELINE_INTRO,
-                     absent: str | None = None) -> None:
-    """The report section ``timeline``: each window's picture, what was left out, the longest gaps and
-    the findings that explain them pinned below. ``absent``: what to say without windows (None: nothing,
-    no section)."""
-    from profiler.report.common import chart, missing, note, section
+def timeline_section(result: dict[str, Any], intro: str = ANALYSIS_TIMELINE_INTRO,
+                     absent: str | None = None) -> Any:
+    """The report section ``timeline`` of an analysis or a sweep document: each window's picture, what
+    was left out, the longest gaps and the findings that explain them pinned below. ``absent``: what to
+    say without windows (None: no section)."""
+    from profiler.report.common import Section, chart, missing, note
     from profiler.report.verdict import merge_findings
 
     tl = result.get("timeline") if isinstance(result.get("timeline"), dict) else {}
     windows = [w for w in tl.get("windows") or [] if isinstance(w, dict) and w.get("lanes")]
     if not windows and absent is None:
-        return
-    blocks = section(page, "timeline", "Timeline", intro)
+        return None
+    sec = Section("timeline", "Timeline", intro)
+    blocks = sec.blocks
     if not windows:
         blocks.append(missing(absent))
-        return
+        return sec
     for i, w in enumerate(windows):
         blocks.append({"type": "heading", "text": f"{w['label']}: {w['window_end_ms'] - w['window_start_ms']:.4g} ms"})
         caption = "" if w["shown"] == w["total"] else (
@@ -332,8 +333,9 @@ def timeline_section(page: dict, result: dict[str, Any], intro: str = ANALYSIS_T
             caption += (f" GPU idle {idle:.4g} ms in {len(gaps)} gap(s) of {tl.get('min_gap_us', MIN_GAP_US):g} µs "
                         f"or more; the longest {top['dur_ms'] * 1000:.4g} µs"
                         + (f", host in {top['cause']}" if top["cause"] else "") + ".")
-        blocks.append(chart(page, f"timeline-{i}", timeline_figure(w), caption.strip()))
+        blocks.append(chart(sec, f"timeline-{i}", timeline_figure(w), caption.strip()))
     pinned = [g for g in merge_findings(result.get("findings") or []) if g["severity"] != "info"][:3]
     for g in pinned:
         blocks.append(note(f"{g['rule']}: {g['title']}" + (f" → {g['recommendation']}" if g["recommendation"] else ""),
                            "warn" if g["severity"] == "medium" else "bad" if g["severity"] == "high" else "info"))
+    return sec
