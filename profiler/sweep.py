@@ -12,7 +12,8 @@ per-layer profile in a separate pass. Every finished variant is stored at once, 
 already measured: the run is marked ``interrupted`` and ``resume_sweep`` (``--resume RUN``) runs only
 the variants not yet done.
 
-The returned summary is summary.json: ``{"run": {...}, "variants": [...], "findings": [...]}``.
+The returned summary is summary.json, a :class:`profiler.documents.SweepDocument`:
+``{"kind": "sweep", "run": {...}, "variants": [...], "findings": [...]}``.
 """
 
 from __future__ import annotations
@@ -817,7 +818,7 @@ class Sweep:
                         if v["status"] == "skipped"],
         }
         variants = sorted(self.variants, key=_plan_order(c))
-        return json_safe({"run": run, "variants": variants,
+        return json_safe({"kind": "sweep", "run": run, "variants": variants,
                           "findings": [f.to_dict() for f in self.findings()]})
 
 

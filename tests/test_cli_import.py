@@ -25,7 +25,8 @@ def test_import_two_variants_json_and_store(a100, tmp_path):
     r = CliRunner().invoke(cli, ["import", *a100, "--json", str(out), "--db", str(db), "--label", "a100"])
     assert r.exit_code == 0, r.output
     data = json.loads(out.read_text())
-    assert set(data) == {"run", "variants", "layers", "alignment", "findings"}
+    assert set(data) == {"kind", "run", "variants", "layers", "alignment", "findings"}
+    assert data["kind"] == "import"
     keys = [v["key"] for v in data["variants"]]
     assert keys == ["fp16/resnet", "fp32/resnet"]  # sorted by directory
     fp16 = data["variants"][0]

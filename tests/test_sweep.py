@@ -273,7 +273,8 @@ def test_cli_end_to_end_on_the_bundled_default(tmp_path, capsys):
     assert code == 0, stderr
     assert "backend onnxruntime:" in stderr and "TensorRT" in stderr  # auto says what it picked and why
     summary = json.loads((out / "summary.json").read_text())
-    assert set(summary) == {"run", "variants", "findings"}
+    assert set(summary) == {"kind", "run", "variants", "findings"}
+    assert summary["kind"] == "sweep"
     assert len(summary["variants"]) == 16
     for v in summary["variants"]:
         for k in ("key", "precision", "workspace_bytes", "streams", "cuda_graph", "backend", "status", "error",

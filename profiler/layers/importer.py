@@ -114,7 +114,7 @@ def build_import(paths: list[str], variant_names: tuple[str, ...] = (), label: s
            "model": ", ".join(models) or None, "warnings": warnings,
            "note": "Per-layer times come from a separate profiling pass with an event pair per layer; their "
                    "sum exceeds the end-to-end latency, which comes from the un-profiled timing pass."}
-    data = {"run": run, "variants": variants, "layers": layers, "alignment": alignment,
+    data = {"kind": "import", "run": run, "variants": variants, "layers": layers, "alignment": alignment,
             "findings": [f.to_dict() for f in findings]}
     from profiler.findings import json_safe
 
