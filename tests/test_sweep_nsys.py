@@ -107,3 +107,25 @@ def test_nsys_missing_is_one_sentence(tmp_path, monkeypatch):
                         str(tmp_path / "o")], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 3 and "nsys" in r.stderr and "Traceback" not in r.stderr
     assert len([x for x in r.stderr.splitlines() if x.strip()]) == 1
+
+
+def test_sweep_under_nsys_is_a_library_call(fake_nsys, tmp_path, monkeypatch):
+    """What `sweep --nsys --no-store` does, called from Python as a notebook would: no click, no store."""
+    from profiler.harness.nsys import sweep_under_nsys
+
+    for k in ("TRTPROF_NSYS", "FAKE_NSYS_CAPTURE"):
+        monkeypatch.setenv(k, fake_nsys[k])
+    said: list[str] = []
+    out = tmp_path / "out"
+    out.mkdir()
+    done = sweep_under_nsys(["--precision", "fp32", "--iterations", "3", "--duration", "0", "--warmup", "0",
+                             "--no-layers", "--no-store", "--nsys", "--out", "elsewhere"], out, store_url=None,
+                            say=said.append)
+    assert done.run_id is None and done.report is None
+    assert done.capture == out / "sweep.sqlite" and done.capture.is_file()
+    assert json.loads((out / "summary.json").read_text()) == done.summary
+    assert done.summary["kind"] == "sweep" and done.summary["nsys"]["capture"] == str(done.capture)
+    assert all("nsys" in v for v in done.summary["variants"])
+    assert said == [f"nsys: profiling the sweep (-t cuda,nvtx,osrt) into {out / 'sweep.nsys-rep'}",
+                    f"nsys: analysing {done.capture}"]
+    assert not (tmp_path / "elsewhere").exists()  # --out came from the call, not the arguments

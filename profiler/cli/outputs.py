@@ -7,12 +7,9 @@ import os
 from pathlib import Path
 
 from profiler.errors import InputError
+from profiler.files import atomic_write_bytes, os_reason as _reason
 
-
-def _reason(exc: OSError) -> str:
-    if isinstance(exc, (NotADirectoryError, FileExistsError)):
-        return "a file stands where a directory is needed"
-    return exc.strerror or type(exc).__name__
+__all__ = ["check_output_file", "check_output_dir", "write_text", "atomic_write_bytes"]
 
 
 def check_output_file(path: str | None, option: str) -> None:
@@ -51,32 +48,3 @@ def write_text(path: str, text: str, option: str) -> None:
     disk or a kill mid-write leaves the previous file or none, never a truncated one. An OS failure
     becomes one sentence naming the option."""
     atomic_write_bytes(Path(path), text.encode("utf-8"), option)
-
-
-def atomic_write_bytes(path: Path, data: bytes, option: str) -> None:
-    """``data`` into ``path`` through a temporary sibling and ``os.replace``."""
-    import tempfile
-
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if path.exists():
-            os.chmod(tmp, path.stat().st_mode & 0o7777)
-        else:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError as exc:
-        raise InputError(f"cannot write {option} {path}: {_reason(exc)}") from None
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass

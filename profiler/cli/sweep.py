@@ -160,56 +160,27 @@ def _sweep_argv(argv: list[str]) -> list[str]:
 
 
 def _sweep_under_nsys(ctx: click.Context, out_dir: str, db: str | None, no_store: bool, cdn: bool, say) -> None:
-    """``--nsys``: the same sweep as a child process under ``nsys profile`` (it stores the run and writes
-    summary.json into --out as usual), then the capture's per-variant analysis is attached to both."""
-    from profiler.harness.nsys import attach_capture, profile, require_nsys, strip_nsys_args, sweep_command
-
-    require_nsys()
-    out = check_output_dir(out_dir, "--out")
+    """``--nsys``: :func:`profiler.harness.nsys.sweep_under_nsys` on this command line, then its table."""
+    from profiler.harness.nsys import sweep_under_nsys
     from profiler.store import resolve_url
 
+    out = check_output_dir(out_dir, "--out")
     url = None if no_store else resolve_url(db_url(ctx, db))  # the same store the child will write
     argv = (ctx.find_root().obj or {}).get("argv") or sys.argv[1:]
-    child = sweep_command(strip_nsys_args(_sweep_argv(argv), keep=("--no-store",)), out)
-    if url is not None:
-        child += ["--db", url]
-    say(f"nsys: profiling the sweep (-t cuda,nvtx,osrt) into {out / 'sweep.nsys-rep'}")
-    capture = profile(child, out / "sweep", ok_codes=(0, 1))
-    summary_path = out / "summary.json"
-    summary = json.loads(summary_path.read_text())
-    say(f"nsys: analysing {capture}")
-    summary = attach_capture(summary, capture)
-    write_text(str(summary_path), json.dumps(summary, indent=2), "--out")
-    run_id = (summary.get("run") or {}).get("id")
-    if url is not None and run_id is not None:
-        from profiler.findings import Finding
-        from profiler.report import write_sweep_report
-
-        store = open_store(ctx, url)
-        try:
-            store.update_run(run_id, summary=summary)
-            store.add_artifact(run_id, "capture", Path(capture).resolve())
-            extra = [{**f, "variant": v["key"]} for v in summary["variants"]
-                     for f in ((v.get("nsys") or {}).get("findings") or [])]
-            store.add_findings(run_id, [Finding.from_dict(f) for f in
-                                        extra + (summary.get("nsys") or {}).get("findings", [])])
-            data = store.report_data(run_id)  # the summary plus the stored samples and layers
-        finally:
-            store.close()
-        write_sweep_report(data, out / "report.html", cdn=cdn, layers=data.get("layers") or None)
-    else:
+    done = sweep_under_nsys(_sweep_argv(argv), out, store_url=url, cdn=cdn, say=say)
+    if url is None:
         say("nsys: --no-store: the capture's per-variant results are in summary.json (report.html is the "
             "sweep's own)")
     click.echo(f"{'variant':<28} {'harness compute ms':>18} {'nsys GPU busy ms':>17} {'nsys rules'}")
-    for v in summary["variants"]:
+    for v in done.summary["variants"]:
         n = v.get("nsys") or {}
         cmp = n.get("compute_vs_gpu_busy") or {}
         click.echo(f"{v['key']:<28} {_fmt(cmp.get('harness_compute_median_ms')):>18} "
                    f"{_fmt(cmp.get('nsys_gpu_busy_median_ms')):>17} {', '.join(n.get('rules') or []) or '-'}")
-    click.echo(f"capture: {capture}")
-    if run_id is not None and url is not None:
-        click.echo(f"stored run {run_id} (capture attached)")
-    raise_gate(gate_failures_from(summary))
+    click.echo(f"capture: {done.capture}")
+    if done.run_id is not None:
+        click.echo(f"stored run {done.run_id} (capture attached)")
+    raise_gate(gate_failures_from(done.summary))
 
 
 def resume_command(run_id: Any, db: str | None, out: Path) -> str:

@@ -1,6 +1,7 @@
 """Nsight Systems in the loop: run a sweep under ``nsys profile``, export SQLite, attach what it shows.
 
-``trtprof sweep ... --nsys`` (``profiler/cli/sweep.py``) uses it in three steps:
+:func:`sweep_under_nsys` is ``trtprof sweep ... --nsys`` as a library call (the CLI only prints its
+result); it takes three steps:
 
     cmd = sweep_command(strip_nsys_args(argv, keep=("--no-store",)), OUT)  # the same sweep, as a child
     capture = profile(cmd, OUT / "sweep", ok_codes=(0, 1))                  # nsys profile + export -> .sqlite
@@ -16,12 +17,14 @@ busy time, wall time, launch count and findings under ``variant["nsys"]``. Witho
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from profiler.capture.nsysrep import export_sqlite, find_nsys
 from profiler.errors import InputError
@@ -242,3 +245,62 @@ def attach_capture(summary: dict[str, Any], capture_path: str | os.PathLike,
         "findings": [f for f in findings if f.get("range") not in used_labels],
     }
     return summary
+
+
+@dataclass
+class NsysSweep:
+    """What :func:`sweep_under_nsys` made: the summary with the capture attached, and where it went."""
+
+    summary: dict[str, Any]  # summary.json as rewritten (a profiler.documents.SweepDocument)
+    capture: Path  # the exported .sqlite beside sweep.nsys-rep
+    run_id: int | None  # the stored run the capture was attached to; None with no store
+    report: Path | None  # report.html rewritten with the capture's sections; None with no store
+
+
+def sweep_under_nsys(sweep_argv: Sequence[str], out_dir: str | os.PathLike, *, store_url: str | None,
+                     cdn: bool = False, say: Callable[[str], None] = print) -> NsysSweep:
+    """Run ``trtprof sweep SWEEP_ARGV`` as a child process under ``nsys profile``, then attach the
+    capture's per-variant analysis to the summary.json it wrote into ``out_dir``, to its stored run (in
+    ``store_url``, the store the child writes to; None: the child keeps ``--no-store``) and to the report.
+    ``sweep_argv``: the sweep's arguments; --nsys, --out and --db are dropped (``out_dir`` and
+    ``store_url`` say them)."""
+    from profiler.files import atomic_write_bytes
+
+    require_nsys()
+    out = Path(out_dir)
+    child = sweep_command(strip_nsys_args(sweep_argv, keep=("--no-store",)), out)
+    if store_url is not None:
+        child += ["--db", store_url]
+    say(f"nsys: profiling the sweep (-t {DEFAULT_TRACE}) into {out / 'sweep.nsys-rep'}")
+    capture = profile(child, out / "sweep", ok_codes=(0, 1))
+    summary_path = out / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    say(f"nsys: analysing {capture}")
+    summary = attach_capture(summary, capture)
+    atomic_write_bytes(summary_path, json.dumps(summary, indent=2).encode("utf-8"), "--out")
+    run_id = (summary.get("run") or {}).get("id")
+    if store_url is None or run_id is None:
+        return NsysSweep(summary, Path(capture), None, None)
+    return NsysSweep(summary, Path(capture), run_id, _attach_to_run(store_url, run_id, summary, capture, out, cdn))
+
+
+def _attach_to_run(store_url: str, run_id: int, summary: dict[str, Any], capture: str | os.PathLike,
+                   out: Path, cdn: bool) -> Path:
+    """Store the capture's results with the run and rewrite its report from the store (which holds the
+    samples and layers summary.json leaves out); returns the report's path."""
+    from profiler.findings import Finding
+    from profiler.report import write_sweep_report
+    from profiler.store import Store
+
+    store = Store.open(store_url)
+    try:
+        store.update_run(run_id, summary=summary)
+        store.add_artifact(run_id, "capture", Path(capture).resolve())
+        extra = [{**f, "variant": v["key"]} for v in summary["variants"]
+                 for f in ((v.get("nsys") or {}).get("findings") or [])]
+        store.add_findings(run_id, [Finding.from_dict(f) for f in
+                                    extra + (summary.get("nsys") or {}).get("findings", [])])
+        data = store.report_data(run_id)  # the summary plus the stored samples and layers
+    finally:
+        store.close()
+    return Path(write_sweep_report(data, out / "report.html", cdn=cdn, layers=data.get("layers") or None))

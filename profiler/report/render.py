@@ -94,32 +94,14 @@ def _markup(text: str):
 
 
 def write_html(page: dict[str, Any], path: str | os.PathLike, *, cdn: bool = False) -> Path:
-    """Render ``page`` and write it atomically to ``path`` (parent folders are created)."""
+    """Render ``page`` and write it atomically to ``path`` (parent folders are created): a reader never
+    sees half a report."""
+    from profiler.files import atomic_write_bytes, os_reason
+
     out = Path(path)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise InputError(f"cannot write the report {out}: {_os_reason(exc)}") from None
-    html = render_html(page, cdn=cdn)
-    # A temporary file beside the target (created with the usual umask, unlike mkstemp's 0600), then an
-    # atomic rename: a reader never sees half a report.
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(html)
-        os.replace(tmp, out)
-    except BaseException as exc:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):
-            raise InputError(f"cannot write the report {out}: {_os_reason(exc)}") from None
-        raise
+        raise InputError(f"cannot write the report {out}: {os_reason(exc)}") from None
+    atomic_write_bytes(out, render_html(page, cdn=cdn).encode("utf-8"), "the report")
     return out
-
-
-def _os_reason(exc: OSError) -> str:
-    if isinstance(exc, (NotADirectoryError, FileExistsError)):
-        return "a file stands where a directory is needed"
-    if isinstance(exc, IsADirectoryError):
-        return "it is a directory"
-    return exc.strerror or type(exc).__name__
