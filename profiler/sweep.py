@@ -768,9 +768,9 @@ class Sweep:
             self.layers[rec["key"]] = json_safe(layers)
         if self.store is None or self.run_id is None:
             return
-        row = {k: v for k, v in rec.items() if k != "accuracy"}
-        acc_rows = [{"output": name, **metrics} for name, metrics in (rec.get("accuracy") or {}).items()]
-        self.store.add_variant(self.run_id, row, samples=samples, layers=layers, accuracy=acc_rows)
+        from profiler.store.rows import sweep_rows
+
+        self.store.add_rows(self.run_id, sweep_rows(rec, samples, layers))
 
     def _warnings(self) -> list[str]:
         out = list(self.notes)

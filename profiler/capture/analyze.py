@@ -46,7 +46,6 @@ busy time over the longer of the wall time and the span of the range's GPU work,
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -408,49 +407,23 @@ def store_analysis(store: Any, result: AnalysisResult, *, source: str | os.PathL
                    artifacts: list[tuple[str, str]] | None = None, options: dict[str, Any] | None = None,
                    data: dict[str, Any] | None = None) -> int:
     """Record an analysis as a run of kind 'analyze': one variant (kind 'range') per series with its
-    per-instance samples (wall and GPU busy time), the findings and the artifacts. Returns the run id.
-    ``data``: ``result.to_json()`` when the caller already has it."""
-    from profiler.hashing import file_sha256_or_none
+    per-instance samples (wall and GPU busy time), the findings and the artifacts (rows from
+    :mod:`profiler.store.rows`). Returns the run id. ``data``: ``result.to_json()`` when the caller
+    already has it."""
+    from profiler.store import rows
 
     data = result.to_json() if data is None else data
-    cap = data["capture"]
-    gpus = [g for g in cap.get("gpus") or [] if isinstance(g, dict)]
-    gpu = ", ".join(sorted({str(g.get("name")) for g in gpus if g.get("name")})) or None
-    drivers = sorted({str(g["driver_version"]) for g in gpus if g.get("driver_version")})
-    cuda = sorted({str(g["cuda_version"]) for g in gpus if g.get("cuda_version")})
-    run_id = store.create_run(
-        kind="analyze", source=str(Path(source).resolve()), source_hash=file_sha256_or_none(source), label=label,
-        gpu=gpu, nsys_version=cap.get("nsys_version"), driver_version=", ".join(drivers) or None,
-        cuda_version=", ".join(cuda) or None,
-        config={"thresholds": data.get("thresholds"), **(options or {})},
-        environment={"schema_version": cap.get("schema_version"), "gpus": gpus,
-                     "processes": cap.get("processes"), "missing": cap.get("missing")})
+    run_id = store.create_run(**rows.analysis_run(data, source, label, options))
     status = "failed"
     try:
         ctx = result.context
-        inst = ctx.table.instances if ctx is not None else None
         for r in ctx.ranges if ctx is not None else []:
-            sl = ctx.table.rows_of(r["series_id"])
-            g = inst.iloc[sl]
-            samples = pd.DataFrame({
-                "idx": g["idx"].to_numpy(),
-                "start_ms": (g["start_ns"].to_numpy() - ctx.capture_start_ns) / 1e6,
-                "latency_ms": g["wall_ns"].to_numpy() / 1e6,
-                "gpu_busy_ms": g["gpu_busy_ns"].to_numpy() / 1e6,
-                "compute_ms": g["compute_ns"].to_numpy() / 1e6,
-            })
-            metrics = {k: v for k, v in r.items() if k not in ("series_id", "name", "domain", "count", "wall_ms",
-                                                               "outlier_indices") and not k.startswith("_")}
-            metrics["count"] = r["count"]
-            metrics["outlier_indices"] = r["outlier_indices"][:1000]
-            store.add_variant(run_id, {"kind": "range", "key": r["name"], "domain": r["domain"] or None,
-                                       "latency_ms": r["wall_ms"], "metrics": metrics}, samples=samples)
+            instances = ctx.table.instances.iloc[ctx.table.rows_of(r["series_id"])]
+            store.add_rows(run_id, rows.range_rows(r, instances, ctx.capture_start_ns))
         store.add_findings(run_id, result.findings)
         for kind, path in artifacts or []:
             store.add_artifact(run_id, kind, path)
         status = "ok"
     finally:
-        summary = {k: v for k, v in data.items() if k != "ranges"}
-        summary["ranges"] = [{k: v for k, v in r.items() if k != "instances"} for r in data["ranges"]]
-        store.finish_run(run_id, status, summary=summary if status == "ok" else None)
+        store.finish_run(run_id, status, summary=rows.analysis_summary(data) if status == "ok" else None)
     return run_id

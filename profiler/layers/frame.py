@@ -134,12 +134,3 @@ def to_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
     recs = frame.astype(object).where(frame.notna(), None).to_dict("records")
     return [json_safe(r) for r in recs]
-
-
-def store_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    """Rows for ``Store.add_variant(layers=...)``: Layer columns plus the rest folded into ``extra``."""
-    rows = []
-    for r in to_records(frame):
-        r.pop("variant", None)
-        rows.append(r)
-    return rows

@@ -122,23 +122,12 @@ def build_import(paths: list[str], variant_names: tuple[str, ...] = (), label: s
 
 
 def store_import(store, data: dict[str, Any], exports: list) -> int:
-    """Write the import as one run (kind 'import'); returns the run id."""
-    from profiler.layers import frame as lf
+    """Write the import as one run (kind 'import'; rows from :mod:`profiler.store.rows`); returns the run id."""
+    from profiler.store import rows
 
-    run = data["run"]
-    rid = store.create_run(kind="import", source=run["source"], label=run.get("label"), gpu=run.get("gpu"),
-                           tensorrt_version=run.get("tensorrt_version"), backend="tensorrt", model=run.get("model"),
-                           config={"paths": run["source"].split(" ")})
+    rid = store.create_run(**rows.import_run(data))
     for v, e in zip(data["variants"], exports):
-        vd = {k: val for k, val in v.items() if k not in ("time_by_type",)}
-        vd["metrics"] = {k: v.get(k) for k in ("gpu_compute_ms", "enqueue_ms", "h2d_ms", "d2h_ms", "walltime_s",
-                                               "layer_sum_ms", "per_layer_overhead_ms", "precision_mix_pct")}
-        samples = e.samples if e.samples is not None else None
-        rows = []
-        for r in lf.store_records(e.layers):
-            extra = {k: r.pop(k) for k in list(r) if k in ("fused_nodes", "weights_bytes", "activation_bytes")}
-            rows.append({**r, "extra": extra} if extra else r)
-        store.add_variant(rid, vd, samples=samples, layers=rows)
+        store.add_rows(rid, rows.export_rows(v, e))
     store.add_findings(rid, data["findings"])
-    store.finish_run(rid, "ok", summary={k: data[k] for k in ("run", "alignment")})
+    store.finish_run(rid, "ok", summary=rows.import_summary(data))
     return rid

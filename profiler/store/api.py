@@ -8,7 +8,7 @@ import itertools
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from sqlalchemy import Float, func, select
 from sqlalchemy import exc as sa_exc
@@ -19,6 +19,9 @@ from profiler.errors import InputError, MissingExtra
 from profiler.findings import Finding, json_safe
 from profiler.store import models as m
 from profiler.store.engine import WRITE, make_engine
+
+if TYPE_CHECKING:
+    from profiler.store.rows import VariantRows
 
 DEFAULT_DB = "trtprof.db"
 
@@ -324,6 +327,11 @@ class Store:
                 s.execute(m.Accuracy.__table__.insert(), [_with_defaults(m.Accuracy, {**r, "variant_id": vid})
                                                           for r in acc_rows])
         return vid
+
+    def add_rows(self, run_id: int, rows: "VariantRows") -> int:
+        """Store one variant built by :mod:`profiler.store.rows` (with its samples, layers and accuracy)."""
+        return self.add_variant(run_id, rows.variant, samples=rows.samples, layers=rows.layers,
+                                accuracy=rows.accuracy)
 
     def update_variant_metrics(self, run_id: int, key: str, metrics: dict[str, Any]) -> None:
         """Merge ``metrics`` into the stored metrics of the run's variant ``key`` (e.g. the process-level

@@ -1,0 +1,121 @@
+"""Store rows from trtprof's documents: the one place where an analysed NVTX series, an imported
+trtexec export and a sweep variant become rows of ``variants``, ``samples``, ``layers`` and
+``accuracy``, and an analysis or an import becomes a row of ``runs``.
+
+Each ``*_rows`` function returns a :class:`VariantRows` that ``Store.add_rows`` writes in one
+transaction; columns a model lacks are folded into its JSON column (``metrics``, ``extra``) by the store.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from profiler.documents import AnalysisDocument, ImportDocument
+
+
+@dataclass
+class VariantRows:
+    """One variant and its per-iteration samples, per-layer rows and per-output accuracy rows."""
+
+    variant: dict[str, Any]  # Variant columns; other keys end up in its ``metrics``
+    samples: Any = None  # list of dicts or a DataFrame with Sample's column names (``idx`` required)
+    layers: list[dict[str, Any]] | None = None  # Layer columns; other keys end up in its ``extra``
+    accuracy: list[dict[str, Any]] | None = None  # Accuracy columns, one row per output
+
+
+# ----------------------------------------------------------------------------- analyze
+
+def analysis_run(data: AnalysisDocument, source: str | os.PathLike, label: str | None,
+                 options: dict[str, Any] | None) -> dict[str, Any]:
+    """``Store.create_run`` arguments of an analysis (kind 'analyze') of the capture at ``source``."""
+    from profiler.hashing import file_sha256_or_none
+
+    cap = data["capture"]
+    gpus = [g for g in cap.get("gpus") or [] if isinstance(g, dict)]
+    drivers = sorted({str(g["driver_version"]) for g in gpus if g.get("driver_version")})
+    cuda = sorted({str(g["cuda_version"]) for g in gpus if g.get("cuda_version")})
+    return dict(
+        kind="analyze", source=str(Path(source).resolve()), source_hash=file_sha256_or_none(source), label=label,
+        gpu=", ".join(sorted({str(g.get("name")) for g in gpus if g.get("name")})) or None,
+        nsys_version=cap.get("nsys_version"), driver_version=", ".join(drivers) or None,
+        cuda_version=", ".join(cuda) or None,
+        config={"thresholds": data.get("thresholds"), **(options or {})},
+        environment={"schema_version": cap.get("schema_version"), "gpus": gpus,
+                     "processes": cap.get("processes"), "missing": cap.get("missing")})
+
+
+def range_rows(r: dict[str, Any], instances: Any, capture_start_ns: int) -> VariantRows:
+    """One analysed series (``CaptureContext.ranges`` entry) as a variant of kind 'range', with one sample
+    per instance (``instances``: its rows of the series table's instance frame)."""
+    import pandas as pd
+
+    samples = pd.DataFrame({
+        "idx": instances["idx"].to_numpy(),
+        "start_ms": (instances["start_ns"].to_numpy() - capture_start_ns) / 1e6,
+        "latency_ms": instances["wall_ns"].to_numpy() / 1e6,
+        "gpu_busy_ms": instances["gpu_busy_ns"].to_numpy() / 1e6,
+        "compute_ms": instances["compute_ns"].to_numpy() / 1e6,
+    })
+    metrics = {k: v for k, v in r.items() if k not in ("series_id", "name", "domain", "count", "wall_ms",
+                                                       "outlier_indices") and not k.startswith("_")}
+    metrics["count"] = r["count"]
+    metrics["outlier_indices"] = r["outlier_indices"][:1000]
+    return VariantRows({"kind": "range", "key": r["name"], "domain": r["domain"] or None,
+                        "latency_ms": r["wall_ms"], "metrics": metrics}, samples=samples)
+
+
+def analysis_summary(data: AnalysisDocument) -> dict[str, Any]:
+    """``runs.summary`` of an analysis: the document without the per-instance series (they are samples)."""
+    summary = {k: v for k, v in data.items() if k != "ranges"}
+    summary["ranges"] = [{k: v for k, v in r.items() if k != "instances"} for r in data["ranges"]]
+    return summary
+
+
+# ----------------------------------------------------------------------------- import
+
+#: the variant fields of an import kept together in ``metrics`` (null when the export lacks them)
+EXPORT_METRICS = ("gpu_compute_ms", "enqueue_ms", "h2d_ms", "d2h_ms", "walltime_s", "layer_sum_ms",
+                  "per_layer_overhead_ms", "precision_mix_pct")
+#: per-layer fields of an export stored in the layer's ``extra``
+LAYER_EXTRA = ("fused_nodes", "weights_bytes", "activation_bytes")
+
+
+def import_run(data: ImportDocument) -> dict[str, Any]:
+    """``Store.create_run`` arguments of an import (kind 'import')."""
+    run = data["run"]
+    return dict(kind="import", source=run["source"], label=run.get("label"), gpu=run.get("gpu"),
+                tensorrt_version=run.get("tensorrt_version"), backend="tensorrt", model=run.get("model"),
+                config={"paths": run["source"].split(" ")})
+
+
+def export_rows(v: dict[str, Any], export: Any) -> VariantRows:
+    """One imported export (``variants`` entry and its ``profiler.layers.trtexec`` export) with its samples
+    and per-layer rows."""
+    from profiler.layers import frame as lf
+
+    vd = {k: val for k, val in v.items() if k not in ("time_by_type",)}
+    vd["metrics"] = {k: v.get(k) for k in EXPORT_METRICS}
+    layers = []
+    for r in lf.to_records(export.layers):
+        r.pop("variant", None)
+        extra = {k: r.pop(k) for k in list(r) if k in LAYER_EXTRA}
+        layers.append({**r, "extra": extra} if extra else r)
+    return VariantRows(vd, samples=export.samples, layers=layers)
+
+
+def import_summary(data: ImportDocument) -> dict[str, Any]:
+    """``runs.summary`` of an import: the run and the alignment (variants and layers are rows)."""
+    return {k: data[k] for k in ("run", "alignment")}
+
+
+# ----------------------------------------------------------------------------- sweep
+
+def sweep_rows(rec: dict[str, Any], samples: list[dict] | None, layers: list[dict] | None) -> VariantRows:
+    """One sweep variant (its summary.json record) with its timed queries and per-layer records; its
+    ``accuracy`` dict becomes one row per output."""
+    row = {k: v for k, v in rec.items() if k != "accuracy"}
+    accuracy = [{"output": name, **metrics} for name, metrics in (rec.get("accuracy") or {}).items()]
+    return VariantRows(row, samples=samples, layers=layers, accuracy=accuracy)
