@@ -1,8 +1,9 @@
 """HTML reports: one self-contained file per run, built as plain data first and rendered second.
 
-Each report has a ``build_*_page(data) -> dict`` function (plain, testable data: tables, findings and
-plotly figure specs) and a ``write_*_report(data, path, *, cdn=False) -> Path`` function that renders
-it with the Jinja2 templates of the ``reports`` package. plotly.js is embedded once, so a report opens
+Each document kind (:mod:`profiler.documents`) has a page: ``build_*_page(doc) -> dict`` (plain,
+testable data: tables, findings and plotly figure specs), made of the page module's ``SECTIONS``, a list
+of functions ``(doc) -> Section | None``; and ``write_*_report(doc, path, *, cdn=False) -> Path`` renders
+it with the Jinja2 templates of the ``reports`` package. :func:`write_report` dispatches on the kind. plotly.js is embedded once, so a report opens
 offline; ``cdn=True`` references it from a CDN instead.
 
     from profiler.report import write_report
@@ -13,7 +14,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from profiler.documents import AnalysisDocument, ComparisonDocument, ImportDocument, SweepDocument
 
 
 __all__ = [
@@ -22,7 +26,7 @@ __all__ = [
 ]
 
 
-def write_analysis_report(result: dict, path: str | os.PathLike, *, cdn: bool = False) -> Path:
+def write_analysis_report(result: AnalysisDocument, path: str | os.PathLike, *, cdn: bool = False) -> Path:
     """The capture-analysis report of a ``trtprof analyze --json`` dict."""
     from profiler.report.analysis import build_analysis_page
     from profiler.report.render import write_html
@@ -30,7 +34,7 @@ def write_analysis_report(result: dict, path: str | os.PathLike, *, cdn: bool = 
     return write_html(build_analysis_page(result), path, cdn=cdn)
 
 
-def write_sweep_report(summary: dict, path: str | os.PathLike, *, cdn: bool = False,
+def write_sweep_report(summary: SweepDocument, path: str | os.PathLike, *, cdn: bool = False,
                        layers: list[dict] | None = None) -> Path:
     """The sweep report of a sweep's ``summary.json`` dict (``layers``: optional per-layer records)."""
     from profiler.report.render import write_html
@@ -39,7 +43,7 @@ def write_sweep_report(summary: dict, path: str | os.PathLike, *, cdn: bool = Fa
     return write_html(build_sweep_page(summary, layers=layers), path, cdn=cdn)
 
 
-def write_layers_report(data: dict, path: str | os.PathLike, *, cdn: bool = False) -> Path:
+def write_layers_report(data: ImportDocument, path: str | os.PathLike, *, cdn: bool = False) -> Path:
     """The per-layer report of a ``trtprof import --json`` dict."""
     from profiler.report.layers import build_layers_page
     from profiler.report.render import write_html
@@ -47,7 +51,7 @@ def write_layers_report(data: dict, path: str | os.PathLike, *, cdn: bool = Fals
     return write_html(build_layers_page(data), path, cdn=cdn)
 
 
-def write_compare_report(data: dict, path: str | os.PathLike, *, cdn: bool = False) -> Path:
+def write_compare_report(data: ComparisonDocument, path: str | os.PathLike, *, cdn: bool = False) -> Path:
     """The regression-review report of a ``trtprof compare --json`` dict."""
     from profiler.report.compare import build_compare_page
     from profiler.report.render import write_html

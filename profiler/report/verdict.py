@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Sequence
 
+from profiler.documents import AnalysisDocument, ComparisonDocument, ImportDocument, SweepDocument
+
 from profiler.report.fmt import fmt_ms, fmt_num, is_number
 
 STATUSES = ("PASS", "ISSUES FOUND", "GATE FAILED", "REGRESSION", "INCONCLUSIVE", "FAILED")
@@ -167,7 +169,7 @@ def _findings_status(groups: Sequence[dict]) -> tuple[str, str]:
 
 # ----------------------------------------------------------------------------- per report kind
 
-def sweep_verdict(summary: dict[str, Any]) -> dict[str, Any]:
+def sweep_verdict(summary: SweepDocument) -> dict[str, Any]:
     """PASS, GATE FAILED (an accuracy breach, exit 1), FAILED (nothing measured, or variants that failed)
     or INCONCLUSIVE (interrupted)."""
     summary = summary if isinstance(summary, dict) else {}
@@ -239,7 +241,7 @@ def fastest_variant(summary: dict[str, Any]) -> dict[str, Any] | None:
     return {"key": key, "median_ms": med[key]}
 
 
-def analysis_verdict(result: dict[str, Any]) -> dict[str, Any]:
+def analysis_verdict(result: AnalysisDocument) -> dict[str, Any]:
     """ISSUES FOUND (a high or medium finding), PASS, or INCONCLUSIVE (nothing to judge: no GPU activity)."""
     result = result if isinstance(result, dict) else {}
     cap = result.get("capture") if isinstance(result.get("capture"), dict) else {}
@@ -272,7 +274,7 @@ def analysis_verdict(result: dict[str, Any]) -> dict[str, Any]:
     return {"status": status, "cls": cls, "headline": head, "lines": lines, "items": _items(groups)}
 
 
-def layers_verdict(data: dict[str, Any]) -> dict[str, Any]:
+def layers_verdict(data: ImportDocument) -> dict[str, Any]:
     """ISSUES FOUND or PASS for an import of per-layer exports (there is no gate)."""
     data = data if isinstance(data, dict) else {}
     groups = merge_findings(data.get("findings") or [])
@@ -287,7 +289,7 @@ def layers_verdict(data: dict[str, Any]) -> dict[str, Any]:
     return {"status": status, "cls": cls, "headline": head, "lines": [], "items": _items(groups)}
 
 
-def compare_verdict(data: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+def compare_verdict(data: ComparisonDocument, summary: dict[str, Any]) -> dict[str, Any]:
     """The compare verdict (``profiler.report.compare.verdict_summary``) as a strip: REGRESSION,
     GATE FAILED (the run's gate says so), INCONCLUSIVE or PASS."""
     gate = data.get("gate_failed")
