@@ -26,6 +26,7 @@ Prints one table. Needs only python3, the repository and pyarrow (ADBC optional)
     python3 benchmarks/bench_analyze.py --scale 0.02        # 2% of that, for a quick run
     python3 benchmarks/bench_analyze.py capture.sqlite --no-10x
     git worktree add /tmp/base eed82bf && python3 benchmarks/bench_analyze.py --scale 0.05 --baseline-tree /tmp/base
+    python3 benchmarks/bench_analyze.py --scale 0.5 --no-10x --baseline-tree /tmp/base --rounds 5
 """
 
 from __future__ import annotations
@@ -298,6 +299,34 @@ def measured(cmd: list[str], timeout_s: float | None, cwd: Path | None = None,
     }
 
 
+def rounds(pair: list[tuple], n: int, timeout_s: float | None, size: str) -> None:
+    """The baseline and trtprof analyze commands ``n`` times each, alternating (so both see the same
+    drift of a shared host), then one line per command (median wall time and peak RSS, with their
+    ranges) and the ratios of the medians."""
+    import statistics
+
+    got: dict[str, list[dict]] = {label: [] for label, *_ in pair}
+    for i in range(n):
+        for label, cmd, _note, opts in (pair if i % 2 == 0 else pair[::-1]):
+            print(f"# {size} {label}, round {i + 1} of {n} ...", file=sys.stderr, flush=True)
+            m = measured(cmd, timeout_s, **opts)
+            if not m.get("rc") and not m.get("error"):
+                got[label].append(m)
+    med = {}
+    for label, ms in got.items():
+        if not ms:
+            print(f"{size} {label}: every round failed")
+            return
+        w = [m["wall_s"] for m in ms]
+        r = [m["peak_rss_mb"] for m in ms]
+        med[label] = (statistics.median(w), statistics.median(r))
+        print(f"{size} {label:<17} {len(ms)} rounds: wall median {med[label][0]:.2f} s (range {min(w):.2f}-{max(w):.2f}), "
+              f"peak RSS median {med[label][1]:.0f} MB (range {min(r):.0f}-{max(r):.0f})")
+    (bw, br), (tw, tr) = med["baseline analyze"], med["trtprof analyze"]
+    print(f"{size} trtprof analyze vs the baseline over {n} alternating rounds: {tw / bw:.2f}x the median time, "
+          f"{tr / br:.2f}x the median peak memory", flush=True)
+
+
 def analyze_available() -> bool:
     try:
         import importlib.util
@@ -320,6 +349,9 @@ def main() -> None:
     ap.add_argument("--step", help=argparse.SUPPRESS)
     ap.add_argument("--queries", type=Path, help=argparse.SUPPRESS)
     ap.add_argument("--json", type=Path, help="also write every number here")
+    ap.add_argument("--rounds", type=int, default=1, metavar="N",
+                    help="with --baseline-tree: run the baseline and trtprof analyze rows N times, alternating, "
+                         "and compare their medians (one run of each is noise on a shared host)")
     ap.add_argument("--baseline-tree", type=Path, metavar="DIR",
                     help="another checkout of trtprof (e.g. a git worktree of an older commit): its analyze is "
                          "timed on the same files in the same run, and the ratio printed")
@@ -380,6 +412,9 @@ def main() -> None:
                      ("nsys analyze gaps+sync", [nsys, "analyze", "-r", "gpu_gaps,cuda_api_sync", "--format", "csv",
                                                  "--force-export", "false", "--output", str(peer_dir / "analyze"),
                                                  str(path)], "", {})]
+        pair = [p for p in plan if p[0] in ("baseline analyze", "trtprof analyze") and p[1] is not None]
+        if args.rounds > 1 and len(pair) == 2:
+            rounds(pair, args.rounds, args.timeout, size)
         for label, cmd, note, opts in plan:
             row = {"size": size, "what": label, "file_mb": mb, **c}
             if cmd is None:
