@@ -28,9 +28,9 @@ from profiler.report.compare import (
 )
 from profiler.report.layers import build_layers_page, layer_sum_vs_latency, precision_mix
 from profiler.report.render import plotly_js, plotly_cdn_url, render_html
-from profiler.report.sweep import (
-    accuracy_vs_speed, build_sweep_page, checklist_step, latency_by_workspace, layer_time_by_type,
-    throughput_by_streams,
+from profiler.report.sweep import build_sweep_page
+from profiler.report.variants import (
+    accuracy_vs_speed, checklist_step, latency_by_workspace, layer_time_by_type, throughput_by_streams,
 )
 from tests.report_examples import (
     EVIL, EVIL_ESCAPED, ROOT, analysis_example, chart_ids, compare_example, evil_everywhere, figures_of,

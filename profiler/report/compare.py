@@ -1,6 +1,7 @@
 """The regression-review report (``trtprof compare``): the verdict first, then the evidence.
 
-Input: the ``trtprof compare --json`` dict: ``baseline`` and ``candidate`` run dicts, ``variants`` with a
+Input: the ``trtprof compare --json`` document (:class:`profiler.documents.ComparisonDocument`; the page
+is ``SECTIONS``, functions ``(doc) -> Section | None``): ``baseline`` and ``candidate`` run dicts, ``variants`` with a
 verdict, median ratio, its confidence interval, the p-value and both runs' samples, plus environment
 changes, findings that appeared or disappeared and an optional trend. Every part is optional.
 """

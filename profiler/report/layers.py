@@ -1,7 +1,8 @@
 """The per-layer report (``trtprof import``): where the time goes, in which precision, and how two
 engines of the same model line up layer by layer.
 
-Input: the ``trtprof import --json`` dict. The sum of per-layer times is larger than the end-to-end
+Input: the ``trtprof import --json`` document (:class:`profiler.documents.ImportDocument`); the page is
+``SECTIONS``, functions ``(doc) -> Section | None``. The sum of per-layer times is larger than the end-to-end
 latency (each layer's timing events add overhead); the report shows both and says so.
 """
 
@@ -17,7 +18,7 @@ from profiler.report.common import (
     unique_labels,
 )
 from profiler.report.fmt import DASH, fmt_pct, fmt_value, humanize_key, is_number
-from profiler.report.sweep import PRECISION_COLORS, layer_time_by_type, layer_time_metric, variant_key
+from profiler.report.variants import PRECISION_COLORS, layer_time_by_type, layer_time_metric, variant_key
 
 MAX_LAYER_CHARTS = 6
 TOP_LAYERS = 20
