@@ -165,7 +165,8 @@ def document_kind(data: Any) -> Kind:
     if kind is not None:
         if kind in KINDS:
             return kind
-        raise InputError(f"unknown document kind {kind!r}: trtprof writes {', '.join(map(repr, KINDS))}")
+        known = ", ".join(map(repr, KINDS[:-1])) + f" or {KINDS[-1]!r}"
+        raise InputError(f"unknown document kind {kind!r}: a trtprof document's kind is {known}")
     # Older files: the one place a document's kind is inferred from its shape.
     legacy = _legacy_kind(data)
     if legacy is None:
@@ -173,9 +174,3 @@ def document_kind(data: Any) -> Kind:
                          "analyze (ranges), sweep (variants), import (layers) or compare (baseline, candidate)")
     return legacy
 
-
-def tagged(kind: Kind, data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` with ``kind`` as its first field (the other fields unchanged, in their order)."""
-    if kind not in KINDS:
-        raise ValueError(f"unknown document kind {kind!r}")
-    return {"kind": kind, **{k: v for k, v in data.items() if k != "kind"}}
