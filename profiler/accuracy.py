@@ -383,7 +383,7 @@ def accuracy_findings(variant_key: str, precision: str, per_output: dict[str, di
                               "pass --calib DATA with representative inputs and run again. " + recommendation)
         metrics = per_output.get(output, {})
         findings.append(Finding(
-            rule="precision_regression", severity=severity, variant=variant_key,
+            rule="precision_regression", scope="sweep", severity=severity, variant=variant_key,
             title=f"{precision} output {output!r} differs from fp32: " + "; ".join(_describe(b) for b in mine),
             evidence={"output": output, **{k: v for k, v in metrics.items()},
                       "breaches": [b["metric"] for b in mine],

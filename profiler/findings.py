@@ -14,9 +14,23 @@ _RANK = {s: i for i, s in enumerate(SEVERITIES)}
 class Finding:
     """One diagnosis.
 
-    ``rule`` ids are public (users script against them). ``evidence`` holds the numbers that prove
-    the finding, with units in their keys (``busy_fraction``, ``median_kernel_us``); ``threshold``
-    holds the limits the rule compared them with.
+    ``rule`` is the id of the rule that made it and ``scope`` what it judged: ``capture`` (an nsys
+    capture), ``layers`` (an engine's per-layer profile and trtexec timing) or ``sweep`` (a sweep's
+    variants). Ids are public and stable (users script against them); (scope, rule) is unique, and an id
+    found in several scopes is one diagnosis made from different data:
+
+    - capture: ``launch_overhead``, ``gpu_idle``, ``jitter``, ``sync_api``, ``pageable_memcpy``,
+      ``transfer_bound``;
+    - layers: ``layer_hotspot``, ``unfused_reformat``, ``precision_fallback``, ``tiny_layers``,
+      ``no_tensor_cores``, ``channel_alignment``, and trtexec's warnings ``launch_overhead`` (enqueue-bound),
+      ``transfer_bound``, ``jitter``;
+    - sweep: ``launch_overhead``, ``transfer_bound``, ``jitter``, ``variant_failed``, ``multistream_latency``,
+      ``fastest_variant``, ``workspace_limited``, ``stream_scaling`` (the registry's rules), and from the
+      accuracy check ``precision_regression`` (fails the gate) and ``precision_model_arithmetic``, from
+      a sweep spread over devices ``sweep.devices`` and ``sweep.devices_differ``.
+
+    ``evidence`` holds the numbers that prove the finding, with units in their keys (``busy_fraction``,
+    ``median_kernel_us``); ``threshold`` holds the limits the rule compared them with.
     """
 
     rule: str
@@ -29,6 +43,8 @@ class Finding:
     variant: str | None = None
     impact: dict[str, Any] | None = None
     """What the finding costs: ``{"ms_per_instance", "share"}`` (share of the steady state; capture rules)."""
+    scope: str | None = None
+    """``capture``, ``layers`` or ``sweep``; None only in documents written before findings carried it."""
 
     def __post_init__(self) -> None:
         if self.severity not in _RANK:
@@ -38,6 +54,8 @@ class Finding:
         d = asdict(self)
         if d["impact"] is None:  # only the capture rules measure impact so far
             del d["impact"]
+        if d["scope"] is None:
+            del d["scope"]
         return json_safe(d)
 
     @classmethod

@@ -79,7 +79,7 @@ class SweepConfig:
     backend: str = "auto"
     label: str | None = None
     thresholds: dict[str, dict[str, float]] = field(default_factory=dict)  # {"fp16": {"cosine_min": .999}}
-    rule_thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)  # {"sweep.jitter": {...}}
+    rule_thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)  # {"jitter": {"cov_pct": 3}}
     layers: bool = True
     layer_iterations: int = 10
     cache_dir: str | None = None

@@ -41,9 +41,10 @@ def test_registry_holds_the_six_public_rules_with_documented_defaults():
     assert set(specs) == CAPTURE_RULES
     assert specs["gpu_idle"].defaults["min_gap_us"] == 50.0  # microseconds, never nsys's 500 ms
     assert all(s.summary for s in specs.values())
-    assert get_rule("jitter").scope == "capture"
-    with pytest.raises(UsageError):
-        get_rule("no_such_rule")
+    assert get_rule("capture", "jitter").scope == "capture"
+    assert get_rule("layers", "jitter").defaults != get_rule("capture", "jitter").defaults  # one id, two scopes
+    with pytest.raises(UsageError, match="unknown capture rule 'variant_failed'"):
+        get_rule("capture", "variant_failed")  # a sweep rule
 
 
 def test_threshold_overrides_are_validated_and_reported():

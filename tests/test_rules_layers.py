@@ -7,8 +7,10 @@ import pytest
 
 from profiler.layers import frame as lf
 from profiler.layers import trtexec as tx
-from profiler.rules import registry
+from profiler.rules import get_rule, registry
 from profiler.rules import layers as rl
+from profiler.rules._trtexec import jitter_cov_limit
+from profiler.rules.context import LayerContext
 
 SETS = {"a100-fp32": "pytorch/resnet/A100/fp32", "a100-fp16": "pytorch/resnet/A100/fp16",
         "a100-qat": "pytorch/resnet/A100/qat", "a100-qgap": "pytorch/resnet/A100/qat-residual-qgap",
@@ -24,16 +26,15 @@ def findings(trtexec_fixtures):
         sets = tx.find_export_sets([p if p.is_dir() else p.parent])
         (s,) = [x for x in sets if p.is_dir() or x.prefix.startswith(p.name + ".onnx")]
         e = tx.load_export(s)
-        v = rl.LayerVariant(key, e.layers, e.precision, e.summary, e.trtexec, e.tensorrt_version)
+        v = LayerContext(key, e.layers, e.precision, e.summary, e.trtexec, e.tensorrt_version)
         out[key] = {f.rule: f for f in rl.run_layer_rules([v])}
     return out
 
 
 def test_registered_in_layers_scope():
     ids = {s.id for s in registry("layers")}
-    assert {"layers.layer_hotspot", "layers.unfused_reformat", "layers.precision_fallback", "layers.tiny_layers",
-            "layers.no_tensor_cores", "layers.channel_alignment", "layers.launch_overhead",
-            "layers.transfer_bound", "layers.jitter"} <= ids
+    assert ids == {"layer_hotspot", "unfused_reformat", "precision_fallback", "tiny_layers", "no_tensor_cores",
+                   "channel_alignment", "launch_overhead", "transfer_bound", "jitter"}
 
 
 def test_a100_fp16(findings):
@@ -103,41 +104,53 @@ def _timing_variant(version=None, enq=0.005, comp=1.0, h2d=0.0, d2h=0.0, cov=0.5
     summ = {"gpu_compute_ms": {"median": comp, "cov_pct": cov, "count": 100}, "enqueue_ms": {"median": enq},
             "h2d_ms": {"median": h2d}, "d2h_ms": {"median": d2h}}
     printed = {"enqueue_ms": {"median": enq}, "gpu_compute_ms": {"median": comp}} if trt else {}
-    return rl.LayerVariant("v", lf.empty_frame(), None, summ, printed, version)
+    return LayerContext("v", lf.empty_frame(), None, summ, printed, version)
+
+
+def run(rule_id: str, engine: LayerContext, **thresholds) -> list:
+    """One layer rule over one engine, with its defaults and ``thresholds`` given."""
+    spec = get_rule("layers", rule_id)
+    return spec.run(engine, {**spec.defaults, **thresholds})
 
 
 def test_timing_warnings_thresholds():
-    assert rl.launch_overhead(_timing_variant(enq=0.81, comp=1.0))[0].evidence["source"] == "trtexec summary"
-    assert rl.launch_overhead(_timing_variant(enq=0.80, comp=1.0)) == []
-    assert rl.transfer_bound(_timing_variant(h2d=1.0, comp=1.0))[0].title.startswith("v is transfer-bound: H2D")
-    assert rl.transfer_bound(_timing_variant(d2h=0.99, comp=1.0)) == []
-    assert rl.jitter(_timing_variant("8.6.1", cov=1.2))[0].threshold["cov_pct"] == 1.0
-    assert rl.jitter(_timing_variant("10.13.0", cov=1.2))
-    assert rl.jitter(_timing_variant("10.14.1", cov=1.2)) == []
-    assert rl.jitter(_timing_variant("10.14.1", cov=2.6))[0].threshold["cov_pct"] == 2.5
-    assert "8.4.1" in rl.jitter_limit("8.4.1")[1] and rl.jitter_limit("8.4.1")[0] == 1.0
+    assert run("launch_overhead", _timing_variant(enq=0.81, comp=1.0))[0].evidence["source"] == "trtexec summary"
+    assert run("launch_overhead", _timing_variant(enq=0.80, comp=1.0)) == []
+    assert run("transfer_bound", _timing_variant(h2d=1.0, comp=1.0))[0].title.startswith("v is transfer-bound: H2D")
+    assert run("transfer_bound", _timing_variant(d2h=0.99, comp=1.0)) == []
+    assert run("jitter", _timing_variant("8.6.1", cov=1.2))[0].threshold["cov_pct"] == 1.0
+    assert run("jitter", _timing_variant("10.13.0", cov=1.2))
+    assert run("jitter", _timing_variant("10.14.1", cov=1.2)) == []
+    [f] = run("jitter", _timing_variant("10.14.1", cov=2.6))
+    assert f.threshold["cov_pct"] == 2.5 and f.severity == "low" and f.scope == "layers"
+    assert run("jitter", _timing_variant("10.14.1", cov=10.1))[0].severity == "medium"  # above 4x the limit
+    assert run("jitter", _timing_variant("10.14.1", cov=2.6), cov_pct=3.0) == []  # the limit is overridable
+    assert "8.4.1" in jitter_cov_limit("8.4.1")[1] and jitter_cov_limit("8.4.1")[0] == 1.0
 
 
 def test_hotspot_threshold_override():
     f = lf.make_frame([{"name": f"L{i}", "type": "CaskConvolution", "time_avg_ms": t, "time_total_ms": t}
                        for i, t in enumerate([5.0, 3.0, 2.0])])
-    v = rl.LayerVariant("v", f)
-    got = rl.run_layer_rules([v], overrides={"layers.layer_hotspot": {"share_pct": 40.0}})
+    v = LayerContext("v", f)
+    got = rl.run_layer_rules([v], overrides={"layer_hotspot": {"share_pct": 40.0}})
     hs = [x for x in got if x.rule == "layer_hotspot"]
     assert len(hs) == 1 and [x["name"] for x in hs[0].evidence["layers"]] == ["L0"]
     assert hs[0].severity == "medium" and hs[0].threshold == {"share_pct": 40.0}
+    # the severity band is a threshold too: L0 takes 50% of layer time, under a 60% band it is low
+    got = rl.run_layer_rules([v], overrides={"layer_hotspot": {"share_pct": 40.0, "medium_share_pct": 60.0}})
+    assert [x.severity for x in got if x.rule == "layer_hotspot"] == ["low"]
     assert pd.isna(lf.make_frame([])["share_pct"]).all()
 
 
 def test_trtexecs_jitter_threshold_is_one_mapping_for_every_scope():
     """The sweep (TensorRT backend) and the imported trtexec runs read trtexec's CoV limit from one place:
     before, an unknown version got 2.5% in one and 1.0% in the other."""
-    from profiler.rules._trtexec import jitter_cov_limit
     from profiler.rules.sweep import jitter_threshold_pct
 
     for version, pct in (("10.14.1", 2.5), ("10.13.2", 1.0), ("8.6.1", 1.0), ("8.4.1", 1.0), (None, 2.5),
                          ("dev", 2.5)):
         assert jitter_cov_limit(version)[0] == pct, version
-        assert rl.jitter_limit(version) == jitter_cov_limit(version)
+        [f] = run("jitter", _timing_variant(version, cov=50.0))  # the layer rule reads the same mapping
+        assert (f.threshold["cov_pct"], f.threshold["why"]) == jitter_cov_limit(version)
         assert jitter_threshold_pct({"name": "tensorrt", "version": version}) == jitter_cov_limit(version)
     assert "before 8.6" in jitter_cov_limit("8.4.1")[1] and "unknown" in jitter_cov_limit(None)[1]

@@ -93,6 +93,9 @@ def test_enqueue_bound_fires_above_0_8_of_compute_and_not_below():
     sync = variant_from(series(50, enqueue_ms=1.0, compute_ms=1.0), synchronous_enqueue=True)
     assert not rules_of(sweep_findings([sync], GPU_ENV), "launch_overhead")
     # the threshold is overridable
+    found = sweep_findings([fine], GPU_ENV, {"launch_overhead": {"enqueue_over_compute": 0.4}})
+    assert [(f.variant, f.scope) for f in rules_of(found, "launch_overhead")] == [("fp32-wsdefault-s1", "sweep")]
+    # configurations stored before ids were bare keyed them "sweep.<rule>": a resumed run still reads them
     found = sweep_findings([fine], GPU_ENV, {"sweep.launch_overhead": {"enqueue_over_compute": 0.4}})
     assert [f.variant for f in rules_of(found, "launch_overhead")] == ["fp32-wsdefault-s1"]
 

@@ -17,7 +17,7 @@ statistics, GPU busy projection, idle gaps, then the capture rules with each fin
                  launches_per_instance, sync_calls_per_instance, compute_ms_per_instance,
                  copy_ms_per_instance, osrt_ms_per_instance, total_wall_ms, ...),
                  "instances": {"start_ms", "wall_ms", "gpu_busy_ms"}}, ...],   # biggest total wall first
-     "findings": [{rule, severity, title, range, evidence, threshold, recommendation,
+     "findings": [{rule, scope: "capture", severity, title, range, evidence, threshold, recommendation,
                    impact: {ms_per_instance, share}}, ...],       # costliest first
      "inference": {series, source: "tensorrt"|"nvtx"|"window", count, steady_count, warmup_count,
                    gpu_ms, gpu_latency_ms, queue_ms, host_ms (statistics like wall_ms), graph_launches,
@@ -56,6 +56,7 @@ import pandas as pd
 from profiler.capture import series as S
 from profiler.capture import summary as SM
 from profiler.findings import Finding, json_safe
+from profiler.rules.context import CaptureContext
 
 GAP_EDGES_US = (0.0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 100_000, 1_000_000,
                 float("inf"))
@@ -87,58 +88,6 @@ class AnalysisOptions:
         out = {k: dict(v) for k, v in (self.thresholds or {}).items()}
         if self.min_gap_us is not None:
             out.setdefault("gpu_idle", {})["min_gap_us"] = float(self.min_gap_us)
-        return out
-
-
-@dataclass
-class CaptureContext:
-    """What the capture rules see: the trace, its series table, range summaries and device gaps."""
-
-    trace: Any
-    table: S.SeriesTable
-    ranges: list[dict[str, Any]]  # series_summary() rows, indexed by series_id
-    devices: list[SM.DeviceGaps]
-    outliers: pd.DataFrame  # explain_outliers() rows
-    capture_start_ns: int
-    thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)
-    unit: Any = None  # profiler.capture.unit.Unit (over the full capture's table)
-    phases: Any = None  # profiler.capture.phases.Phases
-    tensorrt: bool = False  # the capture holds TensorRT's NVTX ranges
-    include_setup: bool = False
-
-    @property
-    def judged_start_ns(self) -> int:
-        """Where what the rules judge starts: the steady state's start, or with setup the capture's first
-        event (not the session start: a capture begun late would count the time before it)."""
-        ph = self.phases
-        return 0 if ph is None else ph.first_event_ns if self.include_setup else ph.steady_start_ns
-
-    @property
-    def steady_ns(self) -> int:
-        """Duration of what the rules judge: the steady state (or the whole capture with setup)."""
-        ph = self.phases
-        return 0 if ph is None else max(int(ph.steady_end_ns - self.judged_start_ns), 0)
-
-    @property
-    def steady_instances(self) -> int:
-        u = self.unit
-        return max(u.count - (0 if self.include_setup else u.warmup), 1) if u is not None else 1
-
-    def label(self, series_id: int) -> str | None:
-        """A finding's ``range``: 'domain:name' (just the name in the default domain); None for the
-        whole-capture window of a capture without NVTX ranges."""
-        if self.table.window:
-            return None
-        r = self.ranges[series_id]
-        return f"{r['domain']}:{r['name']}" if r["domain"] else r["name"]
-
-    def gpu_names(self) -> dict[int, str]:
-        gpus = (getattr(self.trace, "meta", None) or {}).get("gpus") or []
-        out = {}
-        for i, g in enumerate(gpus):
-            if isinstance(g, dict):
-                dev = g.get("device_id", g.get("id", i))
-                out[int(dev) if isinstance(dev, (int, np.integer)) else i] = str(g.get("name", ""))
         return out
 
 
@@ -217,16 +166,17 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
     ctx = CaptureContext(trace=trace, table=table, ranges=summaries, devices=devices, outliers=outl,
                          capture_start_ns=int(start_ns), unit=unit, phases=ph, tensorrt=trt,
                          include_setup=options.include_setup)
-    findings = calibrate(ctx, run_rules("capture", ctx, only=options.rules, overrides=options.rule_overrides()))
+    judged = run_rules("capture", ctx, only=options.rules, overrides=options.rule_overrides())
+    findings = calibrate(ctx, judged.findings)
     capture = _capture_info(trace, meta, table)
     ranges = _ranges_json(ctx, options)
     extra = {
         "inference": unit_j, "phases": phases_j, **layers_j,
         **streams_j,
         "top_kernels": top,
-        "gap_histogram": _gap_histograms(ctx),
+        "gap_histogram": _gap_histograms(ctx, judged.thresholds["gpu_idle"]["min_gap_us"]),
         "sync_summary": sync_j,
-        "thresholds": ctx.thresholds,
+        "thresholds": judged.thresholds,
     }
     extra["inference"]["bound_by"] = _bound_by(extra["phases"]["steady"]["gpu_ms_by_kind"])
     if options.layer_info:
@@ -374,10 +324,9 @@ def top_kernels(trace: Any, limit: int = 50) -> list[dict[str, Any]]:
                                                    agg["lo"], agg["hi"])]
 
 
-def _gap_histograms(ctx: CaptureContext) -> list[dict[str, Any]]:
-    from profiler.rules import thresholds
-
-    min_gap_us = float(thresholds(ctx, "gpu_idle")["min_gap_us"])
+def _gap_histograms(ctx: CaptureContext, min_gap_us: float) -> list[dict[str, Any]]:
+    """Per device: the idle gaps' histogram, and how many are at least ``min_gap_us`` (gpu_idle's threshold)."""
+    min_gap_us = float(min_gap_us)
     names = ctx.gpu_names()
     out = []
     for d in ctx.devices:

@@ -97,10 +97,10 @@ def parse_thresholds(args: tuple[str, ...]) -> tuple[dict[str, dict[str, float]]
         if head in PRECISIONS:
             accuracy_args.append(raw)
             continue
-        rid = head if head in sweep_rules else f"sweep.{head}"
+        rid = head
         if not sep or not dot or rid not in sweep_rules:
             raise UsageError(f"--threshold {raw!r} is neither PRECISION.METRIC_min/max=X (e.g. fp16.cosine_min=0.999) "
-                             f"nor RULE.NAME=X for a sweep rule ({', '.join(s[6:] for s in sorted(sweep_rules))})")
+                             f"nor RULE.NAME=X for a sweep rule ({', '.join(sorted(sweep_rules))})")
         if name not in sweep_rules[rid].defaults:
             have = ", ".join(sweep_rules[rid].defaults) or "none"
             raise UsageError(f"--threshold {raw!r}: rule {head!r} has no threshold {name!r} (it has: {have})")

@@ -311,7 +311,7 @@ def device_findings(variants: list[dict[str, Any]]) -> list[Finding]:
         return []
     where = {f"{r.get('host')}/{_row_label(r)}": {"name": r.get("name"), "variants": r["variants"]} for r in rows}
     out = [Finding(
-        rule="sweep.devices", severity="info",
+        rule="sweep.devices", scope="sweep", severity="info",
         title=f"{len(rows)} device(s) measured the variants concurrently, one variant at a time each: "
               + "; ".join(f"{k} ({v['name']}): {', '.join(v['variants'])}" for k, v in where.items()),
         evidence={"devices": where})]
@@ -324,7 +324,7 @@ def device_findings(variants: list[dict[str, Any]]) -> list[Finding]:
               for r in table}
     what = ", ".join(f"{k} ({' vs '.join(v)})" for k, v in differ.items())
     return out + [Finding(
-        rule="sweep.devices_differ", severity="medium",
+        rule="sweep.devices_differ", scope="sweep", severity="medium",
         title=f"Variants ran on GPUs that differ in {what}: their latencies compare the GPUs as well as the engines",
         evidence={"devices": groups}, threshold={"must_match": list(COMPARED)},
         recommendation="Run the sweep on identical GPUs with the same clock settings (nvidia-smi -lgc / -ac on "

@@ -34,7 +34,8 @@ def build_import(paths: list[str], variant_names: tuple[str, ...] = (), label: s
     from profiler.layers import align as al
     from profiler.layers import frame as lf
     from profiler.layers import trtexec as tx
-    from profiler.rules.layers import LayerVariant, run_layer_rules
+    from profiler.rules.context import LayerContext
+    from profiler.rules.layers import run_layer_rules
 
     sets = tx.find_export_sets(paths)
     keys = _variant_keys(sets, variant_names)
@@ -82,8 +83,8 @@ def build_import(paths: list[str], variant_names: tuple[str, ...] = (), label: s
         variants.append(v)
         layers.extend(lf.to_records(e.layers))
         warnings.extend(f"{key}: {m}" for m in e.messages)
-        lvars.append(LayerVariant(key=key, layers=e.layers, precision=e.precision, summary=e.summary,
-                                  trtexec=trt, tensorrt_version=e.tensorrt_version))
+        lvars.append(LayerContext(key=key, layers=e.layers, precision=e.precision, summary=e.summary,
+                                   trtexec=trt, tensorrt_version=e.tensorrt_version))
     findings: list[Finding] = run_layer_rules(lvars)
     alignment = []
     by_model: dict[str, list[int]] = {}

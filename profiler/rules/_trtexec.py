@@ -2,6 +2,8 @@
 
 - trtexec warns that a run is enqueue-bound when the median host enqueue time exceeds 0.8 x the median
   GPU compute time;
+- that it is transfer-bound when the median host-to-device or device-to-host copy takes at least the
+  median GPU compute time (1.0 x);
 - it warns about unstable timing when the GPU compute time's coefficient of variation exceeds 1.0%
   (TensorRT 8.6 to 10.13) or 2.5% (10.14 and later); before 8.6 it printed no such warning.
 """
@@ -11,8 +13,11 @@ from __future__ import annotations
 import re
 
 ENQUEUE_BOUND_RATIO = 0.8
+TRANSFER_BOUND_RATIO = 1.0
 JITTER_COV_PCT_8_6 = 1.0
 JITTER_COV_PCT_10_14 = 2.5
+JITTER_MEDIUM_OVER_LIMIT = 4.0
+"""trtprof's severity band over trtexec's CoV limit (trtexec has none): medium above 4x the limit, else low."""
 
 
 def version_tuple(text: str | None) -> tuple[int, ...] | None:

@@ -1,12 +1,13 @@
 """Capture rules: diagnoses of an nsys capture's NVTX range series, GPU gaps and copies.
 
-Each rule is a pure function of a :class:`profiler.capture.analyze.CaptureContext` and returns
-findings whose ``evidence`` carries the numbers and ``threshold`` the limits they were compared with.
-The defaults below are the module constants; every one can be overridden per run
-(``AnalysisOptions.thresholds = {"jitter": {"max_cov_pct": 5}}``).
+Each rule is a pure function of a :class:`profiler.rules.context.CaptureContext` and its thresholds and
+returns findings whose ``evidence`` carries the numbers and ``threshold`` the limits they were compared
+with. The defaults below are the module constants, severity bands included; every one can be overridden
+per run (``AnalysisOptions.thresholds = {"jitter": {"max_cov_pct": 5}}``). The severity a rule gives is
+provisional: :mod:`profiler.rules.impact` sets it from the finding's cost where that is known.
 
-Rule ids are public: ``launch_overhead``, ``gpu_idle``, ``jitter``, ``sync_api``, ``pageable_memcpy``,
-``transfer_bound``.
+Rule ids (scope ``capture``) are public: ``launch_overhead``, ``gpu_idle``, ``jitter``, ``sync_api``,
+``pageable_memcpy``, ``transfer_bound``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from profiler.capture import intervals
 from profiler.capture import series as S
 from profiler.capture import summary as SM
 from profiler.findings import Finding
-from profiler.rules import rule, thresholds
+from profiler.rules import Thresholds, rule
+from profiler.rules.context import CaptureContext
 
 # ---- launch_overhead
 LAUNCH_MAX_BUSY_FRACTION = 0.5
@@ -33,6 +35,8 @@ LAUNCH_MIN_SAVING_PCT = 10.0
 """... and a CUDA graph estimated to save at least this share of the wall time."""
 GRAPH_NODE_OVERHEAD_US = 1.0
 """Assumed GPU-side cost per kernel node of a replayed CUDA graph, for the saving estimate."""
+LAUNCH_HIGH_SAVING_PCT, LAUNCH_MEDIUM_SAVING_PCT = 50.0, 25.0
+"""Severity bands: high from this estimated saving (share of the wall time) on, medium from that."""
 
 # ---- gpu_idle
 IDLE_MIN_GAP_US = 50.0
@@ -40,6 +44,10 @@ IDLE_MIN_GAP_US = 50.0
 IDLE_MIN_FRACTION = 0.10
 """Fire when gaps of at least ``min_gap_us`` add up to this share of the device's active window."""
 IDLE_TOP_GAPS = 5
+IDLE_HIGH_FRACTION, IDLE_MEDIUM_FRACTION = 0.5, 0.25
+"""Severity bands over the idle share of the active window."""
+IDLE_INIT_SHARE = 0.5
+"""A gap at least this share of which the launching threads spend in start-up calls is warm-up."""
 INIT_API_PREFIXES = ("cuInit", "cuCtxCreate", "cuDevicePrimaryCtxRetain", "cuLibraryLoad", "cuLibraryGet",
                      "cuModuleLoad", "cuModuleGet", "cuKernelGet", "cudaSetDevice", "cudaFree")
 """One-off start-up work (context creation, lazy module loading): a gap spent mostly in these calls is
@@ -52,6 +60,14 @@ JITTER_MIN_MEDIAN_US = 50.0
 JITTER_MAX_COV_PCT = 10.0
 JITTER_MAX_TAIL_RATIO = 1.5
 """p99 / median above this is an unstable tail."""
+JITTER_MIN_TOP_LEVEL_SHARE = 0.5
+"""A range with no GPU work that runs nested (top level less than this share of its time) is a host
+helper, not a latency anyone serves."""
+JITTER_HIGH_TAIL_RATIO, JITTER_HIGH_COV_PCT = 3.0, 50.0
+JITTER_MEDIUM_TAIL_RATIO, JITTER_MEDIUM_COV_PCT = 2.0, 25.0
+"""Severity bands: high when the tail ratio or the CoV reaches the high band, medium the medium one."""
+JITTER_LISTED_OUTLIERS = 20
+"""The costliest outlier instances a finding lists."""
 
 # ---- sync_api
 SYNC_MIN_FRACTION = 0.10
@@ -63,6 +79,9 @@ normal) or any device-wide synchronisation."""
 SYNC_MIN_GPU_IDLE_SHARE = 0.05
 """... and the GPU idles for at least this share of the range's wall time while the host blocks or right
 after it returns (a wait on a busy GPU that is refed at once costs nothing: the GPU sets the pace)."""
+SYNC_HIGH_FRACTION, SYNC_HIGH_SYNCS_PER_INSTANCE, SYNC_MEDIUM_FRACTION = 0.3, 2.0, 0.1
+"""Severity bands: high from this blocked share with a device-wide sync or this many syncs per instance,
+medium from that share."""
 
 # ---- pageable_memcpy
 PAGEABLE_MIN_TOTAL_US = 50.0
@@ -70,13 +89,23 @@ PAGEABLE_MIN_TOTAL_US = 50.0
 PAGEABLE_STAGED_MIN_BYTES = 64 * 1024
 """Copies at least this large are staged through the driver's pinned buffer (their host time is the cost)."""
 PAGEABLE_HIGH_SHARE = 0.10
-"""High severity when pageable copies take this share of the active GPU window (or are 2x slower)."""
+"""High severity when pageable copies take this share of the active GPU window ..."""
+PAGEABLE_HIGH_PINNED_SPEEDUP = 2.0
+"""... or pinned copies of the same size run this many times faster; ..."""
+PAGEABLE_MEDIUM_SHARE = 0.01
+"""... medium from this share."""
 
 # ---- transfer_bound
 TRANSFER_MIN_COPY_TO_COMPUTE = 1.0
 """Fire when a range's copy time is at least this multiple of its compute time ..."""
 TRANSFER_MIN_COPY_FRACTION = 0.10
 """... and copies take at least this share of its wall time."""
+TRANSFER_HIGH_COPY_TO_COMPUTE, TRANSFER_HIGH_COPY_FRACTION = 2.0, 0.5
+TRANSFER_MEDIUM_COPY_TO_COMPUTE, TRANSFER_MEDIUM_COPY_FRACTION = 1.0, 0.25
+"""Severity bands of a range: high when both its ratio and its share reach the high band, medium the medium."""
+TRANSFER_MIN_UNIT_COMPUTE_SHARE = 0.5
+"""Share of the steady state's compute the inference unit must have launched for the steady state's
+copies to count per inference (TensorRT apps launch all of it inside the enqueue ranges, copies outside)."""
 
 TRT_SYNC_ADVICE = (
     "TensorRT: enqueue with enqueueV3 / execute_async_v3 on your own stream and synchronise once per batch on "
@@ -109,7 +138,7 @@ def _median(a: np.ndarray) -> float:
     return float(np.median(a)) if len(a) else float("nan")
 
 
-def _ranges(ctx: Any, min_count: int = 1) -> list[dict[str, Any]]:
+def _ranges(ctx: CaptureContext, min_count: int = 1) -> list[dict[str, Any]]:
     return [r for r in ctx.ranges if r["count"] >= min_count]
 
 
@@ -118,7 +147,7 @@ NESTED_SHARE = 0.5
 of the same rule: the outer range already carries the finding (PyTorch op ranges nest deeply)."""
 
 
-def _outermost(ctx: Any, cands: list[tuple], limit: int) -> list[tuple]:
+def _outermost(ctx: CaptureContext, cands: list[tuple], limit: int) -> list[tuple]:
     """Candidates (cost, range dict, evidence) without those nested in another candidate; costliest first."""
     ids = {c[1]["series_id"] for c in cands}
     kept = []
@@ -135,10 +164,10 @@ def _outermost(ctx: Any, cands: list[tuple], limit: int) -> list[tuple]:
 @rule("launch_overhead", scope="capture", defaults={
     "max_busy_fraction": LAUNCH_MAX_BUSY_FRACTION, "min_launches_per_instance": LAUNCH_MIN_LAUNCHES,
     "max_kernel_to_launch_ratio": LAUNCH_MAX_KERNEL_TO_CALL, "min_saving_pct": LAUNCH_MIN_SAVING_PCT,
-    "graph_node_overhead_us": GRAPH_NODE_OVERHEAD_US, "max_findings": MAX_FINDINGS_PER_RULE})
-def launch_overhead(ctx: Any) -> list[Finding]:
+    "graph_node_overhead_us": GRAPH_NODE_OVERHEAD_US, "max_findings": MAX_FINDINGS_PER_RULE,
+    "high_saving_pct": LAUNCH_HIGH_SAVING_PCT, "medium_saving_pct": LAUNCH_MEDIUM_SAVING_PCT})
+def launch_overhead(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
     """Ranges paced by launching many short kernels rather than by GPU work."""
-    t = thresholds(ctx, "launch_overhead")
     table = ctx.table
     cands = []
     for r in _ranges(ctx):
@@ -191,14 +220,15 @@ def launch_overhead(ctx: Any) -> list[Finding]:
         }))
     out = []
     for _, r, ev in _outermost(ctx, cands, int(t["max_findings"])):
-        sev = "high" if ev["graph_saving_pct"] >= 50 else "medium" if ev["graph_saving_pct"] >= 25 else "low"
+        saving = ev["graph_saving_pct"]
+        sev = "high" if saving >= t["high_saving_pct"] else "medium" if saving >= t["medium_saving_pct"] else "low"
         out.append(Finding(
             rule="launch_overhead", severity=sev, range=ctx.label(r["series_id"]),
             title=(f"Launch-bound: the GPU is busy {_pct(ev['gpu_busy_fraction'])}% of the range while the host "
                    f"issues {ev['launches_per_instance']:.0f} launches per instance"),
             evidence=ev,
-            threshold={k: t[k] for k in ("max_busy_fraction", "min_launches_per_instance",
-                                         "max_kernel_to_launch_ratio", "min_saving_pct", "graph_node_overhead_us")},
+            threshold=t.pick("max_busy_fraction", "min_launches_per_instance", "max_kernel_to_launch_ratio",
+                             "min_saving_pct", "graph_node_overhead_us"),
             recommendation=TRT_LAUNCH_ADVICE if ctx.tensorrt else (
                 "Capture the range's work once as a CUDA graph and replay it (torch.cuda.CUDAGraph / "
                 "torch.compile mode='reduce-overhead', cudaStreamBeginCapture + cudaGraphLaunch, TensorRT "
@@ -214,7 +244,7 @@ _CALL_BLOCK = 1 << 20
 """Calls searched against the gaps per block in ``_host_during`` (bounds its temporary arrays)."""
 
 
-def _host_during(ctx: Any, d: SM.DeviceGaps, gs: np.ndarray, ge: np.ndarray, detail: np.ndarray | None = None,
+def _host_during(ctx: CaptureContext, d: SM.DeviceGaps, gs: np.ndarray, ge: np.ndarray, detail: np.ndarray | None = None,
                  ) -> tuple[dict, list[dict]]:
     """Where the launching threads were during the gaps: API, OS runtime and NVTX time overlapping them.
 
@@ -310,10 +340,11 @@ def _covered_ns(starts: np.ndarray, ends: np.ndarray) -> int:
 
 
 @rule("gpu_idle", scope="capture", defaults={
-    "min_gap_us": IDLE_MIN_GAP_US, "min_idle_fraction": IDLE_MIN_FRACTION, "top_gaps": IDLE_TOP_GAPS})
-def gpu_idle(ctx: Any) -> list[Finding]:
+    "min_gap_us": IDLE_MIN_GAP_US, "min_idle_fraction": IDLE_MIN_FRACTION, "top_gaps": IDLE_TOP_GAPS,
+    "init_gap_share": IDLE_INIT_SHARE, "high_idle_fraction": IDLE_HIGH_FRACTION,
+    "medium_idle_fraction": IDLE_MEDIUM_FRACTION})
+def gpu_idle(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
     """Idle gaps on a device inside its active window, and where the host was meanwhile."""
-    t = thresholds(ctx, "gpu_idle")
     min_gap_ns = float(t["min_gap_us"]) * 1e3
     names = ctx.gpu_names()
     out = []
@@ -328,7 +359,7 @@ def gpu_idle(ctx: Any) -> list[Finding]:
         rows = init_calls[np.isin(api.tid[init_calls], d.launch_tids)]
         g, _, ov = SM.overlap_by_name(d.gap_start_ns, d.gap_end_ns, api.start_ns[rows], api.end_ns[rows])
         init_ns = np.bincount(g, weights=ov, minlength=len(d.gap_ns)) if len(g) else np.zeros(len(d.gap_ns))
-        init_gap = big & (init_ns >= 0.5 * d.gap_ns)
+        init_gap = big & (init_ns >= t["init_gap_share"] * d.gap_ns)
         big &= ~init_gap
         active_ns = d.active_ns - float(d.gap_ns[init_gap].sum())
         idle_ns = float(d.gap_ns[big].sum())
@@ -346,7 +377,7 @@ def gpu_idle(ctx: Any) -> list[Finding]:
                 "host": {k: dict(sorted(v.items(), key=lambda kv: -kv[1])[:3]) for k, v in where.items()},
             })
         dominant = _dominant_host(host, idle_ns / 1e6)
-        sev = "high" if frac >= 0.5 else "medium" if frac >= 0.25 else "low"
+        sev = "high" if frac >= t["high_idle_fraction"] else "medium" if frac >= t["medium_idle_fraction"] else "low"
         dev_label = f"GPU {d.device_id}" + (f" ({names[d.device_id]})" if names.get(d.device_id) else "")
         out.append(Finding(
             rule="gpu_idle", severity=sev, range=None,
@@ -360,7 +391,7 @@ def gpu_idle(ctx: Any) -> list[Finding]:
                 "largest_gap_ms": float((ge - gs).max()) / 1e6, "median_gap_us": float(np.median(ge - gs)) / 1e3,
                 "host_during_gaps_ms": host, "top_gaps": top_gaps,
             },
-            threshold={"min_gap_us": t["min_gap_us"], "min_idle_fraction": t["min_idle_fraction"]},
+            threshold=t.pick("min_gap_us", "min_idle_fraction"),
             recommendation=_idle_advice(dominant[0]) + (TRT_IDLE_ADVICE if ctx.tensorrt else ""),
         ))
     return out
@@ -397,10 +428,12 @@ def _idle_advice(kind: str) -> str:
 
 @rule("jitter", scope="capture", defaults={
     "min_count": JITTER_MIN_COUNT, "min_median_us": JITTER_MIN_MEDIAN_US, "max_cov_pct": JITTER_MAX_COV_PCT,
-    "max_tail_ratio": JITTER_MAX_TAIL_RATIO, "max_findings": MAX_FINDINGS_PER_RULE})
-def jitter(ctx: Any) -> list[Finding]:
+    "max_tail_ratio": JITTER_MAX_TAIL_RATIO, "max_findings": MAX_FINDINGS_PER_RULE,
+    "min_top_level_share": JITTER_MIN_TOP_LEVEL_SHARE, "high_tail_ratio": JITTER_HIGH_TAIL_RATIO,
+    "high_cov_pct": JITTER_HIGH_COV_PCT, "medium_tail_ratio": JITTER_MEDIUM_TAIL_RATIO,
+    "medium_cov_pct": JITTER_MEDIUM_COV_PCT})
+def jitter(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
     """Unstable latency: CoV and tail ratios, with the outlier instances and their causes."""
-    t = thresholds(ctx, "jitter")
     outl = ctx.outliers
     cands = []
     for r in _ranges(ctx, int(t["min_count"])):
@@ -408,7 +441,7 @@ def jitter(ctx: Any) -> list[Finding]:
         med = w["median"]
         if not med or med * 1e3 < t["min_median_us"]:
             continue
-        if r["top_level_share"] < 0.5 and r["launches_per_instance"] == 0 and r["total_gpu_busy_ms"] == 0:
+        if r["top_level_share"] < t["min_top_level_share"] and r["launches_per_instance"] == 0 and r["total_gpu_busy_ms"] == 0:
             continue  # a nested host-only helper, not a latency anyone serves
         if r.get("parent_id", -1) >= 0:
             continue  # a child range (a layer): its variability belongs to the parent's layer table
@@ -419,7 +452,7 @@ def jitter(ctx: Any) -> list[Finding]:
         o = outl[outl["series_id"].to_numpy() == r["series_id"]] if len(outl) else outl
         causes = o["cause"].value_counts().to_dict() if len(o) else {}
         excess = float(o["excess_ms"].sum()) if len(o) else 0.0
-        listed = o.nlargest(20, "excess_ms").sort_values("idx") if len(o) else o
+        listed = o.nlargest(JITTER_LISTED_OUTLIERS, "excess_ms").sort_values("idx") if len(o) else o
         cost_ms = max(excess, (w["mean"] - med) * r["count"])
         cands.append((cost_ms, r, {
             "count": r["count"], "excess_ms_total": cost_ms, "median_ms": med, "p90_ms": w["p90"], "p99_ms": w["p99"], "max_ms": w["max"],
@@ -432,7 +465,8 @@ def jitter(ctx: Any) -> list[Finding]:
     out = []
     for _, r, ev in _outermost(ctx, cands, int(t["max_findings"])):
         tail, cov = ev["p99_over_median"], ev["cov_pct"]
-        sev = "high" if tail >= 3 or cov >= 50 else "medium" if tail >= 2 or cov >= 25 else "low"
+        sev = ("high" if tail >= t["high_tail_ratio"] or cov >= t["high_cov_pct"] else
+               "medium" if tail >= t["medium_tail_ratio"] or cov >= t["medium_cov_pct"] else "low")
         main = max(ev["outlier_causes"].items(), key=lambda kv: kv[1])[0] if ev["outlier_causes"] else None
         idx = [o["index"] for o in ev["outliers"]]
         shown = ", ".join(map(str, idx[:10])) + (" ..." if len(idx) > 10 else "")
@@ -441,7 +475,7 @@ def jitter(ctx: Any) -> list[Finding]:
             title += f"; outlier instances {shown}" + (f" (mostly {main.replace('_', ' ')})" if main else "")
         out.append(Finding(
             rule="jitter", severity=sev, range=ctx.label(r["series_id"]), title=title, evidence=ev,
-            threshold={k: t[k] for k in ("min_count", "min_median_us", "max_cov_pct", "max_tail_ratio")},
+            threshold=t.pick("min_count", "min_median_us", "max_cov_pct", "max_tail_ratio"),
             recommendation=_jitter_advice(main),
         ))
     return out
@@ -470,11 +504,11 @@ def _jitter_advice(cause: str | None) -> str:
 
 @rule("sync_api", scope="capture", defaults={
     "min_fraction": SYNC_MIN_FRACTION, "max_syncs_per_instance": SYNC_MAX_PER_INSTANCE,
-    "min_gpu_idle_share": SYNC_MIN_GPU_IDLE_SHARE,
-    "max_findings": MAX_FINDINGS_PER_RULE})
-def sync_api(ctx: Any) -> list[Finding]:
+    "min_gpu_idle_share": SYNC_MIN_GPU_IDLE_SHARE, "max_findings": MAX_FINDINGS_PER_RULE,
+    "high_fraction": SYNC_HIGH_FRACTION, "high_syncs_per_instance": SYNC_HIGH_SYNCS_PER_INSTANCE,
+    "medium_fraction": SYNC_MEDIUM_FRACTION})
+def sync_api(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
     """Synchronisation calls that block the host inside hot ranges."""
-    t = thresholds(ctx, "sync_api")
     table = ctx.table
     cands = []
     for r in _ranges(ctx):
@@ -507,15 +541,15 @@ def sync_api(ctx: Any) -> list[Finding]:
     out = []
     for _, r, ev in _outermost(ctx, cands, int(t["max_findings"])):
         frac, per, dev = ev["sync_fraction"], ev["sync_calls_per_instance"], ev["device_syncs_per_instance"]
-        sev = "high" if frac >= 0.3 and (dev > 0 or per >= 2) else "medium" if frac >= 0.1 else "low"
+        sev = ("high" if frac >= t["high_fraction"] and (dev > 0 or per >= t["high_syncs_per_instance"]) else
+               "medium" if frac >= t["medium_fraction"] else "low")
         names = ", ".join(sorted(ev["calls"], key=lambda n: -ev["calls"][n]["total_ms"]))
         out.append(Finding(
             rule="sync_api", severity=sev, range=ctx.label(r["series_id"]),
             title=(f"The host blocks in synchronisation {_pct(frac)}% of the range ({per:.1f} calls per instance"
                    f"{f', {dev:.1f} device-wide' if dev else ''}: {names})"),
             evidence=ev,
-            threshold={"min_fraction": t["min_fraction"], "max_syncs_per_instance": t["max_syncs_per_instance"],
-                       "min_gpu_idle_share": t["min_gpu_idle_share"]},
+            threshold=t.pick("min_fraction", "max_syncs_per_instance", "min_gpu_idle_share"),
             recommendation=TRT_SYNC_ADVICE if ctx.tensorrt else (
                 "Synchronise once per iteration, on the stream (or an event) that produces the result, not the "
                 "whole device; replace intermediate syncs with cudaStreamWaitEvent between streams, and avoid "
@@ -552,10 +586,11 @@ def _gpu_idle_from_sync(table: Any, rows: np.ndarray, q: np.ndarray) -> float:
 # ----------------------------------------------------------------------------- pageable_memcpy
 
 @rule("pageable_memcpy", scope="capture", defaults={
-    "min_total_us": PAGEABLE_MIN_TOTAL_US, "high_share": PAGEABLE_HIGH_SHARE})
-def pageable_memcpy(ctx: Any) -> list[Finding]:
+    "min_total_us": PAGEABLE_MIN_TOTAL_US, "high_share": PAGEABLE_HIGH_SHARE,
+    "high_pinned_speedup": PAGEABLE_HIGH_PINNED_SPEEDUP, "medium_share": PAGEABLE_MEDIUM_SHARE,
+    "staged_min_bytes": PAGEABLE_STAGED_MIN_BYTES})
+def pageable_memcpy(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
     """Copies from or to pageable host memory, against pinned copies of the same size."""
-    t = thresholds(ctx, "pageable_memcpy")
     act = ctx.table.activity
     copy = act.kind == S.MEMCPY
     pg = copy & act.pageable
@@ -605,7 +640,7 @@ def pageable_memcpy(ctx: Any) -> list[Finding]:
         a1 = S.i64(memcpy, "api_end_ns", -1)[rows]
         ok = (a0 >= 0) & (a1 >= a0) & (S.i64(memcpy, "api_tid", -1)[rows] >= 0)
         api_ms = float((a1 - a0)[ok].sum()) / 1e6 if ok.any() else None
-        big = ok & (act.bytes[pg] >= PAGEABLE_STAGED_MIN_BYTES)
+        big = ok & (act.bytes[pg] >= t["staged_min_bytes"])
         big_api_ms = float((a1 - a0)[big].sum()) / 1e6
         if "api_name" in memcpy.columns:
             codes, names = S.factor(memcpy, "api_name")
@@ -624,7 +659,8 @@ def pageable_memcpy(ctx: Any) -> list[Finding]:
         if per_range[first] * 2 >= int(pg.sum()):
             top_range = first
     slow = max((c["pinned_speedup"] for c in compare), default=float("nan"))
-    sev = "high" if share >= t["high_share"] or (np.isfinite(slow) and slow >= 2) else "medium" if share >= 0.01 else "low"
+    sev = ("high" if share >= t["high_share"] or (np.isfinite(slow) and slow >= t["high_pinned_speedup"]) else
+           "medium" if share >= t["medium_share"] else "low")
     evidence = {
         "copies": int(pg.sum()), "bytes": int(act.bytes[pg].sum()), "gpu_ms": total_ns / 1e6,
         "share_of_active_gpu_time": share, "by_direction": by_dir, "api_ms": api_ms,
@@ -645,7 +681,7 @@ def pageable_memcpy(ctx: Any) -> list[Finding]:
         rule="pageable_memcpy", severity=sev, range=top_range,
         title=f"{int(pg.sum())} copies touch pageable host memory ({total_ns / 1e6:.3g} ms of GPU copy time){cmp}",
         evidence=evidence,
-        threshold={"min_total_us": t["min_total_us"], "high_share": t["high_share"]},
+        threshold=t.pick("min_total_us", "high_share"),
         recommendation=("Allocate host buffers as pinned memory (cudaHostAlloc / cudaMallocHost, "
                         "tensor.pin_memory(), cudaHostRegister for existing buffers) and copy with "
                         "cudaMemcpyAsync on a stream: pageable copies are staged through a driver buffer, "
@@ -657,10 +693,11 @@ def pageable_memcpy(ctx: Any) -> list[Finding]:
 
 @rule("transfer_bound", scope="capture", defaults={
     "min_copy_to_compute": TRANSFER_MIN_COPY_TO_COMPUTE, "min_copy_fraction": TRANSFER_MIN_COPY_FRACTION,
-    "max_findings": MAX_FINDINGS_PER_RULE})
-def transfer_bound(ctx: Any) -> list[Finding]:
+    "max_findings": MAX_FINDINGS_PER_RULE, "min_unit_compute_share": TRANSFER_MIN_UNIT_COMPUTE_SHARE,
+    "high_copy_to_compute": TRANSFER_HIGH_COPY_TO_COMPUTE, "high_copy_fraction": TRANSFER_HIGH_COPY_FRACTION,
+    "medium_copy_to_compute": TRANSFER_MEDIUM_COPY_TO_COMPUTE, "medium_copy_fraction": TRANSFER_MEDIUM_COPY_FRACTION})
+def transfer_bound(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
     """Ranges whose copies take as long as their compute."""
-    t = thresholds(ctx, "transfer_bound")
     table = ctx.table
     cands = []
     for r in _ranges(ctx):
@@ -700,13 +737,14 @@ def transfer_bound(ctx: Any) -> list[Finding]:
     for _, r, ev in _outermost(ctx, cands, int(t["max_findings"])):
         ev["exposed_copy_ms_total"] = max(ev["copy_ms_per_instance"] - ev["overlap_ms_per_instance"], 0.0) * r["count"]
         ratio, frac = ev["copy_to_compute"], ev["copy_fraction_of_wall"]
-        sev = "high" if ratio >= 2 and frac >= 0.5 else "medium" if ratio >= 1 and frac >= 0.25 else "low"
+        sev = ("high" if ratio >= t["high_copy_to_compute"] and frac >= t["high_copy_fraction"] else
+               "medium" if ratio >= t["medium_copy_to_compute"] and frac >= t["medium_copy_fraction"] else "low")
         out.append(Finding(
             rule="transfer_bound", severity=sev, range=ctx.label(r["series_id"]),
             title=(f"Transfer-bound: copies take {ev['copy_ms_per_instance']:.3g} ms per instance, {ratio:.2f}x its "
                    f"{ev['compute_ms_per_instance']:.3g} ms of compute (median wall {ev['wall_ms_median']:.3g} ms)"),
             evidence=ev,
-            threshold={"min_copy_to_compute": t["min_copy_to_compute"], "min_copy_fraction": t["min_copy_fraction"]},
+            threshold=t.pick("min_copy_to_compute", "min_copy_fraction"),
             recommendation=TRT_TRANSFER_ADVICE if ctx.tensorrt else (
                 "Move less data: keep tensors on the GPU between steps, send compact inputs (uint8 images, "
                 "FP16) and decode/normalise on the GPU; overlap copies with compute (pinned buffers, "
@@ -725,12 +763,7 @@ def _copies_text(d: dict[str, Any] | None) -> str:
     return f"{n:.2g} {'copy' if n == 1 else 'copies'} per inference of {size / 2**20:.3g} MiB{rate}"
 
 
-#: Share of the steady state's compute the inference unit must have launched for the steady state's copies
-#: to count per inference (TensorRT apps launch all of it inside the enqueue ranges, copies outside).
-UNIT_COMPUTE_SHARE = 0.5
-
-
-def _inference_transfer_bound(ctx: Any, t: dict[str, Any]) -> list[Finding]:
+def _inference_transfer_bound(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
     """The steady state as a whole: copies of one direction take longer than the compute (copies made
     outside the inference ranges, as TensorRT applications make them, count)."""
     from profiler.capture.phases import steady_breakdown
@@ -749,7 +782,7 @@ def _inference_transfer_bound(ctx: Any, t: dict[str, Any]) -> list[Finding]:
     unit_range = next((r for r in ctx.ranges if r["series_id"] == unit.series_id), None)
     if unit.series_id is not None and not ctx.table.window:
         unit_compute_ms = float(unit_range["_totals"]["compute_ns"]) / 1e6 if unit_range else 0.0
-        if unit_compute_ms < UNIT_COMPUTE_SHARE * compute:
+        if unit_compute_ms < t["min_unit_compute_share"] * compute:
             return []
     m = (act.start_ns >= lo) & (act.start_ns <= ph.steady_end_ns)
     c, k = m & (act.kind == S.MEMCPY), m & (act.kind != S.MEMCPY)
@@ -780,7 +813,7 @@ def _inference_transfer_bound(ctx: Any, t: dict[str, Any]) -> list[Finding]:
                f"({by_kind[direction] / compute:.2f}x); {100 * overlap_ms / copy_ms:.0f}% of copy time overlaps "
                "compute"),
         evidence=ev,
-        threshold={"min_copy_to_compute": t["min_copy_to_compute"], "min_copy_fraction": t["min_copy_fraction"]},
+        threshold=t.pick("min_copy_to_compute", "min_copy_fraction"),
         recommendation=TRT_TRANSFER_ADVICE if ctx.tensorrt else (
             "Move less data per inference (compact input types, pre/post-processing on the GPU), use pinned "
             "buffers and overlap copies with compute on a second stream (double buffering)."),

@@ -1,13 +1,14 @@
 """Per-layer rules (layer frames of ``profiler.layers``) and trtexec's warnings from imported timing data.
 
-Plain functions take one :class:`LayerVariant` and thresholds and return findings; the registry
-wrappers (scope ``layers``, ids ``layers.<rule>``) run them over every variant of a
-:class:`LayerContext`. Findings carry the bare rule ids; ``launch_overhead``, ``transfer_bound`` and
-``jitter`` are the ids the sweep and the capture analysis use for the same diagnosis.
+Each rule (scope ``layers``) judges one engine, a :class:`profiler.rules.context.LayerContext`;
+:func:`run_layer_rules` runs them over every engine of an import. ``launch_overhead``,
+``transfer_bound`` and ``jitter`` are trtexec's warnings, the ids the sweep and the capture analysis
+use for the same diagnosis made from their data.
 
-Thresholds:
-- ``layer_hotspot``: one layer above 10 % of the summed per-layer time.
-- ``unfused_reformat``: reformat / stand-alone Q/DQ layers that cost time (any); severity by share.
+Thresholds (each rule's defaults, severity bands included):
+- ``layer_hotspot``: one layer above 10 % of the summed per-layer time (medium above 25 %).
+- ``unfused_reformat``: reformat / stand-alone Q/DQ layers that cost time (any); high from 10 % of
+  layer time, medium from 3 %.
 - ``precision_fallback``: non-reformat layers computing in a higher precision than the build asked
   for (fp16 build: fp32 layers; int8 build: fp16/fp32 layers).
 - ``tiny_layers``: at least 10 layers, and at least 30 % of the timed layers, under 10 us each.
@@ -22,9 +23,9 @@ Thresholds:
   32 (int8); image inputs with at most 4 channels are expected and left out.
 - ``launch_overhead``: median enqueue > 0.8 x median GPU compute (trtexec's enqueue-bound warning).
 - ``transfer_bound``: median H2D or D2H >= median GPU compute.
-- ``jitter``: GPU compute CoV > 1.0 % for TensorRT 8.6 to 10.13, > 2.5 % for 10.14 and later. Before
-  8.6 trtexec printed no CoV and gave no such warning; for 8.2 to 8.5 and unknown versions trtexec
-  8.6's 1.0 % is used (the finding says so).
+- ``jitter``: GPU compute CoV > 1.0 % for TensorRT 8.6 to 10.13, > 2.5 % for 10.14 and later
+  (:func:`profiler.rules._trtexec.jitter_cov_limit`: before 8.6 trtexec printed no CoV, and 8.6's 1.0 %
+  is used, saying so; an unknown version gets the current trtexec's); medium above 4x the limit.
 
 Enqueue medians come from trtexec's printed summary when it is present: exported timestamps carry
 only six significant digits (0.01 ms at 3 s), too coarse for a 5 us enqueue.
@@ -33,39 +34,22 @@ only six significant digits (0.01 ms at 3 s), too coarse for a 5 us enqueue.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
-from profiler.rules._trtexec import ENQUEUE_BOUND_RATIO, jitter_cov_limit
-from profiler.findings import Finding
+from profiler.findings import Finding, sort_findings
 from profiler.layers import frame as lf
-from profiler.rules import rule, run_rules, thresholds
+from profiler.rules import Overrides, Thresholds, rule, run_rules
+from profiler.rules._trtexec import (ENQUEUE_BOUND_RATIO, JITTER_MEDIUM_OVER_LIMIT, TRANSFER_BOUND_RATIO,
+                                     jitter_cov_limit)
+from profiler.rules.context import LayerContext
 
 
 _TC_MARKERS = re.compile(r"xmma|hmma|imma|gmma|h884|h1688|h16816|i8816|i16832|16816|1688|884cudnn|tf32|"
                          r"tensorop|_hgemm|wmma", re.I)
 _NON_TC = re.compile(r"scudnn|sgemm|gemv|simt|int8x4_icudnn|icudnn_int8x4|f32f32_f32f32|_fp32_icudnn_int8x4", re.I)
 _GEMM_TYPES = re.compile(r"conv|gemm|matmul|matrixmultiply|fullyconnected", re.I)
-
-
-@dataclass
-class LayerVariant:
-    """One engine's per-layer frame and timing, as the layer rules see it."""
-
-    key: str
-    layers: pd.DataFrame
-    precision: str | None = None  # lowest precision the build allowed (fp32 | fp16 | int8 ...)
-    summary: dict[str, Any] | None = None  # profiler.layers.trtexec.timing_summary()
-    trtexec: dict[str, Any] = field(default_factory=dict)  # trtexec's printed summary
-    tensorrt_version: str | None = None
-
-
-@dataclass
-class LayerContext:
-    variants: list[LayerVariant]
-    thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def _layer_ev(r: dict, digits: int = 2) -> dict[str, Any]:
@@ -87,15 +71,17 @@ def _timed(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 # -- layer rules ------------------------------------------------------------------------------------
-def layer_hotspot(v: LayerVariant, share_pct: float = 10.0) -> list[Finding]:
+@rule("layer_hotspot", scope="layers", defaults={"share_pct": 10.0, "medium_share_pct": 25.0})
+def layer_hotspot(v: LayerContext, t: Thresholds) -> list[Finding]:
     """Layers above ``share_pct`` of the summed per-layer time."""
+    share_pct = t["share_pct"]
     hot = v.layers[v.layers["share_pct"].fillna(0) > share_pct].sort_values("share_pct", ascending=False)
     if hot.empty:
         return []
     top = hot.iloc[0]
     recs = [_layer_ev(r) for r in hot.to_dict("records")]
     return [Finding(
-        rule="layer_hotspot", severity="medium" if top["share_pct"] > 25 else "low", variant=v.key,
+        rule="layer_hotspot", severity="medium" if top["share_pct"] > t["medium_share_pct"] else "low", variant=v.key,
         range=top["name"],
         title=f"{v.key}: {len(hot)} layer(s) over {share_pct:g}% of layer time; '{top['name']}' takes "
               f"{top['share_pct']:.1f}% ({top['time_avg_ms']:.4f} ms)",
@@ -105,18 +91,19 @@ def layer_hotspot(v: LayerVariant, share_pct: float = 10.0) -> list[Finding]:
                        "counts let Tensor Core kernels run.")]
 
 
-def unfused_reformat(v: LayerVariant) -> list[Finding]:
+@rule("unfused_reformat", scope="layers", defaults={"time_ms": 0.0, "high_share_pct": 10.0, "medium_share_pct": 3.0})
+def unfused_reformat(v: LayerContext, t: Thresholds) -> list[Finding]:
     """Reformat, copy and stand-alone Q/DQ layers that cost time."""
     f = v.layers
-    mask = [lf.is_reformat(n, t) for n, t in zip(f["name"], f["type"])]
+    mask = [lf.is_reformat(name, kind) for name, kind in zip(f["name"], f["type"])]
     ref = f[pd.Series(mask, index=f.index, dtype=bool)]  # bool even when empty (else it selects columns)
-    costly = _timed(ref)
+    costly = ref[ref["time_avg_ms"].fillna(0) > t["time_ms"]]
     if costly.empty:
         return []
     share = float(costly["share_pct"].sum())
     qdq = int(sum(bool(re.match(r"(Quantize|Dequantize|QuantLinear|DequantLinear)", n)) for n in ref["name"]))
     top = costly.sort_values("time_avg_ms", ascending=False).head(5)
-    sev = "high" if share >= 10 else "medium" if share >= 3 else "low"
+    sev = "high" if share >= t["high_share_pct"] else "medium" if share >= t["medium_share_pct"] else "low"
     return [Finding(
         rule="unfused_reformat", severity=sev, variant=v.key,
         title=f"{v.key}: {len(costly)} reformat/Q-DQ layer(s) cost {costly['time_avg_ms'].sum():.4f} ms "
@@ -124,13 +111,14 @@ def unfused_reformat(v: LayerVariant) -> list[Finding]:
         evidence={"reformat_layers": int(len(ref)), "costly_layers": int(len(costly)), "qdq_layers": qdq,
                   "time_ms": float(costly["time_avg_ms"].sum()), "share_pct": share,
                   "top": [_layer_ev(r) for r in top.to_dict("records")]},
-        threshold={"time_ms": 0.0},
+        threshold=t.pick("time_ms"),
         recommendation="Reformats convert layouts/precisions between layers that disagree. For QAT models "
                        "put Q/DQ pairs on every input of a convolution and of residual adds so TensorRT fuses "
                        "them; keep adjacent layers in one precision and channel counts aligned.")]
 
 
-def precision_fallback(v: LayerVariant) -> list[Finding]:
+@rule("precision_fallback", scope="layers", defaults={"medium_share_pct": 10.0})
+def precision_fallback(v: LayerContext, t: Thresholds) -> list[Finding]:
     """Layers computing in a higher precision than the variant asked for."""
     want = v.precision
     if want not in lf.PRECISION_RANK or lf.PRECISION_RANK[want] <= lf.PRECISION_RANK["fp32"]:
@@ -150,7 +138,7 @@ def precision_fallback(v: LayerVariant) -> list[Finding]:
         by_prec[lf.compute_precision(r)] = by_prec.get(lf.compute_precision(r), 0) + 1
     timed.sort(key=lambda r: -(r.get("time_avg_ms") or 0))
     return [Finding(
-        rule="precision_fallback", severity="medium" if share >= 10 else "low", variant=v.key,
+        rule="precision_fallback", severity="medium" if share >= t["medium_share_pct"] else "low", variant=v.key,
         title=f"{v.key}: {len(timed)} layer(s) ({share:.1f}% of layer time) run in higher precision than "
               f"the requested {want}",
         evidence={"requested": want, "layers_by_precision": by_prec, "share_pct": share,
@@ -162,9 +150,10 @@ def precision_fallback(v: LayerVariant) -> list[Finding]:
                        "precision, or accept them if their share is small.")]
 
 
-def tiny_layers(v: LayerVariant, tiny_ms: float = 0.010, min_count: int = 10,
-                min_fraction: float = 0.3) -> list[Finding]:
+@rule("tiny_layers", scope="layers", defaults={"tiny_ms": 0.010, "min_count": 10, "min_fraction": 0.3})
+def tiny_layers(v: LayerContext, t: Thresholds) -> list[Finding]:
     """Many layers under ``tiny_ms``: launch cost dominates, candidates for CUDA graphs or fusion."""
+    tiny_ms, min_count, min_fraction = t["tiny_ms"], t["min_count"], t["min_fraction"]
     timed = _timed(v.layers)
     if timed.empty:
         return []
@@ -178,7 +167,7 @@ def tiny_layers(v: LayerVariant, tiny_ms: float = 0.010, min_count: int = 10,
         evidence={"tiny_layers": int(len(tiny)), "timed_layers": int(len(timed)), "fraction": frac,
                   "tiny_time_ms": float(tiny["time_avg_ms"].sum()), "tiny_share_pct": float(tiny["share_pct"].sum()),
                   "median_layer_ms": float(timed["time_avg_ms"].median())},
-        threshold={"tiny_ms": tiny_ms, "min_count": min_count, "min_fraction": min_fraction},
+        threshold=t.pick("tiny_ms", "min_count", "min_fraction"),
         recommendation="Per-kernel launch cost is comparable to the work: run under a CUDA graph "
                        "(--useCudaGraph), batch more work per query, or fuse the small layers.")]
 
@@ -198,7 +187,8 @@ def _is_gemm(r: dict) -> bool:
     return bool(_GEMM_TYPES.search(str(r.get("type") or ""))) and not lf.is_reformat(r["name"], r.get("type"))
 
 
-def no_tensor_cores(v: LayerVariant) -> list[Finding]:
+@rule("no_tensor_cores", scope="layers", defaults={"medium_share_pct": 10.0})
+def no_tensor_cores(v: LayerContext, t: Thresholds) -> list[Finding]:
     """Convolution/GEMM layers whose tactics do not use Tensor Cores."""
     rows = [r for r in v.layers.to_dict("records") if _is_gemm(r) and tensor_core_kind(r.get("tactic")) ==
             "no-tensor-core"]
@@ -209,7 +199,7 @@ def no_tensor_cores(v: LayerVariant) -> list[Finding]:
     timed = any(_num(r.get("share_pct")) is not None for r in rows)
     where = f"{share:.1f}% of layer time" if timed else "no layer times: a profile is missing"
     return [Finding(
-        rule="no_tensor_cores", severity="medium" if share >= 10 else "low", variant=v.key,
+        rule="no_tensor_cores", severity="medium" if share >= t["medium_share_pct"] else "low", variant=v.key,
         title=f"{v.key}: {len(rows)} convolution/GEMM layer(s) ({where}) run kernels "
               "without Tensor Cores",
         evidence={"layers": [_layer_ev(r) for r in rows[:10]], "count": len(rows), "share_pct": share},
@@ -219,13 +209,15 @@ def no_tensor_cores(v: LayerVariant) -> list[Finding]:
                        "check the layer's precision and channels, or whether TF32 was disabled.")]
 
 
-def channel_alignment(v: LayerVariant) -> list[Finding]:
-    """Conv/GEMM channel counts not multiples of 8 (fp16) or 32 (int8)."""
+@rule("channel_alignment", scope="layers", defaults={"fp16_multiple": 8, "int8_multiple": 32, "max_image_channels": 4})
+def channel_alignment(v: LayerContext, t: Thresholds) -> list[Finding]:
+    """Conv/GEMM channel counts not multiples of 8 (fp16, bf16) or 32 (int8)."""
+    multiple = {"fp16": t["fp16_multiple"], "bf16": t["fp16_multiple"], "int8": t["int8_multiple"]}
     rows, image = [], 0
     for r in v.layers.to_dict("records"):
         if not _is_gemm(r):
             continue
-        need = {"fp16": 8, "bf16": 8, "int8": 32}.get(lf.compute_precision(r) or "")
+        need = multiple.get(lf.compute_precision(r) or "")
         dims_in, dims_out = r.get("dims_in"), r.get("dims_out")
         if not need or not isinstance(dims_in, list) or not dims_in or not isinstance(dims_in[0], list):
             continue
@@ -238,7 +230,7 @@ def channel_alignment(v: LayerVariant) -> list[Finding]:
         cg, kg = c_in // max(groups, 1), k_out // max(groups, 1)
         if groups > 1 and cg == 1:
             continue  # depthwise: no Tensor Core path either way
-        if c_in <= 4 and k_out % need == 0:
+        if c_in <= t["max_image_channels"] and k_out % need == 0:
             image += 1
             continue
         if cg % need or (kg and kg % need):
@@ -251,13 +243,13 @@ def channel_alignment(v: LayerVariant) -> list[Finding]:
         rule="channel_alignment", severity="low", variant=v.key,
         title=f"{v.key}: {len(rows)} convolution/GEMM layer(s) have channel counts not aligned for Tensor Cores",
         evidence={"layers": rows[:10], "count": len(rows), "share_pct": share, "image_input_layers_skipped": image},
-        threshold={"fp16_multiple": 8, "int8_multiple": 32},
+        threshold=t.pick("fp16_multiple", "int8_multiple"),
         recommendation="Pad channels to a multiple of 8 (fp16) or 32 (int8) in the model; TensorRT otherwise "
                        "pads at run time or falls back to slower kernels.")]
 
 
 # -- trtexec's warnings from timing data -----------------------------------------------------------------
-def _median(v: LayerVariant, key: str) -> tuple[float | None, str]:
+def _median(v: LayerContext, key: str) -> tuple[float | None, str]:
     """Median of one timing part: trtexec's printed value if present, else ours from the export."""
     t = (v.trtexec.get(key) or {}).get("median") if v.trtexec else None
     if t is not None:
@@ -266,11 +258,10 @@ def _median(v: LayerVariant, key: str) -> tuple[float | None, str]:
     return (float(s), "timing export") if s is not None and s == s else (None, "")
 
 
-#: (CoV limit in %, why) for the TensorRT version that produced the data: trtexec's, from the one place
-jitter_limit = jitter_cov_limit
-
-
-def launch_overhead(v: LayerVariant, ratio: float = ENQUEUE_BOUND_RATIO) -> list[Finding]:
+@rule("launch_overhead", scope="layers", defaults={"enqueue_over_compute": ENQUEUE_BOUND_RATIO})
+def launch_overhead(v: LayerContext, t: Thresholds) -> list[Finding]:
+    """trtexec's enqueue-bound warning: the median enqueue takes more than 0.8 x the median GPU compute."""
+    ratio = t["enqueue_over_compute"]
     enq, src = _median(v, "enqueue_ms")
     comp, _ = _median(v, "gpu_compute_ms")
     if enq is None or not comp or enq <= ratio * comp:
@@ -280,39 +271,45 @@ def launch_overhead(v: LayerVariant, ratio: float = ENQUEUE_BOUND_RATIO) -> list
         title=f"{v.key} is enqueue-bound: the host spends {enq:.4f} ms enqueuing {comp:.4f} ms of GPU compute",
         evidence={"median_enqueue_ms": enq, "median_compute_ms": comp, "enqueue_over_compute": enq / comp,
                   "source": src},
-        threshold={"enqueue_over_compute": ratio},
+        threshold=t.pick("enqueue_over_compute"),
         recommendation="Use CUDA graphs (trtexec --useCudaGraph), batch more work per query, or run several "
                        "streams so launches overlap compute.")]
 
 
-def transfer_bound(v: LayerVariant) -> list[Finding]:
+@rule("transfer_bound", scope="layers", defaults={"transfer_over_compute": TRANSFER_BOUND_RATIO})
+def transfer_bound(v: LayerContext, t: Thresholds) -> list[Finding]:
+    """trtexec's transfer-bound warning: the median H2D or D2H copy takes at least the median GPU compute."""
     comp, _ = _median(v, "gpu_compute_ms")
     h2d, _ = _median(v, "h2d_ms")
     d2h, _ = _median(v, "d2h_ms")
     if not comp:
         return []
     worst = max(h2d or 0.0, d2h or 0.0)
-    if worst < comp or worst <= 0:
+    if worst < t["transfer_over_compute"] * comp or worst <= 0:
         return []
     which = "H2D" if (h2d or 0.0) >= (d2h or 0.0) else "D2H"
     return [Finding(
         rule="transfer_bound", severity="medium", variant=v.key,
         title=f"{v.key} is transfer-bound: {which} copies take {worst:.4f} ms against {comp:.4f} ms of compute",
         evidence={"median_h2d_ms": h2d, "median_d2h_ms": d2h, "median_compute_ms": comp},
-        threshold={"transfer_over_compute": 1.0},
+        threshold=t.pick("transfer_over_compute"),
         recommendation="Keep data on the device between queries or overlap copies with compute "
                        "(trtexec --noDataTransfers measures compute alone).")]
 
 
-def jitter(v: LayerVariant) -> list[Finding]:
+@rule("jitter", scope="layers", defaults={"cov_pct": None, "medium_over_limit": JITTER_MEDIUM_OVER_LIMIT})
+def jitter(v: LayerContext, t: Thresholds) -> list[Finding]:
+    """trtexec's unstable-timing warning: the GPU compute time's CoV above its TensorRT version's limit
+    (``cov_pct`` None: trtexec's own, :func:`profiler.rules._trtexec.jitter_cov_limit`)."""
     g = (v.summary or {}).get("gpu_compute_ms") or {}
     cov = v.trtexec.get("gpu_compute_cov_pct") if v.trtexec else None
     cov = cov if cov is not None else g.get("cov_pct")
-    limit, why = jitter_limit(v.tensorrt_version)
+    given = t["cov_pct"]
+    limit, why = jitter_cov_limit(v.tensorrt_version) if given is None else (float(given), "given by the caller")
     if cov is None or cov != cov or cov <= limit:
         return []
     return [Finding(
-        rule="jitter", severity="medium" if cov > 4 * limit else "low", variant=v.key,
+        rule="jitter", severity="medium" if cov > t["medium_over_limit"] * limit else "low", variant=v.key,
         title=f"{v.key} is unstable: GPU compute time varies by {cov:.2f}% (CoV) across {g.get('count')} queries",
         evidence={"compute_cov_pct": cov, "median_compute_ms": g.get("median"), "p99_compute_ms": g.get("p99"),
                   "max_compute_ms": g.get("max")},
@@ -321,33 +318,6 @@ def jitter(v: LayerVariant) -> list[Finding]:
                        "medians rather than means.")]
 
 
-PLAIN_RULES = {"layer_hotspot": layer_hotspot, "unfused_reformat": unfused_reformat,
-               "precision_fallback": precision_fallback, "tiny_layers": tiny_layers,
-               "no_tensor_cores": no_tensor_cores, "channel_alignment": channel_alignment,
-               "launch_overhead": launch_overhead, "transfer_bound": transfer_bound, "jitter": jitter}
-
-_DEFAULTS: dict[str, dict[str, Any]] = {"layer_hotspot": {"share_pct": 10.0},
-                                        "tiny_layers": {"tiny_ms": 0.010, "min_count": 10, "min_fraction": 0.3},
-                                        "launch_overhead": {"ratio": ENQUEUE_BOUND_RATIO}}
-
-
-def _register(name: str) -> None:
-    func = PLAIN_RULES[name]
-
-    def run(ctx: LayerContext) -> list[Finding]:
-        thr = thresholds(ctx, f"layers.{name}")
-        return [f for v in ctx.variants for f in func(v, **thr)]
-
-    run.__name__ = run.__qualname__ = f"layers_{name}"
-    run.__doc__ = func.__doc__ or name
-    rule(f"layers.{name}", scope="layers", defaults=_DEFAULTS.get(name, {}))(run)
-
-
-for _name in PLAIN_RULES:
-    _register(_name)
-
-
-def run_layer_rules(variants: list[LayerVariant], overrides: dict[str, dict[str, Any]] | None = None
-                    ) -> list[Finding]:
-    """Every layer rule over ``variants``; overrides keyed ``layers.<rule>``."""
-    return run_rules("layers", LayerContext(variants), overrides=overrides)
+def run_layer_rules(engines: list[LayerContext], overrides: Overrides | None = None) -> list[Finding]:
+    """Every layer rule over every engine (one :class:`LayerContext` each); most severe first."""
+    return sort_findings([f for e in engines for f in run_rules("layers", e, overrides=overrides).findings])

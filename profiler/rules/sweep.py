@@ -1,10 +1,10 @@
 """Sweep rules: trtexec's warnings as findings, plus what trtexec does not say.
 
-Each rule is a pure function over the sweep's variant records (the ``variants`` list of summary.json:
-``latency_ms``/``enqueue_ms``/``compute_ms``/``h2d_ms``/``d2h_ms`` are ``profiler.stats.summarize``
-dicts in ms, ``throughput_qps`` in queries per second) and returns findings. Rule ids are shared
-with the capture analysis where the diagnosis is the same (``launch_overhead``, ``transfer_bound``,
-``jitter``).
+Each rule (scope ``sweep``) is a pure function of a :class:`profiler.rules.context.SweepContext` (the
+``variants`` list of summary.json: ``latency_ms``/``enqueue_ms``/``compute_ms``/``h2d_ms``/``d2h_ms``
+are ``profiler.stats.summarize`` dicts in ms, ``throughput_qps`` in queries per second) and its
+thresholds, and returns findings. Rule ids are shared with the capture analysis and the layer rules
+where the diagnosis is the same (``launch_overhead``, ``transfer_bound``, ``jitter``).
 
 Thresholds (medians compared, as trtexec does):
 - ``launch_overhead``: host enqueue > 0.8 x compute. Skipped for backends whose enqueue call is
@@ -13,42 +13,34 @@ Thresholds (medians compared, as trtexec does):
 - ``transfer_bound``: H2D or D2H >= compute.
 - ``jitter``: compute CoV > 1.0 % (TensorRT 8.6 to 10.13), > 2.5 % (TensorRT 10.14 and later, and
   other GPU backends), > 5.0 % on CPU backends, where OS scheduling and frequency scaling add spread
-  that is not the model's.
+  that is not the model's; medium above 4x the limit.
 - ``multistream_latency``: with several concurrent streams, per-query latency includes waiting for the
   other streams; compare throughput instead (trtexec's caveat).
 - ``workspace_limited`` / ``stream_scaling``: differences under 5 % of the median (or of throughput) are
   treated as noise.
 
-Registry ids are ``sweep.<rule>`` (the registry's ids are global and the capture analysis owns the bare
-``launch_overhead``/``transfer_bound``/``jitter``); the findings themselves carry the bare rule ids.
-Thresholds are overridable per rule: ``run_rules("sweep", ctx, overrides={"sweep.jitter": {"cov_pct": 3}})``.
+Thresholds are overridable per rule: ``sweep_findings(variants, env, overrides={"jitter": {"cov_pct": 3}})``
+(``--threshold jitter.cov_pct=3``; the ``"sweep.jitter"`` keys of configurations stored before are read too).
+
+``precision_regression`` and ``precision_model_arithmetic`` come from the accuracy check
+(:func:`profiler.accuracy.accuracy_findings`), made while a variant runs, not from these rules.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from profiler.findings import Finding
-from profiler.rules import rule, run_rules, thresholds
-from profiler.rules._trtexec import ENQUEUE_BOUND_RATIO, JITTER_COV_PCT_10_14, jitter_cov_limit
+from profiler.rules import Overrides, Thresholds, rule, run_rules
+from profiler.rules._trtexec import (ENQUEUE_BOUND_RATIO, JITTER_COV_PCT_10_14, JITTER_MEDIUM_OVER_LIMIT,
+                                     TRANSFER_BOUND_RATIO, jitter_cov_limit)
+from profiler.rules.context import SweepContext, Variant
 
-ENQUEUE_RATIO = ENQUEUE_BOUND_RATIO
 JITTER_COV_PCT_GPU = JITTER_COV_PCT_10_14
 JITTER_COV_PCT_CPU = 5.0
 SPEEDUP_NOISE = 0.05
-
-Variant = dict[str, Any]
-
-
-@dataclass
-class SweepContext:
-    """What the sweep rules look at: the variant records and the backend's ``describe()``."""
-
-    variants: list[Variant]
-    environment: dict[str, Any] = field(default_factory=dict)
-    thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)
+"""Latency or throughput differences under this share are noise (workspace_limited, stream_scaling)."""
 
 
 def _med(v: Variant | None, part: str) -> float | None:
@@ -84,10 +76,10 @@ def accuracy_passed(v: Variant) -> bool | None:
     return all(flags)
 
 
-@rule("sweep.launch_overhead", scope="sweep", defaults={"enqueue_over_compute": ENQUEUE_RATIO})
-def launch_overhead(ctx: SweepContext) -> list[Finding]:
+@rule("launch_overhead", scope="sweep", defaults={"enqueue_over_compute": ENQUEUE_BOUND_RATIO})
+def launch_overhead(ctx: SweepContext, t: Thresholds) -> list[Finding]:
     """Enqueue-bound: the host's enqueue call takes more than 0.8 x the compute it launches."""
-    limit = float(thresholds(ctx, "sweep.launch_overhead")["enqueue_over_compute"])
+    limit = float(t["enqueue_over_compute"])
     out = []
     for v in _ok(ctx.variants):
         if v.get("synchronous_enqueue"):
@@ -106,8 +98,8 @@ def launch_overhead(ctx: SweepContext) -> list[Finding]:
     return out
 
 
-@rule("sweep.variant_failed", scope="sweep", defaults={})
-def variant_failed(ctx: SweepContext) -> list[Finding]:
+@rule("variant_failed", scope="sweep")
+def variant_failed(ctx: SweepContext, t: Thresholds) -> list[Finding]:
     """A variant that was asked for and could not be built or run: the sweep did not measure it.
 
     Skips (a combination the backend cannot run, said before anything ran) are not failures."""
@@ -128,10 +120,10 @@ def variant_failed(ctx: SweepContext) -> list[Finding]:
     return out
 
 
-@rule("sweep.transfer_bound", scope="sweep", defaults={"transfer_over_compute": 1.0})
-def transfer_bound(ctx: SweepContext) -> list[Finding]:
+@rule("transfer_bound", scope="sweep", defaults={"transfer_over_compute": TRANSFER_BOUND_RATIO})
+def transfer_bound(ctx: SweepContext, t: Thresholds) -> list[Finding]:
     """Transfer-bound: H2D or D2H copies take at least as long as the compute."""
-    limit = float(thresholds(ctx, "sweep.transfer_bound")["transfer_over_compute"])
+    limit = float(t["transfer_over_compute"])
     out = []
     for v in _ok(ctx.variants):
         comp = _med(v, "compute_ms")
@@ -151,10 +143,11 @@ def transfer_bound(ctx: SweepContext) -> list[Finding]:
     return out
 
 
-@rule("sweep.jitter", scope="sweep", defaults={"cov_pct": None})
-def jitter(ctx: SweepContext) -> list[Finding]:
-    """Unstable: the compute time's coefficient of variation exceeds the backend's threshold."""
-    given = thresholds(ctx, "sweep.jitter").get("cov_pct")
+@rule("jitter", scope="sweep", defaults={"cov_pct": None, "medium_over_limit": JITTER_MEDIUM_OVER_LIMIT})
+def jitter(ctx: SweepContext, t: Thresholds) -> list[Finding]:
+    """Unstable: the compute time's coefficient of variation exceeds the backend's threshold
+    (``cov_pct`` None: the backend's, :func:`jitter_threshold_pct`)."""
+    given = t["cov_pct"]
     if given is None:
         limit, why = jitter_threshold_pct(ctx.environment)
     else:
@@ -166,7 +159,7 @@ def jitter(ctx: SweepContext) -> list[Finding]:
         if cov is None or cov != cov or cov <= limit:
             continue
         out.append(Finding(
-            rule="jitter", severity="medium" if cov > 4 * limit else "low", variant=v["key"],
+            rule="jitter", severity="medium" if cov > t["medium_over_limit"] * limit else "low", variant=v["key"],
             title=f"{v['key']} is unstable: compute time varies by {cov:.1f}% (CoV) over {v[part].get('count')} queries",
             evidence={"compute_cov_pct": cov, "median_compute_ms": v[part].get("median"),
                       "p99_compute_ms": v[part].get("p99"), "max_compute_ms": v[part].get("max")},
@@ -176,8 +169,8 @@ def jitter(ctx: SweepContext) -> list[Finding]:
     return out
 
 
-@rule("sweep.multistream_latency", scope="sweep", defaults={})
-def multistream_latency(ctx: SweepContext) -> list[Finding]:
+@rule("multistream_latency", scope="sweep")
+def multistream_latency(ctx: SweepContext, t: Thresholds) -> list[Finding]:
     """Multi-stream latencies include waiting for the other streams: compare throughput instead."""
     ok = _ok(ctx.variants)
     multi = [v for v in ok if (v.get("streams") or 1) > 1]
@@ -199,8 +192,8 @@ def multistream_latency(ctx: SweepContext) -> list[Finding]:
                        "single-stream variant.")]
 
 
-@rule("sweep.fastest_variant", scope="sweep", defaults={})
-def fastest_variant(ctx: SweepContext) -> list[Finding]:
+@rule("fastest_variant", scope="sweep")
+def fastest_variant(ctx: SweepContext, t: Thresholds) -> list[Finding]:
     """Which variant is fastest (single-stream median latency), and the highest throughput."""
     ok = _ok(ctx.variants)
     if not ok:
@@ -237,10 +230,10 @@ def fastest_variant(ctx: SweepContext) -> list[Finding]:
                     evidence=ev, recommendation=rec)]
 
 
-@rule("sweep.workspace_limited", scope="sweep", defaults={"min_slowdown_pct": SPEEDUP_NOISE * 100})
-def workspace_limited(ctx: SweepContext) -> list[Finding]:
+@rule("workspace_limited", scope="sweep", defaults={"min_slowdown_pct": SPEEDUP_NOISE * 100})
+def workspace_limited(ctx: SweepContext, t: Thresholds) -> list[Finding]:
     """Whether more workspace made a variant faster (the smaller workspace limited its tactics)."""
-    tol = float(thresholds(ctx, "sweep.workspace_limited")["min_slowdown_pct"]) / 100
+    tol = float(t["min_slowdown_pct"]) / 100
     groups: dict[tuple, list[Variant]] = defaultdict(list)
     for v in _ok(ctx.variants):
         if v.get("workspace_bytes") is not None:
@@ -277,10 +270,10 @@ def workspace_limited(ctx: SweepContext) -> list[Finding]:
     return out
 
 
-@rule("sweep.stream_scaling", scope="sweep", defaults={"min_gain_pct": SPEEDUP_NOISE * 100})
-def stream_scaling(ctx: SweepContext) -> list[Finding]:
+@rule("stream_scaling", scope="sweep", defaults={"min_gain_pct": SPEEDUP_NOISE * 100})
+def stream_scaling(ctx: SweepContext, t: Thresholds) -> list[Finding]:
     """Whether more concurrent streams raised throughput."""
-    tol = float(thresholds(ctx, "sweep.stream_scaling")["min_gain_pct"]) / 100
+    tol = float(t["min_gain_pct"]) / 100
     groups: dict[tuple, list[Variant]] = defaultdict(list)
     for v in _ok(ctx.variants):
         if isinstance(v.get("throughput_qps"), (int, float)):
@@ -321,6 +314,6 @@ def stream_scaling(ctx: SweepContext) -> list[Finding]:
 
 
 def sweep_findings(variants: list[Variant], environment: dict[str, Any] | None = None,
-                   overrides: dict[str, dict[str, Any]] | None = None) -> list[Finding]:
-    """Run every registered sweep rule over the variant records (most severe first)."""
-    return run_rules("sweep", SweepContext(list(variants), dict(environment or {})), overrides=overrides)
+                   overrides: Overrides | None = None) -> list[Finding]:
+    """Every sweep rule over the variant records (most severe first)."""
+    return run_rules("sweep", SweepContext(list(variants), dict(environment or {})), overrides=overrides).findings
