@@ -130,6 +130,22 @@ MAX_FINDINGS_PER_RULE = 5
 """Per-range rules report at most this many ranges (the costliest), so nested series do not flood."""
 
 
+_SEVERITY_ORDER = ("high", "medium", "low")
+
+
+def _band(value: float, high: float, medium: float) -> str:
+    """'high' from ``high`` on, 'medium' from ``medium`` on, else 'low' (a rule's severity bands)."""
+    return "high" if value >= high else "medium" if value >= medium else "low"
+
+
+def _worse(a: str, b: str) -> str:
+    return min(a, b, key=_SEVERITY_ORDER.index)
+
+
+def _milder(a: str, b: str) -> str:
+    return max(a, b, key=_SEVERITY_ORDER.index)
+
+
 def _pct(x: float) -> float:
     return round(100.0 * x, 1)
 
@@ -220,8 +236,7 @@ def launch_overhead(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
         }))
     out = []
     for _, r, ev in _outermost(ctx, cands, int(t["max_findings"])):
-        saving = ev["graph_saving_pct"]
-        sev = "high" if saving >= t["high_saving_pct"] else "medium" if saving >= t["medium_saving_pct"] else "low"
+        sev = _band(ev["graph_saving_pct"], t["high_saving_pct"], t["medium_saving_pct"])
         out.append(Finding(
             rule="launch_overhead", severity=sev, range=ctx.label(r["series_id"]),
             title=(f"Launch-bound: the GPU is busy {_pct(ev['gpu_busy_fraction'])}% of the range while the host "
@@ -377,7 +392,7 @@ def gpu_idle(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
                 "host": {k: dict(sorted(v.items(), key=lambda kv: -kv[1])[:3]) for k, v in where.items()},
             })
         dominant = _dominant_host(host, idle_ns / 1e6)
-        sev = "high" if frac >= t["high_idle_fraction"] else "medium" if frac >= t["medium_idle_fraction"] else "low"
+        sev = _band(frac, t["high_idle_fraction"], t["medium_idle_fraction"])
         dev_label = f"GPU {d.device_id}" + (f" ({names[d.device_id]})" if names.get(d.device_id) else "")
         out.append(Finding(
             rule="gpu_idle", severity=sev, range=None,
@@ -465,8 +480,8 @@ def jitter(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
     out = []
     for _, r, ev in _outermost(ctx, cands, int(t["max_findings"])):
         tail, cov = ev["p99_over_median"], ev["cov_pct"]
-        sev = ("high" if tail >= t["high_tail_ratio"] or cov >= t["high_cov_pct"] else
-               "medium" if tail >= t["medium_tail_ratio"] or cov >= t["medium_cov_pct"] else "low")
+        sev = _worse(_band(tail, t["high_tail_ratio"], t["medium_tail_ratio"]),
+                     _band(cov, t["high_cov_pct"], t["medium_cov_pct"]))
         main = max(ev["outlier_causes"].items(), key=lambda kv: kv[1])[0] if ev["outlier_causes"] else None
         idx = [o["index"] for o in ev["outliers"]]
         shown = ", ".join(map(str, idx[:10])) + (" ..." if len(idx) > 10 else "")
@@ -541,8 +556,9 @@ def sync_api(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
     out = []
     for _, r, ev in _outermost(ctx, cands, int(t["max_findings"])):
         frac, per, dev = ev["sync_fraction"], ev["sync_calls_per_instance"], ev["device_syncs_per_instance"]
-        sev = ("high" if frac >= t["high_fraction"] and (dev > 0 or per >= t["high_syncs_per_instance"]) else
-               "medium" if frac >= t["medium_fraction"] else "low")
+        sev = _band(frac, t["high_fraction"], t["medium_fraction"])
+        if per < t["high_syncs_per_instance"] and dev == 0:
+            sev = _milder(sev, "medium")  # high only with many syncs or a device-wide one
         names = ", ".join(sorted(ev["calls"], key=lambda n: -ev["calls"][n]["total_ms"]))
         out.append(Finding(
             rule="sync_api", severity=sev, range=ctx.label(r["series_id"]),
@@ -659,8 +675,9 @@ def pageable_memcpy(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
         if per_range[first] * 2 >= int(pg.sum()):
             top_range = first
     slow = max((c["pinned_speedup"] for c in compare), default=float("nan"))
-    sev = ("high" if share >= t["high_share"] or (np.isfinite(slow) and slow >= t["high_pinned_speedup"]) else
-           "medium" if share >= t["medium_share"] else "low")
+    sev = _band(share, t["high_share"], t["medium_share"])
+    if slow >= t["high_pinned_speedup"] and np.isfinite(slow):  # NaN: no pinned copy of the same size
+        sev = "high"
     evidence = {
         "copies": int(pg.sum()), "bytes": int(act.bytes[pg].sum()), "gpu_ms": total_ns / 1e6,
         "share_of_active_gpu_time": share, "by_direction": by_dir, "api_ms": api_ms,
@@ -737,8 +754,8 @@ def transfer_bound(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
     for _, r, ev in _outermost(ctx, cands, int(t["max_findings"])):
         ev["exposed_copy_ms_total"] = max(ev["copy_ms_per_instance"] - ev["overlap_ms_per_instance"], 0.0) * r["count"]
         ratio, frac = ev["copy_to_compute"], ev["copy_fraction_of_wall"]
-        sev = ("high" if ratio >= t["high_copy_to_compute"] and frac >= t["high_copy_fraction"] else
-               "medium" if ratio >= t["medium_copy_to_compute"] and frac >= t["medium_copy_fraction"] else "low")
+        sev = _milder(_band(ratio, t["high_copy_to_compute"], t["medium_copy_to_compute"]),
+                      _band(frac, t["high_copy_fraction"], t["medium_copy_fraction"]))
         out.append(Finding(
             rule="transfer_bound", severity=sev, range=ctx.label(r["series_id"]),
             title=(f"Transfer-bound: copies take {ev['copy_ms_per_instance']:.3g} ms per instance, {ratio:.2f}x its "
