@@ -9,11 +9,10 @@ share, not the rule; negligible findings and weak ones on one-instance series ar
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from profiler.findings import Finding
+from profiler.rules.context import CaptureContext
 
 IMPACT_HIGH_SHARE = 0.25
 """A finding costing this share of the steady state (or more) is high severity ..."""
@@ -48,7 +47,7 @@ def _cost_ms(f: Finding) -> float | None:
 GPU_TIME_COSTS = frozenset({"transfer_bound", "pageable_memcpy"})
 
 
-def _gpus_at_work(ctx: Any) -> int:
+def _gpus_at_work(ctx: CaptureContext) -> int:
     act = getattr(getattr(ctx, "table", None), "activity", None)
     return max(1, int(len(np.unique(act.device_id)))) if act is not None and len(act.device_id) else 1
 
@@ -57,7 +56,7 @@ def _severity(share: float) -> str:
     return "high" if share >= IMPACT_HIGH_SHARE else "medium" if share >= IMPACT_MEDIUM_SHARE else "low"
 
 
-def calibrate(ctx: Any, findings: list[Finding]) -> list[Finding]:
+def calibrate(ctx: CaptureContext, findings: list[Finding]) -> list[Finding]:
     """Give every finding its impact ``{ms_per_instance, share}`` of the steady state; severity follows the
     impact; negligible findings and weak findings on one-instance series are dropped; costliest first."""
     steady_ms = ctx.steady_ns / 1e6
@@ -100,7 +99,7 @@ def calibrate(ctx: Any, findings: list[Finding]) -> list[Finding]:
                                       rank[f.severity], f.rule, f.range or ""))
 
 
-def _without_nested_repeats(ctx: Any, findings: list[Finding]) -> list[Finding]:
+def _without_nested_repeats(ctx: CaptureContext, findings: list[Finding]) -> list[Finding]:
     """A finding on a range that runs mostly inside the instances of another range with a finding of the
     same rule is the same problem seen from inside (an HtoD copy in ``aten::to`` in the request that made
     it): the enclosing one is kept and names the inner ranges in its evidence, so one cost is not
