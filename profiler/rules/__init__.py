@@ -2,12 +2,12 @@
 
 A scope is the data the rules look at, each with its typed context (:mod:`profiler.rules.context`):
 
-- ``capture``: one nsys capture (:class:`CaptureContext`), rules in ``capture.py``;
+- ``capture``: one nsys capture (:class:`CaptureContext`), one module per rule in ``capture/``;
 - ``layers``: one engine's per-layer frame and trtexec timing (:class:`LayerContext`), ``layers.py``;
 - ``sweep``: a sweep's variant records (:class:`SweepContext`), ``sweep.py``.
 
-A rule is one decorated function in the module of its scope; modules are discovered, so nothing else
-needs editing::
+A rule is one decorated function in the module of its scope (a module of its own for capture rules);
+modules are discovered, so nothing else needs editing::
 
     @rule("gpu_idle", scope="capture", defaults={"min_gap_us": 50.0, "high_idle_fraction": 0.5})
     def gpu_idle(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
@@ -129,13 +129,14 @@ def rule(rule_id: str, *, scope: str, defaults: Mapping[str, Any] | None = None)
 
 
 def _load_all() -> None:
-    """Import every rule module of this package once (they register themselves)."""
+    """Import every rule module of this package and its subpackages once (they register themselves)."""
     global _LOADED
     if _LOADED:
         return
-    for mod in pkgutil.iter_modules(__path__):
-        if not mod.name.startswith("_") and mod.name != "context":
-            importlib.import_module(f"{__name__}.{mod.name}")
+    for mod in pkgutil.walk_packages(__path__, f"{__name__}."):
+        parts = mod.name.split(".")[2:]
+        if not any(p.startswith("_") for p in parts) and parts != ["context"]:
+            importlib.import_module(mod.name)
     _LOADED = True
 
 

@@ -1,0 +1,219 @@
+"""gpu_idle: idle gaps on a device inside its active window, and where the launching threads were
+meanwhile (CUDA and OS runtime calls, NVTX ranges, their own code); start-up gaps are warm-up."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from profiler.capture import summary as SM
+from profiler.findings import Finding
+from profiler.rules import Thresholds, rule
+from profiler.rules.capture._common import band, pct
+from profiler.rules.context import CaptureContext
+
+
+IDLE_MIN_GAP_US = 50.0
+"""A gap shorter than this is launch latency, not idleness (nsys's own 500 ms is far too coarse)."""
+IDLE_MIN_FRACTION = 0.10
+"""Fire when gaps of at least ``min_gap_us`` add up to this share of the device's active window."""
+IDLE_TOP_GAPS = 5
+IDLE_HIGH_FRACTION, IDLE_MEDIUM_FRACTION = 0.5, 0.25
+"""Severity bands over the idle share of the active window."""
+IDLE_INIT_SHARE = 0.5
+"""A gap at least this share of which the launching threads spend in start-up calls is warm-up."""
+INIT_API_PREFIXES = ("cuInit", "cuCtxCreate", "cuDevicePrimaryCtxRetain", "cuLibraryLoad", "cuLibraryGet",
+                     "cuModuleLoad", "cuModuleGet", "cuKernelGet", "cudaSetDevice", "cudaFree")
+"""One-off start-up work (context creation, lazy module loading): a gap spent mostly in these calls is
+warm-up, reported apart and not counted as idleness. ``cudaFree(0)`` is the customary context init."""
+
+TRT_IDLE_ADVICE = (
+    " With TensorRT: keep the next inference queued before waiting on this one (enqueueV3 on a second execution "
+    "context with its own stream), and replay the enqueue as a CUDA graph (--useCudaGraph) so the host feeds the "
+    "GPU in one call.")
+
+
+_CALL_BLOCK = 1 << 20
+"""Calls searched against the gaps per block in ``_host_during`` (bounds its temporary arrays)."""
+
+
+def _host_during(ctx: CaptureContext, d: SM.DeviceGaps, gs: np.ndarray, ge: np.ndarray, detail: np.ndarray | None = None,
+                 ) -> tuple[dict, list[dict]]:
+    """Where the launching threads were during the gaps: API, OS runtime and NVTX time overlapping them.
+
+    ``per_gap`` (call name -> ms inside that gap) is filled only for the gaps in ``detail`` (all when
+    None): the finding lists a few top gaps, and a per-row loop over every gap's calls would cost
+    seconds on millions of calls.
+    """
+    table = ctx.table
+    want = np.ones(len(gs), dtype=bool) if detail is None else np.isin(np.arange(len(gs)), detail)
+    total = float((ge - gs).sum())
+    agg: dict[str, Any] = {}
+    per_gap: list[dict[str, dict[str, float]]] = [{} for _ in range(len(gs))]
+    covered_s, covered_e = [], []
+    for label, calls in (("cuda_api", table.api), ("os_runtime", table.osrt)):
+        m = calls.top_level & np.isin(calls.tid, d.launch_tids)
+        idx = np.flatnonzero(m)
+        del m
+        # calls in blocks, so the search arrays stay small: per block, the overlap time is added to
+        # its call name (exact int64 sums per name code), the pieces inside the gaps are kept for the
+        # union, and the rows of the detailed gaps go through the per-gap loop, in row order
+        sums = np.zeros(len(calls.names), np.int64)
+        for b in range(0, len(idx), _CALL_BLOCK):
+            blk = idx[b:b + _CALL_BLOCK]
+            g, q, ov = SM.overlap_by_name(gs, ge, calls.start_ns[blk], calls.end_ns[blk])
+            rows = blk[q]
+            del q
+            np.add.at(sums, calls.name_code[rows], ov)
+            _add_per_gap(per_gap, label, calls, g, rows, ov, want)
+            covered_s.append(np.maximum(calls.start_ns[rows], gs[g]))
+            covered_e.append(np.minimum(calls.end_ns[rows], ge[g]))
+        del idx
+        present = np.flatnonzero(sums > 0)  # every overlap is positive: the names that overlap a gap
+        if len(present):
+            # then by name as before (codes can share a name)
+            s = pd.Series(sums[present], index=calls.names[present]).groupby(level=0).sum().sort_values(ascending=False)
+            agg[label] = {str(k): v / 1e6 for k, v in s.head(8).items()}
+        else:
+            agg[label] = {}
+    inst = table.instances
+    if not table.window and len(inst):
+        m = np.isin(inst["tid"].to_numpy(), d.launch_tids)
+        sub = inst[m]
+        g, q, ov = SM.overlap_by_name(gs, ge, sub["start_ns"].to_numpy(), sub["end_ns"].to_numpy())
+        if len(q):
+            by_series = np.array([ctx.label(i) for i in range(len(ctx.ranges))], dtype=object)
+            labels = by_series[sub["series_id"].to_numpy()[q]]
+            s = pd.Series(ov, index=labels).groupby(level=0).sum().sort_values(ascending=False)
+            agg["nvtx"] = {str(k): v / 1e6 for k, v in s.head(8).items()}
+
+    in_calls = 0
+    if covered_s:
+        cs = np.concatenate(covered_s)
+        del covered_s[:]
+        ce = np.concatenate(covered_e)
+        del covered_e[:]
+        in_calls = _covered_ns(cs, ce)
+    agg["outside_cuda_and_os_calls_ms"] = max(total - in_calls, 0.0) / 1e6
+    return agg, per_gap
+
+
+def _add_per_gap(per_gap: list[dict], label: str, calls: Any, g: np.ndarray, rows: np.ndarray, ov: np.ndarray,
+                 want: np.ndarray) -> None:
+    """Add each wanted gap's overlap (ms) per call name into ``per_gap[gap][label]``: exact sums per
+    (gap, name code) first, so a gap overlapping many calls costs no per-call Python; names appear in the
+    order of their first call."""
+    sel = np.flatnonzero(want[g])
+    if not len(sel):
+        return
+    n_codes = max(len(calls.names), 1)
+    key = g[sel].astype(np.int64) * n_codes + calls.name_code[rows[sel]]
+    uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
+    sums = np.bincount(inv.ravel(), weights=ov[sel], minlength=len(uniq))
+    for k in np.argsort(first, kind="stable").tolist():
+        gi, code = divmod(int(uniq[k]), n_codes)
+        name = calls.names[code]
+        where = per_gap[gi].setdefault(label, {})
+        where[name] = where.get(name, 0.0) + float(sums[k]) / 1e6
+
+
+def _covered_ns(starts: np.ndarray, ends: np.ndarray) -> int:
+    """Length of the union of non-empty intervals (ns), with few temporaries: sorted by start, each
+    interval adds what reaches beyond both its start and every earlier end. Takes over the arrays."""
+    if not len(starts):
+        return 0
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    del order, starts, ends
+    np.maximum.accumulate(e, out=e)  # reach: the furthest end so far
+    s[1:] = np.maximum(s[1:], e[:-1])
+    np.subtract(e, s, out=e)
+    np.maximum(e, 0, out=e)
+    return int(e.sum())
+
+
+@rule("gpu_idle", scope="capture", defaults={
+    "min_gap_us": IDLE_MIN_GAP_US, "min_idle_fraction": IDLE_MIN_FRACTION, "top_gaps": IDLE_TOP_GAPS,
+    "init_gap_share": IDLE_INIT_SHARE, "high_idle_fraction": IDLE_HIGH_FRACTION,
+    "medium_idle_fraction": IDLE_MEDIUM_FRACTION})
+def gpu_idle(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
+    """Idle gaps on a device inside its active window, and where the host was meanwhile."""
+    min_gap_ns = float(t["min_gap_us"]) * 1e3
+    names = ctx.gpu_names()
+    out = []
+    api = ctx.table.api
+    is_init = np.array([str(n).startswith(INIT_API_PREFIXES) for n in api.names], dtype=bool)
+    init_calls = np.flatnonzero(is_init[api.name_code]) if len(api) else np.zeros(0, np.int64)
+    for d in ctx.devices:
+        if d.active_ns <= 0:
+            continue
+        big = d.gap_ns >= min_gap_ns
+        # gaps spent mostly in start-up calls on the launching threads are warm-up, not idleness
+        rows = init_calls[np.isin(api.tid[init_calls], d.launch_tids)]
+        g, _, ov = SM.overlap_by_name(d.gap_start_ns, d.gap_end_ns, api.start_ns[rows], api.end_ns[rows])
+        init_ns = np.bincount(g, weights=ov, minlength=len(d.gap_ns)) if len(g) else np.zeros(len(d.gap_ns))
+        init_gap = big & (init_ns >= t["init_gap_share"] * d.gap_ns)
+        big &= ~init_gap
+        active_ns = d.active_ns - float(d.gap_ns[init_gap].sum())
+        idle_ns = float(d.gap_ns[big].sum())
+        frac = idle_ns / active_ns if active_ns > 0 else 0.0
+        if frac < t["min_idle_fraction"] or not big.any():
+            continue
+        gs, ge = d.gap_start_ns[big], d.gap_end_ns[big]
+        top = np.argsort(-(ge - gs), kind="stable")[: int(t["top_gaps"])]
+        host, per_gap = _host_during(ctx, d, gs, ge, detail=top)
+        top_gaps = []
+        for i in top:
+            where = per_gap[i]
+            top_gaps.append({
+                "start_ms": (gs[i] - ctx.capture_start_ns) / 1e6, "duration_ms": (ge[i] - gs[i]) / 1e6,
+                "host": {k: dict(sorted(v.items(), key=lambda kv: -kv[1])[:3]) for k, v in where.items()},
+            })
+        dominant = _dominant_host(host, idle_ns / 1e6)
+        sev = band(frac, t["high_idle_fraction"], t["medium_idle_fraction"])
+        dev_label = f"GPU {d.device_id}" + (f" ({names[d.device_id]})" if names.get(d.device_id) else "")
+        out.append(Finding(
+            rule="gpu_idle", severity=sev, range=None,
+            title=(f"{dev_label} idle {pct(frac)}% of its active window in {int(big.sum())} gaps of "
+                   f"{t['min_gap_us']:g} us or more; meanwhile the host was mostly {dominant[1]}"),
+            evidence={
+                "device_id": d.device_id, "active_window_ms": active_ns / 1e6, "busy_ms": d.busy_ns / 1e6,
+                "initialization_gaps": int(init_gap.sum()),
+                "initialization_gaps_ms": float(d.gap_ns[init_gap].sum()) / 1e6,
+                "idle_ms": idle_ns / 1e6, "idle_fraction": frac, "gaps": int(big.sum()),
+                "largest_gap_ms": float((ge - gs).max()) / 1e6, "median_gap_us": float(np.median(ge - gs)) / 1e3,
+                "host_during_gaps_ms": host, "top_gaps": top_gaps,
+            },
+            threshold=t.pick("min_gap_us", "min_idle_fraction"),
+            recommendation=_idle_advice(dominant[0]) + (TRT_IDLE_ADVICE if ctx.tensorrt else ""),
+        ))
+    return out
+
+
+def _dominant_host(host: dict, idle_ms: float) -> tuple[str, str]:
+    """(kind, phrase) of what the launching threads did most while the GPU waited."""
+    best = ("code", "running code outside CUDA and OS runtime calls", host.get("outside_cuda_and_os_calls_ms", 0.0))
+    for kind in ("os_runtime", "cuda_api"):
+        for name, v in (host.get(kind) or {}).items():
+            if v > best[2]:
+                best = (kind if kind == "os_runtime" else ("sync" if "ynchron" in name else "api"),
+                        f"in {name}", v)
+            break
+    return best[0], f"{best[1]} ({best[2]:.3g} of {idle_ms:.3g} ms)"
+
+
+def _idle_advice(kind: str) -> str:
+    if kind == "os_runtime":
+        return ("The launching thread sleeps, waits on a lock or does I/O while the GPU has nothing queued: move "
+                "that work off the thread that feeds the GPU, or queue the next batch's work before it.")
+    if kind == "sync":
+        return ("The host waits for the GPU and only then issues more work: queue the next iteration before "
+                "synchronising (double buffering, a second stream), or replace the host-side wait with "
+                "cudaStreamWaitEvent.")
+    if kind == "api":
+        return ("CUDA API calls other than launches fill the gaps (allocation, copies): preallocate buffers, use "
+                "pinned memory with async copies, keep them out of the loop.")
+    return ("The host runs its own code (Python, pre/post-processing) between GPU work: overlap it with GPU work "
+            "(a producer thread, a second stream), batch requests, or capture the GPU part as a CUDA graph.")

@@ -1,0 +1,116 @@
+"""sync_api: synchronisation calls that block the host inside hot ranges while the GPU idles."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from profiler.capture import intervals
+from profiler.findings import Finding
+from profiler.rules import Thresholds, rule
+from profiler.rules.capture._common import MAX_FINDINGS_PER_RULE, band, milder, outermost, pct, ranges_of
+from profiler.rules.context import CaptureContext
+
+
+SYNC_MIN_FRACTION = 0.10
+"""Fire when synchronisation calls block for at least this share of the range's wall time ..."""
+SYNC_MAX_PER_INSTANCE = 1.0
+"""... and there are more stream/event syncs per instance than this (one wait for the result is
+normal) or any device-wide synchronisation."""
+
+SYNC_MIN_GPU_IDLE_SHARE = 0.05
+"""... and the GPU idles for at least this share of the range's wall time while the host blocks or right
+after it returns (a wait on a busy GPU that is refed at once costs nothing: the GPU sets the pace)."""
+SYNC_HIGH_FRACTION, SYNC_HIGH_SYNCS_PER_INSTANCE, SYNC_MEDIUM_FRACTION = 0.3, 2.0, 0.1
+"""Severity bands: high from this blocked share with a device-wide sync or this many syncs per instance,
+medium from that share."""
+
+TRT_SYNC_ADVICE = (
+    "TensorRT: enqueue with enqueueV3 / execute_async_v3 on your own stream and synchronise once per batch on "
+    "that stream (execute_v2 is synchronous by design: it waits for every inference); keep a second execution "
+    "context on a second stream so one batch's copies and the host's work overlap the other's inference; replay "
+    "the enqueue as a CUDA graph (trtexec --useCudaGraph) once shapes are fixed.")
+
+
+@rule("sync_api", scope="capture", defaults={
+    "min_fraction": SYNC_MIN_FRACTION, "max_syncs_per_instance": SYNC_MAX_PER_INSTANCE,
+    "min_gpu_idle_share": SYNC_MIN_GPU_IDLE_SHARE, "max_findings": MAX_FINDINGS_PER_RULE,
+    "high_fraction": SYNC_HIGH_FRACTION, "high_syncs_per_instance": SYNC_HIGH_SYNCS_PER_INSTANCE,
+    "medium_fraction": SYNC_MEDIUM_FRACTION})
+def sync_api(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
+    """Synchronisation calls that block the host inside hot ranges."""
+    table = ctx.table
+    cands = []
+    for r in ranges_of(ctx):
+        tot = r["_totals"]
+        wall, sync = float(tot["wall_ns"]), float(tot["sync_ns"])
+        if wall <= 0 or not tot["sync_count"]:
+            continue
+        frac = sync / wall
+        per = tot["sync_count"] / r["count"]
+        dev = tot["device_sync_count"] / r["count"]
+        if frac < t["min_fraction"] or (per <= t["max_syncs_per_instance"] and dev == 0):
+            continue
+        inst = table.instances_of(r["series_id"])
+        # (instance, call) pairs of the blocking syncs only: nested ranges repeat every API call per level
+        q, rows = table.members_where(inst, "api", table.api.top_level & table.api.blocking_sync)
+        idle_ns = _gpu_idle_from_sync(table, rows, q)
+        if idle_ns < t["min_gpu_idle_share"] * wall:
+            continue  # the host waits while the GPU works and refeeds it at once: the GPU sets the pace
+        df = pd.DataFrame({"n": table.api.name_of(rows), "d": (table.api.end_ns - table.api.start_ns)[rows]})
+        calls = {str(n): {"count": int(g.size), "total_ms": float(g.sum()) / 1e6, "median_us": float(g.median()) / 1e3}
+                 for n, g in df.groupby("n")["d"]}
+        cands.append((sync, r, {
+            "sync_fraction": frac, "sync_calls_per_instance": per, "device_syncs_per_instance": dev,
+            "sync_ms_per_instance": sync / 1e6 / len(inst), "wall_ms_median": r["wall_ms"]["median"],
+            "gpu_idle_during_sync_ms": idle_ns / 1e6,
+            "gpu_idle_method": ("GPU idle time while each sync blocks plus the idle gap from its return to the "
+                                "next GPU work (the relaunch it delays)"),
+            "instances": r["count"], "calls": calls,
+        }))
+    out = []
+    for _, r, ev in outermost(ctx, cands, int(t["max_findings"])):
+        frac, per, dev = ev["sync_fraction"], ev["sync_calls_per_instance"], ev["device_syncs_per_instance"]
+        sev = band(frac, t["high_fraction"], t["medium_fraction"])
+        if per < t["high_syncs_per_instance"] and dev == 0:
+            sev = milder(sev, "medium")  # high only with many syncs or a device-wide one
+        names = ", ".join(sorted(ev["calls"], key=lambda n: -ev["calls"][n]["total_ms"]))
+        out.append(Finding(
+            rule="sync_api", severity=sev, range=ctx.label(r["series_id"]),
+            title=(f"The host blocks in synchronisation {pct(frac)}% of the range ({per:.1f} calls per instance"
+                   f"{f', {dev:.1f} device-wide' if dev else ''}: {names})"),
+            evidence=ev,
+            threshold=t.pick("min_fraction", "max_syncs_per_instance", "min_gpu_idle_share"),
+            recommendation=TRT_SYNC_ADVICE if ctx.tensorrt else (
+                "Synchronise once per iteration, on the stream (or an event) that produces the result, not the "
+                "whole device; replace intermediate syncs with cudaStreamWaitEvent between streams, and avoid "
+                "implicit ones (.item(), .cpu(), pageable copies, cudaMalloc/cudaFree in the loop)."),
+        ))
+    return out
+
+
+def _gpu_idle_from_sync(table: Any, rows: np.ndarray, q: np.ndarray) -> float:
+    """GPU idle time (ns) the sync calls ``rows`` (of instances ``q``) account for: idle while each blocks,
+    plus the gap from its return to the next GPU work (capped at the next sync's start), except after an
+    instance's last sync (the one wait for the result every iteration needs)."""
+    act, api = table.activity, table.api
+    s, e = api.start_ns[rows], api.end_ns[rows]
+    us, ue = intervals.union(act.start_ns, act.end_ns)
+    if not len(us):
+        return float((e - s).sum())
+    busy_in = intervals.clipped_union_length(us, ue, s, e)
+    k = np.searchsorted(ue, e, side="right")  # first busy piece ending after the call returns
+    inside = (k < len(us)) & (us[np.minimum(k, len(us) - 1)] <= e)
+    nxt = np.where(k < len(us), us[np.minimum(k, len(us) - 1)], e)
+    after = np.where(inside, 0, np.maximum(nxt - e, 0))
+    order = np.argsort(s)
+    cap = np.empty_like(s)
+    cap[order] = np.append(s[order][1:], np.iinfo(np.int64).max)
+    after = np.minimum(after, np.maximum(cap - e, 0))
+    last = np.lexsort((s, q))
+    is_last = np.ones(len(q), bool)
+    is_last[last[:-1]] = q[last][:-1] != q[last][1:]
+    after[is_last] = 0
+    return float(np.maximum(e - s - busy_in, 0).sum() + after.sum())

@@ -1,0 +1,161 @@
+"""transfer_bound: ranges (and the steady state as a whole) whose copies take as long as their compute."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from profiler.capture import intervals
+from profiler.capture import series as S
+from profiler.findings import Finding
+from profiler.rules import Thresholds, rule
+from profiler.rules.capture._common import MAX_FINDINGS_PER_RULE, band, milder, outermost, ranges_of
+from profiler.rules.context import CaptureContext
+
+
+TRANSFER_MIN_COPY_TO_COMPUTE = 1.0
+"""Fire when a range's copy time is at least this multiple of its compute time ..."""
+TRANSFER_MIN_COPY_FRACTION = 0.10
+"""... and copies take at least this share of its wall time."""
+TRANSFER_HIGH_COPY_TO_COMPUTE, TRANSFER_HIGH_COPY_FRACTION = 2.0, 0.5
+TRANSFER_MEDIUM_COPY_TO_COMPUTE, TRANSFER_MEDIUM_COPY_FRACTION = 1.0, 0.25
+"""Severity bands of a range: high when both its ratio and its share reach the high band, medium the medium."""
+TRANSFER_MIN_UNIT_COMPUTE_SHARE = 0.5
+"""Share of the steady state's compute the inference unit must have launched for the steady state's
+copies to count per inference (TensorRT apps launch all of it inside the enqueue ranges, copies outside)."""
+
+TRT_TRANSFER_ADVICE = (
+    "TensorRT: use pinned host buffers (cudaHostAlloc / cudaMallocHost) and cudaMemcpyAsync on the inference's "
+    "stream; overlap the next batch's input copy with this batch's enqueue (two execution contexts on two "
+    "streams, double-buffered I/O); shrink I/O (FP16 or INT8 I/O formats, trtexec --inputIOFormats, keep "
+    "pre/post-processing on the GPU). trtexec --noDataTransfers shows the compute-only bound.")
+
+
+@rule("transfer_bound", scope="capture", defaults={
+    "min_copy_to_compute": TRANSFER_MIN_COPY_TO_COMPUTE, "min_copy_fraction": TRANSFER_MIN_COPY_FRACTION,
+    "max_findings": MAX_FINDINGS_PER_RULE, "min_unit_compute_share": TRANSFER_MIN_UNIT_COMPUTE_SHARE,
+    "high_copy_to_compute": TRANSFER_HIGH_COPY_TO_COMPUTE, "high_copy_fraction": TRANSFER_HIGH_COPY_FRACTION,
+    "medium_copy_to_compute": TRANSFER_MEDIUM_COPY_TO_COMPUTE, "medium_copy_fraction": TRANSFER_MEDIUM_COPY_FRACTION})
+def transfer_bound(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
+    """Ranges whose copies take as long as their compute."""
+    table = ctx.table
+    cands = []
+    for r in ranges_of(ctx):
+        tot = r["_totals"]
+        copy, compute, wall = float(tot["copy_ns"]), float(tot["compute_ns"]), float(tot["wall_ns"])
+        if copy <= 0 or wall <= 0 or compute <= 0:
+            continue  # a copy-only range (a staging step) has no compute to be bound against
+        ratio = copy / compute
+        frac = copy / wall
+        if ratio < t["min_copy_to_compute"] or frac < t["min_copy_fraction"]:
+            continue
+        inst = table.instances_of(r["series_id"])
+        rows, times = table.member_counts(inst, "activity")
+        m = table.activity.kind[rows] == S.MEMCPY
+        rows, times = rows[m], times[m]
+        act = table.activity
+        dirs = {}
+        for code in np.unique(act.copy_kind[rows]):
+            sel = act.copy_kind[rows] == code
+            rr, w = rows[sel], times[sel]
+            ns = float(((act.end_ns - act.start_ns)[rr] * w).sum())
+            b = float((act.bytes[rr] * w).sum())
+            dirs[S.COPY_KINDS[code]] = {"copies_per_instance": int(w.sum()) / len(inst), "bytes_per_instance": b / len(inst),
+                                        "gpu_ms_per_instance": ns / 1e6 / len(inst), "gbps": b / ns if ns > 0 else None}
+        busy = float(tot["gpu_busy_ns"])
+        cands.append((copy, r, {
+            "copy_ms_per_instance": copy / 1e6 / len(inst), "compute_ms_per_instance": compute / 1e6 / len(inst),
+            "copy_to_compute": ratio, "copy_fraction_of_wall": frac,
+            "overlap_ms_per_instance": max(copy + compute - busy, 0.0) / 1e6 / len(inst),
+            "bytes_per_instance": tot["copy_bytes"] / len(inst),
+            "pageable_copies": int(tot["pageable_copies"]), "by_direction": dirs,
+            "wall_ms_median": r["wall_ms"]["median"], "instances": r["count"],
+        }))
+    out = _inference_transfer_bound(ctx, t)
+    if out:
+        cands = [c for c in cands if ctx.label(c[1]["series_id"]) != out[0].range]
+    for _, r, ev in outermost(ctx, cands, int(t["max_findings"])):
+        ev["exposed_copy_ms_total"] = max(ev["copy_ms_per_instance"] - ev["overlap_ms_per_instance"], 0.0) * r["count"]
+        ratio, frac = ev["copy_to_compute"], ev["copy_fraction_of_wall"]
+        sev = milder(band(ratio, t["high_copy_to_compute"], t["medium_copy_to_compute"]),
+                      band(frac, t["high_copy_fraction"], t["medium_copy_fraction"]))
+        out.append(Finding(
+            rule="transfer_bound", severity=sev, range=ctx.label(r["series_id"]),
+            title=(f"Transfer-bound: copies take {ev['copy_ms_per_instance']:.3g} ms per instance, {ratio:.2f}x its "
+                   f"{ev['compute_ms_per_instance']:.3g} ms of compute (median wall {ev['wall_ms_median']:.3g} ms)"),
+            evidence=ev,
+            threshold=t.pick("min_copy_to_compute", "min_copy_fraction"),
+            recommendation=TRT_TRANSFER_ADVICE if ctx.tensorrt else (
+                "Move less data: keep tensors on the GPU between steps, send compact inputs (uint8 images, "
+                "FP16) and decode/normalise on the GPU; overlap copies with compute (pinned buffers, "
+                "cudaMemcpyAsync on a second stream, double buffering); batch to amortise per-copy cost."),
+        ))
+    return out
+
+
+def _copies_text(d: dict[str, Any] | None) -> str:
+    """'0.58 copies per inference of 128 MiB at 10.8 GB/s' for one copy direction."""
+    if not d or not d["copies_per_instance"]:
+        return "no copy of this direction"
+    size = d["bytes_per_instance"] / d["copies_per_instance"]
+    rate = f" at {d['gbps']:.3g} GB/s" if d.get("gbps") else ""
+    n = d["copies_per_instance"]
+    return f"{n:.2g} {'copy' if n == 1 else 'copies'} per inference of {size / 2**20:.3g} MiB{rate}"
+
+
+def _inference_transfer_bound(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
+    """The steady state as a whole: copies of one direction take longer than the compute (copies made
+    outside the inference ranges, as TensorRT applications make them, count)."""
+    from profiler.capture.phases import steady_breakdown
+
+    unit, ph = ctx.unit, ctx.phases
+    if unit is None or ph is None or ctx.steady_ns <= 0:
+        return []
+    act = ctx.table.activity
+    lo = ctx.judged_start_ns
+    by_kind = steady_breakdown(act, lo, ph.steady_end_ns)
+    compute = by_kind.pop("compute")
+    direction = max(by_kind, key=by_kind.get)
+    steady_ms = ctx.steady_ns / 1e6
+    # the steady state's copies are charged to the inferences only when the inferences are its work: they
+    # launched most of its compute (a training capture whose "unit" is one of many op ranges is not)
+    unit_range = next((r for r in ctx.ranges if r["series_id"] == unit.series_id), None)
+    if unit.series_id is not None and not ctx.table.window:
+        unit_compute_ms = float(unit_range["_totals"]["compute_ns"]) / 1e6 if unit_range else 0.0
+        if unit_compute_ms < t["min_unit_compute_share"] * compute:
+            return []
+    m = (act.start_ns >= lo) & (act.start_ns <= ph.steady_end_ns)
+    c, k = m & (act.kind == S.MEMCPY), m & (act.kind != S.MEMCPY)
+    copy_ms = intervals.union_length(act.start_ns[c], act.end_ns[c]) / 1e6
+    if by_kind[direction] <= 0 or compute <= 0 or by_kind[direction] < t["min_copy_to_compute"] * compute \
+            or copy_ms < t["min_copy_fraction"] * steady_ms:
+        return []
+    overlap_ms = intervals.overlap_length(act.start_ns[c], act.end_ns[c], act.start_ns[k], act.end_ns[k]) / 1e6
+    n = ctx.steady_instances
+    dirs = {}
+    for kind in (S.CopyKind.HtoD, S.CopyKind.DtoH, S.CopyKind.DtoD):
+        name = kind.name
+        sel = c & (act.copy_kind == kind)
+        ns, b = float((act.end_ns - act.start_ns)[sel].sum()), float(act.bytes[sel].sum())
+        if sel.any():
+            dirs[name] = {"copies_per_instance": int(sel.sum()) / n, "bytes_per_instance": b / n,
+                          "gpu_ms_per_instance": ns / 1e6 / n, "gbps": b / ns if ns > 0 else None}
+    ev = {"bound_by": direction, "gpu_ms_by_kind": {"compute": compute, **by_kind},
+          "copy_ms_per_instance": copy_ms / n, "compute_ms_per_instance": compute / n,
+          "copy_to_compute": by_kind[direction] / compute, "copy_fraction_of_steady_state": copy_ms / steady_ms,
+          "overlap_ms_per_instance": overlap_ms / n, "exposed_copy_ms_total": max(copy_ms - overlap_ms, 0.0),
+          "by_direction": dirs, "instances": n, "pageable_copies": int((c & act.pageable).sum()),
+          "wall_ms_median": float(np.median(unit.host_ns[unit.steady])) / 1e6 if unit.count > unit.warmup else None}
+    return [Finding(
+        rule="transfer_bound", severity="high", range=unit.label,
+        title=(f"{direction}-bound: {direction} copies take {by_kind[direction] / n:.3g} ms of GPU time per inference "
+               f"on average ({_copies_text(dirs.get(direction))}) against {compute / n:.3g} ms of compute "
+               f"({by_kind[direction] / compute:.2f}x); {100 * overlap_ms / copy_ms:.0f}% of copy time overlaps "
+               "compute"),
+        evidence=ev,
+        threshold=t.pick("min_copy_to_compute", "min_copy_fraction"),
+        recommendation=TRT_TRANSFER_ADVICE if ctx.tensorrt else (
+            "Move less data per inference (compact input types, pre/post-processing on the GPU), use pinned "
+            "buffers and overlap copies with compute on a second stream (double buffering)."),
+    )]
