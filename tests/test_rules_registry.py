@@ -107,6 +107,13 @@ def runs() -> dict[tuple[str, str], tuple[set[str], list[Finding]]]:
     return dict(out)
 
 
+@pytest.fixture
+def scratch_registry(monkeypatch):
+    """The registry, every rule loaded, as a copy that a test may register rules into."""
+    R.registry()
+    monkeypatch.setattr(R, "_REGISTRY", dict(R._REGISTRY))
+
+
 # -- the contract ----------------------------------------------------------------------------------------
 def test_every_scope_has_its_rules_and_ids_are_bare():
     by_scope = defaultdict(list)
@@ -135,9 +142,7 @@ def test_every_rule_fires_and_every_finding_carries_its_registry_id(runs):
         assert {f.rule for f in found} == {rid}, (scope, rid)
 
 
-def test_run_stamps_the_scope_and_refuses_a_finding_under_another_id(monkeypatch):
-    monkeypatch.setattr(R, "_REGISTRY", dict(R._REGISTRY))
-
+def test_run_stamps_the_scope_and_refuses_a_finding_under_another_id(scratch_registry):
     @R.rule("liar", scope="sweep", defaults={"limit": 1.0})
     def liar(ctx: SweepContext, t: R.Thresholds) -> list[Finding]:
         """Emits another rule's id."""
@@ -150,9 +155,7 @@ def test_run_stamps_the_scope_and_refuses_a_finding_under_another_id(monkeypatch
     assert [(f.rule, f.scope) for f in found] == [("variant_failed", "sweep")]
 
 
-def test_one_rule_per_scope_and_id(monkeypatch):
-    monkeypatch.setattr(R, "_REGISTRY", dict(R._REGISTRY))
-
+def test_one_rule_per_scope_and_id(scratch_registry):
     def another_jitter(ctx: Any, t: R.Thresholds) -> list[Finding]:
         return []
 
@@ -183,3 +186,17 @@ def test_run_rules_returns_its_thresholds_and_leaves_the_context_alone():
     assert f.threshold["cov_pct"] == 2.0 and f.evidence["compute_cov_pct"] == 3.0 and f.severity == "low"
     with pytest.raises(UsageError, match="sweep rule 'jitter' has no threshold 'max_cov_pct'"):
         R.run_rules("sweep", ctx, overrides={"jitter": {"max_cov_pct": 2.0}})
+
+
+def test_the_sweep_threshold_option_keys_overrides_by_the_ids_findings_carry():
+    from profiler.cli.sweep import parse_thresholds
+
+    acc, rules = parse_thresholds(("fp16.cosine_min=0.99", "jitter.cov_pct=3", "launch_overhead.enqueue_over_compute=0.5"))
+    assert acc == {"fp16": {"cosine_min": 0.99}}
+    assert rules == {"jitter": {"cov_pct": 3.0}, "launch_overhead": {"enqueue_over_compute": 0.5}}
+    assert R.resolve_thresholds("sweep", rules)["jitter"]["cov_pct"] == 3.0
+    with pytest.raises(UsageError, match="rule 'jitter' has no threshold 'max_cov_pct' \\(it has: cov_pct, medium_over_limit\\)"):
+        parse_thresholds(("jitter.max_cov_pct=3",))
+    with pytest.raises(UsageError, match="sweep rule with thresholds \\(jitter, launch_overhead, stream_scaling, "
+                                         "transfer_bound, workspace_limited\\)"):
+        parse_thresholds(("gpu_idle.min_gap_us=50",))  # a capture rule's threshold

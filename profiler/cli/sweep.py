@@ -100,7 +100,8 @@ def parse_thresholds(args: tuple[str, ...]) -> tuple[dict[str, dict[str, float]]
         rid = head
         if not sep or not dot or rid not in sweep_rules:
             raise UsageError(f"--threshold {raw!r} is neither PRECISION.METRIC_min/max=X (e.g. fp16.cosine_min=0.999) "
-                             f"nor RULE.NAME=X for a sweep rule ({', '.join(sorted(sweep_rules))})")
+                             f"nor RULE.NAME=X for a sweep rule with thresholds "
+                             f"({', '.join(sorted(r for r, spec in sweep_rules.items() if spec.defaults))})")
         if name not in sweep_rules[rid].defaults:
             have = ", ".join(sweep_rules[rid].defaults) or "none"
             raise UsageError(f"--threshold {raw!r}: rule {head!r} has no threshold {name!r} (it has: {have})")
