@@ -262,6 +262,23 @@ def test_host_stall_sample():
         assert not fired(res, rule), rule
 
 
+def test_severity_bands_are_thresholds_the_rule_reads():
+    """The host_stall capture's jitter (p99 far above the median) is high by the default bands; raising the
+    high bands above its figures makes the same rule call it medium, raising the medium ones too, low."""
+    ctx = sample("host_stall").context
+    spec = get_rule("capture", "jitter")
+
+    def severity(**bands):
+        [f] = [f for f in spec.run(ctx, {**spec.defaults, **bands}) if f.range == "host_stall.query"]
+        return f.severity, f.evidence["p99_over_median"], f.evidence["cov_pct"]
+
+    sev, tail, cov = severity()
+    assert sev == "high" and (tail >= 3.0 or cov >= 50.0)
+    assert severity(high_tail_ratio=tail + 1, high_cov_pct=cov + 1)[0] == "medium"
+    assert severity(high_tail_ratio=tail + 1, high_cov_pct=cov + 1, medium_tail_ratio=tail + 1,
+                    medium_cov_pct=cov + 1)[0] == "low"
+
+
 def test_pageable_vs_pinned_sample():
     res = sample("pageable_vs_pinned")
     [f] = fired(res, "pageable_memcpy")
