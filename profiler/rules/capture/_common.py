@@ -20,19 +20,22 @@ def band(value: float, high: float, medium: float) -> str:
 
 
 def worse(a: str, b: str) -> str:
+    """The more severe of two severities."""
     return min(a, b, key=_SEVERITY_ORDER.index)
 
 
 def milder(a: str, b: str) -> str:
+    """The less severe of two severities."""
     return max(a, b, key=_SEVERITY_ORDER.index)
 
 
 def pct(x: float) -> float:
+    """A fraction as a percentage with one decimal, for titles."""
     return round(100.0 * x, 1)
 
 
-
 def ranges_of(ctx: CaptureContext, min_count: int = 1) -> list[dict[str, Any]]:
+    """The range summaries with at least ``min_count`` instances."""
     return [r for r in ctx.ranges if r["count"] >= min_count]
 
 

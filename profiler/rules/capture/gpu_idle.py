@@ -14,7 +14,6 @@ from profiler.rules import Thresholds, rule
 from profiler.rules.capture._common import band, pct
 from profiler.rules.context import CaptureContext
 
-
 IDLE_MIN_GAP_US = 50.0
 """A gap shorter than this is launch latency, not idleness (nsys's own 500 ms is far too coarse)."""
 IDLE_MIN_FRACTION = 0.10

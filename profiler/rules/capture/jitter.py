@@ -3,13 +3,10 @@ and their causes."""
 
 from __future__ import annotations
 
-
-
 from profiler.findings import Finding
 from profiler.rules import Thresholds, rule
 from profiler.rules.capture._common import MAX_FINDINGS_PER_RULE, band, outermost, ranges_of, worse
 from profiler.rules.context import CaptureContext
-
 
 JITTER_MIN_COUNT = 10
 JITTER_MIN_MEDIAN_US = 50.0

@@ -3,7 +3,6 @@ saving a replayed CUDA graph would bring."""
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from profiler.capture import intervals
@@ -12,7 +11,6 @@ from profiler.findings import Finding
 from profiler.rules import Thresholds, rule
 from profiler.rules.capture._common import MAX_FINDINGS_PER_RULE, band, outermost, pct, ranges_of
 from profiler.rules.context import CaptureContext
-
 
 LAUNCH_MAX_BUSY_FRACTION = 0.5
 """Fire only when the GPU is busy for less than this share of the range's wall time."""

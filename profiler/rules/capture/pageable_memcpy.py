@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 
@@ -11,7 +10,6 @@ from profiler.findings import Finding
 from profiler.rules import Thresholds, rule
 from profiler.rules.capture._common import band
 from profiler.rules.context import CaptureContext
-
 
 PAGEABLE_MIN_TOTAL_US = 50.0
 """Ignore captures whose pageable copies add up to less GPU time than this."""

@@ -13,7 +13,6 @@ from profiler.rules import Thresholds, rule
 from profiler.rules.capture._common import MAX_FINDINGS_PER_RULE, band, milder, outermost, ranges_of
 from profiler.rules.context import CaptureContext
 
-
 TRANSFER_MIN_COPY_TO_COMPUTE = 1.0
 """Fire when a range's copy time is at least this multiple of its compute time ..."""
 TRANSFER_MIN_COPY_FRACTION = 0.10
