@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -45,57 +47,11 @@ def pageable_memcpy(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
     pinned = copy & pinned_side & ~act.pageable
     df = pd.DataFrame({"dir": np.asarray(S.COPY_KINDS, dtype=object)[act.copy_kind], "bytes": act.bytes,
                        "ns": dur, "pg": pg, "pin": pinned})
-    by_dir = {}
-    compare = []
-    saving_ns = 0.0
-    for direction, g in df[df["pg"]].groupby("dir"):
-        by_dir[direction] = {"count": int(len(g)), "bytes": int(g["bytes"].sum()), "gpu_ms": float(g["ns"].sum()) / 1e6,
-                             "gbps": float(g["bytes"].sum() / max(g["ns"].sum(), 1))}
-        pin = df[df["pin"] & (df["dir"] == direction)]
-        for size, gs in g.groupby("bytes"):
-            same = pin[pin["bytes"] == size]
-            if not len(same) or size <= 0:
-                continue
-            pg_bw = size / max(float(gs["ns"].median()), 1.0)
-            pin_bw = size / max(float(same["ns"].median()), 1.0)
-            extra = float(gs["ns"].sum()) - len(gs) * float(same["ns"].median())
-            saving_ns += max(extra, 0.0)
-            compare.append({"direction": direction, "bytes": int(size), "pageable_count": int(len(gs)),
-                            "pinned_count": int(len(same)), "pageable_gbps": pg_bw, "pinned_gbps": pin_bw,
-                            "pinned_speedup": pin_bw / pg_bw if pg_bw > 0 else float("nan"),
-                            "pageable_median_us": float(gs["ns"].median()) / 1e3,
-                            "pinned_median_us": float(same["ns"].median()) / 1e3})
-    compare.sort(key=lambda c: -c["pageable_count"] * c["bytes"])
+    by_dir, compare, saving_ns = _against_pinned(df)
     active = sum(d.active_ns for d in ctx.devices) or 1
     share = total_ns / active
-    # API time of the pageable copies (async copies from pageable memory block the host).
-    api_ms = None
-    big_api_ms = 0.0
-    n_async = None
-    if memcpy is not None and len(memcpy) and "api_start_ns" in memcpy.columns:
-        rows = act.row[pg]
-        a0 = S.i64(memcpy, "api_start_ns", -1)[rows]
-        a1 = S.i64(memcpy, "api_end_ns", -1)[rows]
-        ok = (a0 >= 0) & (a1 >= a0) & (S.i64(memcpy, "api_tid", -1)[rows] >= 0)
-        api_ms = float((a1 - a0)[ok].sum()) / 1e6 if ok.any() else None
-        big = ok & (act.bytes[pg] >= t["staged_min_bytes"])
-        big_api_ms = float((a1 - a0)[big].sum()) / 1e6
-        if "api_name" in memcpy.columns:
-            codes, names = S.factor(memcpy, "api_name")
-            is_async = np.array(["Async" in str(n) for n in names], dtype=bool)
-            n_async = int(is_async[codes[rows]].sum())
-    # Which ranges hold them.
-    inst = ctx.table.instances
-    per_range = {}
-    if not ctx.table.window and len(inst):
-        s = inst.groupby("series_id")["pageable_copies"].sum()
-        for sid, n in s[s > 0].sort_values(ascending=False).head(5).items():
-            per_range[ctx.label(int(sid))] = int(n)
-    top_range = None
-    if per_range:
-        first = next(iter(per_range))
-        if per_range[first] * 2 >= int(pg.sum()):
-            top_range = first
+    api_ms, big_api_ms, n_async = _host_cost(act, memcpy, pg, t["staged_min_bytes"])
+    per_range, top_range = _holding_ranges(ctx, int(pg.sum()))
     slow = max((c["pinned_speedup"] for c in compare), default=float("nan"))
     sev = band(share, t["high_share"], t["medium_share"])
     if slow >= t["high_pinned_speedup"] and np.isfinite(slow):  # NaN: no pinned copy of the same size
@@ -126,3 +82,70 @@ def pageable_memcpy(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
                         "cudaMemcpyAsync on a stream: pageable copies are staged through a driver buffer, "
                         "run slower and block the host even when asynchronous."),
     )]
+
+
+def _against_pinned(df: pd.DataFrame) -> tuple[dict[str, dict], list[dict], float]:
+    """Per direction, the pageable copies' totals; per (direction, size) with pinned copies of the same
+    size, both rates (most data first); and the GPU time (ns) pinned copies would have saved."""
+    by_dir = {}
+    compare = []
+    saving_ns = 0.0
+    for direction, g in df[df["pg"]].groupby("dir"):
+        by_dir[direction] = {"count": int(len(g)), "bytes": int(g["bytes"].sum()), "gpu_ms": float(g["ns"].sum()) / 1e6,
+                             "gbps": float(g["bytes"].sum() / max(g["ns"].sum(), 1))}
+        pin = df[df["pin"] & (df["dir"] == direction)]
+        for size, gs in g.groupby("bytes"):
+            same = pin[pin["bytes"] == size]
+            if not len(same) or size <= 0:
+                continue
+            pg_bw = size / max(float(gs["ns"].median()), 1.0)
+            pin_bw = size / max(float(same["ns"].median()), 1.0)
+            extra = float(gs["ns"].sum()) - len(gs) * float(same["ns"].median())
+            saving_ns += max(extra, 0.0)
+            compare.append({"direction": direction, "bytes": int(size), "pageable_count": int(len(gs)),
+                            "pinned_count": int(len(same)), "pageable_gbps": pg_bw, "pinned_gbps": pin_bw,
+                            "pinned_speedup": pin_bw / pg_bw if pg_bw > 0 else float("nan"),
+                            "pageable_median_us": float(gs["ns"].median()) / 1e3,
+                            "pinned_median_us": float(same["ns"].median()) / 1e3})
+    compare.sort(key=lambda c: -c["pageable_count"] * c["bytes"])
+    return by_dir, compare, saving_ns
+
+
+def _host_cost(act: Any, memcpy: pd.DataFrame | None, pg: np.ndarray, staged_min_bytes: int,
+               ) -> tuple[float | None, float, int | None]:
+    """(API time of the pageable copies in ms, None without API times; that of the copies large enough to
+    be staged through the driver's buffer; how many were asynchronous calls made synchronous): async
+    copies from pageable memory block the host."""
+    api_ms = None
+    big_api_ms = 0.0
+    n_async = None
+    if memcpy is not None and len(memcpy) and "api_start_ns" in memcpy.columns:
+        rows = act.row[pg]
+        a0 = S.i64(memcpy, "api_start_ns", -1)[rows]
+        a1 = S.i64(memcpy, "api_end_ns", -1)[rows]
+        ok = (a0 >= 0) & (a1 >= a0) & (S.i64(memcpy, "api_tid", -1)[rows] >= 0)
+        api_ms = float((a1 - a0)[ok].sum()) / 1e6 if ok.any() else None
+        big = ok & (act.bytes[pg] >= staged_min_bytes)
+        big_api_ms = float((a1 - a0)[big].sum()) / 1e6
+        if "api_name" in memcpy.columns:
+            codes, names = S.factor(memcpy, "api_name")
+            is_async = np.array(["Async" in str(n) for n in names], dtype=bool)
+            n_async = int(is_async[codes[rows]].sum())
+    return api_ms, big_api_ms, n_async
+
+
+def _holding_ranges(ctx: CaptureContext, copies: int) -> tuple[dict[str, int], str | None]:
+    """The ranges holding the most pageable copies (label -> count), and the finding's range: the first,
+    when it holds at least half of the ``copies``."""
+    inst = ctx.table.instances
+    per_range = {}
+    if not ctx.table.window and len(inst):
+        s = inst.groupby("series_id")["pageable_copies"].sum()
+        for sid, n in s[s > 0].sort_values(ascending=False).head(5).items():
+            per_range[ctx.label(int(sid))] = int(n)
+    top_range = None
+    if per_range:
+        first = next(iter(per_range))
+        if per_range[first] * 2 >= copies:
+            top_range = first
+    return per_range, top_range
