@@ -45,7 +45,8 @@ class Stats(TypedDict, total=False):
 class FindingRecord(TypedDict, total=False):
     """``profiler.findings.Finding.to_dict()``: one diagnosis with the numbers that prove it."""
 
-    rule: str
+    rule: str  # the registry id of the rule that made it (profiler.rules)
+    scope: str  # capture | layers | sweep: what was judged; (scope, rule) names one rule
     severity: str  # high | medium | low | info
     title: str
     range: str | None  # analysis: the NVTX series it concerns
