@@ -4,14 +4,21 @@
 GPU), ``cuda`` (trtprof's reference executor over PyTorch kernels, for GPUs without TensorRT:
 its numbers are its interpreter's, never TensorRT's).
 ``auto`` picks TensorRT when it imports and a GPU is present, else onnxruntime.
+
+A new backend is one module with a :class:`~profiler.backends.base.Backend` subclass (its capabilities
+declared there: ``is_gpu``, ``uses_workspace``, ``synchronous_enqueue``, ...) and one line in
+``BACKENDS``; the sweep, the rules and the CLI's ``--backend`` choices read it from there.
 """
 
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING, Any
 
-from profiler.backends.base import Backend
 from profiler.errors import UsageError
+
+if TYPE_CHECKING:
+    from profiler.backends.base import Backend
 
 BACKENDS = {
     "onnxruntime": "profiler.backends.onnxruntime:OnnxRuntimeBackend",
@@ -23,11 +30,29 @@ BACKENDS = {
 def get_backend(name: str, **options) -> Backend:
     if name == "auto":
         name, _reason = choose_auto()
-    if name not in BACKENDS:
+    cls = backend_class(name)
+    if cls is None:
         raise UsageError(f"unknown backend {name!r}; choose one of: auto, {', '.join(BACKENDS)}")
-    module_name, cls_name = BACKENDS[name].split(":")
-    cls = getattr(importlib.import_module(module_name), cls_name)
     return cls(**options)
+
+
+def backend_class(name: str | None) -> type[Backend] | None:
+    """The class registered as ``name``, imported but not instantiated (its module defers the backend's
+    own heavy imports), for capability lookups on stored runs; None for a name not registered."""
+    if name not in BACKENDS:
+        return None
+    module_name, cls_name = BACKENDS[name].split(":")
+    return getattr(importlib.import_module(module_name), cls_name)
+
+
+def ran_on_gpu(environment: dict[str, Any]) -> bool:
+    """Whether the run that ``environment`` (a backend's stored ``describe()``) describes ran on a GPU:
+    asked of the backend that measured it; for a backend not registered here, whether its execution
+    provider is a GPU one."""
+    from profiler.backends.base import provider_is_gpu
+
+    cls = backend_class(environment.get("name") or environment.get("backend"))
+    return cls.measured_on_gpu(environment) if cls is not None else provider_is_gpu(environment)
 
 
 def choose_auto() -> tuple[str, str]:

@@ -247,8 +247,61 @@ class Engine(abc.ABC):
         pass
 
 
+def provider_is_gpu(environment: dict[str, Any]) -> bool:
+    """Whether an ONNX Runtime-style execution provider named in ``environment`` runs on a GPU."""
+    provider = str(environment.get("provider") or "")
+    return "CUDA" in provider or "Tensorrt" in provider
+
+
 class Backend(abc.ABC):
+    """A way to build and run engines. The sweep, the rules and the store ask a backend what it can do
+    through the capabilities below, never by its name; each has a default here that a backend overrides
+    where it differs (a class attribute, or a property where the instance decides, e.g. by device)."""
+
     name: str = "base"
+    #: runs on a CUDA GPU: the sweep records device memory and the GPU's identity with the run
+    is_gpu: bool = True
+    #: builds under a workspace limit; False: the sweep measures one workspace value and lists the others
+    #: as skipped (the same engine)
+    uses_workspace: bool = True
+    #: the enqueue call returns only once the work is done (enqueue == compute), so the enqueue time says
+    #: nothing about launch cost (the ``launch_overhead`` rule skips such variants)
+    synchronous_enqueue: bool = False
+    #: computes fp16/int8 models as a GPU engine does; False (ONNX Runtime's CPU provider upcasts float16
+    #: and fuses integer kernels): the sweep shows the model's own arithmetic beside the gated figure
+    faithful_low_precision: bool = True
+    #: what this backend's latencies are, said wherever they are shown, when they are not an inference
+    #: engine's own (the reference executor); None: nothing to say
+    latency_note: str | None = None
+
+    def memory_snapshot(self) -> dict[str, int] | None:
+        """Free/used/total device memory now (the driver's view), taken while a variant's contexts are
+        alive; None for a CPU backend or where the driver does not answer."""
+        if not self.is_gpu:
+            return None
+        try:
+            from profiler.cuda import mem_info
+
+            mi = mem_info()
+            return {"free_bytes": mi.free_bytes, "used_bytes": mi.used_bytes, "total_bytes": mi.total_bytes}
+        except Exception:
+            return None
+
+    def process_options(self) -> dict[str, Any]:
+        """Keyword arguments that make the same backend in another process: ``get_backend(name, **options)``
+        (``--repeat`` times each variant again in fresh processes)."""
+        return {}
+
+    def tensorrt_version(self) -> str | None:
+        """The TensorRT release that builds this backend's engines (stored with the run); None when the
+        engines are not TensorRT's."""
+        return None
+
+    @classmethod
+    def measured_on_gpu(cls, environment: dict[str, Any]) -> bool:
+        """Whether a run this backend measured ran on a GPU, from its stored ``describe()`` alone (the
+        rules judge stored runs, where no backend instance exists)."""
+        return bool(cls.is_gpu)
 
     @abc.abstractmethod
     def describe(self) -> dict[str, Any]:

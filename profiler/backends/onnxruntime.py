@@ -35,7 +35,7 @@ import numpy as np
 
 from profiler.hashing import file_sha256
 from profiler.backends.base import (Backend, BuildError, Engine, ExecutionContext, QueryTiming, TensorInfo,
-                                    UnsupportedOp, VariantSpec)
+                                    UnsupportedOp, VariantSpec, provider_is_gpu)
 from profiler.findings import json_safe
 
 CPU_EP = "CPUExecutionProvider"
@@ -239,6 +239,23 @@ class OnnxRuntimeBackend(Backend):
 
     name = "onnxruntime"
     uses_workspace = False
+    synchronous_enqueue = True  # run() returns once the outputs are computed, on either provider
+
+    @property
+    def is_gpu(self) -> bool:  # type: ignore[override]
+        return self.device == "cuda"
+
+    @property
+    def faithful_low_precision(self) -> bool:  # type: ignore[override]
+        """The CPU provider computes float16 nodes in float32 and runs fused integer kernels."""
+        return self.device == "cuda"
+
+    @classmethod
+    def measured_on_gpu(cls, environment: dict[str, Any]) -> bool:
+        return provider_is_gpu(environment)
+
+    def process_options(self) -> dict[str, Any]:
+        return {"device": self.device, "intra_op_threads": self.intra_op_threads}
 
     def __init__(self, device: str = "auto", intra_op_threads: int | None = None):
         import onnxruntime as ort
@@ -339,7 +356,7 @@ class OnnxRuntimeBackend(Backend):
             "backend": self.name, "fingerprint": fp, "model_hash": model_hash, "build_time_s": build_s,
             "engine_size_bytes": os.path.getsize(load_path), "engine_path": load_path, "cache_hit": cache_hit,
             "providers": sess.get_providers(), "intra_op_threads": self._threads(spec),
-            "synchronous_enqueue": True, "device": self.describe().get("device"),
+            "synchronous_enqueue": self.synchronous_enqueue, "device": self.describe().get("device"),
             "backend_version": self._ort.__version__,
             "rss_before_build_bytes": rss0, "rss_after_build_bytes": rss1,
             "build_memory_bytes": (rss1 - rss0) if rss0 is not None and rss1 is not None else None,

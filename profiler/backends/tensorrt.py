@@ -183,6 +183,9 @@ class TensorRTBackend(Backend):
             d["device_error"] = str(exc)
         return d
 
+    def tensorrt_version(self) -> str | None:
+        return str(self.trt.__version__)
+
     def unsupported(self, spec: VariantSpec) -> str | None:
         if spec.precision not in ("fp32", "fp16", "int8"):
             return f"precision {spec.precision} is not built by this backend"

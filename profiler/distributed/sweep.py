@@ -107,7 +107,7 @@ def worker_device(backend: Any) -> dict[str, Any]:
         pass
     desc = backend.describe() if backend is not None else {}
     d["name"] = desc.get("device")
-    uses_gpu = backend is not None and (backend.name != "onnxruntime" or "CUDA" in str(desc.get("provider")))
+    uses_gpu = backend is not None and backend.is_gpu
     d["gpu"] = bool(uses_gpu)
     if uses_gpu:
         visible = (d["cuda_visible_devices"] or "0").split(",")[0].strip()

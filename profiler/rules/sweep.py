@@ -59,10 +59,11 @@ def jitter_threshold_pct(environment: dict[str, Any] | None) -> tuple[float, str
     """(CoV threshold in %, why) for the backend that measured the sweep."""
     env = environment or {}
     backend = env.get("name") or env.get("backend")
-    if backend == "tensorrt":
+    if backend == "tensorrt":  # trtexec's own threshold depends on the TensorRT release
         return jitter_cov_limit(env.get("version") or env.get("tensorrt_version"))
-    provider = str(env.get("provider") or "")
-    if "CUDA" in provider or "Tensorrt" in provider or backend == "cuda":
+    from profiler.backends import ran_on_gpu
+
+    if ran_on_gpu(env):
         return JITTER_COV_PCT_GPU, "GPU backend other than TensorRT: trtexec's current threshold"
     return JITTER_COV_PCT_CPU, "CPU backend: OS scheduling and frequency scaling widen the spread"
 

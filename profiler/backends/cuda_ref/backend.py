@@ -27,6 +27,7 @@ class CudaTorchBackend(Backend):
 
     name = BACKEND_NAME
     uses_workspace = False
+    latency_note = EXECUTOR_NOTE
 
     def __init__(self, device_index: int = 0, node_ranges: str = "auto", graph_events: bool = False):
         if node_ranges not in ("auto", "on", "off"):
