@@ -76,11 +76,11 @@ def test_int8_gate_judges_the_timed_session_with_the_model_arithmetic_beside_it(
 
 def test_a_stored_breach_survives_resume_even_when_its_value_was_not_finite():
     """A breach whose failing metric the store cannot keep (inf/NaN -> NULL) must still fail on --resume."""
-    from profiler.sweep import _stored_accuracy_findings
+    from profiler.sweep import stored_accuracy_findings
 
     previous = [{"status": "ok", "precision": "fp16", "key": "fp16-a",
                  "accuracy": {"y": {"rel_l2": None, "cosine": 0.99999, "passed": False}}},
                 {"status": "ok", "precision": "fp16", "key": "fp16-b",
                  "accuracy": {"y": {"rel_l2": 1e-5, "cosine": 0.99999, "passed": True}}}]
-    found = _stored_accuracy_findings(previous, SweepConfig())
+    found = stored_accuracy_findings(previous, SweepConfig())
     assert [(f.variant, f.severity) for f in found] == [("fp16-a", "high")]

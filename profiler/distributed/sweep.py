@@ -207,6 +207,8 @@ def run_parallel(sweep: Any, runner: Any, *, store_url: str | None = None) -> di
     """Run a new or resumed ``Sweep``'s remaining variants through ``runner`` and finish the run there."""
     import json
 
+    from profiler.sweep.records import variant_record
+
     config_json = json.dumps(sweep.config.to_dict(), sort_keys=True)
     lost = 0
     finished = False
@@ -214,11 +216,11 @@ def run_parallel(sweep: Any, runner: Any, *, store_url: str | None = None) -> di
         if hasattr(runner, "prime"):
             runner.prime(config_json)  # the workers prepare while this process plans and stores the run
         prep = sweep.prepare()
-        sweep._say(f"variants run on {runner.describe}")
+        sweep.say(f"variants run on {runner.describe}")
         tasks = []
         for p in prep.todo:
             if p.skip_reason:
-                sweep._store_variant(sweep._record(p.spec, prep.backend, "skipped", p.skip_reason), [], [])
+                sweep._store_variant(variant_record(p.spec, prep.backend.name, "skipped", p.skip_reason), [], [])
                 continue
             tasks.append({"key": p.spec.key, "run_id": sweep.run_id, "store_url": store_url,
                           "config_json": config_json})
@@ -228,14 +230,14 @@ def run_parallel(sweep: Any, runner: Any, *, store_url: str | None = None) -> di
                 _keep(sweep, outcome.value)
                 rec = outcome.value["record"]
                 where = _device_label(rec.get("device") or {})
-                sweep._say(f"[{where}] " + (_ok_line(rec) if rec["status"] == "ok"
+                sweep.say(f"[{where}] " + (_ok_line(rec) if rec["status"] == "ok"
                                             else f"{rec['key']}: {rec['status']}: {rec.get('error')}"))
                 continue
             lost += 1
             reason = f"lost with its worker ({outcome.where or 'unknown'}): {outcome.lost}; {LOST_NOTE}"
-            sweep._say(f"  {task['key']}: {reason}")
-            rec = sweep._record(specs[task["key"]], prep.backend, "failed", reason, lost=True,
-                                device={"worker": outcome.where})
+            sweep.say(f"  {task['key']}: {reason}")
+            rec = variant_record(specs[task["key"]], prep.backend.name, "failed", reason, lost=True,
+                                 device={"worker": outcome.where})
             sweep._store_variant(rec, [], [])
         finished = True
     except KeyboardInterrupt:
