@@ -315,8 +315,7 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
             devices: str | None, scheduler: str | None) -> None:
     """Build and time engine variants of MODEL (default: the bundled tiny model on onnxruntime), compare each
     with FP32 on the same inputs, store the run and write summary.json and report.html."""
-    from profiler.models import parse_shape_args
-    from profiler.sweep import Sweep, SweepConfig, gate_failures, open_resume
+    from profiler.sweep import Sweep
 
     say = lambda msg: click.echo(msg, err=True)  # noqa: E731 - progress goes to stderr
     if repeat and (devices or scheduler):
@@ -331,64 +330,88 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
                 raise UsageError("--nsys cannot be combined with --resume: capture a new sweep instead")
             _sweep_under_nsys(ctx, out_dir, db, no_store, cdn, say)
             return
-    store = None
-    out_given = ctx.get_parameter_source("out_dir") is not click.core.ParameterSource.DEFAULT
     if resume is not None:
-        if no_store:
-            raise UsageError("--resume continues a stored run; it cannot be combined with --no-store")
-        store = open_store(ctx, db)
-        sweep = open_resume(store, resume, progress=say)
-        say(f"resuming run {sweep.run_id}: {len(sweep.variants)} variant(s) already stored "
-            "(MODEL and axis options come from the stored run)")
-        if not out_given:
-            out_dir = _stored_out_dir(store, sweep) or out_dir
-            say(f"writing to the run's own --out {out_dir}")
+        sweep, store, out_dir = _resumed(ctx, resume, no_store, db, out_dir, say)
     else:
-        from profiler.accuracy import parse_output_options
-
-        acc_limits, rule_limits = parse_thresholds(thresholds)
-        kinds, tols = parse_output_options(output_kinds, output_tolerances)
-        config = SweepConfig(
-            model=model, precisions=_split_list(precision, "--precision"), workspaces=parse_workspaces(workspace),
-            streams=parse_streams(streams), cuda_graph=parse_cuda_graph(cuda_graph),
-            shapes={k: list(v) for k, v in parse_shape_args(shapes).items()}, calib=calib,
-            calib_method=calib_method, inputs=inputs, iterations=iterations, duration_s=duration,
-            warmup_ms=warmup, backend=backend, label=label, thresholds=acc_limits, rule_thresholds=rule_limits,
-            layers=not no_layers, cache_dir=cache_dir, localize=localize, fp16_range_check=fp16_range_check,
-            transfers=not no_transfers,
-            overlap=not no_overlap, out_dir=str(Path(out_dir).resolve()), repeat=repeat, output_kinds=kinds,
-            output_tolerances=tols)
-        if not no_store:
-            store = open_store(ctx, db)
+        config = _new_config(ctx.params)
+        store = None if no_store else open_store(ctx, db)
         sweep = Sweep(config, store=store, progress=say)
     out = check_output_dir(out_dir, "--out")
     sweep.config.out_dir = str(out.resolve())
-    previous_handler = signal.getsignal(signal.SIGINT)
-    if previous_handler is signal.default_int_handler:
-        signal.signal(signal.SIGINT, _interrupt_once(say))
     try:
-        try:
-            if start_runner is None:
-                summary = sweep.run()
-            else:
-                from profiler.distributed.cli import run_sweep
-
-                summary = run_sweep(sweep, start_runner, ctx, db, no_store)
-        except KeyboardInterrupt:
-            if sweep.variants:
-                write_outputs(sweep, sweep.summary(), out, cdn, store)
-                say(f"partial results written to {out}")
-            if sweep.run_id is not None:
-                say(f"continue with: {resume_command(sweep.run_id, db_url(ctx, db), out)}")
-            raise
-        finally:
-            if previous_handler is signal.default_int_handler:
-                signal.signal(signal.SIGINT, previous_handler)
+        summary = _run(ctx, sweep, start_runner, db, no_store, out, cdn, store, say)
         written = write_outputs(sweep, summary, out, cdn, store)
     finally:
         if store is not None:
             store.close()
+    _conclude(sweep, summary, written)
+
+
+def _resumed(ctx: click.Context, resume: str, no_store: bool, db: str | None, out_dir: str,
+             say: Callable[[str], None]) -> tuple[Any, Any, str]:
+    """(the Sweep continuing stored run ``resume``, its store, the --out to write to)."""
+    from profiler.sweep import open_resume
+
+    if no_store:
+        raise UsageError("--resume continues a stored run; it cannot be combined with --no-store")
+    store = open_store(ctx, db)
+    sweep = open_resume(store, resume, progress=say)
+    say(f"resuming run {sweep.run_id}: {len(sweep.variants)} variant(s) already stored "
+        "(MODEL and axis options come from the stored run)")
+    if ctx.get_parameter_source("out_dir") is click.core.ParameterSource.DEFAULT:
+        out_dir = _stored_out_dir(store, sweep) or out_dir
+        say(f"writing to the run's own --out {out_dir}")
+    return sweep, store, out_dir
+
+
+def _new_config(p: dict[str, Any]) -> Any:
+    """The SweepConfig of a new sweep from the command's options (``ctx.params``)."""
+    from profiler.accuracy import parse_output_options
+    from profiler.models import parse_shape_args
+    from profiler.sweep import SweepConfig
+
+    acc_limits, rule_limits = parse_thresholds(p["thresholds"])
+    kinds, tols = parse_output_options(p["output_kinds"], p["output_tolerances"])
+    return SweepConfig(
+        model=p["model"], precisions=_split_list(p["precision"], "--precision"),
+        workspaces=parse_workspaces(p["workspace"]), streams=parse_streams(p["streams"]),
+        cuda_graph=parse_cuda_graph(p["cuda_graph"]),
+        shapes={k: list(v) for k, v in parse_shape_args(p["shapes"]).items()}, calib=p["calib"],
+        calib_method=p["calib_method"], inputs=p["inputs"], iterations=p["iterations"], duration_s=p["duration"],
+        warmup_ms=p["warmup"], backend=p["backend"], label=p["label"], thresholds=acc_limits,
+        rule_thresholds=rule_limits, layers=not p["no_layers"], cache_dir=p["cache_dir"], localize=p["localize"],
+        fp16_range_check=p["fp16_range_check"], transfers=not p["no_transfers"], overlap=not p["no_overlap"],
+        out_dir=str(Path(p["out_dir"]).resolve()), repeat=p["repeat"], output_kinds=kinds, output_tolerances=tols)
+
+
+def _run(ctx: click.Context, sweep: Any, start_runner: Any, db: str | None, no_store: bool, out: Path, cdn: bool,
+         store: Any, say: Callable[[str], None]) -> dict[str, Any]:
+    """The sweep's summary; on Ctrl-C what was measured is written and the resume command said."""
+    previous_handler = signal.getsignal(signal.SIGINT)
+    if previous_handler is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _interrupt_once(say))
+    try:
+        if start_runner is None:
+            return sweep.run()
+        from profiler.distributed.cli import run_sweep
+
+        return run_sweep(sweep, start_runner, ctx, db, no_store)
+    except KeyboardInterrupt:
+        if sweep.variants:
+            write_outputs(sweep, sweep.summary(), out, cdn, store)
+            say(f"partial results written to {out}")
+        if sweep.run_id is not None:
+            say(f"continue with: {resume_command(sweep.run_id, db_url(ctx, db), out)}")
+        raise
+    finally:
+        if previous_handler is signal.default_int_handler:
+            signal.signal(signal.SIGINT, previous_handler)
+
+
+def _conclude(sweep: Any, summary: dict[str, Any], written: list[Path]) -> None:
+    """The verdict, the table and where things went; exit 3 when nothing was measured, 1 on the gate."""
     from profiler.report.verdict import sweep_verdict, terminal_lines
+    from profiler.sweep import gate_failures
 
     for line in terminal_lines(sweep_verdict(summary), top=8):
         click.echo(line)

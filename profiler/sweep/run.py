@@ -17,7 +17,8 @@ from profiler.errors import InputError
 from profiler.findings import Finding, json_safe, sort_findings
 from profiler.harness.nvtx import ranges, variant_range_name
 from profiler.progress import phase
-from profiler.sweep.config import ACCURACY_SAMPLES, HOLDOUT_FRACTION, PlannedVariant, SweepConfig, plan_order, plan_variants
+from profiler.sweep.config import (ACCURACY_SAMPLES, HOLDOUT_FRACTION, PlannedVariant, SweepConfig, plan_order,
+                                   plan_variants)
 from profiler.sweep.records import variant_line, variant_record
 from profiler.sweep.repeat import repeat_variants
 from profiler.sweep.steps import VariantState, measure_variant
