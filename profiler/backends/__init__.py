@@ -13,7 +13,7 @@ declared there: ``is_gpu``, ``uses_workspace``, ``synchronous_enqueue``, ...) an
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 from profiler.errors import UsageError
 
@@ -53,6 +53,12 @@ def ran_on_gpu(environment: dict[str, Any]) -> bool:
 
     cls = backend_class(environment.get("name") or environment.get("backend"))
     return cls.measured_on_gpu(environment) if cls is not None else provider_is_gpu(environment)
+
+
+def latency_notes(backend_names: Iterable[str | None]) -> list[str]:
+    """What the latencies of these backends are, where a backend says (its ``latency_note``), once each."""
+    classes = [backend_class(name) for name in dict.fromkeys(backend_names)]
+    return list(dict.fromkeys(c.latency_note for c in classes if c is not None and c.latency_note))
 
 
 def choose_auto() -> tuple[str, str]:

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import click
 
-from profiler.backends import BACKENDS
+from profiler.backends import BACKENDS, latency_notes
 from profiler.cli.options import Finite, db_option, db_url, open_store
 from profiler.cli.outputs import check_output_dir, write_text
 from profiler.distributed.cli import parallel_runner, sweep_options
@@ -117,14 +117,6 @@ def _fmt(x: Any, digits: int = 3) -> str:
     return "-" if not isinstance(x, (int, float)) else f"{x:.{digits}f}"
 
 
-def latency_notes(variants: list[dict[str, Any]]) -> list[str]:
-    """What the latencies of the variants' backends are, where a backend says (its ``latency_note``)."""
-    from profiler.backends import backend_class
-
-    classes = [backend_class(name) for name in dict.fromkeys(v.get("backend") for v in variants)]
-    return list(dict.fromkeys(c.latency_note for c in classes if c is not None and c.latency_note))
-
-
 def format_table(summary: dict[str, Any]) -> str:
     """One line per variant: status, median/p99 latency, throughput, accuracy verdict."""
     header = ("variant", "status", "median ms", "p99 ms", "qps", "accuracy")
@@ -143,7 +135,7 @@ def format_table(summary: dict[str, Any]) -> str:
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-    lines += [f"note: {text}" for text in latency_notes(summary["variants"])]
+    lines += [f"note: {text}" for text in latency_notes(v.get("backend") for v in summary["variants"])]
     failed = [v for v in summary["variants"] if v["status"] == "failed" and v.get("error")]
     if failed:
         lines.append("")
