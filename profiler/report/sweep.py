@@ -160,12 +160,12 @@ def _variants_section(doc: SweepDocument) -> Section:
 
 
 def _executor_notes(variants: Sequence[dict]) -> list[dict]:
-    """What a backend's latencies are, where they are not TensorRT's (the cuda reference executor)."""
-    if not any(v.get("backend") == "cuda" for v in variants):
-        return []
-    from profiler.backends.cuda_ref.backend import EXECUTOR_NOTE
+    """What a backend's latencies are, where they are not an inference engine's (its ``latency_note``:
+    the cuda reference executor's)."""
+    from profiler.backends import latency_notes
 
-    return [note(EXECUTOR_NOTE[0].upper() + EXECUTOR_NOTE[1:] + ".", "info")]
+    texts = latency_notes(v.get("backend") for v in variants)
+    return [note(text[0].upper() + text[1:] + ".", "info") for text in texts]
 
 
 def _latency_section(doc: SweepDocument) -> Section:
