@@ -370,3 +370,25 @@ def test_index_page_sorts_by_a_clicked_column(tmp_path):
     assert asc == ["c", "a", "b", "d"]  # a capture without a value sorts last
     assert desc == ["b", "a", "c", "d"]
     assert errors == []
+
+
+def test_convert_ahead_fills_the_cache_the_workers_read(tmp_path):
+    """The coordinator converts each lower precision once, in a thread, into the variants cache; a worker's
+    prepare step then reuses that entry instead of converting the model again."""
+    from types import SimpleNamespace
+
+    from profiler.distributed.sweep import convert_ahead
+    from profiler.sweep import SweepConfig
+    from profiler.sweep.steps import precision_model
+    from tests.onnx_models import conv_model
+
+    cfg = SweepConfig(model=conv_model(tmp_path / "conv.onnx"), precisions=["fp32", "fp16"],
+                      cache_dir=str(tmp_path / "cache"))
+    prep = SimpleNamespace(model_path=Path(cfg.model), shapes={})
+    convert_ahead(cfg, prep, ["fp32", "fp16", "fp16"]).join(timeout=120)
+    said: list[str] = []
+    model = precision_model(cfg, prep.model_path, "fp16", {}, progress=said.append)
+    assert any("reusing cached conversion" in m for m in said), said
+    assert model.info["cache_hit"] is True
+    assert not any("converting" in m for m in said)
+    assert len(list((tmp_path / "cache" / "variants").rglob("*.onnx"))) == 1  # fp32 needs no file, fp16 one

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import threading
 import time
 from typing import Any, Iterator
 
@@ -225,6 +226,7 @@ def run_parallel(sweep: Any, runner: Any, *, store_url: str | None = None) -> di
             tasks.append({"key": p.spec.key, "run_id": sweep.run_id, "store_url": store_url,
                           "config_json": config_json})
         specs = {p.spec.key: p.spec for p in prep.plan}
+        ahead = convert_ahead(sweep.config, prep, [specs[t["key"]].precision for t in tasks])
         for task, outcome in runner.map(tasks):
             if outcome.lost is None:
                 _keep(sweep, outcome.value)
@@ -240,6 +242,7 @@ def run_parallel(sweep: Any, runner: Any, *, store_url: str | None = None) -> di
                                  device={"worker": outcome.where})
             sweep._store_variant(rec, [], [])
         finished = True
+        ahead.join()
     except KeyboardInterrupt:
         runner.close(abort=True)
         finished = None  # closed
@@ -257,6 +260,28 @@ def run_parallel(sweep: Any, runner: Any, *, store_url: str | None = None) -> di
             sweep.notes.append(note)
     sweep.extra_findings = device_findings(sweep.variants)
     return sweep.finish("interrupted" if lost else None)
+
+
+def convert_ahead(config: Any, prep: Any, precisions: list[str]) -> threading.Thread:
+    """Convert the model to each lower precision the tasks need (fp16, int8), in a thread of this process,
+    into the variants cache the GPU workers read. The tasks go out in plan order (fp32 first), so by the
+    time a worker reaches its first fp16 variant the conversion is usually there; without this every
+    worker converts the same model itself. A conversion that fails here is left to the worker's own
+    prepare step, which reports it on its variant."""
+    from profiler.sweep.steps import precision_model
+
+    wanted = list(dict.fromkeys(p for p in precisions if p != "fp32"))
+
+    def work() -> None:
+        for precision in wanted:
+            try:
+                precision_model(config, prep.model_path, precision, prep.shapes)
+            except Exception:  # noqa: BLE001 - the worker's prepare step says what is wrong, on its variant
+                pass
+
+    thread = threading.Thread(target=work, name="trtprof-convert-ahead", daemon=True)
+    thread.start()
+    return thread
 
 
 def _keep(sweep: Any, value: dict[str, Any]) -> None:

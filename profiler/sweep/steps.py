@@ -24,7 +24,7 @@ from profiler.findings import Finding
 from profiler.harness.runner import Measurement, run_queries, summarize_timings
 from profiler.progress import phase
 from profiler.sweep.accuracy_check import CPU_FAITHFUL_NOTES, check_accuracy, model_arithmetic
-from profiler.sweep.config import BUSY_HOST_SHARE, HOLDOUT_FRACTION
+from profiler.sweep.config import BUSY_HOST_SHARE, HOLDOUT_FRACTION, SweepConfig
 from profiler.sweep.localize import localize_breach
 from profiler.sweep.records import checklist, failed_checklist, variant_record
 
@@ -122,6 +122,17 @@ def build_failure(st: VariantState, exc: Exception) -> Failure | None:
 
 
 # -- the steps ------------------------------------------------------------------------------------
+def precision_model(c: SweepConfig, model_path: Any, precision: str, shapes: dict, progress: Any = None) -> Any:
+    """``variants.prepare`` as the sweep asks it (one cache entry per model, precision and settings): the
+    prepare step, and a coordinator converting ahead of its GPU workers, share the entry."""
+    from profiler import variants
+
+    return variants.prepare(
+        model_path, precision, shapes=shapes, calib=c.calib, fp16_range_check=c.fp16_range_check,
+        calib_method=c.calib_method, cache_dir=str(c.cache_root() / "variants"), progress=progress, seed=c.seed,
+        holdout_fraction=HOLDOUT_FRACTION if (c.calib and not c.inputs) else 0.0)
+
+
 def prepare_model(sw: Sweep, st: VariantState) -> str | None:
     """The model in this precision (fp16 conversion, int8 calibration), from the variants cache."""
     from profiler import variants
@@ -129,11 +140,8 @@ def prepare_model(sw: Sweep, st: VariantState) -> str | None:
     c, key = sw.config, st.key
     started = time.perf_counter()
     with phase(sw.say, f"  {key}: preparing the {st.spec.precision} model"):
-        st.prepared = variants.prepare(
-            st.model_path, st.spec.precision, shapes=st.shapes, calib=c.calib, fp16_range_check=c.fp16_range_check,
-            calib_method=c.calib_method, cache_dir=str(c.cache_root() / "variants"),
-            progress=lambda m: sw.say(f"  {key}: {m}"), seed=c.seed,
-            holdout_fraction=HOLDOUT_FRACTION if (c.calib and not c.inputs) else 0.0)
+        st.prepared = precision_model(c, st.model_path, st.spec.precision, st.shapes,
+                                      progress=lambda m: sw.say(f"  {key}: {m}"))
     st.prepare_s = time.perf_counter() - started
     st.prepare_info = {k: v for k, v in st.variant.info.items() if k != "op_block_list"}
     st.notes.extend(w for w in st.variant.warnings if w not in st.notes)
