@@ -24,6 +24,9 @@ from typing import Any, Literal, TypedDict
 
 from profiler.errors import InputError
 
+#: The build checklist of a sweep variant, in order (``variant["checklist"]`` maps each to ok/failed/skipped).
+CHECKLIST_STEPS = ("parsed", "optimized", "calibrated", "serialized", "executed")
+
 Kind = Literal["analyze", "sweep", "import", "compare"]
 #: every document kind, in the order the CLI lists its commands
 KINDS: tuple[Kind, ...] = ("analyze", "sweep", "import", "compare")

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Iterable, Sequence
 
+from profiler.documents import CHECKLIST_STEPS
 from profiler.report.common import finite, stat, status_class
 from profiler.report.fmt import fmt_bytes, fmt_value, humanize_key
 
-CHECKLIST_STEPS = ("parsed", "optimized", "calibrated", "serialized", "executed")
 ACCURACY_KEYS = ("max_abs", "mean_abs", "rel_l2", "cosine", "top1_agreement", "nan_count", "inf_count", "passed")
 PRECISION_COLORS = {"fp32": "#2f74c0", "fp16": "#d9822b", "bf16": "#7b5ea7", "int8": "#2e9e5b", "fp8": "#c0392b"}
 MAX_LAYER_TYPES = 12

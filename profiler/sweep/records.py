@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from profiler.documents import CHECKLIST_STEPS
 from profiler.backends.base import VariantSpec
 from profiler.progress import trtexec_line
 
@@ -12,7 +13,6 @@ from profiler.progress import trtexec_line
 VARIANT_KEYS = ("key", "precision", "workspace_bytes", "streams", "cuda_graph", "backend", "status", "error",
                 "latency_ms", "enqueue_ms", "throughput_qps", "accuracy")
 #: the build-and-run chain of one variant, in order (the checklist's steps)
-CHECKLIST_STEPS = ("parsed", "optimized", "calibrated", "serialized", "executed")
 
 
 def variant_record(spec: VariantSpec, backend_name: str, status: str, error: str | None = None,
