@@ -392,3 +392,19 @@ def test_convert_ahead_fills_the_cache_the_workers_read(tmp_path):
     assert model.info["cache_hit"] is True
     assert not any("converting" in m for m in said)
     assert len(list((tmp_path / "cache" / "variants").rglob("*.onnx"))) == 1  # fp32 needs no file, fp16 one
+
+
+def test_concurrency_note_names_what_concurrent_timing_can_and_cannot_disturb():
+    from profiler.distributed.sweep import concurrency_note, devices_table
+
+    def variant(key, host, index, gpu):
+        return {"key": key, "device": {"host": host, "index": index, "uuid": f"GPU-{host}-{index}", "gpu": gpu}}
+
+    two_gpus = devices_table([variant("a", "h1", "0", "NVIDIA H200"), variant("b", "h1", "1", "NVIDIA H200")])
+    note = concurrency_note(two_gpus)
+    assert "one per GPU" in note and "enqueue-bound" in note and "GPU-bound variant measures as it would alone" in note
+    cpu = devices_table([{"key": "a", "device": {"host": "h1", "worker": "w1"}},
+                         {"key": "b", "device": {"host": "h1", "worker": "w2"}}])
+    assert "sharing one host's CPU, not alone" in concurrency_note(cpu)
+    assert concurrency_note(devices_table([variant("a", "h1", "0", "H200"), variant("b", "h2", "0", "H200")])) is None
+    assert concurrency_note(devices_table([variant("a", "h1", "0", "H200"), variant("b", "h1", "0", "H200")])) is None

@@ -253,11 +253,9 @@ def run_parallel(sweep: Any, runner: Any, *, store_url: str | None = None) -> di
             runner.close(abort=not finished)  # an error here ends the workers' unfinished variants
     table = devices_table(sweep.variants)
     sweep.environment = {**(sweep.environment or {}), "devices": table}
-    if len(table) > 1 and not any(r.get("gpu") for r in table) and len({r["host"] for r in table}) == 1:
-        note = ("the variants were timed concurrently by processes sharing one host's CPU, not alone: compare "
-                "their latencies with care")
-        if note not in sweep.notes:
-            sweep.notes.append(note)
+    note = concurrency_note(table)
+    if note and note not in sweep.notes:
+        sweep.notes.append(note)
     sweep.extra_findings = device_findings(sweep.variants)
     return sweep.finish("interrupted" if lost else None)
 
@@ -282,6 +280,19 @@ def convert_ahead(config: Any, prep: Any, precisions: list[str]) -> threading.Th
     thread = threading.Thread(target=work, name="trtprof-convert-ahead", daemon=True)
     thread.start()
     return thread
+
+
+def concurrency_note(table: list[dict[str, Any]]) -> str | None:
+    """What a reader of the latencies must know when several processes of one host timed variants at once
+    (``table``: :func:`devices_table`'s rows), else None."""
+    if len(table) < 2 or len({r["host"] for r in table}) != 1:
+        return None
+    if not any(r.get("gpu") for r in table):
+        return ("the variants were timed concurrently by processes sharing one host's CPU, not alone: compare "
+                "their latencies with care")
+    return ("the variants were timed one per GPU, concurrently, by processes sharing one host's CPU: a GPU-bound "
+            "variant measures as it would alone, an enqueue-bound one (the host launching as long as the GPU "
+            "computes) can measure slower; time those alone before trusting a small difference")
 
 
 def _keep(sweep: Any, value: dict[str, Any]) -> None:
