@@ -34,11 +34,6 @@ def printable(text: str) -> str:
     return _UNSAFE.sub(_escape, text)
 
 
-def printable_line(text: str) -> str:
-    """One data value for one line of a table: every control character escaped, newlines included."""
-    return printable(text).replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
-
-
 class _Guard:
     """A text stream that escapes unsafe characters before they reach the wrapped stream."""
 

@@ -186,9 +186,6 @@ class Stream:
     def synchronize(self) -> None:
         check(runtime().cudaStreamSynchronize(self.handle), "cudaStreamSynchronize")
 
-    def wait_event(self, event: "Event") -> None:
-        check(runtime().cudaStreamWaitEvent(self.handle, event.handle, 0), "cudaStreamWaitEvent")
-
     def destroy(self) -> None:
         if self.handle is not None:
             check(runtime().cudaStreamDestroy(self.handle), "cudaStreamDestroy")

@@ -42,17 +42,6 @@ def require_nsys() -> str:
     return nsys
 
 
-def nsys_version(nsys: str | None = None) -> str | None:
-    nsys = nsys or find_nsys()
-    if not nsys:
-        return None
-    try:
-        out = subprocess.run([nsys, "--version"], capture_output=True, text=True, timeout=60).stdout
-    except Exception:
-        return None
-    return out.strip().split("version")[-1].strip() or out.strip()
-
-
 def profile_args(output_base: str | os.PathLike, *, trace: str = DEFAULT_TRACE,
                  cuda_graph_trace: str | None = None, extra: Sequence[str] = ()) -> list[str]:
     """The ``nsys profile`` options trtprof uses: CUDA, NVTX and OS runtime tracing, no sampling."""

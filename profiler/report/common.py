@@ -17,7 +17,6 @@ from typing import Any, Callable, Iterable, Sequence
 from profiler.report.fmt import DASH, fmt_num, fmt_value, humanize_key, is_number
 
 SEVERITY_ORDER = ("high", "medium", "low", "info")
-SEVERITY_COLORS = {"high": "#c0392b", "medium": "#d9822b", "low": "#b8a200", "info": "#2f74c0"}
 STATUS_CLASSES = {
     "ok": "ok", "passed": "ok", "pass": "ok", "yes": "ok", "true": "ok", "done": "ok", "reused": "ok",
     "warn": "warn", "warning": "warn", "degraded": "warn", "random": "warn",
