@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
-"""What the columnar trace cache costs on a first analysis and saves on the next ones.
+"""What the caches cost on a first analysis and save on the next ones.
 
 Scales a real capture the way ``bench_analyze.py`` does (rows of every event table replicated with
 shifted timestamps), then times, each in its own subprocess (wall time and peak RSS):
 
-- cold, no cache:   ``trtprof analyze --no-cache`` (the export read from SQLite);
-- cold, storing:    ``trtprof analyze`` with an empty cache (read, analyse, and write the entry);
-- warm:             ``trtprof analyze`` again (the entry read back instead of the export);
+- cold, no cache:   ``trtprof analyze --no-cache`` (the export read from SQLite and analysed);
+- cold, storing:    ``trtprof analyze`` with an empty cache (read, analyse, store the analysis);
+- second, storing frames: the analysis entry removed, the capture known (read, analyse, store the
+                    frames and the analysis: what a second analysis with other options costs);
+- frames cached:    the analysis entry removed again (cached frames read and analysed again);
+- analysis cached:  ``trtprof analyze`` again (the analysis read back: no loading, no analysis);
+- imports only:     ``python -c 'import profiler.cli.analyze'``, the floor of any run;
 
-and checks that the three JSON documents are byte-identical. Prints one table.
+and checks that every JSON document is byte-identical. Prints one table.
 
     python3 benchmarks/bench_trace_cache.py --kernels 250000
 """
@@ -29,12 +33,33 @@ sys.path.insert(0, str(ROOT))
 
 import bench_analyze as ba  # noqa: E402  (the scaler and the measured-subprocess helper)
 
+def _clear(cache: Path, what: str | None) -> None:
+    """Before a run: "all" of the cache, the "analyses" entries (keeping which captures were seen, so the
+    frames are written and then read), or nothing."""
+    if what == "all":
+        shutil.rmtree(cache, ignore_errors=True)
+    elif what == "analyses" and (cache / "analyses").is_dir():
+        for entry in (cache / "analyses").iterdir():
+            if entry.name != "seen":
+                shutil.rmtree(entry, ignore_errors=True)
+
+
+STEPS = (  # (name, extra arguments, what is removed from the cache before each run)
+    ("cold, no cache", ["--no-cache"], None),
+    ("cold, storing", [], "all"),            # stores the analysis (a first analysis keeps no frames)
+    ("second, storing frames", [], "analyses"),  # a capture seen before: its frames are written too
+    ("frames cached", [], "analyses"),       # the frames read back, analysed again
+    ("analysis cached", [], None),           # the analysis read back
+)
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("capture", nargs="?", type=Path, default=None)
     ap.add_argument("--kernels", type=int, default=250_000, help="scale the capture to about this many kernels")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each step (the median is shown)")
+    ap.add_argument("--store", action="store_true", help="also record each run in a run store (the default "
+                    "of trtprof analyze; the benchmark passes --no-store otherwise)")
     args = ap.parse_args()
     src = args.capture or ba.default_source()
     with tempfile.TemporaryDirectory() as tmp:
@@ -43,17 +68,18 @@ def main() -> None:
         path = ba.scaled(src, max(1, round(args.kernels / base)), work)
         size_mb = path.stat().st_size / 1e6
         cache = work / "cache"
+        os.environ["TRTPROF_CACHE_DIR"] = str(cache)
+        store = ["--db", str(work / "runs.db")] if args.store else ["--no-store"]
         rows, digests = [], {}
-        for step, extra, clear in (("cold, no cache", ["--no-cache"], False), ("cold, storing", [], True),
-                                   ("warm (cache hit)", [], False)):
+        for step, extra, clear in STEPS:
             runs = []
             for i in range(args.repeats):
-                if clear:
-                    shutil.rmtree(cache, ignore_errors=True)
+                _clear(cache, clear)
+                if step.startswith("second"):
+                    shutil.rmtree(cache / "traces", ignore_errors=True)
                 out = work / f"{step[:4]}{i}.json"
-                cmd = [sys.executable, "-m", "profiler", "analyze", str(path), "--no-store", "--json", str(out), *extra]
-                os.environ["TRTPROF_CACHE_DIR"] = str(cache)
-                res = ba.measured(cmd, None)
+                res = ba.measured([sys.executable, "-m", "profiler", "analyze", str(path), *store,
+                                   "--json", str(out), *extra], None)
                 if res.get("rc") != 0:
                     sys.exit(f"{step}: trtprof analyze failed: {res.get('stderr') or res.get('error')}")
                 runs.append(res)
@@ -61,14 +87,17 @@ def main() -> None:
             runs.sort(key=lambda r: r["wall_s"])
             med = runs[len(runs) // 2]
             rows.append((step, med["wall_s"], med["peak_rss_mb"]))
+        floor = sorted((ba.measured([sys.executable, "-c", "import profiler.cli.analyze"], None)
+                        for _ in range(args.repeats)), key=lambda r: r["wall_s"])[args.repeats // 2]
+        rows.append(("imports only", floor["wall_s"], floor["peak_rss_mb"]))
         cold = rows[0][1]
         print(f"capture: {path.name} {size_mb:.0f} MB, {ba.counts(path)['kernels']:,} kernels; "
-              f"median of {args.repeats} runs each")
-        print(f"{'step':<20} {'wall s':>8} {'x cold':>7} {'peak RSS MB':>12}")
+              f"{'stored in a run store' if args.store else '--no-store'}, --json; median of {args.repeats} runs each")
+        print(f"{'step':<24} {'wall s':>8} {'x cold':>7} {'peak RSS MB':>12}")
         for step, wall, rss in rows:
-            print(f"{step:<20} {wall:8.2f} {wall / cold:7.2f} {rss:12.0f}")
+            print(f"{step:<24} {wall:8.2f} {wall / cold:7.2f} {rss:12.0f}")
         same = len(set().union(*digests.values())) == 1
-        print(f"JSON byte-identical across the three paths: {'yes' if same else 'NO'}")
+        print(f"JSON byte-identical across the {len(STEPS)} paths: {'yes' if same else 'NO'}")
         print()
         print("in this process (no interpreter start-up or imports), median of the repeats:")
         for step, seconds in in_process(path, work / "cache-inproc", args.repeats):
@@ -79,12 +108,18 @@ def in_process(path: Path, cache_dir: Path, repeats: int) -> list[tuple[str, flo
     import time
 
     from profiler.capture.analyze import ANALYSIS_COLUMNS, analyze
+    from profiler.capture import fingerprint
     from profiler.capture.cache import TraceCache, cache_key, file_sha256
+    from profiler.capture.fingerprint import content_sha256
+    from profiler.capture.result_cache import AnalysisCache
+
+    fingerprint.RACY_NS = 0  # the scaled copy was just written: remember its hash at once
     from profiler.capture.loader import load_trace
     from profiler.capture.trace import FRAMES
 
     tables = [f for f in FRAMES if f != "sync"]
     store = TraceCache(cache_dir)
+    results = AnalysisCache(cache_dir / "a")
     times: dict[str, list[float]] = {}
 
     def timed(name, fn):
@@ -93,14 +128,22 @@ def in_process(path: Path, cache_dir: Path, repeats: int) -> list[tuple[str, flo
         times.setdefault(name, []).append(time.perf_counter() - t0)
         return value
 
+    content_sha256(path)  # the memo, as every run after the first finds it
     for _ in range(repeats):
         trace = timed("load_trace (SQLite)", lambda: load_trace(path, tables=tables, columns=ANALYSIS_COLUMNS))
         digest = timed("content hash (SHA-256)", lambda: file_sha256(path))
+        timed("content hash (remembered)", lambda: content_sha256(path))
         key = cache_key(digest, tables, ANALYSIS_COLUMNS)
         shutil.rmtree(cache_dir, ignore_errors=True)
-        timed("cache write (Parquet, zstd)", lambda: store.put(key, trace))
-        timed("cache read", lambda: store.get(key, path))
-        timed("analyze (frames -> findings)", lambda: analyze(trace))
+        timed("trace cache write (Parquet, zstd)", lambda: store.put(key, trace))
+        timed("trace cache read", lambda: store.get(key, path))
+        result = timed("analyze (frames -> findings)", lambda: analyze(trace))
+        doc = result.to_json()
+        timed("timeline (for --json, --report)", lambda: result.timeline_json(doc))
+        records = result.range_records()
+        shutil.rmtree(cache_dir / "a", ignore_errors=True)
+        timed("analysis cache write", lambda: results.put("k", doc, result.timeline, records))
+        timed("analysis cache read", lambda: results.get("k", path, digest))
     return [(k, sorted(v)[len(v) // 2]) for k, v in times.items()]
 
 

@@ -46,7 +46,7 @@ busy time over the longer of the wall time and the span of the range's GPU work,
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -54,40 +54,12 @@ import pandas as pd
 
 from profiler.capture import series as S
 from profiler.capture import summary as SM
+from profiler.capture.options import AnalysisOptions  # noqa: F401 - defined apart: the cache's key needs no pandas
 from profiler.findings import Finding, json_safe
 from profiler.rules.context import CaptureContext
 
 GAP_EDGES_US = (0.0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 100_000, 1_000_000,
                 float("inf"))
-
-
-@dataclass
-class AnalysisOptions:
-    """What ``analyze`` computes and the thresholds the rules use.
-
-    ``thresholds`` maps a rule id to threshold overrides (see each rule's defaults in
-    ``profiler.rules.capture``); ``min_gap_us`` is a shortcut for ``gpu_idle.min_gap_us``.
-    """
-
-    min_gap_us: float | None = None
-    thresholds: dict[str, dict[str, Any]] = field(default_factory=dict)
-    rules: list[str] | None = None
-    max_outliers: int = 50
-    max_instances: int = 20_000
-    top_kernels: int = 50
-    unit: str | None = None
-    """The NVTX range that is one inference ('domain:name' or name); default: TensorRT's enqueue, else the
-    outermost repeated range, else the whole capture."""
-    include_setup: bool = False
-    """Run the statistics and rules over the whole capture instead of the steady state."""
-    layer_info: str | None = None
-    """trtexec ``--exportLayerInfo`` JSON to join to the capture's layers (precision, formats, tactic)."""
-
-    def rule_overrides(self) -> dict[str, dict[str, Any]]:
-        out = {k: dict(v) for k, v in (self.thresholds or {}).items()}
-        if self.min_gap_us is not None:
-            out.setdefault("gpu_idle", {})["min_gap_us"] = float(self.min_gap_us)
-        return out
 
 
 @dataclass
@@ -99,10 +71,37 @@ class AnalysisResult:
     findings: list[Finding]
     extra: dict[str, Any]
     context: CaptureContext | None = None
+    cache: str = "off"
+    """``"stored"`` in the analysis cache or ``"off"`` (a hit is a
+    :class:`~profiler.capture.result_cache.CachedAnalysis`)."""
+    source_sha256: str | None = None
+    """The capture's content hash when the analysis cache computed it (the run store reuses it)."""
+    timeline: dict[str, Any] | None = None
+    """The ``timeline`` entry (:func:`profiler.report.timeline.build_timeline`) once built or read back."""
+    records: list[Any] | None = None
+    """What the run store keeps per range (:func:`range_records`) once built."""
 
     def to_json(self) -> dict[str, Any]:
         return json_safe({"kind": "analyze", "capture": self.capture, "ranges": self.ranges,
                           "findings": [f.to_dict() for f in self.findings], **self.extra})
+
+    def timeline_json(self, data: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The report's timeline of this analysis (``data``: ``to_json()`` when the caller has it)."""
+        if self.timeline is None:
+            from profiler.report.timeline import build_timeline
+
+            self.timeline = build_timeline(self.trace(), self.to_json() if data is None else data)
+        return self.timeline
+
+    def range_records(self) -> list[Any]:
+        """:func:`range_records` of the context (``profiler.store.rows.VariantRows``), kept."""
+        if self.records is None:
+            self.records = range_records(self.context) if self.context is not None else []
+        return self.records
+
+    def trace(self) -> Any:
+        """The analysed Trace."""
+        return self.context.trace if self.context is not None else None
 
 
 def analyze_path(path: str | os.PathLike, options: AnalysisOptions | None = None, *,
@@ -110,7 +109,9 @@ def analyze_path(path: str | os.PathLike, options: AnalysisOptions | None = None
     """Load a capture (.sqlite export or .nsys-rep) and analyse it.
 
     The loaded frames go through the columnar cache (:mod:`profiler.capture.cache`): ``cache`` is
-    None for the default cache, False for none, or a ``TraceCache``.
+    None for the default cache, False for none, or a ``TraceCache``. To read back an earlier analysis
+    of the same capture and options instead, use
+    :func:`profiler.capture.result_cache.analyze_path_cached`.
     """
     from profiler.capture.cache import load_trace_cached
     from profiler.capture.trace import FRAMES
@@ -352,29 +353,12 @@ def sync_summary(table: S.SeriesTable) -> list[dict[str, Any]]:
             for n, r in g.iterrows()]
 
 
-# ----------------------------------------------------------------------------- the run store
+# ----------------------------------------------------------------------------- the run store's records
 
-def store_analysis(store: Any, result: AnalysisResult, *, source: str | os.PathLike, label: str | None = None,
-                   artifacts: list[tuple[str, str]] | None = None, options: dict[str, Any] | None = None,
-                   data: dict[str, Any] | None = None) -> int:
-    """Record an analysis as a run of kind 'analyze': one variant (kind 'range') per series with its
-    per-instance samples (wall and GPU busy time), the findings and the artifacts (rows from
-    :mod:`profiler.store.rows`). Returns the run id. ``data``: ``result.to_json()`` when the caller
-    already has it."""
+def range_records(ctx: CaptureContext) -> list[Any]:
+    """What the run store keeps of each range (:func:`profiler.store.rows.range_rows`: a variant of kind
+    'range' and its per-instance samples), in ``ctx.ranges`` order."""
     from profiler.store import rows
 
-    data = result.to_json() if data is None else data
-    run_id = store.create_run(**rows.analysis_run(data, source, label, options))
-    status = "failed"
-    try:
-        ctx = result.context
-        for r in ctx.ranges if ctx is not None else []:
-            instances = ctx.table.instances.iloc[ctx.table.rows_of(r["series_id"])]
-            store.add_rows(run_id, rows.range_rows(r, instances, ctx.capture_start_ns))
-        store.add_findings(run_id, result.findings)
-        for kind, path in artifacts or []:
-            store.add_artifact(run_id, kind, path)
-        status = "ok"
-    finally:
-        store.finish_run(run_id, status, summary=rows.analysis_summary(data) if status == "ok" else None)
-    return run_id
+    return [rows.range_rows(r, ctx.table.instances.iloc[ctx.table.rows_of(r["series_id"])], ctx.capture_start_ns)
+            for r in ctx.ranges]

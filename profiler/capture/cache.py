@@ -8,7 +8,8 @@ JSON). The cache keeps each loaded Trace as Parquet files, one per frame, plus i
 The key is what makes the answer right, never a guess about the file:
 
 - the SHA-256 of the export's *content* (not its name, size or mtime: a file rewritten in place, or
-  another capture copied over it, never gets the old frames);
+  another capture copied over it, never gets the old frames), remembered between runs by
+  :mod:`profiler.capture.fingerprint`;
 - the loader's version: a digest of the source of the modules that build a Trace (so any change to
   the loader invalidates every entry without anyone remembering to bump a number), and of the pandas
   and pyarrow versions that wrote the files;
@@ -30,12 +31,11 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
-import pandas as pd
-
-from profiler.hashing import file_sha256
+from profiler.capture.fingerprint import content_sha256
+from profiler.hashing import file_sha256  # noqa: F401 - the full hash, without the memo
 
 FORMAT = 1
-_LOADER_MODULES = ("loader.py", "export.py", "validate.py", "trace.py", "nsysrep.py", "cache.py")
+_LOADER_MODULES = ("loader.py", "export.py", "validate.py", "trace.py", "nsysrep.py", "columnar.py", "cache.py")
 
 
 def default_trace_cache_dir() -> Path:
@@ -56,6 +56,7 @@ def loader_version() -> str:
     """A digest of the loader's source and of the libraries that write and read the entries."""
     global _loader_version
     if _loader_version is None:
+        import pandas as pd
         import pyarrow
 
         h = hashlib.sha256(f"{FORMAT}|{pd.__version__}|{pyarrow.__version__}".encode())
@@ -85,7 +86,8 @@ def _release_arrow_memory() -> None:
         pass
 
 
-def _read_frame(path: Path) -> pd.DataFrame:
+def _read_frame(path: Path) -> Any:
+    import pandas as pd
     import pyarrow.parquet as pq
 
     # one column at a time, single-threaded: the decoded pages of one column are the only transient
@@ -164,27 +166,31 @@ class TraceCache:
 
 def load_trace_cached(path: str | os.PathLike, *, tables: Iterable[str] | None = None,
                       columns: dict[str, Iterable[str]] | None = None,
-                      cache: TraceCache | None | bool = None) -> Any:
+                      cache: TraceCache | None | bool = None, sha256: str | None = None,
+                      write: bool = True) -> Any:
     """:func:`~profiler.capture.loader.load_trace` through the columnar cache.
 
     ``cache``: a :class:`TraceCache`, None for the default one (unless ``TRTPROF_TRACE_CACHE=0``), or
-    False for none. ``trace.meta['cache']`` says ``"hit"``, ``"stored"`` or ``"off"``.
+    False for none. ``sha256``: the file's content hash when the caller has it
+    (:func:`~profiler.capture.fingerprint.content_sha256`). ``write``: store the frames on a miss.
+    ``trace.meta['cache']`` says ``"hit"``, ``"stored"`` or ``"off"``.
     """
+    from profiler.capture.columnar import columnar_kind
     from profiler.capture.loader import check_sqlite_file, load_trace
 
     p = Path(path)
-    if cache is False or (cache is None and not cache_enabled()) or not p.is_file():
+    if cache is False or (cache is None and not cache_enabled()) or not (p.is_file() or columnar_kind(p)):
         trace = load_trace(p, tables=tables, columns=columns)
         trace.meta["cache"] = "off"
         return trace
-    if p.suffix not in (".nsys-rep", ".qdrep"):
+    if p.suffix not in (".nsys-rep", ".qdrep") and p.is_file():
         check_sqlite_file(p)  # a missing or non-SQLite file is reported as the loader reports it
     store = cache if isinstance(cache, TraceCache) else TraceCache()
-    key = cache_key(file_sha256(p), tables, columns)
+    key = cache_key(sha256 or content_sha256(p), tables, columns)
     trace = store.get(key, p)
     if trace is not None:
         trace.meta["cache"] = "hit"
         return trace
     trace = load_trace(p, tables=tables, columns=columns)
-    trace.meta["cache"] = "stored" if store.put(key, trace) else "off"
+    trace.meta["cache"] = "stored" if write and store.put(key, trace) else "off"
     return trace

@@ -47,6 +47,10 @@ T_API = "CUPTI_ACTIVITY_KIND_RUNTIME"
 T_SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 T_NVTX = "NVTX_EVENTS"
 T_OSRT = "OSRT_API"
+#: every table the loader reads (a Parquet or Arrow export is copied to SQLite for these only)
+TABLES = (T_KERNEL, T_MEMCPY, T_MEMSET, T_GRAPH, T_API, T_SYNC, T_NVTX, T_OSRT, "StringIds", "ANALYSIS_DETAILS",
+          "META_DATA_EXPORT", "EXPORT_META_DATA", "TARGET_INFO_GPU", "TARGET_INFO_CUDA_DEVICE", "PROCESSES",
+          "TARGET_INFO_SESSION_START_TIME")
 
 # nsys enum ids (ENUM_CUDA_MEMCPY_OPER, ENUM_CUDA_MEM_KIND, ENUM_CUPTI_SYNC_TYPE, NVTX event types)
 _COPY_KIND = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
@@ -713,13 +717,23 @@ def load_trace(path: str | os.PathLike, *, tables: Iterable[str] | None = None,
     bad = {f: sorted(c - set(SCHEMAS[f])) for f, c in cols.items() if f in SCHEMAS and c - set(SCHEMAS[f])}
     if set(cols) - {"kernels", "api", "osrt"} or bad:
         raise ValueError(f"columns can restrict kernels, api and osrt to their contract columns, not {columns!r}")
+    if path.is_dir():
+        from profiler.capture.columnar import AsSqlite, columnar_kind
+
+        if columnar_kind(path) is None:
+            raise InputError(f"{path} is a directory, not a capture: give the nsys .sqlite export, a .nsys-rep, or "
+                             "the folder of an 'nsys export --type parquetdir' or 'arrowdir'")
+        with AsSqlite(path, tuple(t for t in TABLES if t != T_SYNC or "sync" in wanted)) as copy:
+            return _load_file(copy, path, wanted, cols)
     if path.suffix == ".nsys-rep" or path.suffix == ".qdrep":
         from profiler.capture.nsysrep import export_sqlite
 
-        source = path
-        path = export_sqlite(path)
-    else:
-        source = path
+        return _load_file(export_sqlite(path), path, wanted, cols)
+    return _load_file(path, path, wanted, cols)
+
+
+def _load_file(path: Path, source: Path, wanted: set[str], cols: dict[str, set[str]]) -> Trace:
+    """Load the SQLite export ``path`` (``source``: what the user named: the file, .nsys-rep or folder)."""
     check_sqlite_file(path)
     with Export(path) as export:
         if not any(export.has(t) for t in _NSYS_MARKERS):

@@ -177,7 +177,8 @@ def _label(r: dict[str, Any]) -> str:
               help="trtexec --exportLayerInfo JSON: adds each layer's type, precision, formats and tactic.")
 @click.option("--cdn", is_flag=True, help="Reference plotly.js from a CDN in the report instead of embedding it.")
 @click.option("--no-cache", is_flag=True,
-              help="Read the export itself even when its frames are cached ($TRTPROF_CACHE_DIR/traces).")
+              help="Read and analyse the export even when its analysis or frames are cached "
+                   "($TRTPROF_CACHE_DIR/analyses and /traces).")
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
               help="Write the capture with the findings as annotations in the Chrome Trace Event format here "
                    "(opens in ui.perfetto.dev and chrome://tracing; at most 200,000 events, the earliest).")
@@ -187,7 +188,8 @@ def command(ctx: click.Context, captures: tuple[str, ...], json_path: str | None
             no_store: bool, label: str | None, db: str | None, min_gap_us: float | None, unit: str | None,
             include_setup: bool, layer_info: str | None, cdn: bool, no_cache: bool, trace_path: str | None,
             jobs: int | None, scheduler: str | None, batch_out: str | None, memory_limit: str | None) -> None:
-    """Diagnose CAPTURE, an nsys SQLite export or a .nsys-rep (exported with nsys when it is on PATH).
+    """Diagnose CAPTURE, an nsys SQLite export, a .nsys-rep (exported with nsys when it is on PATH), or the
+    folder of an 'nsys export --type parquetdir' (or arrowdir).
 
     Each NVTX range name becomes a series of iterations (without NVTX the whole capture is one window);
     prints the series and the findings of the capture rules (launch_overhead, gpu_idle, jitter,
@@ -196,8 +198,7 @@ def command(ctx: click.Context, captures: tuple[str, ...], json_path: str | None
     Several captures (or --jobs/--scheduler): each is analysed, reported and stored in a task of its own;
     --out gets index.html (a sortable table of every capture with a link to its report) and index.json.
     """
-    from profiler.capture.analyze import AnalysisOptions
-    from profiler.store.api import resolve_url
+    from profiler.capture.options import AnalysisOptions
 
     if is_batch(captures, jobs, scheduler, batch_out):
         if trace_path:
@@ -211,7 +212,11 @@ def command(ctx: click.Context, captures: tuple[str, ...], json_path: str | None
         raise UsageError("--memory-limit applies to --jobs")
     capture = captures[0]
     if Path(capture).is_dir():
-        raise InputError(f"{capture} is a directory, not a capture: give the nsys .sqlite export or .nsys-rep file")
+        from profiler.capture.columnar import columnar_kind
+
+        if columnar_kind(capture) is None:
+            raise InputError(f"{capture} is a directory, not a capture: give the nsys .sqlite export, a .nsys-rep "
+                             "file, or the folder of 'nsys export --type parquetdir' (or arrowdir)")
     # everything that can fail cheaply fails before the analysis, not after it
     check_output_file(json_path, "--json")
     check_output_file(report_path, "--report")
@@ -220,6 +225,8 @@ def command(ctx: click.Context, captures: tuple[str, ...], json_path: str | None
         raise InputError(f"--layer-info {layer_info}: no such file (give trtexec's --exportLayerInfo JSON)")
     store = None
     if not no_store:
+        from profiler.store.api import resolve_url
+
         if Path(capture).exists() and _same_file(resolve_url(db_url(ctx, db)), capture):
             raise UsageError(f"--db names the capture {capture} itself; the run store must be another file "
                              "(default ./trtprof.db)")
@@ -236,20 +243,17 @@ def command(ctx: click.Context, captures: tuple[str, ...], json_path: str | None
 
 def _analyze(capture: str, json_path: str | None, report_path: str | None, store, label: str | None,
              options: Any, cdn: bool, cache: bool | None = None, trace_path: str | None = None) -> None:
-    from profiler.capture.analyze import analyze_path, store_analysis
+    from profiler.capture.result_cache import analyze_path_cached  # a hit imports no pandas
 
-    result = analyze_path(capture, options, cache=cache)
+    result = analyze_path_cached(capture, options, cache=cache, results=cache is not False)
     data = result.to_json()
     artifacts: list[tuple[str, str]] = [("capture", str(Path(capture).resolve()))]
     stored = dict(data)  # the store keeps the analysis; the timeline pictures live in --json and the report
-    trace = result.context.trace if result.context is not None else None
-    if trace is not None and (json_path or report_path):
-        from profiler.report.timeline import build_timeline
-
-        data["timeline"] = build_timeline(trace, data)
-    if trace_path and trace is not None:
+    if json_path or report_path:
+        data["timeline"] = result.timeline_json(data)  # read back with a cached analysis
+    if trace_path:
         artifacts.append(("trace", str(Path(trace_path).resolve())))
-        _write_trace(trace, result.findings, data, trace_path)
+        _write_trace(result.trace(), result.findings, data, trace_path)  # a cached analysis loads the frames
     if json_path:
         text = json.dumps(data, indent=1, allow_nan=False)
         if json_path == "-":
@@ -266,6 +270,8 @@ def _analyze(capture: str, json_path: str | None, report_path: str | None, store
             writer(data, report_path, cdn=cdn)
             artifacts.append(("report", str(Path(report_path).resolve())))
     if store is not None:
+        from profiler.capture.record import store_analysis
+
         data["run_id"] = store_analysis(store, result, source=capture, label=label, artifacts=artifacts,
                                         options={"min_gap_us": options.min_gap_us, "unit": options.unit,
                                                  "include_setup": options.include_setup,

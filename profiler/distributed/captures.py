@@ -68,17 +68,22 @@ def analyze_capture(task: dict[str, Any]) -> dict[str, Any]:
 
 
 def _analyze_and_write(task: dict[str, Any]) -> dict[str, Any]:
-    from profiler.capture.analyze import AnalysisOptions, analyze_path, store_analysis
+    from profiler.capture.options import AnalysisOptions
+    from profiler.capture.record import store_analysis
+    from profiler.capture.result_cache import analyze_path_cached
 
     path = task["path"]
-    if not os.path.isfile(path):
+    from profiler.capture.columnar import columnar_kind
+
+    if not os.path.isfile(path) and columnar_kind(path) is None:
         from profiler.errors import InputError
 
         import socket
 
         raise InputError(("no such file" if not os.path.exists(path) else "not a file") + f" on {socket.gethostname()}")
     options = AnalysisOptions(min_gap_us=task.get("min_gap_us"), **(task.get("options") or {}))
-    result = analyze_path(path, options, cache=None if task.get("trace_cache", True) else False)
+    cached = bool(task.get("trace_cache", True))  # --no-cache bypasses the analysis and trace caches
+    result = analyze_path_cached(path, options, cache=None if cached else False, results=cached)
     data = result.to_json()
     folder = Path(task["out_dir"]) / task["name"]
     folder.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import Any
 
 DASH = "—"
@@ -15,14 +16,10 @@ DASH = "—"
 def is_number(value: Any) -> bool:
     """True for a finite int or float (bools are not numbers here)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        try:
-            import numpy as np
-
-            if isinstance(value, np.generic) and not isinstance(value, np.bool_):
-                value = value.item()
-            else:
-                return False
-        except ImportError:  # pragma: no cover
+        np = sys.modules.get("numpy")  # a numpy scalar needs numpy loaded: no import for a None or a str
+        if np is not None and isinstance(value, np.generic) and not isinstance(value, np.bool_):
+            value = value.item()
+        else:
             return False
     return isinstance(value, int) or math.isfinite(value)
 

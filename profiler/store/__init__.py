@@ -11,8 +11,21 @@ analysis and the trtexec import stay independent of SQLAlchemy::
     store.add_artifact(run_id, "report", "out/report.html")
     store.finish_run(run_id, status="ok", summary=summary_json)
     store.run_dict(run_id)                        # everything back as one JSON-able dict
+
+
+The names are imported on first use: :mod:`profiler.store.rows` (what an analysis becomes in the store)
+is read without SQLAlchemy by the analysis cache.
 """
 
-from profiler.store.api import DEFAULT_DB, Store, resolve_url
+from typing import Any
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("DEFAULT_DB", "Store", "resolve_url"):
+        from profiler.store import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'profiler.store' has no attribute {name!r}")
+
 
 __all__ = ["DEFAULT_DB", "Store", "resolve_url"]

@@ -29,8 +29,9 @@ class VariantRows:
 # ----------------------------------------------------------------------------- analyze
 
 def analysis_run(data: AnalysisDocument, source: str | os.PathLike, label: str | None,
-                 options: dict[str, Any] | None) -> dict[str, Any]:
-    """``Store.create_run`` arguments of an analysis (kind 'analyze') of the capture at ``source``."""
+                 options: dict[str, Any] | None, source_hash: str | None = None) -> dict[str, Any]:
+    """``Store.create_run`` arguments of an analysis (kind 'analyze') of the capture at ``source``
+    (``source_hash``: its content hash when the caller has it, else the file is hashed)."""
     from profiler.hashing import file_sha256_or_none
 
     cap = data["capture"]
@@ -38,7 +39,7 @@ def analysis_run(data: AnalysisDocument, source: str | os.PathLike, label: str |
     drivers = sorted({str(g["driver_version"]) for g in gpus if g.get("driver_version")})
     cuda = sorted({str(g["cuda_version"]) for g in gpus if g.get("cuda_version")})
     return dict(
-        kind="analyze", source=str(Path(source).resolve()), source_hash=file_sha256_or_none(source), label=label,
+        kind="analyze", source=str(Path(source).resolve()), source_hash=source_hash or file_sha256_or_none(source), label=label,
         gpu=", ".join(sorted({str(g.get("name")) for g in gpus if g.get("name")})) or None,
         nsys_version=cap.get("nsys_version"), driver_version=", ".join(drivers) or None,
         cuda_version=", ".join(cuda) or None,

@@ -1,0 +1,56 @@
+"""Every path to an analysis gives the same document, byte for byte, on every fixture and sample trace:
+read from the export, from the cached frames, stored in and read back from the analysis cache."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from profiler.capture.analyze import analyze_path
+from profiler.capture.cache import TraceCache
+from profiler.capture.result_cache import AnalysisCache, analyze_path_cached
+from tests.conftest import SAMPLE_TRACES, SHARED, nsys_fixture_files
+
+CAPTURES = (nsys_fixture_files() + sorted((SHARED / "fixtures" / "nsys-tensorrt").glob("*.sqlite"))
+            + sorted(SAMPLE_TRACES.glob("*.sqlite")))
+
+
+def _text(result) -> str:
+    """What ``trtprof analyze --json`` writes: the document with its timeline."""
+    data = result.to_json()
+    data["timeline"] = result.timeline_json(data)
+    return json.dumps(data, indent=1, allow_nan=False)
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=[p.stem for p in CAPTURES])
+def test_cold_cached_frames_and_cached_analysis_give_one_document(path, tmp_path):
+    frames, results = TraceCache(tmp_path / "traces"), AnalysisCache(tmp_path / "analyses")
+    cold = analyze_path(path, cache=False)
+    frames_stored = analyze_path(path, cache=frames)
+    stored = analyze_path_cached(path, cache=frames, results=results)  # analysed from the cached frames
+    hit = analyze_path_cached(path, cache=frames, results=results)
+    assert (frames_stored.context.trace.meta["cache"], stored.context.trace.meta["cache"]) == ("stored", "hit")
+    assert (stored.cache, hit.cache) == ("stored", "hit")
+    want = _text(cold)
+    assert _text(frames_stored) == want
+    assert _text(stored) == want
+    assert _text(hit) == want
+    assert [f.to_dict() for f in hit.findings] == [f.to_dict() for f in cold.findings]
+
+
+def test_the_list_holds_the_sample_traces():
+    assert len([p for p in CAPTURES if p.parent == SAMPLE_TRACES]) >= 10
+
+
+def test_the_parquet_export_takes_every_path_to_the_sqlite_exports_document(tmp_path):
+    pair = SAMPLE_TRACES / "columnar"
+    sqlite, parquet = pair / "transfer_bound.sqlite", pair / "transfer_bound.parquetdir"
+    if not (sqlite.is_file() and parquet.is_dir()):
+        pytest.skip("sample_traces/columnar is absent")
+    frames, results = TraceCache(tmp_path / "traces"), AnalysisCache(tmp_path / "analyses")
+    want = _text(analyze_path(sqlite, cache=False)).replace(json.dumps(str(sqlite)), '"CAPTURE"')
+    for result in (analyze_path(parquet, cache=False), analyze_path_cached(parquet, cache=frames, results=results),
+                   analyze_path(parquet, cache=frames), analyze_path_cached(parquet, cache=frames, results=results)):
+        assert _text(result).replace(json.dumps(str(parquet)), '"CAPTURE"') == want
+    assert result.cache == "hit"
