@@ -507,7 +507,7 @@ def test_missing_file(tmp_path):
     with pytest.raises(InputError, match="not found") as err:
         load_trace(tmp_path / "nope.sqlite")
     assert err.value.exit_code == EXIT_INPUT
-    with pytest.raises(InputError, match="not a file"):
+    with pytest.raises(InputError, match="is a directory, not a capture.*parquetdir"):  # not an export folder
         load_trace(tmp_path)
 
 
