@@ -125,7 +125,9 @@ def test_cli_analyze_many_jobs_stores_each_and_names_the_failure(tmp_path, capsy
 def test_capture_over_its_memory_limit_fails_alone_with_the_reason(tmp_path):
     from profiler.distributed.captures import analyze_many
 
-    index = analyze_many([SAMPLE_TRACES / "graph.sqlite"], tmp_path, jobs=1, memory_limit_bytes=200 << 20)
+    # without the caches: a cached analysis (an earlier test's) would need no memory to speak of
+    index = analyze_many([SAMPLE_TRACES / "graph.sqlite"], tmp_path, jobs=1, memory_limit_bytes=200 << 20,
+                         trace_cache=False)
     assert index["counts"]["failed"] == 1
     # MemoryError inside the analysis, or the process killed by the allocator: either way it says why
     assert "over its memory limit of 200 MiB" in index["failed"][0]["error"]

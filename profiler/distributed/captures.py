@@ -24,7 +24,7 @@ from profiler.errors import TrtprofError
 
 #: modules a capture task imports, loaded once by the local process server (see pools.local_map)
 PRELOAD = ("numpy", "pandas", "pyarrow", "profiler.capture.analyze", "profiler.capture.loader", "profiler.capture.cache",
-           "profiler.rules.capture", "profiler.store", "profiler.report.analysis")
+           "profiler.capture.result_cache", "profiler.rules.capture", "profiler.store.api", "profiler.report.analysis")
 TOP_FINDINGS = 3
 
 
