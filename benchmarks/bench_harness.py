@@ -119,7 +119,7 @@ def main() -> None:
         wrapper_us = statistics.median([x - y for x, y in zip(b, s)])
 
     print(f"harness overhead per iteration ({cpu_name()}, {os.cpu_count()} cores, Python "
-          f"{sys.version.split()[0]}, NVTX {'on' if False else 'off (no tool attached)'}; medians of "
+          f"{sys.version.split()[0]}, NVTX off (no tool attached); medians of "
           f"{args.rounds} rounds)")
     print(f"{'case':<12} {'iterations':>10} {'bare us/iter':>13} {'harness us/iter':>16} {'overhead us/iter':>17}")
     for name, n, b, h, d in rows:
