@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable
 
 from profiler.errors import InputError
 
@@ -46,3 +47,31 @@ def atomic_write_bytes(path: Path, data: bytes, option: str) -> None:
                 os.unlink(tmp)
             except OSError:
                 pass
+
+
+def write_folder_atomically(final: Path, marker: str, fill: Callable[[Path], None]) -> bool:
+    """A cache entry: ``fill(tmp)`` writes the files into a temporary sibling folder, which is then renamed
+    to ``final``, so a reader never sees half an entry. ``marker`` is the file whose presence means a
+    complete entry. Returns whether ``final`` holds one afterwards; a failure (disk, permissions, a writer's
+    error) returns False and leaves nothing behind, since a cache never stops the work it serves. When
+    another process stored the same entry first, its copy is kept."""
+    import shutil
+    import tempfile
+
+    if (final / marker).is_file():
+        return True
+    tmp: Path | None = None
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+        fill(tmp)
+        try:
+            os.replace(tmp, final)
+        except OSError:  # another process stored the same entry first: keep its copy
+            pass
+        return (final / marker).is_file()
+    except Exception:
+        return False
+    finally:
+        if tmp is not None and tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -27,7 +27,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -140,28 +139,15 @@ class TraceCache:
     def put(self, key: str, trace: Any) -> bool:
         """Store ``trace`` under ``key``; False (and nothing left behind) when it cannot be written."""
         from profiler.capture.trace import FRAMES
+        from profiler.files import write_folder_atomically
 
-        final = self.entry(key)
-        if (final / "meta.json").is_file():
-            return True
-        tmp: Path | None = None
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=self.root))
+        def fill(tmp: Path) -> None:
             for name in FRAMES:
                 getattr(trace, name).to_parquet(tmp / f"{name}.parquet", index=False, compression="zstd")
                 _release_arrow_memory()
             (tmp / "meta.json").write_text(json.dumps(trace.meta, default=str))
-            try:
-                os.replace(tmp, final)
-            except OSError:  # another process stored the same key first: keep its copy
-                pass
-            return (final / "meta.json").is_file()
-        except Exception:  # a cache that cannot be written (disk, permissions, a pyarrow error) never stops the analysis
-            return False
-        finally:
-            if tmp is not None and tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+
+        return write_folder_atomically(self.entry(key), "meta.json", fill)
 
 
 def load_trace_cached(path: str | os.PathLike, *, tables: Iterable[str] | None = None,

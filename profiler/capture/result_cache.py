@@ -35,7 +35,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -206,15 +205,10 @@ class AnalysisCache:
         import numpy as np
         import pandas as pd
 
+        from profiler.files import write_folder_atomically
         from profiler.findings import json_safe
 
-        final = self.entry(key)
-        if (final / "analysis.json").is_file():
-            return True
-        tmp: Path | None = None
-        try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=self.root))
+        def fill(tmp: Path) -> None:
             variants = [r.variant for r in records]
             parts = [r.samples.assign(variant=np.full(len(r.samples), i, np.int64)) for i, r in enumerate(records)]
             frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({"variant": np.empty(0, np.int64)})
@@ -222,16 +216,8 @@ class AnalysisCache:
             text = json.dumps({"document": document, "timeline": timeline, "variants": json_safe(variants),
                                "samples_bytes": (tmp / "samples.parquet").stat().st_size}, allow_nan=False)
             (tmp / "analysis.json").write_text(text)
-            try:
-                os.replace(tmp, final)
-            except OSError:  # another process stored the same key first: keep its copy
-                pass
-            return (final / "analysis.json").is_file()
-        except Exception:  # a cache that cannot be written never stops the analysis
-            return False
-        finally:
-            if tmp is not None and tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+
+        return write_folder_atomically(self.entry(key), "analysis.json", fill)
 
 
 def analyze_path_cached(path: str | os.PathLike, options: Any = None, *, cache: Any = None,
