@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = [
-    "as_intervals", "union", "union_length", "gaps", "clip", "clipped_union_length",
+    "as_intervals", "union", "union_length", "gaps", "clip", "covered_before", "clipped_union_length",
     "union_by_group", "union_length_by_group", "overlap_length", "cover_counts", "weighted_median",
 ]
 
@@ -46,6 +46,8 @@ def union(starts, ends, *, assume_sorted: bool = False) -> tuple[np.ndarray, np.
     begins = np.empty(len(s), dtype=bool)
     begins[0] = True
     np.greater(s[1:], reach[:-1], out=begins[1:])
+    if begins.all():  # already disjoint (kernels of one stream, launch-bound loops): nothing merges
+        return (s.copy() if np.may_share_memory(s, starts) else s), e  # never the caller's own array
     first = np.flatnonzero(begins)
     last = np.empty_like(first)
     last[:-1] = first[1:] - 1
@@ -92,6 +94,28 @@ def clip(starts, ends, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
     return cs, np.maximum(ce, cs)
 
 
+def covered_before(us: np.ndarray, ue: np.ndarray, t) -> np.ndarray:
+    """For each time in ``t``: how much of the sorted, disjoint intervals ``[us, ue)`` (a
+    :func:`union`, or gaps) lies before it (ns). The time an interval ``[s, e)`` shares with them
+    is then ``covered_before(us, ue, e) - covered_before(us, ue, s)``: O(log pieces) per interval,
+    however many pieces it spans."""
+    t = np.asarray(t, dtype=np.int64)
+    if len(us) == 0 or t.size == 0:
+        return np.zeros(t.shape, dtype=np.int64)
+    prefix = np.zeros(len(us) + 1, dtype=np.int64)
+    np.cumsum(ue - us, out=prefix[1:])
+    k = np.searchsorted(us, t, side="right")  # pieces starting before or at t
+    # minus the part of piece k - 1 after t; before the first piece (k = 0) nothing is subtracted:
+    # its stand-in end is the earliest t, so no subtraction there can overflow
+    ends = np.concatenate(([t.min()], ue))
+    after = ends[k]
+    np.subtract(after, t, out=after)
+    np.maximum(after, 0, out=after)
+    out = prefix[k]
+    np.subtract(out, after, out=out)
+    return out
+
+
 def clipped_union_length(starts, ends, window_starts, window_ends) -> np.ndarray:
     """For each window, the length of the union of all intervals clipped to that window (ns).
 
@@ -102,17 +126,7 @@ def clipped_union_length(starts, ends, window_starts, window_ends) -> np.ndarray
     ws, we = as_intervals(window_starts, window_ends)
     if len(us) == 0 or len(ws) == 0:
         return np.zeros(len(ws), dtype=np.int64)
-    lengths = ue - us
-    prefix = np.concatenate(([0], np.cumsum(lengths)))
-    # covered length in (-inf, t): full pieces ending before t plus the partial piece containing t
-    def covered_before(t: np.ndarray) -> np.ndarray:
-        k = np.searchsorted(us, t, side="right")  # pieces starting before or at t
-        full = prefix[k]
-        idx = np.maximum(k - 1, 0)
-        overshoot = np.where(k > 0, np.maximum(ue[idx] - t, 0), 0)
-        return full - overshoot
-
-    return covered_before(we) - covered_before(ws)
+    return covered_before(us, ue, we) - covered_before(us, ue, ws)
 
 
 def overlap_length(a_starts, a_ends, b_starts, b_ends) -> int:
@@ -141,8 +155,9 @@ def union_by_group(groups, starts, ends) -> tuple[np.ndarray, np.ndarray, np.nda
     if (g == g[0]).all():  # one group (one device or stream): a plain union
         us, ue = union(s, e, assume_sorted=in_order)
         return np.full(len(us), g[0], dtype=g.dtype), us, ue
-    order = np.argsort(g, kind="stable") if in_order else np.lexsort((s, g))  # stable: sorted starts stay so
-    g, s, e = g[order], s[order], e[order]
+    if not (in_order and (g[1:] >= g[:-1]).all()):  # already by group then start: nothing to reorder
+        order = _stable_group_order(g) if in_order else np.lexsort((s, g))  # stable: sorted starts stay so
+        g, s, e = g[order], s[order], e[order]
     starts_of_group = np.flatnonzero(np.concatenate(([True], g[1:] != g[:-1])))
     counts = np.diff(np.append(starts_of_group, len(g)))
     gmin = np.minimum.reduceat(s, starts_of_group)
@@ -154,6 +169,14 @@ def union_by_group(groups, starts, ends) -> tuple[np.ndarray, np.ndarray, np.nda
     which = np.searchsorted(base, us, side="right") - 1
     back = (base - gmin)[which]
     return g[starts_of_group][which], us - back, ue - back
+
+
+def _stable_group_order(g: np.ndarray) -> np.ndarray:
+    """``np.argsort(g, kind="stable")``; labels that fit in 16 bits are sorted as such (numpy's radix sort:
+    about 3x faster than the merge sort it uses for int64 on a million rows)."""
+    if g.dtype.kind in "iu" and len(g) and g.min() >= 0 and g.max() < 1 << 16:
+        return np.argsort(g.astype(np.uint16), kind="stable")
+    return np.argsort(g, kind="stable")
 
 
 def union_length_by_group(groups, starts, ends, n_groups: int) -> np.ndarray:

@@ -178,14 +178,25 @@ class ThreadKeys:
         self.t0, self.shift = t0, shift
 
     def code(self, tid: np.ndarray) -> np.ndarray:
-        tid = np.asarray(tid, dtype=np.int64)
-        c = np.searchsorted(self.utids, tid)
-        return c.astype(np.int64)
+        return np.searchsorted(self.utids, np.asarray(tid, dtype=np.int64)).astype(np.int64, copy=False)
 
     def key(self, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
         t = np.asarray(t, dtype=np.int64)
-        rel = np.searchsorted(self._ranks, t).astype(np.int64) if self._ranks is not None else t - self.t0
-        return (self.code(tid) << self.shift) + rel
+        key = self.code(tid)
+        key <<= self.shift
+        if self._ranks is not None:
+            key += np.searchsorted(self._ranks, t)
+        else:
+            key += t
+            key -= self.t0
+        return key
+
+    def shifted(self, key: np.ndarray, t_from: np.ndarray, t_to: np.ndarray) -> np.ndarray:
+        """The keys of (thread, ``t_to``) from those of (thread, ``t_from``), without looking threads up:
+        the time is the key's low bits (when times are ranks, they are looked up again)."""
+        if self._ranks is not None:
+            return (key >> self.shift << self.shift) + np.searchsorted(self._ranks, np.asarray(t_to, dtype=np.int64))
+        return key + (np.asarray(t_to, dtype=np.int64) - t_from)
 
 
 @dataclass
@@ -351,7 +362,7 @@ def _mark_top_level(calls: HostCalls, srt: Sorted, keys: ThreadKeys) -> None:
     if len(calls) == 0:
         return
     o = srt.order
-    end_key = keys.key(calls.tid[o], calls.end_ns[o])
+    end_key = keys.shifted(srt.key, calls.start_ns[o], calls.end_ns[o])
     prev = np.maximum.accumulate(end_key)
     nested = np.zeros(len(o), dtype=bool)
     nested[1:] = end_key[1:] <= prev[:-1]
@@ -777,13 +788,39 @@ def nesting(keys: ThreadKeys, tid: np.ndarray, start: np.ndarray, end: np.ndarra
     return np.maximum(depth, 0), parent
 
 
-def _window_sums(values: np.ndarray, srt: Sorted | None, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Sum of ``values`` over the sorted positions [lo, hi) of each query. ``values`` are in original
-    row order, or already in sorted order when ``srt`` is None."""
-    cs = np.zeros(len(values) + 1, dtype=np.int64)
-    if len(values):
-        np.cumsum(values if srt is None else values[srt.order], out=cs[1:])
-    return cs[hi] - cs[lo]
+class WindowSums:
+    """Sums of per-row values over windows ``[lo, hi)`` of sorted positions (the instances' member rows).
+
+    The windows' distinct edges cut the rows into segments; a metric costs one ``np.add.reduceat``
+    over those segments (a read of the column, no full-length prefix sum written), or, for a mask
+    that selects few rows, a sum over just those rows. Sums are exact int64.
+    """
+
+    _SPARSE = 8
+    """A mask selecting under 1/_SPARSE of the rows is summed row by row (flatnonzero and add.at)."""
+
+    def __init__(self, lo: np.ndarray, hi: np.ndarray, n: int):
+        self.n = int(n)
+        lo = np.clip(np.asarray(lo, dtype=np.int64), 0, self.n)
+        hi = np.clip(np.asarray(hi, dtype=np.int64), 0, self.n)
+        edges = np.unique(np.concatenate(([0], lo, hi)))
+        self.cut = edges[edges < self.n]  # first row of each segment
+        self.ilo, self.ihi = np.searchsorted(edges, lo), np.searchsorted(edges, hi)
+
+    def __call__(self, values: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+        """Per window: the sum of ``values`` (in sorted order), over the rows where ``mask`` holds if given."""
+        seg = np.zeros(len(self.cut), dtype=np.int64)
+        if self.n:
+            if mask is None:
+                seg = np.add.reduceat(values, self.cut, dtype=np.int64)
+            elif np.count_nonzero(mask) * self._SPARSE < self.n:
+                rows = np.flatnonzero(mask)
+                np.add.at(seg, np.searchsorted(self.cut, rows, side="right") - 1, values[rows])
+            else:
+                seg = np.add.reduceat(np.where(mask, values, 0), self.cut, dtype=np.int64)
+        prefix = np.zeros(len(seg) + 1, dtype=np.int64)
+        np.cumsum(seg, out=prefix[1:])
+        return prefix[self.ihi] - prefix[self.ilo]
 
 
 _PAIR_CHUNK = 1_000_000
@@ -794,12 +831,13 @@ def _activity_metrics(inst: pd.DataFrame, act: Activity, srt: Sorted, unknown: n
     o = srt.order  # work on arrays permuted once into (thread, launch time) order
     kind, dur = act.kind[o], (act.end_ns - act.start_ns)[o]
     is_kernel, is_copy = kind == KERNEL, kind == MEMCPY
-    inst["kernel_sum_ns"] = _window_sums(np.where(is_kernel, dur, 0), None, lo, hi)
-    inst["copy_sum_ns"] = _window_sums(np.where(is_copy, dur, 0), None, lo, hi)
-    inst["copy_bytes"] = _window_sums(np.where(is_copy, act.bytes[o], 0), None, lo, hi)
-    inst["pageable_copies"] = _window_sums((is_copy & act.pageable[o]).astype(np.int64), None, lo, hi)
-    inst["kernels"] = _window_sums(is_kernel.astype(np.int64), None, lo, hi)
-    inst["launches"] = _window_sums(act.is_launch[o].astype(np.int64), None, lo, hi)
+    sums = WindowSums(lo, hi, len(o))
+    inst["kernel_sum_ns"] = sums(dur, is_kernel)
+    inst["copy_sum_ns"] = sums(dur, is_copy)
+    inst["copy_bytes"] = sums(act.bytes[o], is_copy)
+    inst["pageable_copies"] = sums(is_copy & act.pageable[o])
+    inst["kernels"] = sums(is_kernel)
+    inst["launches"] = sums(act.is_launch[o])
     inst["activities"] = hi - lo
     n = len(inst)
     busy = np.zeros(n, np.int64)
@@ -868,20 +906,22 @@ def _host_metrics(inst: pd.DataFrame, api: HostCalls, api_srt: Sorted, osrt: Hos
     o = api_srt.order  # arrays permuted once into (thread, start) order
     top, cat = api.top_level[o], api.category[o]
     dur = np.where(top, (api.end_ns - api.start_ns)[o], 0)
-    launch = top & ((cat == 1) | (cat == 2))
+    launch = top & ((cat == ApiCategory.launch) | (cat == ApiCategory.graph_launch))
     sync = top & api.blocking_sync[o]
     device_sync = sync & api.named(DEVICE_SYNC_NAMES)[o]
-    inst["api_ns"] = _window_sums(dur, None, lo, hi)
-    inst["launch_api_ns"] = _window_sums(np.where(launch, dur, 0), None, lo, hi)
-    inst["launch_calls"] = _window_sums(launch.astype(np.int64), None, lo, hi)
-    inst["sync_ns"] = _window_sums(np.where(sync, dur, 0), None, lo, hi)
-    inst["sync_count"] = _window_sums(sync.astype(np.int64), None, lo, hi)
-    inst["device_sync_count"] = _window_sums(device_sync.astype(np.int64), None, lo, hi)
-    inst["memcpy_api_ns"] = _window_sums(np.where(top & (cat == 4), dur, 0), None, lo, hi)
-    olo, ohi = inst["osrt_lo"].to_numpy(), inst["osrt_hi"].to_numpy()
-    odur = np.where(osrt.top_level, osrt.end_ns - osrt.start_ns, 0)
-    inst["osrt_ns"] = _window_sums(odur, osrt_srt, olo, ohi)
-    inst["osrt_count"] = _window_sums(osrt.top_level.astype(np.int64), osrt_srt, olo, ohi)
+    sums = WindowSums(lo, hi, len(o))
+    inst["api_ns"] = sums(dur)
+    inst["launch_api_ns"] = sums(dur, launch)
+    inst["launch_calls"] = sums(launch)
+    inst["sync_ns"] = sums(dur, sync)
+    inst["sync_count"] = sums(sync)
+    inst["device_sync_count"] = sums(device_sync)
+    inst["memcpy_api_ns"] = sums(dur, top & (cat == ApiCategory.memcpy))
+    oo = osrt_srt.order
+    otop = osrt.top_level[oo]
+    osums = WindowSums(inst["osrt_lo"].to_numpy(), inst["osrt_hi"].to_numpy(), len(oo))
+    inst["osrt_ns"] = osums((osrt.end_ns - osrt.start_ns)[oo], otop)
+    inst["osrt_count"] = osums(otop)
 
 
 def mark_outliers(inst: pd.DataFrame, median_ratio: float = OUTLIER_MEDIAN_RATIO,
