@@ -577,6 +577,9 @@ class SeriesTable:
         srt = {"activity": self.act_sorted, "api": self.api_sorted, "osrt": self.osrt_sorted}[table]
         lo = instances[f"{_PREFIX[table]}_lo"].to_numpy()
         hi = instances[f"{_PREFIX[table]}_hi"].to_numpy()
+        if len(lo) and (lo[1:] >= hi[:-1]).all():  # windows one after another (not nested): each row once
+            _, pos = expand(lo, hi)
+            return srt.order[pos], np.ones(len(pos), dtype=np.int64)
         counts = intervals.cover_counts(lo, hi, len(srt.order))
         pos = np.flatnonzero(counts)
         return srt.order[pos], counts[pos]

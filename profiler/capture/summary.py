@@ -172,7 +172,12 @@ def overlap_by_name(gap_start: np.ndarray, gap_end: np.ndarray, start: np.ndarra
     """
     lo = np.searchsorted(gap_end, start, "right")
     hi = np.searchsorted(gap_start, end, "left")
-    q, g = expand(lo, hi)
+    span = hi - lo
+    if len(span) and span.max() <= 1:  # no interval reaches over two gaps (the usual case): no expansion
+        q = np.flatnonzero(span > 0)
+        g = lo[q]
+    else:
+        q, g = expand(lo, hi)
     ov = np.minimum(end[q], gap_end[g]) - np.maximum(start[q], gap_start[g])
     keep = ov > 0
     return g[keep], q[keep], ov[keep]

@@ -65,7 +65,8 @@ def _host_during(ctx: CaptureContext, d: SM.DeviceGaps, gs: np.ndarray, ge: np.n
             g, q, ov = SM.overlap_by_name(gs, ge, calls.start_ns[blk], calls.end_ns[blk])
             rows = blk[q]
             del q
-            np.add.at(sums, calls.name_code[rows], ov)
+            # per name code; float sums of integer ns are exact below 2**53 ns (104 days) per name
+            sums += np.bincount(calls.name_code[rows], weights=ov, minlength=len(sums)).astype(np.int64)
             _add_per_gap(per_gap, label, calls, g, rows, ov, want)
             covered_s.append(np.maximum(calls.start_ns[rows], gs[g]))
             covered_e.append(np.minimum(calls.end_ns[rows], ge[g]))
@@ -149,10 +150,14 @@ def gpu_idle(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
         if d.active_ns <= 0:
             continue
         big = d.gap_ns >= min_gap_ns
-        # gaps spent mostly in start-up calls on the launching threads are warm-up, not idleness
+        # gaps spent mostly in start-up calls on the launching threads are warm-up, not idleness (only the
+        # gaps long enough to count are looked at: a launch-bound loop has a short gap per kernel)
         rows = init_calls[np.isin(api.tid[init_calls], d.launch_tids)]
-        g, _, ov = SM.overlap_by_name(d.gap_start_ns, d.gap_end_ns, api.start_ns[rows], api.end_ns[rows])
-        init_ns = np.bincount(g, weights=ov, minlength=len(d.gap_ns)) if len(g) else np.zeros(len(d.gap_ns))
+        bi = np.flatnonzero(big)
+        g, _, ov = SM.overlap_by_name(d.gap_start_ns[bi], d.gap_end_ns[bi], api.start_ns[rows], api.end_ns[rows])
+        init_ns = np.zeros(len(d.gap_ns))
+        if len(g):
+            init_ns[bi] = np.bincount(g, weights=ov, minlength=len(bi))
         init_gap = big & (init_ns >= t["init_gap_share"] * d.gap_ns)
         big &= ~init_gap
         active_ns = d.active_ns - float(d.gap_ns[init_gap].sum())

@@ -46,11 +46,15 @@ def launch_overhead(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
         inst = table.instances_of(r["series_id"])
         # rows with how many instances hold them (nested ranges hold the same kernels many times)
         rows, times = table.member_counts(inst, "activity")
-        kern = table.activity.kind[rows] == S.KERNEL
-        kernel_ns, kernel_n = (table.activity.end_ns - table.activity.start_ns)[rows][kern], times[kern]
+        act, api = table.activity, table.api
+        kern = act.kind[rows] == S.KERNEL
+        rows, kernel_n = rows[kern], times[kern]
+        kernel_ns = act.end_ns[rows] - act.start_ns[rows]
         arows, atimes = table.member_counts(inst, "api")
-        launch = table.api.top_level[arows] & np.isin(table.api.category[arows], (S.ApiCategory.launch, S.ApiCategory.graph_launch))
-        call_ns, call_n = (table.api.end_ns - table.api.start_ns)[arows][launch], atimes[launch]
+        cat = api.category[arows]
+        launch = api.top_level[arows] & ((cat == S.ApiCategory.launch) | (cat == S.ApiCategory.graph_launch))
+        arows, call_n = arows[launch], atimes[launch]
+        call_ns = api.end_ns[arows] - api.start_ns[arows]
         med_kernel_us = intervals.weighted_median(kernel_ns, kernel_n) / 1e3
         med_call_us = intervals.weighted_median(call_ns, call_n) / 1e3
         if len(call_ns) and len(kernel_ns) and med_kernel_us > t["max_kernel_to_launch_ratio"] * med_call_us:
