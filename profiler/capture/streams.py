@@ -28,10 +28,10 @@ def streams_json(act: S.Activity) -> dict[str, Any]:
     uniq = [(devs[p // len(s_ids)], s_ids[p % len(s_ids)]) for p in pairs]
     busy = intervals.union_length_by_group(codes, act.start_ns, act.end_ns, len(uniq))
     is_copy = act.kind == S.MEMCPY
-    kernels = np.bincount(codes, weights=(act.kind == S.KERNEL), minlength=len(uniq)).astype(int)
-    graphs = np.bincount(codes, weights=(act.kind == S.GRAPH), minlength=len(uniq)).astype(int)
-    copies = np.bincount(codes, weights=is_copy, minlength=len(uniq)).astype(int)
-    copy_ms = np.bincount(codes, weights=np.where(is_copy, act.end_ns - act.start_ns, 0), minlength=len(uniq))
+    kernels = np.bincount(codes[act.kind == S.KERNEL], minlength=len(uniq))
+    graphs = np.bincount(codes[act.kind == S.GRAPH], minlength=len(uniq))
+    copies = np.bincount(codes[is_copy], minlength=len(uniq))
+    copy_ms = np.bincount(codes[is_copy], weights=act.end_ns[is_copy] - act.start_ns[is_copy], minlength=len(uniq))
     rows = [{"device": int(d), "stream": int(s), "busy_ms": busy[i] / 1e6, "kernels": int(kernels[i]),
              "graph_launches": int(graphs[i]), "copies": int(copies[i]), "copy_ms": copy_ms[i] / 1e6}
             for i, (d, s) in enumerate(uniq)]

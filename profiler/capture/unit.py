@@ -123,14 +123,16 @@ def build_unit(table: S.SeriesTable, unit_name: str | None = None) -> Unit:
     last = inst["end_ns"].to_numpy().copy()
     queue = np.full(n, np.nan)
     latency = np.full(n, np.nan)
-    if len(q):
-        df = pd.DataFrame({"q": q, "s": act.start_ns[act_rows], "e": act.end_ns[act_rows],
-                           "a": act.api_start_ns[act_rows]})
-        g = df.groupby("q")
-        who = g.size().index.to_numpy()
-        first[who] = g["s"].min().to_numpy()
-        end = g["e"].max().to_numpy()
-        api0 = df["a"].to_numpy()[g["s"].idxmin().to_numpy()]  # the launch call of the first work
+    if len(q):  # q is sorted (members): per instance, reductions over its run of rows
+        s, e = act.start_ns[act_rows], act.end_ns[act_rows]
+        heads = np.flatnonzero(np.concatenate(([True], q[1:] != q[:-1])))
+        who = q[heads]
+        first[who] = np.minimum.reduceat(s, heads)
+        end = np.maximum.reduceat(e, heads)
+        # the launch call of the first work: the first row of each run that starts at the run's minimum
+        at_min = np.flatnonzero(s == np.repeat(first[who], np.diff(np.append(heads, len(q)))))
+        first_at_min = at_min[np.concatenate(([True], q[at_min][1:] != q[at_min][:-1]))]
+        api0 = act.api_start_ns[act_rows[first_at_min]]
         queue[who] = np.where(api0 == NO_INT, np.nan, np.maximum(first[who] - api0, 0))
         latency[who] = end - first[who]
         last[who] = np.maximum(last[who], end)
