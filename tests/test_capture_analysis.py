@@ -147,8 +147,23 @@ def test_huge_time_span_falls_back_to_rank_keys():
     k = kernels((10 * T, 11 * T, 5, 9 * T), (far + 10 * T, far + 12 * T, 7, far + 9 * T))
     nv = ranges(("it", 0, 100 * T, 5), ("it", far, far + 100 * T, 7), *[(f"t{i}", 0, T, 100 + i) for i in range(40)])
     res = analyze(Trace(kernels=k, nvtx=nv))
-    assert res.context.table.act_sorted.key.dtype == np.int64
     assert only_range(res, "it")["instances"]["gpu_busy_ms"] == [pytest.approx(0.001), pytest.approx(0.002)]
+    tids = np.array([5, 7] + [100 + i for i in range(40)], dtype=np.int64)
+    keys = S.ThreadKeys([tids], [np.array([0, far + 100 * T], dtype=np.int64)])
+    assert keys._ranks is not None  # the span does not fit beside 42 thread codes: times become ranks
+    assert res.context.table.act_sorted.key is None  # keys serve the build only, then are let go
+
+
+def test_end_keys_follow_from_start_keys_in_both_key_modes():
+    tid = np.array([3, 3, 9, 9, 3], dtype=np.int64)
+    start = np.array([0, 5, 2, 7, 9], dtype=np.int64)
+    end = start + np.array([4, 1, 0, 3, 2], dtype=np.int64)
+    normal = S.ThreadKeys([tid], [start, end])
+    ranked = S.ThreadKeys([tid], [start, end, np.array([0, 2**61], dtype=np.int64)])  # 2**61 ns: times as ranks
+    assert normal._ranks is None and ranked._ranks is not None
+    for keys in (normal, ranked):
+        assert keys.shifted(keys.key(tid, start), start, end).tolist() == keys.key(tid, end).tolist()
+        assert keys.shifted(keys.key(tid, start), start, end).tolist() != keys.key(tid, start).tolist()
 
 
 def test_pytorch_unique_tokens_are_stripped_before_grouping():

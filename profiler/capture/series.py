@@ -112,6 +112,12 @@ def i64(df: pd.DataFrame, col: str, fill: int = -1) -> np.ndarray:
         return pd.to_numeric(s, errors="coerce").fillna(fill).to_numpy(dtype=np.int64)
 
 
+def not_before(end: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """``end`` raised to ``start`` where it lies before it (a corrupt row counts as empty); the array
+    itself, not a copy, when every row is in order (the usual case: the trace frame's own column)."""
+    return end if (end >= start).all() else np.maximum(end, start)
+
+
 def factor(df: pd.DataFrame, col: str, fill: str = "") -> tuple[np.ndarray, np.ndarray]:
     """(codes, values) of a string column without materialising one Python string per row.
 
@@ -199,12 +205,18 @@ class ThreadKeys:
         return key + (np.asarray(t_to, dtype=np.int64) - t_from)
 
 
+def _index(rows: np.ndarray) -> np.ndarray:
+    """Row numbers as int32 when they fit (half the memory of the millions-long permutations)."""
+    return rows.astype(np.int32) if len(rows) < 1 << 31 else rows
+
+
 @dataclass
 class Sorted:
-    """Rows of one table sorted by (thread, start), with their keys and the permutation used."""
+    """Rows of one table sorted by (thread, start), with their keys and the permutation used. The keys
+    serve while the series table is built (windows, nesting of calls) and are then let go (None)."""
 
     order: np.ndarray
-    key: np.ndarray
+    key: np.ndarray | None
 
     def window(self, qkey_lo: np.ndarray, qkey_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Positions [lo, hi) of the rows whose key lies in [qkey_lo, qkey_hi]."""
@@ -270,12 +282,13 @@ def build_activity(trace: Any) -> Activity:
         tid = i64(df, "api_tid", -1)
         parts["kind"].append(np.full(n, code, dtype=np.int8))
         parts["start_ns"].append(start)
-        parts["end_ns"].append(np.maximum(i64(df, "end_ns", 0), start))
+        parts["end_ns"].append(not_before(i64(df, "end_ns", 0), start))
         parts["device_id"].append(i64(df, "device_id", -1))
         parts["stream_id"].append(i64(df, "stream_id", -1))
         parts["api_tid"].append(tid)
         # a launch whose call is not in the capture has api_tid -1: its api_start_ns means nothing
-        parts["api_start_ns"].append(np.where(tid < 0, int64_min, i64(df, "api_start_ns", int64_min)))
+        api_start = i64(df, "api_start_ns", int64_min)
+        parts["api_start_ns"].append(np.where(tid < 0, int64_min, api_start) if (tid < 0).any() else api_start)
         if code == MEMCPY:
             parts["bytes"].append(np.maximum(i64(df, "bytes", 0), 0))
             parts["copy_kind"].append(_codes(df, "copy_kind", COPY_KINDS))
@@ -289,7 +302,7 @@ def build_activity(trace: Any) -> Activity:
             parts["is_launch"].append(_first_of_launch(i64(df, "pid", -1), i64(df, "correlation_id", -1)))
         else:
             parts["is_launch"].append(np.zeros(n, dtype=bool))
-        parts["row"].append(np.arange(n, dtype=np.int64))
+        parts["row"].append(np.arange(n, dtype=np.int32 if n < 1 << 31 else np.int64))
     if not parts["kind"]:
         empty = {k: np.zeros(0, dtype=np.int64) for k in parts}
         empty["kind"] = empty["copy_kind"] = np.zeros(0, dtype=np.int8)
@@ -350,9 +363,10 @@ def build_host_calls(trace: Any, attr: str) -> HostCalls:
     if "global_tid" not in df.columns and "tid" in df.columns:
         tid = i64(df, "tid", -1)
     start = i64(df, "start_ns", 0)
-    end = np.maximum(i64(df, "end_ns", 0), start)
+    end = not_before(i64(df, "end_ns", 0), start)
     cat = _codes(df, "category", API_CATEGORIES)
     code, names = factor(df, "name")
+    code = code.astype(np.int32) if len(names) < 1 << 31 else code  # half the memory of a row index
     return HostCalls(tid=tid, start_ns=start, end_ns=end, name_code=code, names=names, category=cat,
                      top_level=np.ones(len(df), dtype=bool))
 
@@ -382,7 +396,7 @@ def _sort(keys: ThreadKeys, tid: np.ndarray, t: np.ndarray, tiebreak: np.ndarray
             pos = np.flatnonzero(np.concatenate([tie, [False]]) | np.concatenate([[False], tie]))
             sub = order[pos]
             order[pos] = sub[np.lexsort((tiebreak[sub], key[sub]))]
-    return Sorted(order=order, key=ks)
+    return Sorted(order=_index(order), key=ks)
 
 
 # ----------------------------------------------------------------------------- ranges
@@ -520,7 +534,7 @@ class SeriesTable:
                 continue
             in_order = kept[srt.order]
             remap = np.cumsum(kept) - 1
-            sorted_[prefix] = Sorted(order=remap[srt.order[in_order]], key=srt.key[in_order])
+            sorted_[prefix] = Sorted(order=_index(remap[srt.order[in_order]]), key=None)
             if consume:
                 setattr(self, f"{prefix}_sorted", None)
             del remap
@@ -712,6 +726,7 @@ def build_series(trace: Any) -> SeriesTable:
         lo = np.where(is_window, 0, np.where(itid < 0, 0, lo))
         hi = np.where(is_window, n, np.where(itid < 0, 0, hi))
         inst[f"{prefix}_lo"], inst[f"{prefix}_hi"] = lo.astype(np.int64), hi.astype(np.int64)
+        srt.key = None  # the windows are found: the keys are not needed again
     inst["depth"], inst["parent"] = nesting(keys, itid, istart, iend)
     _activity_metrics(inst, act, act_sorted, unknown)
     _host_metrics(inst, api, api_sorted, osrt, osrt_sorted)
@@ -826,7 +841,7 @@ class WindowSums:
         return prefix[self.ihi] - prefix[self.ilo]
 
 
-_PAIR_CHUNK = 1_000_000
+_PAIR_CHUNK = 1 << 18
 
 
 def _activity_metrics(inst: pd.DataFrame, act: Activity, srt: Sorted, unknown: np.ndarray) -> None:

@@ -34,7 +34,7 @@ TRT_IDLE_ADVICE = (
     "GPU in one call.")
 
 
-_CALL_BLOCK = 1 << 20
+_CALL_BLOCK = 1 << 18
 """Calls searched against the gaps per block in ``_host_during`` (bounds its temporary arrays)."""
 
 
