@@ -159,6 +159,8 @@ def test_trt_eager_diagnosis_is_launch_bound_not_pageable(trt_shaped):
     assert d["inference"]["host_ms"]["median"] > 3 * d["inference"]["gpu_ms"]["median"]
     shares = [f["impact"]["share"] for f in d["findings"]]
     assert shares == sorted(shares, reverse=True) and all(0 < s <= 1 for s in shares)
+    # the GPU is busy about a fifth of the steady state: the host bounds it, not the compute kernels
+    assert d["phases"]["steady"]["gpu_busy_fraction"] < 0.5 and d["inference"]["bound_by"] == "host"
 
 
 def test_trt_graph_replays_are_one_unit_and_healthy(trt_shaped):
@@ -172,6 +174,7 @@ def test_trt_graph_replays_are_one_unit_and_healthy(trt_shaped):
     # one graph launch per inference: the GPU time per inference matches eager's GPU time within 25%
     assert inf["gpu_ms"]["median"] == pytest.approx(trt_shaped["eager"]["inference"]["gpu_ms"]["median"], rel=0.25)
     assert not [f for f in d["findings"] if f["severity"] in ("high", "medium")]
+    assert d["phases"]["steady"]["gpu_busy_fraction"] >= 0.5 and d["inference"]["bound_by"] == "compute"
     # two streams, two requests in flight: with graphs the host keeps up and the streams overlap
     assert d["gpu_concurrency"] > 1.1
     assert len([s for s in d["streams"] if s["busy_ms"] > 1]) == 2

@@ -21,7 +21,7 @@ statistics, GPU busy projection, idle gaps, then the capture rules with each fin
                    impact: {ms_per_instance, share}}, ...],       # costliest first
      "inference": {series, source: "tensorrt"|"nvtx"|"window", count, steady_count, warmup_count,
                    gpu_ms, gpu_latency_ms, queue_ms, host_ms (statistics like wall_ms), graph_launches,
-                   bound_by: "compute"|"HtoD"|"DtoH"|...},
+                   bound_by: "host"|"compute"|"HtoD"|"DtoH"|...},
      "layers": [{name, parent, count, gpu_ms (per inference), share, kernels: [{name, count, total_ms,
                  tensor_cores}], tensor_cores, engine (with --layer-info)}],   # most GPU time first
      "layer_total": {layers_gpu_ms, inference_gpu_ms, difference_ms, note},
@@ -172,7 +172,7 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
         "sync_summary": sync_summary(table),
         "thresholds": judged.thresholds,
     }
-    extra["inference"]["bound_by"] = _bound_by(extra["phases"]["steady"]["gpu_ms_by_kind"])
+    extra["inference"]["bound_by"] = _bound_by(extra["phases"]["steady"])
     if options.layer_info:
         extra["layer_info"] = layer_table.join_layer_info(extra["layers"], options.layer_info)
     extra["phases"]["included_in_statistics"] = "steady state" if trimmed else "whole capture"
@@ -189,10 +189,20 @@ def _trims(full: S.SeriesTable, ph: Any) -> bool:
     return min(starts) < ph.steady_start_ns or max(ends) > ph.steady_end_ns
 
 
-def _bound_by(by_kind: dict[str, float]) -> str | None:
-    """The kind of GPU work with the most time in the steady state ('compute', 'HtoD', 'DtoH', ...)."""
+HOST_BOUND_BUSY_FRACTION = 0.5
+"""Below this GPU busy share of the steady state the GPU waits on the host more than it works: 'host'
+bounds the inference (the launch and idle findings say how), not the kind of GPU work with the most time."""
+
+
+def _bound_by(steady: dict[str, Any]) -> str | None:
+    """What bounds the steady state: 'host' when the GPU is busy under half of it, else the kind of GPU
+    work with the most time ('compute', 'HtoD', 'DtoH', ...)."""
+    by_kind = steady.get("gpu_ms_by_kind") or {}
     if not by_kind or max(by_kind.values()) <= 0:
         return None
+    busy = steady.get("gpu_busy_fraction")
+    if busy is not None and busy < HOST_BOUND_BUSY_FRACTION:
+        return "host"
     return max(by_kind, key=by_kind.get)
 
 

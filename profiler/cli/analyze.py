@@ -68,6 +68,9 @@ def summary_lines(data: dict[str, Any], max_ranges: int = MAX_RANGES_SHOWN) -> l
     return lines
 
 
+BOUND_WORDS = {"host": "the host (GPU busy under half the time)", "compute": "compute"}
+
+
 def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) -> list[str]:
     """The inference line, the top layers, the phases and the streams (empty for an old JSON)."""
     from profiler.report.fmt import fmt_bytes
@@ -79,7 +82,7 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
     what = {"tensorrt": "TensorRT enqueue", "nvtx": "outermost repeated NVTX range",
             "window": "no repeated NVTX range: the whole capture"}.get(inf.get("source"), "?")
     bound = inf.get("bound_by")
-    bound_txt = f"; steady state bound by {'compute' if bound == 'compute' else bound + ' copies'}" if bound else ""
+    bound_txt = f"; steady state bound by {BOUND_WORDS.get(bound, str(bound) + ' copies')}" if bound else ""
     lines = [f"inference: {inf.get('series') or '(whole capture)'} ({what}), {inf.get('count')} instances "
              f"({inf.get('steady_count')} steady): GPU {_fmt(st(inf['gpu_ms']))} ms median "
              f"(p99 {_fmt(st(inf['gpu_ms'], 'p99'))}), GPU latency {_fmt(st(inf['gpu_latency_ms']))} ms, "

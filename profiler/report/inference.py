@@ -12,7 +12,7 @@ from profiler.report.fmt import fmt_pct
 
 SOURCES = {"tensorrt": "TensorRT's ExecutionContext enqueue/execute ranges",
            "nvtx": "the outermost repeated NVTX range", "window": "the whole capture (no repeated NVTX range)"}
-BOUND = {"compute": "compute", "HtoD": "host-to-device copies", "DtoH": "device-to-host copies",
+BOUND = {"host": "the host (GPU idle over half the time)", "compute": "compute", "HtoD": "host-to-device copies", "DtoH": "device-to-host copies",
          "DtoD": "device-to-device copies", "other_copy": "other copies"}
 MAX_LAYERS = 60
 
