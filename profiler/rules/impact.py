@@ -33,7 +33,9 @@ def _cost_ms(f: Finding) -> float | None:
     ev = f.evidence
     value = {
         "launch_overhead": ev.get("graph_saving_ms_total"),
-        "gpu_idle": ev.get("idle_ms"),
+        # a one-time pause (one gap holding most of the idle time) is not a cost of the steady state: the
+        # other gaps are
+        "gpu_idle": ev.get("idle_ms") - ev.get("largest_gap_ms", 0.0) if ev.get("one_time_pause") else ev.get("idle_ms"),
         "jitter": ev.get("excess_ms_total"),
         "sync_api": ev.get("gpu_idle_during_sync_ms"),
         "pageable_memcpy": ev.get("estimated_saving_ms"),
@@ -94,9 +96,25 @@ def calibrate(ctx: CaptureContext, findings: list[Finding]) -> list[Finding]:
             f.severity = _severity(share) if steady_ms >= MIN_JUDGED_MS else "low"
         out.append(f)
     out = _without_nested_repeats(ctx, out)
+    _same_cause(out)
     rank = {"high": 0, "medium": 1, "low": 2, "info": 3}
     return sorted(out, key=lambda f: (-(f.impact["share"] if f.impact["share"] is not None else -1.0),
                                       rank[f.severity], f.rule, f.range or ""))
+
+
+def _same_cause(findings: list[Finding]) -> None:
+    """Idle GPU time caused by what a launch_overhead finding already prices (the gaps fall inside its range,
+    or in launch calls) is one problem seen twice: the gpu_idle finding says which finding holds its cost
+    (``impact.included_in``) and is low severity, so the two shares are not read as separate costs."""
+    launch = [f for f in findings if f.rule == "launch_overhead"]
+    for f in findings:
+        if f.rule != "gpu_idle" or not launch:
+            continue
+        cause, where = f.evidence.get("host_cause"), f.evidence.get("host_cause_range")
+        same = [g for g in launch if cause == "launch" or (cause == "range" and g.range == where)]
+        if same:
+            f.impact["included_in"] = f.evidence["impact"]["included_in"] = f"launch_overhead [{same[0].range}]"
+            f.severity = "low"
 
 
 def _without_nested_repeats(ctx: CaptureContext, findings: list[Finding]) -> list[Finding]:

@@ -12,6 +12,7 @@ from profiler.capture import summary as SM
 from profiler.findings import Finding
 from profiler.rules import Thresholds, rule
 from profiler.rules.capture._common import band, pct
+from profiler.rules.capture._idle_cause import advice, dominant_cause
 from profiler.rules.context import CaptureContext
 
 IDLE_MIN_GAP_US = 50.0
@@ -21,6 +22,9 @@ IDLE_MIN_FRACTION = 0.10
 IDLE_TOP_GAPS = 5
 IDLE_HIGH_FRACTION, IDLE_MEDIUM_FRACTION = 0.5, 0.25
 """Severity bands over the idle share of the active window."""
+ONE_OFF_SHARE = 0.5
+"""A gap holding at least this share of the idle time, without which the rest stays under
+``min_idle_fraction``, is a one-time pause: reported low, not as steady idleness."""
 IDLE_INIT_SHARE = 0.5
 """A gap at least this share of which the launching threads spend in start-up calls is warm-up."""
 INIT_API_PREFIXES = ("cuInit", "cuCtxCreate", "cuDevicePrimaryCtxRetain", "cuLibraryLoad", "cuLibraryGet",
@@ -39,8 +43,9 @@ _CALL_BLOCK = 1 << 18
 
 
 def _host_during(ctx: CaptureContext, d: SM.DeviceGaps, gs: np.ndarray, ge: np.ndarray, detail: np.ndarray | None = None,
-                 ) -> tuple[dict, list[dict]]:
-    """Where the launching threads were during the gaps: API, OS runtime and NVTX time overlapping them.
+                 ) -> tuple[dict, list[dict], np.ndarray]:
+    """Where the launching threads were during the gaps: API, OS runtime and NVTX time overlapping them
+    (the evidence), per-gap detail, and the NVTX time (ns) per series id.
 
     ``per_gap`` (call name -> ms inside that gap) is filled only for the gaps in ``detail`` (all when
     None): the finding lists a few top gaps, and a per-row loop over every gap's calls would cost
@@ -79,11 +84,13 @@ def _host_during(ctx: CaptureContext, d: SM.DeviceGaps, gs: np.ndarray, ge: np.n
         else:
             agg[label] = {}
     inst = table.instances
+    ranges_ns = np.zeros(len(table.series))
     if not table.window and len(inst):
         m = np.isin(inst["tid"].to_numpy(), d.launch_tids)
         sub = inst[m]
         g, q, ov = SM.overlap_by_name(gs, ge, sub["start_ns"].to_numpy(), sub["end_ns"].to_numpy())
         if len(q):
+            ranges_ns = np.bincount(sub["series_id"].to_numpy()[q], weights=ov, minlength=len(table.series))
             by_series = np.array([ctx.label(i) for i in range(len(ctx.ranges))], dtype=object)
             labels = by_series[sub["series_id"].to_numpy()[q]]
             s = pd.Series(ov, index=labels).groupby(level=0).sum().sort_values(ascending=False)
@@ -97,7 +104,7 @@ def _host_during(ctx: CaptureContext, d: SM.DeviceGaps, gs: np.ndarray, ge: np.n
         del covered_e[:]
         in_calls = _covered_ns(cs, ce)
     agg["outside_cuda_and_os_calls_ms"] = max(total - in_calls, 0.0) / 1e6
-    return agg, per_gap
+    return agg, per_gap, ranges_ns
 
 
 def _add_per_gap(per_gap: list[dict], label: str, calls: Any, g: np.ndarray, rows: np.ndarray, ov: np.ndarray,
@@ -136,7 +143,7 @@ def _covered_ns(starts: np.ndarray, ends: np.ndarray) -> int:
 
 @rule("gpu_idle", scope="capture", defaults={
     "min_gap_us": IDLE_MIN_GAP_US, "min_idle_fraction": IDLE_MIN_FRACTION, "top_gaps": IDLE_TOP_GAPS,
-    "init_gap_share": IDLE_INIT_SHARE, "high_idle_fraction": IDLE_HIGH_FRACTION,
+    "init_gap_share": IDLE_INIT_SHARE, "one_off_gap_share": ONE_OFF_SHARE, "high_idle_fraction": IDLE_HIGH_FRACTION,
     "medium_idle_fraction": IDLE_MEDIUM_FRACTION})
 def gpu_idle(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
     """Idle gaps on a device inside its active window, and where the host was meanwhile."""
@@ -167,7 +174,7 @@ def gpu_idle(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
             continue
         gs, ge = d.gap_start_ns[big], d.gap_end_ns[big]
         top = np.argsort(-(ge - gs), kind="stable")[: int(t["top_gaps"])]
-        host, per_gap = _host_during(ctx, d, gs, ge, detail=top)
+        host, per_gap, ranges_ns = _host_during(ctx, d, gs, ge, detail=top)
         top_gaps = []
         for i in top:
             where = per_gap[i]
@@ -175,49 +182,39 @@ def gpu_idle(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
                 "start_ms": (gs[i] - ctx.capture_start_ns) / 1e6, "duration_ms": (ge[i] - gs[i]) / 1e6,
                 "host": {k: dict(sorted(v.items(), key=lambda kv: -kv[1])[:3]) for k, v in where.items()},
             })
-        dominant = _dominant_host(host, idle_ns / 1e6)
+        cause = dominant_cause(ctx, host, ranges_ns, idle_ns / 1e6)
         sev = band(frac, t["high_idle_fraction"], t["medium_idle_fraction"])
         dev_label = f"GPU {d.device_id}" + (f" ({names[d.device_id]})" if names.get(d.device_id) else "")
+        n_gaps = int(big.sum())
+        largest = float((ge - gs).max())
+        one_off = n_gaps > 1 and largest >= t["one_off_gap_share"] * idle_ns and \
+            (idle_ns - largest) / active_ns < t["min_idle_fraction"]
+        if one_off:  # one pause (phases of the program, a one-time allocation), not steady idleness
+            sev = "low"
+            what = (f"{dev_label} idle {pct(frac)}% of its active window, {pct(largest / idle_ns)}% of it in one "
+                    f"gap of {largest / 1e6:.3g} ms at {(gs[top[0]] - ctx.capture_start_ns) / 1e6:.6g} ms (a one-time "
+                    f"pause; the other {n_gaps - 1} {_plural(n_gaps - 1, 'gap')} idle {pct((idle_ns - largest) / active_ns)}%)")
+        else:
+            what = (f"{dev_label} idle {pct(frac)}% of its active window in {n_gaps} {_plural(n_gaps, 'gap')} of "
+                    f"{t['min_gap_us']:g} us or more")
         out.append(Finding(
             rule="gpu_idle", severity=sev, range=None,
-            title=(f"{dev_label} idle {pct(frac)}% of its active window in {int(big.sum())} gaps of "
-                   f"{t['min_gap_us']:g} us or more; meanwhile the host was mostly {dominant[1]}"),
+            title=f"{what}; meanwhile the host was {cause.sentence()}",
             evidence={
                 "device_id": d.device_id, "active_window_ms": active_ns / 1e6, "busy_ms": d.busy_ns / 1e6,
                 "initialization_gaps": int(init_gap.sum()),
                 "initialization_gaps_ms": float(d.gap_ns[init_gap].sum()) / 1e6,
-                "idle_ms": idle_ns / 1e6, "idle_fraction": frac, "gaps": int(big.sum()),
-                "largest_gap_ms": float((ge - gs).max()) / 1e6, "median_gap_us": float(np.median(ge - gs)) / 1e3,
+                "idle_ms": idle_ns / 1e6, "idle_fraction": frac, "gaps": n_gaps,
+                "largest_gap_ms": largest / 1e6, "median_gap_us": float(np.median(ge - gs)) / 1e3,
+                "largest_gap_share": largest / idle_ns, "one_time_pause": one_off, "host_cause": cause.kind,
+                "host_cause_range": cause.name if cause.kind == "range" else None,
                 "host_during_gaps_ms": host, "top_gaps": top_gaps,
             },
             threshold=t.pick("min_gap_us", "min_idle_fraction"),
-            recommendation=_idle_advice(dominant[0]) + (TRT_IDLE_ADVICE if ctx.tensorrt else ""),
+            recommendation=advice(cause, ctx.tensorrt) + (TRT_IDLE_ADVICE if ctx.tensorrt and cause.kind != "range" else ""),
         ))
     return out
 
 
-def _dominant_host(host: dict, idle_ms: float) -> tuple[str, str]:
-    """(kind, phrase) of what the launching threads did most while the GPU waited."""
-    best = ("code", "running code outside CUDA and OS runtime calls", host.get("outside_cuda_and_os_calls_ms", 0.0))
-    for kind in ("os_runtime", "cuda_api"):
-        for name, v in (host.get(kind) or {}).items():
-            if v > best[2]:
-                best = (kind if kind == "os_runtime" else ("sync" if "ynchron" in name else "api"),
-                        f"in {name}", v)
-            break
-    return best[0], f"{best[1]} ({best[2]:.3g} of {idle_ms:.3g} ms)"
-
-
-def _idle_advice(kind: str) -> str:
-    if kind == "os_runtime":
-        return ("The launching thread sleeps, waits on a lock or does I/O while the GPU has nothing queued: move "
-                "that work off the thread that feeds the GPU, or queue the next batch's work before it.")
-    if kind == "sync":
-        return ("The host waits for the GPU and only then issues more work: queue the next iteration before "
-                "synchronising (double buffering, a second stream), or replace the host-side wait with "
-                "cudaStreamWaitEvent.")
-    if kind == "api":
-        return ("CUDA API calls other than launches fill the gaps (allocation, copies): preallocate buffers, use "
-                "pinned memory with async copies, keep them out of the loop.")
-    return ("The host runs its own code (Python, pre/post-processing) between GPU work: overlap it with GPU work "
-            "(a producer thread, a second stream), batch requests, or capture the GPU part as a CUDA graph.")
+def _plural(n: int, word: str) -> str:
+    return word if n == 1 else word + "s"

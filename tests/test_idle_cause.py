@@ -1,0 +1,125 @@
+"""gpu_idle names what the host did while the GPU waited from the evidence it gathered (calls, NVTX ranges,
+the host's own code), gives the advice that fits, treats one long pause apart, and does not price twice
+what launch_overhead already prices. Synthetic captures for each cause; real captures where they exist."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from profiler.capture.analyze import analyze, analyze_path
+from profiler.capture.trace import Trace
+from tests.capture_builders import T, api, capture_or_skip, kernels, ranges
+from tests.conftest import NSYS_FIXTURES, SAMPLE_TRACES, SHARED
+
+TRT = SHARED / "fixtures" / "nsys-tensorrt"
+
+
+def _idle(res):
+    [f] = [f for f in res.findings if f.rule == "gpu_idle"]
+    return f
+
+
+def _loop(call: str | None, call_us: int, n: int = 20, gap_us: int = 200, osrt: bool = True, category="launch"):
+    """n kernels of 20 us separated by ``gap_us`` gaps; in each gap one API call of ``call_us``."""
+    krows, arows = [], []
+    t = 0
+    for i in range(n):
+        krows.append((t, t + 20 * T, 5, t - 2 * T, i + 1))
+        if call:
+            arows.append((call, t + 20 * T, t + (20 + call_us) * T, 5, category))
+        t += (20 + gap_us) * T
+    os_calls = pd.DataFrame([{"name": "read", "start_ns": 0, "end_ns": T, "global_tid": 5, "pid": 1, "tid": 5}])
+    return Trace(kernels=kernels(*krows), api=api(*arows) if arows else None, osrt=os_calls if osrt else None)
+
+
+def test_long_launch_calls_are_lazy_loading_short_ones_launch_bound():
+    lazy = _idle(analyze(_loop("cudaLaunchKernel", 150)))  # 150 us per launch: the module loads
+    assert lazy.evidence["host_cause"] == "lazy_load"
+    assert "CUDA_MODULE_LOADING" in lazy.recommendation and "other than launches" not in lazy.recommendation
+    # many 40 us launches fill the gaps: launch-bound, a CUDA graph helps
+    quick = _idle(analyze(_loop("cudaLaunchKernel", 40, gap_us=60)))
+    assert quick.evidence["host_cause"] == "launch" and "CUDA graph" in quick.recommendation
+
+
+def test_an_allocation_in_the_gaps_gets_allocation_advice():
+    f = _idle(analyze(_loop("cudaMalloc", 180, category="other")))
+    assert f.evidence["host_cause"] == "api" and "mostly in cudaMalloc" in f.title
+    assert "allocate buffers once" in f.recommendation
+
+
+def test_without_os_runtime_tracing_the_code_claim_says_what_is_unknown():
+    traced = _idle(analyze(_loop(None, 0)))
+    assert "outside CUDA and OS runtime calls" in traced.title
+    untraced = _idle(analyze(_loop(None, 0, osrt=False)))
+    assert "outside CUDA and OS runtime calls" not in untraced.title
+    assert "OS runtime calls were not traced" in untraced.title
+
+
+def test_no_majority_is_said_as_the_largest_part():
+    tr = _loop("cudaGraphInstantiate", 80, category="other")  # 80 of each 200 us gap
+    reads = [{"name": "read", "start_ns": (120 + 220 * i) * T, "end_ns": (190 + 220 * i) * T, "global_tid": 5,
+              "pid": 1, "tid": 5} for i in range(20)]  # 70 us, leaving 50 us of code
+    f = _idle(analyze(Trace(kernels=tr.kernels, api=tr.api, osrt=pd.DataFrame(reads))))
+    assert "for the largest part in cudaGraphInstantiate" in f.title and "mostly" not in f.title
+    assert "instantiate each graph once" in f.recommendation
+
+
+def _with_range(label_name: str, domain: str = ""):
+    """The gaps fall inside one NVTX range per gap (inner), all inside one loop range (outer)."""
+    tr = _loop(None, 0)
+    rows = [("loop", -10 * T, 20 * 220 * T, 5, domain)]
+    rows += [(label_name, (20 + 220 * i) * T, (210 + 220 * i) * T, 5, domain) for i in range(20)]
+    return Trace(kernels=tr.kernels, osrt=tr.osrt, nvtx=ranges(*rows))
+
+
+@pytest.mark.parametrize("name, words", [("compileFusion", "JIT compilation"), ("MPI_Recv", "communication"),
+                                         ("postprocess", "that range's host work")])
+def test_a_range_holding_the_gaps_is_named_not_the_loop_around_it(name, words):
+    f = _idle(analyze(_with_range(name)))
+    assert f.evidence["host_cause"] == "range" and f.evidence["host_cause_range"] == name
+    assert f"inside the NVTX range {name}" in f.title and "loop" not in f.title
+    assert words in f.recommendation
+
+
+def test_one_long_pause_is_reported_apart_and_priced_by_the_rest():
+    krows, t = [], 0
+    for i in range(40):
+        krows.append((t, t + 100 * T, 5, t - 2 * T, i + 1))
+        t += (100 + (20_000 if i == 20 else 60)) * T  # 60 us gaps, and one 20 ms pause
+    f = _idle(analyze(Trace(kernels=kernels(*krows))))
+    assert f.evidence["one_time_pause"] and "one-time pause" in f.title
+    rest_ms = 38 * 0.06
+    assert f.impact["ms_total"] == pytest.approx(rest_ms)  # the other gaps, not the pause
+    assert f.severity in ("low", "medium") and f.evidence["largest_gap_ms"] == pytest.approx(20.0)
+
+
+def test_trt_eager_idle_is_the_enqueue_and_priced_by_launch_overhead():
+    res = analyze_path(capture_or_skip(SAMPLE_TRACES / "trt_eager.sqlite"))
+    f = _idle(res)
+    assert f.evidence["host_cause_range"] == "TensorRT:ExecutionContext::enqueue"
+    assert "useCudaGraph" in f.recommendation
+    assert f.impact["included_in"] == "launch_overhead [TensorRT:ExecutionContext::enqueue]"
+    assert f.severity == "low"
+    [lo] = [g for g in res.findings if g.rule == "launch_overhead"]
+    assert lo.severity == "high"
+
+
+def test_nvfuser_compile_pause_is_one_time_and_named():
+    res = analyze_path(capture_or_skip(NSYS_FIXTURES / "v2025.1.1_nvfuser_h200_nvtx13513.sqlite"))
+    f = _idle(res)
+    assert f.evidence["one_time_pause"] and f.evidence["host_cause_range"] == \
+        "FusionKernelRuntime::compileFusionParallel"
+    assert "JIT compilation" in f.recommendation
+    assert f.impact["share"] < 0.1  # the other nine gaps, not the 271 ms compile
+
+
+def test_trt_htod_capture_phase_change_is_a_low_one_time_pause():
+    f = _idle(analyze_path(capture_or_skip(TRT / "multistream_HtoD-bound.sqlite")))
+    assert f.evidence["one_time_pause"] and f.evidence["largest_gap_share"] > 0.9
+    assert f.severity == "low"
+
+
+def test_saxpy_without_osrt_does_not_claim_the_host_was_outside_os_calls():
+    f = _idle(analyze_path(capture_or_skip(NSYS_FIXTURES / "v2022.2.1_pipit_saxpy_mpi_cuda_nvtx_domains.sqlite")))
+    assert "OS runtime calls were not traced" in f.title and "Python" not in f.recommendation
