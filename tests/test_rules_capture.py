@@ -323,6 +323,11 @@ def test_no_nvtx_sample_is_one_window():
     [f] = fired(res, "launch_overhead")
     assert f.range is None
     assert f.evidence["launches_per_instance"] >= 6000  # 60 x 100 in the loop, plus warm-up
+    # no inference was identified: nothing is priced or worded per inference
+    assert data["inference"]["source"] == "window" and f.impact["ms_per_instance"] is None
+    assert f.impact["ms_total"] > 0 and "per instance" not in f.title and "launches in it" in f.title
+    from profiler.cli.analyze import inference_lines
+    assert inference_lines(data)[0].startswith("inference: none identified (no repeated NVTX range)")
 
 
 def test_sync_heavy_sample_and_nsys_cuda_api_sync():

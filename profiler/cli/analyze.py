@@ -83,10 +83,15 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
             "window": "no repeated NVTX range: the whole capture"}.get(inf.get("source"), "?")
     bound = inf.get("bound_by")
     bound_txt = f"; steady state bound by {BOUND_WORDS.get(bound, str(bound) + ' copies')}" if bound else ""
-    lines = [f"inference: {inf.get('series') or '(whole capture)'} ({what}), {inf.get('count')} instances "
-             f"({inf.get('steady_count')} steady): GPU {_fmt(st(inf['gpu_ms']))} ms median "
-             f"(p99 {_fmt(st(inf['gpu_ms'], 'p99'))}), GPU latency {_fmt(st(inf['gpu_latency_ms']))} ms, "
-             f"queue {_fmt(st(inf['queue_ms']))} ms, host {_fmt(st(inf['host_ms']))} ms{bound_txt}"]
+    if inf.get("source") == "window":  # no inference identified: one window, no per-inference statistics
+        lines = [f"inference: none identified (no repeated NVTX range); the capture's GPU work as one window: "
+                 f"GPU busy {_fmt(st(inf['gpu_ms']))} ms over a GPU span of {_fmt(st(inf['gpu_latency_ms']))} ms, "
+                 f"host {_fmt(st(inf['host_ms']))} ms{bound_txt}"]
+    else:
+        lines = [f"inference: {inf.get('series')} ({what}), {inf.get('count')} instances "
+                 f"({inf.get('steady_count')} steady): GPU {_fmt(st(inf['gpu_ms']))} ms median "
+                 f"(p99 {_fmt(st(inf['gpu_ms'], 'p99'))}), GPU latency {_fmt(st(inf['gpu_latency_ms']))} ms, "
+                 f"queue {_fmt(st(inf['queue_ms']))} ms, host {_fmt(st(inf['host_ms']))} ms{bound_txt}"]
     layers = data.get("layers") or []
     total = data.get("layer_total") or {}
     if layers:

@@ -23,9 +23,13 @@ def inference_cards(doc: AnalysisDocument) -> list[dict]:
     if not isinstance(inf, dict):
         return []
     gpu = inf.get("gpu_ms") or {}
-    cards = [card("inference GPU ms", stat(gpu, "median"), sub=f"median of {inf.get('steady_count')} "
-                                                                f"steady of {inf.get('count')}"),
-             card("host ms", stat(inf.get("host_ms"), "median"), sub="median enqueue time")]
+    if inf.get("source") == "window":  # no inference identified: the capture's work as one window
+        cards = [card("GPU busy ms", stat(gpu, "median"), sub="whole capture: no inference identified"),
+                 card("host ms", stat(inf.get("host_ms"), "median"), sub="whole capture")]
+    else:
+        cards = [card("inference GPU ms", stat(gpu, "median"), sub=f"median of {inf.get('steady_count')} "
+                                                                    f"steady of {inf.get('count')}"),
+                 card("host ms", stat(inf.get("host_ms"), "median"), sub="median enqueue time")]
     if inf.get("bound_by"):
         cards.append(card("bound by", BOUND.get(inf["bound_by"], str(inf["bound_by"])), sub="steady state"))
     ph = doc.get("phases") or {}
@@ -47,7 +51,8 @@ def inference_section(doc: AnalysisDocument) -> Section | None:
             for name, key in (("GPU time", "gpu_ms"), ("GPU latency (first start to last end)", "gpu_latency_ms"),
                               ("queueing delay (launch call to GPU start)", "queue_ms"),
                               ("host enqueue time", "host_ms"))]
-    sec.add(table(["per inference", "median ms", "p99 ms", "max ms"], rows, numeric=[False, True, True, True]))
+    head = "whole capture (one window)" if inf.get("source") == "window" else "per inference"
+    sec.add(table([head, "median ms", "p99 ms", "max ms"], rows, numeric=[False, True, True, True]))
     sec.add(*_layers(doc), *_phases(doc.get("phases") or {}), *_streams(doc))
     return sec
 

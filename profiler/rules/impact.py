@@ -74,7 +74,8 @@ def calibrate(ctx: CaptureContext, findings: list[Finding]) -> list[Finding]:
         share = min(max(cost / period, 0.0), 1.0) if cost is not None and period > 0 else None
         # per inference only where the finding is about the inference (or the whole capture): the cost of
         # another range's copies divided by the inference count would exceed the inference itself
-        about_unit = f.range is None or unit_label is None or f.range == unit_label
+        # (and never without an inference unit: a capture's one window is no inference)
+        about_unit = unit_label is not None and (f.range is None or f.range == unit_label)
         f.impact = {"ms_per_instance": max(cost, 0.0) / n_inf if cost is not None and about_unit else None,
                     "ms_total": max(cost, 0.0) if cost is not None else None, "share": share,
                     "instances": n_inf, "steady_ms": steady_ms}

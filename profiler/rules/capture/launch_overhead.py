@@ -96,8 +96,9 @@ def launch_overhead(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
         sev = band(ev["graph_saving_pct"], t["high_saving_pct"], t["medium_saving_pct"])
         out.append(Finding(
             rule="launch_overhead", severity=sev, range=ctx.label(r["series_id"]),
-            title=(f"Launch-bound: the GPU is busy {pct(ev['gpu_busy_fraction'])}% of the range while the host "
-                   f"issues {ev['launches_per_instance']:.0f} launches per instance"),
+            title=(f"Launch-bound: the GPU is busy {pct(ev['gpu_busy_fraction'])}% of the "
+                   + (f"capture while the host issues {ev['launches_per_instance']:.0f} launches in it" if ctx.table.window
+                      else f"range while the host issues {ev['launches_per_instance']:.0f} launches per instance")),
             evidence=ev,
             threshold=t.pick("max_busy_fraction", "min_launches_per_instance", "max_kernel_to_launch_ratio",
                              "min_saving_pct", "graph_node_overhead_us"),
