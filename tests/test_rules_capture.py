@@ -10,6 +10,7 @@ import pytest
 
 from profiler.capture.analyze import AnalysisOptions, analyze, analyze_path
 from profiler.capture.trace import Trace
+from profiler.cli.analyze import inference_lines
 from profiler.errors import UsageError
 from profiler.rules import get_rule, registry, resolve_thresholds
 from tests.conftest import SAMPLE_TRACES
@@ -326,7 +327,6 @@ def test_no_nvtx_sample_is_one_window():
     # no inference was identified: nothing is priced or worded per inference
     assert data["inference"]["source"] == "window" and f.impact["ms_per_instance"] is None
     assert f.impact["ms_total"] > 0 and "per instance" not in f.title and "launches in it" in f.title
-    from profiler.cli.analyze import inference_lines
     assert inference_lines(data)[0].startswith("inference: none identified (no repeated NVTX range)")
 
 
