@@ -327,7 +327,7 @@ def test_no_nvtx_sample_is_one_window():
     # no inference was identified: nothing is priced or worded per inference
     assert data["inference"]["source"] == "window" and f.impact["ms_per_instance"] is None
     assert f.impact["ms_total"] > 0 and "per instance" not in f.title and "launches in it" in f.title
-    assert inference_lines(data)[0].startswith("inference: none identified (no repeated NVTX range)")
+    assert inference_lines(data)[0].startswith("inference: none identified (no NVTX ranges)")
 
 
 def test_sync_heavy_sample_and_nsys_cuda_api_sync():
@@ -385,3 +385,12 @@ def test_transfer_bound_sample():
              if r["name"] == "transfer_bound.step")
     assert [(o["index"], o["cause"]) for o in r["outliers"]] == [(0, "cuda_api")]
     assert r["outliers"][0]["detail"]["call"] == "cuLibraryLoadData"
+
+
+def test_a_capture_without_a_unit_says_why_and_names_a_nested_candidate():
+    inf = sample("harness_cls").to_json()["inference"]
+    assert inf["source"] == "window"
+    # the sweep's variants are the outermost ranges (one each); their per-iteration ranges repeat inside them
+    assert inf["why"].startswith("no repeated outermost NVTX range; nested ones repeat, e.g. trtprof:")
+    assert "/iter x" in inf["why"] and "--unit NAME" in inf["why"]
+    assert sample("no_nvtx").to_json()["inference"]["why"] == "no NVTX ranges"

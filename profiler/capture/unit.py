@@ -57,6 +57,7 @@ class Unit:
     gpu_end_ns: np.ndarray  # end of the instance's GPU work (its own end when it has none)
     graph_launches: int
     warmup: int
+    why: str = ""  # for a window unit: why no series was taken as the inference
 
     @property
     def count(self) -> int:
@@ -105,6 +106,28 @@ def choose_series(table: S.SeriesTable, unit_name: str | None = None) -> tuple[i
     return None, "window"
 
 
+def window_reason(table: S.SeriesTable) -> str:
+    """Why a capture has no inference unit, in words (for a window unit)."""
+    if table.window or table.series.empty:
+        return "no NVTX ranges"
+    inst = table.instances
+    sid = inst["series_id"].to_numpy()
+    top = np.bincount(sid, weights=(inst["depth"].to_numpy() == 0).astype(np.float64), minlength=len(table.series))
+    count = table.series["count"].to_numpy()
+    if not ((count >= 2) & (top >= 0.5 * count)).any():
+        nested = np.flatnonzero(count >= 2)
+        if not len(nested):
+            return "no repeated NVTX range"
+        depth = pd.Series(inst["depth"].to_numpy()).groupby(sid).min().reindex(range(len(count))).to_numpy()
+        busy = np.bincount(sid, weights=inst["gpu_busy_ns"].to_numpy(dtype=np.float64), minlength=len(count))
+        i = int(max(nested.tolist(), key=lambda j: (-depth[j], busy[j])))  # the shallowest, then the busiest
+        return (f"no repeated outermost NVTX range; nested ones repeat, e.g. "
+                f"{label_of(table.series['domain'].iat[i], table.series['name'].iat[i])} x{int(count[i])}: "
+                "--unit NAME takes one as the inference")
+    return (f"no repeated outermost NVTX range launches {UNIT_MIN_GPU_SHARE:.0%} of the GPU work "
+            "(--unit NAME takes one as the inference)")
+
+
 def _is_trt(series: pd.DataFrame, i: int) -> bool:
     return series["domain"].iat[i] == TENSORRT_DOMAIN and bool(TENSORRT_UNIT.match(str(series["name"].iat[i])))
 
@@ -142,7 +165,8 @@ def build_unit(table: S.SeriesTable, unit_name: str | None = None) -> Unit:
     gpu = inst["gpu_busy_ns"].to_numpy()
     return Unit(source=source, series_id=sid, label=label, rows=rows, start_ns=inst["start_ns"].to_numpy(),
                 host_ns=host, gpu_ns=gpu, latency_ns=latency, queue_ns=queue, gpu_end_ns=last,
-                graph_launches=graphs, warmup=warmup_count(host, latency, first_is_warmup=source == "tensorrt"))
+                graph_launches=graphs, warmup=warmup_count(host, latency, first_is_warmup=source == "tensorrt"),
+                why=window_reason(table) if source == "window" else "")
 
 
 def _window_unit(table: S.SeriesTable) -> Unit:
@@ -157,7 +181,7 @@ def _window_unit(table: S.SeriesTable) -> Unit:
     return Unit(source="window", series_id=0 if table.window else None, label=None,
                 rows=np.zeros(1 if len(act) else 0, np.int64), start_ns=np.array([lo]), host_ns=one(hi - lo),
                 gpu_ns=one(busy), latency_ns=one(hi - lo), queue_ns=one(np.nan), gpu_end_ns=np.array([hi]),
-                graph_launches=graphs, warmup=0)
+                graph_launches=graphs, warmup=0, why=window_reason(table))
 
 
 def warmup_count(host_ns: np.ndarray, latency_ns: np.ndarray, first_is_warmup: bool = False,
@@ -190,4 +214,5 @@ def unit_json(unit: Unit) -> dict[str, Any]:
         "steady_count": max(unit.count - unit.warmup, 0), "warmup_count": unit.warmup,
         "gpu_ms": summ(unit.gpu_ns), "gpu_latency_ms": summ(unit.latency_ns), "queue_ms": summ(unit.queue_ns),
         "host_ms": summ(unit.host_ns), "graph_launches": unit.graph_launches,
+        **({"why": unit.why} if unit.source == "window" else {}),
     }

@@ -79,12 +79,12 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
     if not isinstance(inf, dict):
         return []
     st = lambda d, k="median": (d or {}).get(k)  # noqa: E731
-    what = {"tensorrt": "TensorRT enqueue", "nvtx": "outermost repeated NVTX range",
-            "window": "no repeated NVTX range: the whole capture"}.get(inf.get("source"), "?")
+    what = {"tensorrt": "TensorRT enqueue", "nvtx": "outermost repeated NVTX range"}.get(inf.get("source"), "?")
     bound = inf.get("bound_by")
     bound_txt = f"; steady state bound by {BOUND_WORDS.get(bound, str(bound) + ' copies')}" if bound else ""
     if inf.get("source") == "window":  # no inference identified: one window, no per-inference statistics
-        lines = [f"inference: none identified (no repeated NVTX range); the capture's GPU work as one window: "
+        lines = [f"inference: none identified ({inf.get('why') or 'no repeated NVTX range'}); the capture's GPU "
+                 f"work as one window: "
                  f"GPU busy {_fmt(st(inf['gpu_ms']))} ms over a GPU span of {_fmt(st(inf['gpu_latency_ms']))} ms, "
                  f"host {_fmt(st(inf['host_ms']))} ms{bound_txt}"]
     else:
