@@ -230,7 +230,9 @@ def compare_batches(references: list[dict[str, np.ndarray]], candidates: list[di
     return result
 
 
-def _limits_for(precision: str, thresholds: dict | None) -> dict[str, float]:
+def limits_for(precision: str, thresholds: dict | None) -> dict[str, float]:
+    """The limits of ``precision`` from ``thresholds``: None (the defaults), a per-precision table like
+    DEFAULT_THRESHOLDS (none for a precision it lacks), or the limits of this precision directly."""
     if thresholds is None:
         return dict(DEFAULT_THRESHOLDS.get(precision, {}))
     if precision in thresholds and isinstance(thresholds[precision], dict):
@@ -300,7 +302,7 @@ def tolerances_for(precision: str, thresholds: dict | None, outputs: Iterable[st
     in ``user_limits``): only then does the check gate, because an absolute tolerance needs the output's
     units (pixels, probabilities, logits), which only the user knows. Otherwise it is reported.
     """
-    limits = _limits_for(precision, thresholds)
+    limits = limits_for(precision, thresholds)
     base = {k: float(limits[k]) for k in TOLERANCE_KEYS if k in limits}
     precision_given = any(k in (user_limits or {}).get(precision, {}) for k in TOLERANCE_KEYS)
     out = {}
@@ -317,7 +319,7 @@ def evaluate(metrics: dict[str, dict], precision: str,
     ``thresholds``: None (defaults), a per-precision table like DEFAULT_THRESHOLDS, or the limits
     of this precision. NaN/Inf in the candidate, a missing output or a shape mismatch always breach.
     """
-    limits = _limits_for(precision, thresholds)
+    limits = limits_for(precision, thresholds)
     breaches: list[dict[str, Any]] = []
     for output, m in metrics.items():
         if "error" in m:
@@ -341,53 +343,18 @@ def evaluate(metrics: dict[str, dict], precision: str,
     return not breaches, breaches
 
 
-_RECOMMEND = {
-    "fp16": ("Keep the layers that lose precision in float32: add the op types or node names feeding "
-             "this output to the fp16 block list (keep_fp32), starting with normalisations, reductions and "
-             "the last layers; check for activations or constants beyond float16's range (65504)."),
-    "int8": ("Calibrate on more representative data (--calib with a few hundred real inputs), try another "
-             "calibration method (--calib-method entropy|minmax|percentile: entropy clips outliers that "
-             "MobileNet-style and attention layers need, minmax keeps them), and keep the sensitive layers "
-             "(first and last convolutions, the classifier head, depthwise and squeeze-excitation blocks) "
-             "in float32."),
-}
-
-
-def _describe(b: dict[str, Any]) -> str:
-    if b["metric"] == "error":
-        return str(b["value"])
-    if b["metric"] in ("nan_count", "inf_count"):
-        return f"{b['value']} {'NaN' if b['metric'] == 'nan_count' else 'Inf'} values"
-    op = "<" if b.get("kind") == "min" else ">"
-    return f"{b['metric']} {b['value']:.6g} {op} {b['limit']:g}"
-
-
 def accuracy_findings(variant_key: str, precision: str, per_output: dict[str, dict],
                       thresholds: dict | None = None, *, calibration: dict | None = None) -> list[Finding]:
-    """One ``precision_regression`` finding per output whose metrics breach the limits.
+    """One ``precision_regression`` finding per output whose metrics breach the limits: the registered sweep
+    rule (:mod:`profiler.rules.sweep_accuracy`) over this one variant's check.
 
-    Severity: high for NaN/Inf, missing outputs or lost top-1 agreement; medium otherwise; info
-    when the int8 calibration ran on random inputs (the numbers then mean nothing).
+    ``thresholds`` as for :func:`evaluate`. Severity: high for NaN/Inf, missing outputs or lost top-1
+    agreement; medium otherwise; info when the int8 calibration ran on random inputs.
     """
-    limits = _limits_for(precision, thresholds)
-    _, breaches = evaluate(per_output, precision, thresholds)
-    findings: list[Finding] = []
-    meaningless = bool((calibration or {}).get("meaningless"))
-    for output in dict.fromkeys(b["output"] for b in breaches):
-        mine = [b for b in breaches if b["output"] == output]
-        hard = any(b["metric"] in ("nan_count", "inf_count", "error", "top1_agreement") for b in mine)
-        severity = "info" if meaningless else ("high" if hard else "medium")
-        recommendation = _RECOMMEND.get(precision, "Compare this variant's layers with fp32 to find where it diverges.")
-        if meaningless:
-            recommendation = ("The int8 calibration used random inputs, so this accuracy result means nothing; "
-                              "pass --calib DATA with representative inputs and run again. " + recommendation)
-        metrics = per_output.get(output, {})
-        findings.append(Finding(
-            rule="precision_regression", scope="sweep", severity=severity, variant=variant_key,
-            title=f"{precision} output {output!r} differs from fp32: " + "; ".join(_describe(b) for b in mine),
-            evidence={"output": output, **{k: v for k, v in metrics.items()},
-                      "breaches": [b["metric"] for b in mine],
-                      "calibration_meaningless": meaningless},
-            threshold=limits, recommendation=recommendation,
-        ))
-    return findings
+    from profiler.rules import get_rule
+    from profiler.rules.context import AccuracyCheck, SweepContext
+
+    check = AccuracyCheck(variant_key, precision, per_output,
+                          calibration_meaningless=bool((calibration or {}).get("meaningless")))
+    ctx = SweepContext([], accuracy_checks=[check], accuracy_limits={precision: limits_for(precision, thresholds)})
+    return get_rule("sweep", "precision_regression").run(ctx)

@@ -25,9 +25,9 @@ class Finding:
       ``no_tensor_cores``, ``channel_alignment``, and trtexec's warnings ``launch_overhead`` (enqueue-bound),
       ``transfer_bound``, ``jitter``;
     - sweep: ``launch_overhead``, ``transfer_bound``, ``jitter``, ``variant_failed``, ``multistream_latency``,
-      ``fastest_variant``, ``workspace_limited``, ``stream_scaling`` (the registry's rules), and from the
-      accuracy check ``precision_regression`` (fails the gate) and ``precision_model_arithmetic``, from
-      a sweep spread over devices ``sweep.devices`` and ``sweep.devices_differ``.
+      ``fastest_variant``, ``workspace_limited``, ``stream_scaling``, ``precision_regression`` (fails the
+      gate) and ``precision_model_arithmetic`` (the registry's rules), and from a sweep spread over devices
+      ``sweep.devices`` and ``sweep.devices_differ``.
 
     ``evidence`` holds the numbers that prove the finding, with units in their keys (``busy_fraction``,
     ``median_kernel_us``); ``threshold`` holds the limits the rule compared them with.

@@ -10,6 +10,7 @@ import json
 from collections import defaultdict
 from typing import Any
 
+import numpy as np
 import pytest
 
 from profiler import rules as R
@@ -17,7 +18,7 @@ from profiler.capture.analyze import AnalysisOptions, analyze_path
 from profiler.errors import UsageError
 from profiler.findings import Finding
 from profiler.layers import frame as lf
-from profiler.rules.context import LayerContext, SweepContext
+from profiler.rules.context import AccuracyCheck, LayerContext, SweepContext
 from tests.conftest import SAMPLE_TRACES, TRTEXEC_FIXTURES
 
 
@@ -89,7 +90,19 @@ def sweep_contexts() -> list[SweepContext]:
         {"key": "int8-ws64M-s1", "precision": "int8", "status": "failed", "error": "build failed"},
     ]
     out.append(SweepContext(synthetic, {"name": "tensorrt", "version": "10.14.1"}))
+    out.append(SweepContext([], {}, accuracy_checks()))
     return out
+
+
+def accuracy_checks() -> list[AccuracyCheck]:
+    """An fp16 variant whose timed outputs are 30% off FP32's (rel L2) and one whose own arithmetic is."""
+    from profiler.accuracy import compare_batches
+
+    rng = np.random.default_rng(0)
+    ref = [{"y": rng.normal(size=(4, 16))} for _ in range(2)]
+    off = [{"y": r["y"] + 0.3 * rng.normal(size=(4, 16))} for r in ref]
+    return [AccuracyCheck("fp16-ws64M-s1", "fp16", compare_batches(ref, off)),
+            AccuracyCheck("fp16-ws1024M-s1", "fp16", compare_batches(ref, off), engine="model_arithmetic")]
 
 
 CONTEXTS = {"capture": capture_contexts, "layers": layer_contexts, "sweep": sweep_contexts}

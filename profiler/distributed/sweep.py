@@ -37,14 +37,15 @@ _PREPARED: dict[str, Any] = {}  # per worker process: the prepared sweep of the 
 
 
 def run_variant_task(task: dict[str, Any]) -> dict[str, Any]:
-    """Measure one variant of a run, in a worker process: returns {record, samples_ms, layers, findings}.
+    """Measure one variant of a run, in a worker process: returns {record, samples_ms, layers, accuracy_checks}
+    (the checks as measured, judged by the coordinator's rules with the run's findings).
     The variant is stored by this process (when the run has a store)."""
     from profiler.harness.nvtx import ranges, variant_range_name
 
     started = time.time()
     sweep, prep, reference = _prepared(task["config_json"])
     planned = next(p for p in prep.plan if p.spec.key == task["key"])
-    before = len(sweep.accuracy_findings)
+    before = len(sweep.accuracy_checks)
     with ranges().range(variant_range_name(planned.spec.key)):
         rec, samples, layers = sweep._run_variant(planned.spec, prep.backend, prep.model_path, prep.shapes,
                                                   prep.feeds, reference(planned.spec.precision))
@@ -62,7 +63,7 @@ def run_variant_task(task: dict[str, Any]) -> dict[str, Any]:
             sweep.store, sweep.run_id = None, None
             store.close()
     return {"record": rec, "samples_ms": [s["latency_ms"] for s in samples], "layers": json_safe(layers),
-            "findings": [f.to_dict() for f in sweep.accuracy_findings[before:]]}
+            "accuracy_checks": sweep.accuracy_checks[before:]}
 
 
 def prime_worker(config_json: str) -> None:
@@ -303,7 +304,7 @@ def _keep(sweep: Any, value: dict[str, Any]) -> None:
         sweep.samples_ms[rec["key"]] = value["samples_ms"]
     if value.get("layers"):
         sweep.layers[rec["key"]] = value["layers"]
-    sweep.accuracy_findings.extend(Finding.from_dict(f) for f in value.get("findings") or [])
+    sweep.accuracy_checks.extend(value.get("accuracy_checks") or [])
 
 
 def _ok_line(rec: dict[str, Any]) -> str:

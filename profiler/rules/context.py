@@ -4,14 +4,14 @@
   gaps and outliers, built by :func:`profiler.capture.analyze.analyze`;
 - :class:`LayerContext` (scope ``layers``): one engine's per-layer frame and trtexec timing, built by
   :mod:`profiler.layers.importer`;
-- :class:`SweepContext` (scope ``sweep``): a sweep's variant records and its backend, built by
-  :mod:`profiler.sweep`.
+- :class:`SweepContext` (scope ``sweep``): a sweep's variant records, its backend, and its accuracy checks
+  (:class:`AccuracyCheck`) with the accuracy limits they are judged by, built by :mod:`profiler.sweep`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
@@ -93,12 +93,38 @@ Variant = dict[str, Any]
 (:func:`profiler.stats.summarize` dicts in ms), ``throughput_qps``, ``accuracy`` ..."""
 
 
+@dataclass(frozen=True)
+class AccuracyCheck:
+    """One variant's outputs compared with FP32's (:func:`profiler.accuracy.compare_batches`), as measured.
+
+    ``engine`` says what produced the compared outputs: ``"timed"``, the engine that was timed (judged by
+    ``precision_regression``, which fails the gate), or ``"model_arithmetic"``, the model's own arithmetic
+    shown beside it where the timed engine is not faithful to the precision (``precision_model_arithmetic``).
+    """
+
+    variant: str  # the variant's key, each finding's ``variant``
+    precision: str
+    outputs: Mapping[str, Mapping[str, Any]]  # output name -> its metrics
+    engine: str = "timed"  # or "model_arithmetic"
+    calibration_meaningless: bool = False  # int8 calibrated on random inputs: the numbers mean nothing
+
+
 @dataclass
 class SweepContext:
-    """What the sweep rules see: the variant records and the backend's ``describe()``."""
+    """What the sweep rules see: the variant records, the backend's ``describe()``, and the accuracy checks
+    with the per-precision limits they are judged by (``accuracy_limits``: precision -> ``<metric>_min`` /
+    ``<metric>_max`` / ``atol`` / ``rtol``; None: :data:`profiler.accuracy.DEFAULT_THRESHOLDS`)."""
 
     variants: list[Variant]
     environment: dict[str, Any] = field(default_factory=dict)
+    accuracy_checks: list[AccuracyCheck] = field(default_factory=list)
+    accuracy_limits: Mapping[str, Mapping[str, float]] | None = None
+
+    def limits_of(self, precision: str) -> dict[str, float]:
+        """The accuracy limits of ``precision`` (none for a precision the table lacks)."""
+        from profiler.accuracy import limits_for
+
+        return limits_for(precision, None if self.accuracy_limits is None else dict(self.accuracy_limits))
 
 
-__all__ = ["CaptureContext", "LayerContext", "SweepContext", "Variant"]
+__all__ = ["AccuracyCheck", "CaptureContext", "LayerContext", "SweepContext", "Variant"]

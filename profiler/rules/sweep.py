@@ -22,20 +22,20 @@ Thresholds (medians compared, as trtexec does):
 Thresholds are overridable per rule: ``sweep_findings(variants, env, overrides={"jitter": {"cov_pct": 3}})``
 (``--threshold jitter.cov_pct=3``; the ``"sweep.jitter"`` keys of configurations stored before are read too).
 
-``precision_regression`` and ``precision_model_arithmetic`` come from the accuracy check
-(:func:`profiler.accuracy.accuracy_findings`), made while a variant runs, not from these rules.
+``precision_regression`` and ``precision_model_arithmetic`` judge the context's accuracy checks
+(:mod:`profiler.rules.sweep_accuracy`).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from profiler.findings import Finding
 from profiler.rules import Overrides, Thresholds, rule, run_rules
 from profiler.rules._trtexec import (ENQUEUE_BOUND_RATIO, JITTER_COV_PCT_10_14, JITTER_MEDIUM_OVER_LIMIT,
                                      TRANSFER_BOUND_RATIO, jitter_cov_limit)
-from profiler.rules.context import SweepContext, Variant
+from profiler.rules.context import AccuracyCheck, SweepContext, Variant
 
 JITTER_COV_PCT_GPU = JITTER_COV_PCT_10_14
 JITTER_COV_PCT_CPU = 5.0
@@ -315,6 +315,9 @@ def stream_scaling(ctx: SweepContext, t: Thresholds) -> list[Finding]:
 
 
 def sweep_findings(variants: list[Variant], environment: dict[str, Any] | None = None,
-                   overrides: Overrides | None = None) -> list[Finding]:
-    """Every sweep rule over the variant records (most severe first)."""
-    return run_rules("sweep", SweepContext(list(variants), dict(environment or {})), overrides=overrides).findings
+                   overrides: Overrides | None = None, *, accuracy_checks: Iterable[AccuracyCheck] = (),
+                   accuracy_limits: Mapping[str, Mapping[str, float]] | None = None) -> list[Finding]:
+    """Every sweep rule over the variant records and accuracy checks (most severe first); ``accuracy_limits``
+    per precision, None for the defaults."""
+    ctx = SweepContext(list(variants), dict(environment or {}), list(accuracy_checks), accuracy_limits)
+    return run_rules("sweep", ctx, overrides=overrides).findings

@@ -22,7 +22,7 @@ and :mod:`.localize` (against FP32), :mod:`.records` (summary.json's variant rec
 it asks the backend's capabilities (:class:`profiler.backends.base.Backend`), never its name.
 """
 
-from profiler.sweep.accuracy_check import CPU_FAITHFUL_NOTES, stored_accuracy_findings
+from profiler.sweep.accuracy_check import CPU_FAITHFUL_NOTES, stored_accuracy_checks, stored_accuracy_findings
 from profiler.sweep.config import (ACCURACY_SAMPLES, BUSY_HOST_SHARE, HOLDOUT_FRACTION, PlannedVariant, SweepConfig,
                                    plan_variants)
 from profiler.sweep.records import VARIANT_KEYS, gate_failures, stored_variant_record, variant_line
@@ -32,5 +32,5 @@ from profiler.sweep.steps import STEPS, Step, VariantState
 
 __all__ = ["ACCURACY_SAMPLES", "BUSY_HOST_SHARE", "CPU_FAITHFUL_NOTES", "HOLDOUT_FRACTION", "PlannedVariant",
            "Prepared", "Progress", "STEPS", "Step", "Sweep", "SweepConfig", "VARIANT_KEYS", "VariantState",
-           "gate_failures", "open_resume", "plan_variants", "resume_sweep", "run_sweep", "stored_accuracy_findings",
-           "stored_variant_record", "variant_line"]
+           "gate_failures", "open_resume", "plan_variants", "resume_sweep", "run_sweep", "stored_accuracy_checks",
+           "stored_accuracy_findings", "stored_variant_record", "variant_line"]

@@ -10,6 +10,7 @@ import numpy as np
 
 from profiler.backends.base import VariantSpec
 from profiler.findings import Finding
+from profiler.rules.context import AccuracyCheck
 from profiler.sweep.config import SweepConfig
 
 Outputs = list[dict[str, np.ndarray]]
@@ -32,9 +33,9 @@ ARITHMETIC_METRICS = ("kind", "max_abs", "p99_abs", "rel_l2", "cosine", "top1_ag
 
 
 def check_accuracy(key: str, precision: str, ref: Outputs, out: Outputs, config: SweepConfig,
-                   calibration: dict | None) -> tuple[dict[str, dict[str, Any]], list[Finding]]:
+                   calibration: dict | None) -> tuple[dict[str, dict[str, Any]], AccuracyCheck]:
     """Per-output metrics against FP32 over every input sample, each marked passed or not against its
-    precision's thresholds, and the ``precision_regression`` findings of the breaches."""
+    precision's thresholds, and the check the ``precision_regression`` rule judges."""
     from profiler import accuracy as acc
 
     thresholds = acc.merge_thresholds(config.thresholds)
@@ -47,16 +48,29 @@ def check_accuracy(key: str, precision: str, ref: Outputs, out: Outputs, config:
     for name, metrics in per_output.items():
         metrics["passed"] = name not in failed
         metrics["threshold"] = limits
-    findings = acc.accuracy_findings(key, precision, per_output, thresholds, calibration=calibration)
-    return per_output, findings
+    return per_output, _check(key, precision, per_output, "timed", calibration)
+
+
+def _check(key: str, precision: str, per_output: dict[str, dict[str, Any]], engine: str,
+           calibration: dict | None) -> AccuracyCheck:
+    """The check of ``per_output`` as measured now (each output's metrics copied: later edits are not its)."""
+    return AccuracyCheck(key, precision, {name: dict(m) for name, m in per_output.items()}, engine,
+                         bool((calibration or {}).get("meaningless")))
+
+
+def accuracy_limits(config: SweepConfig) -> dict[str, dict[str, float]]:
+    """The accuracy limits of every precision the sweep judges by: the defaults with ``--threshold`` on top."""
+    from profiler import accuracy as acc
+
+    return acc.merge_thresholds(config.thresholds)
 
 
 def model_arithmetic(spec: VariantSpec, variant_path: Path, feeds: Outputs, reference: Outputs,
-                     config: SweepConfig, calibration: dict | None) -> tuple[dict[str, Any], list[Finding]]:
+                     config: SweepConfig, calibration: dict | None) -> tuple[dict[str, Any], AccuracyCheck | None]:
     """The model's own arithmetic (every intermediate stored in its declared type), shown beside the
     gated figure where the timed engine is not faithful to the precision. A breach here is a
     ``precision_model_arithmetic`` finding that does not fail the gate: the gate judges the engine that
-    was timed. Returns (the figure, its findings); an error is the figure, never the verdict."""
+    was timed. Returns (the figure, the check that rule judges); an error is the figure, never the verdict."""
     from profiler import accuracy as acc
     from profiler.compare.precision import faithful_outputs
 
@@ -68,26 +82,20 @@ def model_arithmetic(spec: VariantSpec, variant_path: Path, feeds: Outputs, refe
                                         c.thresholds)
         per_output = acc.compare_batches(reference, outs, kinds=c.output_kinds, tolerances=tolerances)
     except Exception as exc:  # a figure beside the verdict; never the verdict
-        return {"error": f"{type(exc).__name__}: {exc}"}, []
-    found = acc.accuracy_findings(spec.key, spec.precision, per_output, thresholds, calibration=calibration)
-    for f in found:
-        f.rule = "precision_model_arithmetic"
-        f.severity = "info" if f.severity == "info" else "low"
-        f.title = f"model arithmetic (not the timed ONNX Runtime CPU session): {f.title}"
-        f.recommendation = ("A GPU engine storing intermediates in this precision would show this error; the "
-                            "timed CPU session does not, so the gate passes it. " + f.recommendation)
+        return {"error": f"{type(exc).__name__}: {exc}"}, None
+    breached = not acc.evaluate(per_output, spec.precision, thresholds)[0]
     figure = {"note": CPU_FAITHFUL_NOTES[spec.precision] + " (for information: the gate judges the timed session)",
-              "breached": bool(found),
+              "breached": breached,
               "outputs": {name: {k: m.get(k) for k in ARITHMETIC_METRICS if k in m}
                           for name, m in per_output.items()}}
-    return figure, found
+    return figure, _check(spec.key, spec.precision, per_output, "model_arithmetic", calibration)
 
 
-def stored_accuracy_findings(previous: list[dict[str, Any]], config: SweepConfig) -> list[Finding]:
-    """The accuracy findings of stored variants, rebuilt from their stored metrics (``--resume``)."""
+def stored_accuracy_checks(previous: list[dict[str, Any]], config: SweepConfig) -> list[AccuracyCheck]:
+    """The accuracy checks of stored variants, rebuilt from their stored metrics (``--resume``)."""
     from profiler import accuracy as acc
 
-    out: list[Finding] = []
+    out: list[AccuracyCheck] = []
     thresholds = acc.merge_thresholds(config.thresholds)
     for v in previous:
         if v.get("status") == "ok" and v.get("precision") != "fp32" and v.get("accuracy"):
@@ -99,6 +107,16 @@ def stored_accuracy_findings(previous: list[dict[str, Any]], config: SweepConfig
                 if m.get("passed") is False and acc.evaluate({name: metrics}, v["precision"], thresholds)[0]:
                     metrics["error"] = "outside its threshold when measured (the failing value was not stored)"
                 per_output[name] = metrics
-            out.extend(acc.accuracy_findings(v["key"], v["precision"], per_output, thresholds,
-                                             calibration=(v.get("prepare") or {}).get("calibration")))
+            out.append(_check(v["key"], v["precision"], per_output, "timed",
+                              (v.get("prepare") or {}).get("calibration")))
     return out
+
+
+def stored_accuracy_findings(previous: list[dict[str, Any]], config: SweepConfig) -> list[Finding]:
+    """The ``precision_regression`` findings of stored variants, judged again from their stored metrics."""
+    from profiler.rules import get_rule
+    from profiler.rules.context import SweepContext
+
+    ctx = SweepContext([], accuracy_checks=stored_accuracy_checks(previous, config),
+                       accuracy_limits=accuracy_limits(config))
+    return get_rule("sweep", "precision_regression").run(ctx)

@@ -7,7 +7,7 @@ from typing import Any
 
 from profiler.backends.base import Backend
 from profiler.errors import InputError, UsageError
-from profiler.sweep.accuracy_check import stored_accuracy_findings
+from profiler.sweep.accuracy_check import stored_accuracy_checks
 from profiler.sweep.config import SweepConfig
 from profiler.sweep.records import stored_variant_record
 from profiler.sweep.run import Progress, Sweep
@@ -49,6 +49,6 @@ def open_resume(store: Any, run_ref: int | str, *, backend: Backend | None = Non
                         if v.get("samples")}
     old = (run.get("summary") or {}).get("run") or {}
     sweep.started_at = old.get("started_at") or run.get("created_at") or sweep.started_at
-    # accuracy findings of stored variants are rebuilt from their stored metrics
-    sweep.accuracy_findings = stored_accuracy_findings(previous, config)
+    # the accuracy checks of stored variants are rebuilt from their stored metrics, and judged again
+    sweep.accuracy_checks = stored_accuracy_checks(previous, config)
     return sweep

@@ -17,6 +17,8 @@ from profiler.errors import InputError
 from profiler.findings import Finding, json_safe, sort_findings
 from profiler.harness.nvtx import ranges, variant_range_name
 from profiler.progress import phase
+from profiler.rules.context import AccuracyCheck
+from profiler.sweep.accuracy_check import accuracy_limits
 from profiler.sweep.config import (ACCURACY_SAMPLES, HOLDOUT_FRACTION, PlannedVariant, SweepConfig, plan_order,
                                    plan_variants)
 from profiler.sweep.records import variant_line, variant_record
@@ -55,7 +57,7 @@ class Sweep:
         self.variants: list[dict[str, Any]] = list(previous or [])
         self.layers: dict[str, list[dict]] = dict(previous_layers or {})
         self.samples_ms: dict[str, list[float]] = {}  # latency per kept query, for the report's distributions
-        self.accuracy_findings: list[Finding] = []
+        self.accuracy_checks: list[AccuracyCheck] = []  # judged by the accuracy rules (rules/sweep_accuracy.py)
         self.extra_findings: list[Finding] = []  # e.g. profiler.distributed's devices_differ
         self.notes: list[str] = []
         self.started_at = dt.datetime.now(dt.timezone.utc).isoformat()
@@ -306,8 +308,9 @@ class Sweep:
     def findings(self) -> list[Finding]:
         from profiler.rules.sweep import sweep_findings
 
-        found = sweep_findings(self.variants, self.environment, self.config.rule_thresholds)
-        return sort_findings(found + list(self.accuracy_findings) + list(self.extra_findings))
+        found = sweep_findings(self.variants, self.environment, self.config.rule_thresholds,
+                               accuracy_checks=self.accuracy_checks, accuracy_limits=accuracy_limits(self.config))
+        return sort_findings(found + list(self.extra_findings))
 
     def summary(self) -> dict[str, Any]:
         """summary.json: the run, every variant (in plan order), the findings."""

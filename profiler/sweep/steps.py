@@ -20,7 +20,6 @@ import numpy as np
 
 from profiler.backends.base import Backend, BuildError, Engine, ExecutionContext, UnsupportedOp, VariantSpec
 from profiler.errors import InputError, UsageError
-from profiler.findings import Finding
 from profiler.harness.runner import Measurement, run_queries, summarize_timings
 from profiler.progress import phase
 from profiler.sweep.accuracy_check import CPU_FAITHFUL_NOTES, check_accuracy, model_arithmetic
@@ -59,7 +58,7 @@ class VariantState:
     rss_after_run_bytes: int | None = None
     device_memory_run: dict[str, int] | None = None  # Backend.memory_snapshot with the contexts alive
     accuracy: dict[str, dict[str, Any]] = field(default_factory=dict)  # per output, against FP32
-    accuracy_findings: list[Finding] = field(default_factory=list)  # the gate's, of this variant
+    accuracy_breached: bool = False  # an output of the timed engine is outside its limits (the gate's check)
     model_arithmetic: dict[str, Any] | None = None
     localisation: dict[str, Any] | None = None
     layers: list[dict[str, Any]] = field(default_factory=list)
@@ -221,9 +220,9 @@ def check_outputs(sw: Sweep, st: VariantState) -> str | None:
             ctx.query()
             outs.append(ctx.outputs())
     ctx.set_inputs(st.feeds[0])
-    st.accuracy, st.accuracy_findings = check_accuracy(st.key, st.spec.precision, st.reference, outs,
-                                                       sw.config, st.calibration)
-    sw.accuracy_findings.extend(st.accuracy_findings)
+    st.accuracy, check = check_accuracy(st.key, st.spec.precision, st.reference, outs, sw.config, st.calibration)
+    st.accuracy_breached = any(m.get("passed") is False for m in st.accuracy.values())
+    sw.accuracy_checks.append(check)
     sw.say_kinds(st.accuracy)
     return None
 
@@ -234,16 +233,17 @@ def compare_model_arithmetic(sw: Sweep, st: VariantState) -> str | None:
         return "no accuracy check"
     if st.spec.precision not in CPU_FAITHFUL_NOTES or st.backend.faithful_low_precision:
         return f"{st.backend.name} computes {st.spec.precision} as a GPU engine does"
-    st.model_arithmetic, found = model_arithmetic(st.spec, Path(st.variant.path), st.feeds, st.reference or [],
+    st.model_arithmetic, check = model_arithmetic(st.spec, Path(st.variant.path), st.feeds, st.reference or [],
                                                   sw.config, st.calibration)
-    sw.accuracy_findings.extend(found)
+    if check is not None:
+        sw.accuracy_checks.append(check)
     return None
 
 
 def localize_error(sw: Sweep, st: VariantState) -> str | None:
     if "accuracy" in st.skipped:
         return "no accuracy check"
-    if not (st.accuracy_findings or (st.model_arithmetic or {}).get("breached")):
+    if not (st.accuracy_breached or (st.model_arithmetic or {}).get("breached")):
         return "no accuracy finding"
     if not sw.config.localize or st.spec.precision not in ("fp16", "int8"):
         return "--no-localize" if not sw.config.localize else f"{st.spec.precision} is not localised"
