@@ -187,9 +187,9 @@ def print_table(results: list[dict]) -> None:
                     print(f"{'':<17} {'':>2} {'  model arithmetic':<18} {'':<7} {'':<16} {'':<10} "
                           f"{_f(arith.get('rel_l2'), '.2e'):>8} {_f(arith.get('cosine'), '.6f'):>9} "
                           f"{_f(arith.get('p99_abs'), '.2e'):>8} {_f(arith.get('elementwise_fail_frac'), '.2e'):>9}")
-            loc = v.get("localisation")
+            loc = v.get("localization")
             if loc:
-                print(f"{'':<17} {'':>2} {'  localisation':<18} "
+                print(f"{'':<17} {'':>2} {'  localization':<18} "
                       f"{(loc.get('skipped') or loc.get('error') or loc.get('conclusion') or '')[:150]}")
         print(f"{'':<17} exit {r['rc']}" + ("  (TRACEBACK)" if r["traceback"] else "") +
               (f": {r['stderr_last'][:150]}" if r["rc"] else ""))

@@ -141,6 +141,29 @@ class ComparisonDocument(TypedDict, total=False):
 
 Document = AnalysisDocument | SweepDocument | ImportDocument | ComparisonDocument
 
+#: Variant-record keys that documents and stored runs written before trtprof settled on the -ize spelling
+#: spell otherwise: old name -> current name (``localization`` and, in its verification's conclusion,
+#: ``localized``).
+RENAMED_VARIANT_KEYS = {"localisation": "localization"}
+RENAMED_CONCLUSION_KEYS = {"localised": "localized"}
+
+
+def current_variant(v: dict[str, Any]) -> dict[str, Any]:
+    """A sweep variant record with the keys an older document or stored run spelt otherwise
+    (:data:`RENAMED_VARIANT_KEYS`) under their current names; ``v`` itself when it has none of them.
+    Every reader of a variant's localization goes through here."""
+    if not any(old in v for old in RENAMED_VARIANT_KEYS):
+        return v
+    # an old key beside its current one (never written so) loses to it
+    out = {RENAMED_VARIANT_KEYS.get(k, k): x for k, x in v.items() if RENAMED_VARIANT_KEYS.get(k) not in v}
+    loc = out.get("localization")
+    check = loc.get("verification") if isinstance(loc, dict) else None
+    conclusion = check.get("conclusion") if isinstance(check, dict) else None
+    if isinstance(conclusion, dict) and any(old in conclusion for old in RENAMED_CONCLUSION_KEYS):
+        conclusion = {RENAMED_CONCLUSION_KEYS.get(k, k): x for k, x in conclusion.items()}
+        out["localization"] = {**loc, "verification": {**check, "conclusion": conclusion}}
+    return out
+
 
 def _legacy_kind(data: dict[str, Any]) -> Kind | None:
     """The kind of a document written before it carried one, from its shape (older files only)."""

@@ -1,6 +1,6 @@
 """Progress for long phases: no silent stretch longer than a few seconds.
 
-    with phase(say, "  fp16-s1: localising the error against fp32"):
+    with phase(say, "  fp16-s1: localizing the error against fp32"):
         ...   # prints "... 3 s", "... 6 s" while it runs, then "... done in 7.2 s"
 
 Nothing is printed for a phase that ends within ``quiet_s``; the ticker is a daemon thread, so an

@@ -2,7 +2,7 @@
 
 The models ship inside the ``rapidocr-onnxruntime`` wheel (a test dependency; located by
 ``tests.conftest.rapidocr_model_path`` without importing the package). Inputs are
-rendered text lines and small pages, normalised as rapidocr does ((pixel / 255 - 0.5) / 0.5, CHW).
+rendered text lines and small pages, normalized as rapidocr does ((pixel / 255 - 0.5) / 0.5, CHW).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def ocr_model(name: str) -> Path:
     return path
 
 
-def _normalise(img) -> np.ndarray:
+def _normalize(img) -> np.ndarray:
     a = np.asarray(img.convert("RGB"), dtype=np.float32) / 255.0
     return ((a - 0.5) / 0.5).transpose(2, 0, 1)[None].astype(np.float32)
 
@@ -47,7 +47,7 @@ def text_line(rng: np.random.Generator, height: int, width: int, *, flipped: boo
     draw.text((int(rng.integers(2, 10)), int(height * 0.15)), words, fill=ink, font=font)
     if flipped:
         img = img.rotate(180)
-    a = _normalise(img)
+    a = _normalize(img)
     return (a + rng.normal(0, 0.03, size=a.shape)).astype(np.float32)
 
 
@@ -64,7 +64,7 @@ def page(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
         words = " ".join(rng.choice(WORDS, size=int(rng.integers(1, 3))))
         draw.text((int(rng.integers(4, 20)), y), words, fill=(20, 20, 30), font=font)
         y += height // 6 + int(rng.integers(0, 8))
-    return _normalise(img)
+    return _normalize(img)
 
 
 def cls_batches(n: int, seed: int = 0, shape=(48, 192)) -> list[dict[str, np.ndarray]]:

@@ -80,7 +80,7 @@ def test_real_model_matches_onnxruntime(compiled, name, shapes):
     feeds = {i.name: rng.standard_normal(i.shape).astype(np.float32) for i in prog.inputs}
     if "det" in name:
         # noise gives a text detector all-zero probabilities (cosine meaningless): draw dark "glyphs"
-        # on a light page, normalised as rapidocr does, so text regions light up
+        # on a light page, normalized as rapidocr does, so text regions light up
         img = np.ones(shapes["x"], np.float32)
         for row in range(4):
             for col in range(8, shapes["x"][3] - 8, 9):

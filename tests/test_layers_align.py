@@ -67,11 +67,11 @@ def test_fp16_vs_qat_different_onnx_numbering_uses_sequence(ex):
     assert s["reformat_delta_ms"] == pytest.approx(0.190464, abs=1e-6)  # time the QAT reformats added
 
 
-def test_tensorflow_qat_names_normalised(ex):
+def test_tensorflow_qat_names_normalized(ex):
     g = al.align(ex["3090-fp16"].layers, ex["3090-qat"].layers)
     _every_layer_once(g, ex["3090-fp16"], ex["3090-qat"])
     assert (g["method"] == "onnx-nodes").sum() >= 45
-    assert al.normalise_node("resnet50/quant_conv2_block1_1_conv/Conv2D") == "resnet50/conv2_block1_1_conv/Conv2D"
+    assert al.normalize_node("resnet50/quant_conv2_block1_1_conv/Conv2D") == "resnet50/conv2_block1_1_conv/Conv2D"
 
 
 def test_fusion_difference_makes_one_group():

@@ -1,4 +1,4 @@
-"""Precision localisation: the error curve finds the node where FP16 loses precision, and keeping it
+"""Precision localization: the error curve finds the node where FP16 loses precision, and keeping it
 in FP32 buys the accuracy back."""
 
 from __future__ import annotations
@@ -93,4 +93,4 @@ def test_int8_on_a_real_model_error_curve_and_verification(cls_model, tmp_path):
     kept = res["variants"]["int8+kept"]["accuracy"]["save_infer_model/scale_0.tmp_1"]["rel_l2"]
     share = res["conclusion"]["error_removed"]
     assert share == pytest.approx(max(0.0, 1 - kept / plain))
-    assert res["conclusion"]["localised"] == (share >= 0.5)
+    assert res["conclusion"]["localized"] == (share >= 0.5)

@@ -11,10 +11,10 @@ from profiler.progress import phase, trtexec_line
 
 def test_a_long_phase_ticks_and_says_how_long_it_took():
     said: list[str] = []
-    with phase(said.append, "  fp16: localising", every_s=0.05, quiet_s=0.1):
+    with phase(said.append, "  fp16: localizing", every_s=0.05, quiet_s=0.1):
         time.sleep(0.32)
-    ticks = [s for s in said if s.startswith("  fp16: localising... ")]
-    assert len(ticks) >= 3 and said[-1].startswith("  fp16: localising: done in 0.")
+    ticks = [s for s in said if s.startswith("  fp16: localizing... ")]
+    assert len(ticks) >= 3 and said[-1].startswith("  fp16: localizing: done in 0.")
 
 
 def test_a_short_or_failed_phase_stays_quiet():

@@ -21,12 +21,12 @@ def test_the_fp16_range_check_keeps_the_overflowing_nodes_in_fp32(tmp_path):
     fp16 = summary["variants"][1]
     assert sorted(fp16["prepare"]["activation_range_kept"]) == ["root", "square"]
     assert not (fp16.get("model_arithmetic_accuracy") or {}).get("breached")
-    assert fp16["accuracy"]["y"]["passed"] is True and fp16.get("localisation") is None
+    assert fp16["accuracy"]["y"]["passed"] is True and fp16.get("localization") is None
     assert not [f for f in summary["findings"] if f["rule"].startswith("precision_")]
 
 
-def test_fp16_overflow_is_caught_localised_and_verified(tmp_path):
-    """Without the range check (the converter's plain fp16 model) the overflow is found and localised."""
+def test_fp16_overflow_is_caught_localized_and_verified(tmp_path):
+    """Without the range check (the converter's plain fp16 model) the overflow is found and localized."""
     model = overflow_model(tmp_path / "overflow.onnx")
     summary = run_sweep(SweepConfig(model=str(model), precisions=["fp32", "fp16"], backend="onnxruntime",
                                     cache_dir=str(tmp_path / "cache"), fp16_range_check=False, **FAST))
@@ -42,23 +42,23 @@ def test_fp16_overflow_is_caught_localised_and_verified(tmp_path):
     from profiler.sweep import gate_failures
 
     assert gate_failures(summary["findings"]) == []
-    loc = fp16["localisation"]
+    loc = fp16["localization"]
     assert loc["first_jumps"][0]["node"] == "square"
     check = loc["verification"]
     # square overflows float16; its consumer root must stay fp32 too, scale_down gets values in range
     assert check["kept_fp32"] == ["square", "root"]
-    assert check["conclusion"]["localised"] is True and check["conclusion"]["error_removed"] == pytest.approx(1.0)
+    assert check["conclusion"]["localized"] is True and check["conclusion"]["error_removed"] == pytest.approx(1.0)
     kept = check["variants"]["fp16+kept"]["accuracy"]["y"]
     assert kept["inf_count"] == 0 and kept["rel_l2"] < 1e-2
 
 
-def test_localisation_can_be_switched_off(tmp_path):
+def test_localization_can_be_switched_off(tmp_path):
     model = overflow_model(tmp_path / "overflow.onnx")
     summary = run_sweep(SweepConfig(model=str(model), precisions=["fp32", "fp16"], backend="onnxruntime",
                                     cache_dir=str(tmp_path / "cache"), localize=False, fp16_range_check=False,
                                     **FAST))
     assert summary["variants"][1]["model_arithmetic_accuracy"]["breached"]
-    assert summary["variants"][1].get("localisation") is None
+    assert summary["variants"][1].get("localization") is None
 
 
 def test_int8_gate_judges_the_timed_session_with_the_model_arithmetic_beside_it(tmp_path):

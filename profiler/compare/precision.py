@@ -1,4 +1,4 @@
-"""Precision localisation: where in the network an FP16 or INT8 variant starts to diverge from FP32.
+"""Precision localization: where in the network an FP16 or INT8 variant starts to diverge from FP32.
 
 Both models are run by ONNX Runtime on the same inputs with every intermediate tensor exposed as an
 output. Tensors are matched by name (the FP16 converter and the Q/DQ quantizer keep the names of the
@@ -270,7 +270,7 @@ def verify(reference_model: str | Path, precision: str, keep_nodes: list[str], f
             quantize_int8(Path(reference_model), Path(variant_model), samples, method=calib_method, keep_fp32=[],
                           work_dir=work, progress=None)
     else:
-        raise ValueError(f"precision localisation is for fp16 and int8, not {precision}")
+        raise ValueError(f"precision localization is for fp16 and int8, not {precision}")
 
     def outputs(path):
         return faithful_outputs(path, feeds, work)
@@ -318,10 +318,10 @@ def _conclude(rows: dict[str, Any], precision: str, keep_nodes: list[str]) -> di
                      f"{min(ratios) * 100:+.0f}% to {max(ratios) * 100:+.0f}%, ONNX Runtime CPU)")
     if share >= 0.5:
         text = (f"keeping {', '.join(keep_nodes)} in FP32 removes {share * 100:.0f}% of the {precision} error "
-                f"for {cost_text}: the loss is localised there")
+                f"for {cost_text}: the loss is localized there")
     else:
         text = (f"keeping {', '.join(keep_nodes) or 'nothing'} in FP32 removes only {share * 100:.0f}% of the "
                 f"{precision} error: the loss is spread through the network, not in a few layers; "
                 + ("try another calibration method or representative calibration data"
                    if precision == "int8" else "consider keeping whole blocks in FP32 or BF16"))
-    return {"error_removed": share, "latency_change": cost, "localised": share >= 0.5, "text": text}
+    return {"error_removed": share, "latency_change": cost, "localized": share >= 0.5, "text": text}

@@ -6,7 +6,7 @@ layers are aligned in *groups*, each covering the same part of the model in both
 1. Units: every compute layer of an engine, plus the reformat / no-op / stand-alone Q/DQ layers that
    run just before it (their cost belongs to feeding it). Units are kept in execution order.
 2. Anchors by ONNX node names: units sharing a node name (TensorRT 10 ``Metadata``, else the tokens of
-   the fused layer name, normalised: ``quant_`` prefixes of QAT graphs and copy/transpose wrappers
+   the fused layer name, normalized: ``quant_`` prefixes of QAT graphs and copy/transpose wrappers
    dropped) are joined into one group (m:n). Only groups that keep execution order in both engines
    survive (longest increasing chain), and only when they cover at least half of the smaller engine:
    otherwise the names come from different ONNX files (different node numbering) and mean nothing.
@@ -32,7 +32,7 @@ from profiler.layers import frame as lf
 _QDQ = re.compile(r"^(QuantizeLinear|DequantizeLinear|QuantLinearNode|DequantLinearNode)", re.I)
 
 
-def normalise_node(name: str) -> str:
+def normalize_node(name: str) -> str:
     """Node name without QAT/TensorRT wrappers, so fp32 and QAT graphs of one model compare."""
     n = re.sub(r"(^|/)quant_", r"\1", name)
     n = re.sub(r"^(copied_squeeze_after_|copied_|transpose_before_|reshape_after_|squeeze_after_)", "", n)
@@ -88,11 +88,11 @@ def _units(frame: pd.DataFrame) -> list[_Unit]:
         for name, pt, pn in pending:
             u.layers.append(name)
             u.reformat_ms += pt
-            u.nodes.update(normalise_node(n) for n in pn)
+            u.nodes.update(normalize_node(n) for n in pn)
         pending = []
         u.layers.append(r["name"])
         u.time_ms = t + u.reformat_ms
-        u.nodes.update(normalise_node(n) for n in nodes)
+        u.nodes.update(normalize_node(n) for n in nodes)
         p = lf.compute_precision(r) or "unknown"
         u.precision[p] = u.precision.get(p, 0.0) + t
         units.append(u)

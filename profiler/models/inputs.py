@@ -6,7 +6,7 @@ leading axis of N samples (``x`` of shape ``(N, 1, 3, 224, 224)`` holds N sample
 file must then hold the same N. Keys that are not model inputs are ignored (labels may ride along).
 Dtypes must match the model exactly: silently casting float64 images hides preprocessing bugs.
 
-Random data, when no source is given, stays in the range a normalised network input lives in:
+Random data, when no source is given, stays in the range a normalized network input lives in:
 floats uniform in [-1, 1), integers in [0, 10) (indices, token ids, small counts), uint8 in
 [0, 256), bools fair coin flips. Same seed, same data.
 """

@@ -155,7 +155,7 @@ def _total_wall(r: dict) -> float:
 
 
 def kernel_rows(result: dict) -> list[dict[str, Any]]:
-    """Top kernels (``top_kernels`` or ``kernels``) with times normalised to ms, largest total first."""
+    """Top kernels (``top_kernels`` or ``kernels``) with times normalized to ms, largest total first."""
     raw = result.get("top_kernels", result.get("kernels"))
     if isinstance(raw, dict):
         raw = raw.get("kernels") or raw.get("rows") or []

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Sequence
 
-from profiler.documents import SweepDocument
+from profiler.documents import SweepDocument, current_variant
 from profiler.report.analysis import box_stats, box_traces
 from profiler.report.common import (
     NOT_IN_RUN, PALETTE, Section, SectionFn, add_sections, banner, card, category_colors, cell, chart, details,
@@ -28,7 +28,8 @@ from profiler.report.fmt import DASH, fmt_bytes, fmt_ms, fmt_num, fmt_pct, fmt_v
 # ----------------------------------------------------------------------------- page
 
 def _variants(doc: SweepDocument) -> list[dict]:
-    return [v for v in (doc.get("variants") or []) if isinstance(v, dict)]
+    """The document's variant records, keys older documents spelt otherwise under their current names."""
+    return [current_variant(v) for v in (doc.get("variants") or []) if isinstance(v, dict)]
 
 
 def _run(doc: SweepDocument) -> dict:
@@ -253,21 +254,21 @@ def _nsys_section(doc: SweepDocument) -> Section | None:
     return sec
 
 
-def _localisation_section(doc: SweepDocument) -> Section | None:
-    localised = [v for v in _variants(doc) if isinstance(v.get("localisation"), dict)]
-    if not localised:
+def _localization_section(doc: SweepDocument) -> Section | None:
+    localized = [v for v in _variants(doc) if isinstance(v.get("localization"), dict)]
+    if not localized:
         return None
-    sec = Section("localisation", "Where precision is lost",
+    sec = Section("localization", "Where precision is lost",
                   "For each variant that breached its accuracy threshold: the error of every node's output "
                   "against FP32 in topological order, the first nodes whose error jumps, and what "
                   "keeping them in FP32 buys.")
     blocks = sec.blocks
-    for v in localised:
-        loc = v["localisation"]
+    for v in localized:
+        loc = v["localization"]
         key = variant_key(v)
         blocks.append({"type": "heading", "text": key})
         if loc.get("error"):
-            blocks.append(note(f"localisation failed: {loc['error']}", "warn"))
+            blocks.append(note(f"localization failed: {loc['error']}", "warn"))
             continue
         if loc.get("conclusion"):
             blocks.append(note(str(loc["conclusion"]), "info"))
@@ -364,7 +365,7 @@ def _memory_section(doc: SweepDocument) -> Section:
 
 #: The sweep page, in order. A new section is one function ``(doc) -> Section | None`` and one entry here.
 SECTIONS: list[SectionFn] = [_findings, _variants_section, _latency_section, _accuracy_section, _checklist_section,
-                             _streams_section, _workspace_section, _nsys_section, _timeline, _localisation_section,
+                             _streams_section, _workspace_section, _nsys_section, _timeline, _localization_section,
                              _layers_section, _memory_section]
 
 

@@ -25,7 +25,7 @@ from profiler.rules.context import AccuracyCheck, SweepContext
 
 _RECOMMEND = {
     "fp16": ("Keep the layers that lose precision in float32: add the op types or node names feeding "
-             "this output to the fp16 block list (keep_fp32), starting with normalisations, reductions and "
+             "this output to the fp16 block list (keep_fp32), starting with normalizations, reductions and "
              "the last layers; check for activations or constants beyond float16's range (65504)."),
     "int8": ("Calibrate on more representative data (--calib with a few hundred real inputs), try another "
              "calibration method (--calib-method entropy|minmax|percentile: entropy clips outliers that "

@@ -8,7 +8,7 @@ The sweep is the product of the axes (precision x workspace x streams x CUDA gra
 backend cannot run are listed as ``skipped`` with the reason. Each variant runs as a pipeline of steps
 (:mod:`.steps`): prepare the model (fp16 conversion, int8 calibration) -> build (a ``BuildError`` marks
 it ``failed`` and the sweep goes on) -> bind -> CUDA graph -> time it with the harness -> memory ->
-compare its outputs with the FP32 reference on the same inputs -> localise a breach -> per-layer profile
+compare its outputs with the FP32 reference on the same inputs -> localize a breach -> per-layer profile
 in a separate pass. Every finished variant is stored at once, so Ctrl-C loses nothing already measured:
 the run is marked ``interrupted`` and ``resume_sweep`` (``--resume RUN``) runs only the variants not yet done.
 

@@ -1,5 +1,5 @@
 """On a precision breach: where the error starts (node by node against FP32) and what keeping those
-nodes in FP32 buys. Localisation explains a breach; a failure here never loses the measurement."""
+nodes in FP32 buys. Localization explains a breach; a failure here never loses the measurement."""
 
 from __future__ import annotations
 
@@ -24,15 +24,15 @@ def localize_breach(spec: VariantSpec, model_path: Path, variant_path: Path, fee
     that keeping them helps; ``{"skipped": why}`` or ``{"error": ...}`` when it cannot say."""
     key = spec.key
     if calibration.get("meaningless"):
-        say(f"  {key}: precision localisation {RANDOM_CALIBRATION_SKIP}")
+        say(f"  {key}: precision localization {RANDOM_CALIBRATION_SKIP}")
         return {"skipped": RANDOM_CALIBRATION_SKIP}
-    say(f"  {key}: accuracy breached: localising the error node by node against fp32")
+    say(f"  {key}: accuracy breached: localizing the error node by node against fp32")
     try:
         result = _localize(spec, model_path, variant_path, feeds, config, say)
         say(f"  {key}: {result['conclusion']}")
         return json_safe(result)
-    except Exception as exc:  # localisation explains a breach; it must not lose the measurement
-        say(f"  {key}: precision localisation failed: {type(exc).__name__}: {exc}")
+    except Exception as exc:  # localization explains a breach; it must not lose the measurement
+        say(f"  {key}: precision localization failed: {type(exc).__name__}: {exc}")
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
@@ -41,7 +41,7 @@ def _localize(spec: VariantSpec, model_path: Path, variant_path: Path, feeds: li
     from profiler.compare.precision import keep_candidates, localize
 
     key = spec.key
-    with phase(say, f"  {key}: localising (running both models node by node)"):
+    with phase(say, f"  {key}: localizing (running both models node by node)"):
         found = localize(model_path, variant_path, feeds[:2], progress=lambda m: say(f"  {key}: {m}"))
     keep = keep_candidates(found)
     result: dict[str, Any] = {k: found[k] for k in ("nodes_compared", "final_rel_l2", "first_jumps",

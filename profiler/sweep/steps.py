@@ -60,7 +60,7 @@ class VariantState:
     accuracy: dict[str, dict[str, Any]] = field(default_factory=dict)  # per output, against FP32
     accuracy_breached: bool = False  # an output of the timed engine is outside its limits (the gate's check)
     model_arithmetic: dict[str, Any] | None = None
-    localisation: dict[str, Any] | None = None
+    localization: dict[str, Any] | None = None
     layers: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -246,8 +246,8 @@ def localize_error(sw: Sweep, st: VariantState) -> str | None:
     if not (st.accuracy_breached or (st.model_arithmetic or {}).get("breached")):
         return "no accuracy finding"
     if not sw.config.localize or st.spec.precision not in ("fp16", "int8"):
-        return "--no-localize" if not sw.config.localize else f"{st.spec.precision} is not localised"
-    st.localisation = localize_breach(st.spec, st.model_path, Path(st.variant.path), st.feeds,
+        return "--no-localize" if not sw.config.localize else f"{st.spec.precision} is not localized"
+    st.localization = localize_breach(st.spec, st.model_path, Path(st.variant.path), st.feeds,
                                       st.calibration or {}, sw.config, sw.say)
     return None
 
@@ -354,7 +354,7 @@ def measured_record(st: VariantState) -> dict[str, Any]:
         build_time_s=e.get("build_time_s") or (e.get("checklist") or {}).get("build_time_s"),
         prepare_s=st.prepare_s, memory=memory_record(st), model_path=str(st.variant.path),
         model_hash=st.variant.model_hash, prepare=st.prepare_info, engine=e, notes=st.notes,
-        layer_count=len(st.layers), localisation=st.localisation, model_arithmetic_accuracy=st.model_arithmetic,
+        layer_count=len(st.layers), localization=st.localization, model_arithmetic_accuracy=st.model_arithmetic,
         host_others_share=m.host_others_share,
     )
     rec["checklist"] = checklist(spec, st.prepare_info or {}, e, rec)

@@ -9,7 +9,7 @@ stay in float32, because float16's 10-bit mantissa and 65504 maximum break them:
   CumSum, Min, Max, NonMaxSuppression, RoiAlign and the classic-ML ops);
 - exponentials and logarithms, which overflow or lose the small values: Exp, Log, Softmax,
   LogSoftmax, Softplus;
-- reductions and normalisations, whose sums of many terms overflow or round away small addends:
+- reductions and normalizations, whose sums of many terms overflow or round away small addends:
   ReduceMean, ReduceSum, ReduceSumSquare, ReduceL2, ReduceLogSumExp, ReduceProd,
   LayerNormalization, InstanceNormalization, GroupNormalization, LpNormalization,
   MeanVarianceNormalization;

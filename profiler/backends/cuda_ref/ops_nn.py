@@ -1,4 +1,4 @@
-"""Op factories: convolutions, normalisation, pooling, resizing (see ops_math for the factory contract)."""
+"""Op factories: convolutions, normalization, pooling, resizing (see ops_math for the factory contract)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ F: Any = None
 bind(globals())
 
 
-# -- convolution, pooling, normalisation -------------------------------------------------------------
+# -- convolution, pooling, normalization -------------------------------------------------------------
 def _pads_for(n: Node, spatial: tuple[int, ...], kernel: list[int], strides: list[int],
               dilations: list[int]) -> list[int]:
     """ONNX pads [x1_begin, x2_begin, ..., x1_end, ...], from ``pads`` or ``auto_pad``."""

@@ -87,7 +87,7 @@ def transfer_bound(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
             threshold=t.pick("min_copy_to_compute", "min_copy_fraction"),
             recommendation=TRT_TRANSFER_ADVICE if ctx.tensorrt else (
                 "Move less data: keep tensors on the GPU between steps, send compact inputs (uint8 images, "
-                "FP16) and decode/normalise on the GPU; overlap copies with compute (pinned buffers, "
+                "FP16) and decode/normalize on the GPU; overlap copies with compute (pinned buffers, "
                 "cudaMemcpyAsync on a second stream, double buffering); batch to amortise per-copy cost."),
         ))
     return out

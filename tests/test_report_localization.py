@@ -1,4 +1,4 @@
-"""Report pieces for precision localisation and for evidence that holds records."""
+"""Report pieces for precision localization and for evidence that holds records."""
 
 from __future__ import annotations
 
@@ -20,12 +20,12 @@ def _summary():
         {"key": "fp32-wsdefault-s1", "precision": "fp32", "status": "ok", "latency_ms": {"median": 1.0}},
         {"key": "fp16-wsdefault-s1", "precision": "fp16", "status": "ok", "latency_ms": {"median": 0.8},
          "accuracy": {"y": {"rel_l2": 3e-4, "inf_count": 207, "nan_count": 0, "passed": False}},
-         "localisation": loc}]}
+         "localization": loc}]}
 
 
-def test_localisation_section_curve_jumps_and_verification():
+def test_localization_section_curve_jumps_and_verification():
     page = build_sweep_page(_summary())
-    sec = next(s for s in page["sections"] if s["id"] == "localisation")
+    sec = next(s for s in page["sections"] if s["id"] == "localization")
     fig = next(f for k, f in page["figures"].items() if "loc" in k)
     curve, jumps = fig["data"]
     assert curve["y"][:2] == [1e-4, 2e-4] and curve["y"][2] == curve["y"][3] > 2e-4  # overflow drawn above
