@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pandas as pd
 
 from profiler.store import Store
-from profiler.store.rows import export_rows, import_run, sweep_rows
+from profiler.store.rows import export_rows, import_run, sweep_rows, sweep_run
 
 
 def test_a_sweep_variant_stores_its_accuracy_as_one_row_per_output(tmp_path):
@@ -46,3 +46,19 @@ def test_an_export_keeps_its_layer_details_in_extra_and_its_timings_in_metrics(t
     store.close()
     assert [x["name"] for x in sv["layers"]] == ["conv1", "relu1"]
     assert sv["layers"][0]["extra"]["fused_nodes"] == ["Conv_0", "Add_1"]
+
+
+def test_a_sweep_run_row_names_the_gpu_only_for_a_gpu_backend(tmp_path):
+    env = {"host": "h1", "device": "NVIDIA H200", "driver_version": "570.1", "cuda_version": "12.8"}
+    trt = SimpleNamespace(name="tensorrt", is_gpu=True, tensorrt_version=lambda: "10.14.1")
+    cpu = SimpleNamespace(name="onnxruntime", is_gpu=False, tensorrt_version=lambda: None)
+    store = Store.open(f"sqlite:///{tmp_path / 'r.db'}")
+    rid = store.create_run(**sweep_run({"precisions": ["fp16"]}, tmp_path / "m.onnx", "ab" * 32, trt, env, "nightly"))
+    run = store.run_dict(rid)
+    cpu_run = sweep_run({}, "models/m.onnx", "cd" * 32, cpu, {**env, "device": "Intel Xeon"}, None)
+    store.close()
+    assert (run["kind"], run["model"], run["label"], run["backend"]) == ("sweep", "m.onnx", "nightly", "tensorrt")
+    assert (run["gpu"], run["tensorrt_version"], run["host"], run["cuda_version"]) == ("NVIDIA H200", "10.14.1", "h1",
+                                                                                       "12.8")
+    assert run["config"] == {"precisions": ["fp16"]} and run["source_hash"] == "ab" * 32
+    assert cpu_run["gpu"] is None and cpu_run["tensorrt_version"] is None and cpu_run["model"] == "m.onnx"

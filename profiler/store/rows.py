@@ -1,6 +1,6 @@
 """Store rows from trtprof's documents: the one place where an analysed NVTX series, an imported
 trtexec export and a sweep variant become rows of ``variants``, ``samples``, ``layers`` and
-``accuracy``, and an analysis or an import becomes a row of ``runs``.
+``accuracy``, and an analysis, an import or a sweep becomes a row of ``runs``.
 
 Each ``*_rows`` function returns a :class:`VariantRows` that ``Store.add_rows`` writes in one
 transaction; columns a model lacks are folded into its JSON column (``metrics``, ``extra``) by the store.
@@ -113,6 +113,19 @@ def import_summary(data: ImportDocument) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- sweep
+
+def sweep_run(config: dict[str, Any], model_path: str | os.PathLike, model_hash: str, backend: Any,
+              environment: dict[str, Any], label: str | None) -> dict[str, Any]:
+    """``Store.create_run`` arguments of a sweep (kind 'sweep') of the model at ``model_path``, measured by
+    ``backend`` (a :class:`profiler.backends.base.Backend`) in ``environment`` (its ``describe()`` and the
+    host's); ``config`` is ``SweepConfig.to_dict()``, stored so ``--resume`` can continue the run."""
+    env = environment
+    return dict(
+        kind="sweep", source=str(model_path), source_hash=model_hash, model=Path(model_path).name, label=label,
+        backend=backend.name, host=env.get("host"), gpu=env.get("device") if backend.is_gpu else None,
+        tensorrt_version=backend.tensorrt_version(), driver_version=env.get("driver_version"),
+        cuda_version=env.get("cuda_version"), config=config, environment=env)
+
 
 def sweep_rows(rec: dict[str, Any], samples: list[dict] | None, layers: list[dict] | None) -> VariantRows:
     """One sweep variant (its summary.json record) with its timed queries and per-layer records; its

@@ -152,13 +152,11 @@ class Sweep:
             return
         owner = lease.new_owner()
         if self.run_id is None:
-            c = self.config
+            from profiler.store.rows import sweep_run
+
             self.run_id = self.store.create_run(
-                kind="sweep", source=str(model_path), source_hash=model_hash, model=model_path.name,
-                label=c.label, backend=backend.name, host=env.get("host"),
-                gpu=env.get("device") if backend.is_gpu else None, tensorrt_version=backend.tensorrt_version(),
-                driver_version=env.get("driver_version"), cuda_version=env.get("cuda_version"),
-                config=c.to_dict(), environment=env, lease_owner=owner,
+                **sweep_run(self.config.to_dict(), model_path, model_hash, backend, env, self.config.label),
+                lease_owner=owner,
                 lease_expires_at=dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=lease.LEASE_TTL_S))
         else:
             lease.claim(self.store, self.run_id, owner)  # refuses a run another live process is running
