@@ -202,7 +202,7 @@ def test_run_rules_returns_its_thresholds_and_leaves_the_context_alone():
 
 
 def test_the_sweep_threshold_option_keys_overrides_by_the_ids_findings_carry():
-    from profiler.cli.sweep import parse_thresholds
+    from profiler.sweep.options import parse_thresholds
 
     acc, rules = parse_thresholds(("fp16.cosine_min=0.99", "jitter.cov_pct=3", "launch_overhead.enqueue_over_compute=0.5"))
     assert acc == {"fp16": {"cosine_min": 0.99}}

@@ -192,7 +192,7 @@ def test_trt_eager_report_lists_findings_by_impact(trt_shaped):
 
 def test_cuda_backend_latencies_are_said_to_be_the_reference_executors():
     """The H200 sweep on the cuda backend: report and terminal say its numbers are its interpreter's."""
-    from profiler.cli.sweep import format_table
+    from profiler.sweep.outputs import format_table
     from profiler.report.render import render_html
     from profiler.report.sweep import build_sweep_page
 

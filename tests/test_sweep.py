@@ -434,7 +434,7 @@ def test_resume_writes_into_the_run_s_own_out_and_counts_what_is_left(tmp_path, 
 
 
 def test_resume_command_spells_out_the_store_and_the_folder(tmp_path, monkeypatch):
-    from profiler.cli.sweep import resume_command
+    from profiler.sweep.outputs import resume_command
 
     monkeypatch.chdir(tmp_path)
     cmd = resume_command(7, "runs.db", tmp_path / "my out")

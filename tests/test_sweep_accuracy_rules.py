@@ -24,7 +24,7 @@ def _off_by(rel_l2: float) -> dict[str, dict]:
 
 
 def _sweep(limits_args: tuple[str, ...], *checks: AccuracyCheck) -> Sweep:
-    from profiler.cli.sweep import parse_thresholds
+    from profiler.sweep.options import parse_thresholds
 
     acc, rule_overrides = parse_thresholds(limits_args)
     sw = Sweep(SweepConfig(thresholds=acc, rule_thresholds=rule_overrides))

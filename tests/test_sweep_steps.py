@@ -71,7 +71,7 @@ def test_capability_lookups_import_no_backend_library():
 
 
 def test_the_terminal_table_says_what_reference_executor_latencies_are():
-    from profiler.cli.sweep import format_table
+    from profiler.sweep.outputs import format_table
 
     def table(backend: str) -> str:
         return format_table({"variants": [{"key": "fp32-wsdefault-s1", "status": "ok", "backend": backend,

@@ -18,8 +18,10 @@ The returned summary is summary.json, a :class:`profiler.documents.SweepDocument
 Modules, in the order of the flow: :mod:`.config` (SweepConfig, the plan), :mod:`.run` (the Sweep: what
 every variant shares, the loop, storing, the summary), :mod:`.steps` (one variant), :mod:`.accuracy_check`
 and :mod:`.localize` (against FP32), :mod:`.records` (summary.json's variant records and the gate),
-:mod:`.repeat` (``--repeat``), :mod:`.resume` (``--resume``). What the sweep does differently per backend
-it asks the backend's capabilities (:class:`profiler.backends.base.Backend`), never its name.
+:mod:`.repeat` (``--repeat``), :mod:`.resume` (``--resume``), :mod:`.options` (the command line's option
+strings into a SweepConfig), :mod:`.outputs` (summary.json and report.html, the table, the gate's sentence).
+What the sweep does differently per backend it asks the backend's capabilities
+(:class:`profiler.backends.base.Backend`), never its name.
 """
 
 from profiler.sweep.accuracy_check import CPU_FAITHFUL_NOTES, stored_accuracy_checks, stored_accuracy_findings
