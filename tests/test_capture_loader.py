@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from profiler.capture import FRAMES, SCHEMAS, Trace, load_trace
-from profiler.capture.loader import api_category, normalise_api_name
+from profiler.capture.loader import api_category, normalize_api_name
 from profiler.capture.trace import empty_frame, enum_dtype
 from profiler.errors import EXIT_INPUT, InputError
 from tests.conftest import nsys_fixture_files
@@ -137,7 +137,7 @@ def test_fixture_names_are_resolved(nsys_fixtures, name):
                         "ON s.id = r.nameId WHERE eventClass IN (0, 1) GROUP BY 1")
         want: dict[str, int] = {}
         for value, n in raw:
-            want[normalise_api_name(value)] = want.get(normalise_api_name(value), 0) + n
+            want[normalize_api_name(value)] = want.get(normalize_api_name(value), 0) + n
         assert {k: int(v) for k, v in tr.api["name"].value_counts().items() if v} == want
         assert not any(c.endswith(("_v3020", "_v7000", "_v10000")) for c in tr.api["name"].cat.categories)
     if len(tr.osrt):
@@ -290,8 +290,8 @@ def test_sqlite3_fallback_reader_gives_the_same_trace(nsys_fixtures, name, monke
 
 
 def test_api_names_and_categories():
-    assert normalise_api_name("cudaLaunchKernel_v7000") == "cudaLaunchKernel"
-    assert normalise_api_name("cuLaunchKernelEx") == "cuLaunchKernelEx"
+    assert normalize_api_name("cudaLaunchKernel_v7000") == "cudaLaunchKernel"
+    assert normalize_api_name("cuLaunchKernelEx") == "cuLaunchKernelEx"
     cases = {
         "cudaLaunchKernel_v7000": "launch", "cuLaunchKernel": "launch", "cuLaunchKernelEx": "launch",
         "cudaLaunchKernelExC_v11060": "launch", "cudaLaunchCooperativeKernel_v9000": "launch",
@@ -764,7 +764,7 @@ def test_sample_kernel_api_and_nvtx_sums_equal_nsys_stats(name):
     theirs_api: dict[str, tuple[int, int]] = {}
     for r in api:
         # nsys strips 4-digit version suffixes (_v7000) but keeps 5-digit ones (_v10000); we strip all
-        key = normalise_api_name(r["Name"])
+        key = normalize_api_name(r["Name"])
         c0, s0 = theirs_api.get(key, (0, 0))
         theirs_api[key] = (c0 + int(r["Num Calls"]), s0 + int(r["Total Time (ns)"]))
     assert {n: (int(c), int(s)) for n, (c, s) in ours_api.iterrows()} == theirs_api

@@ -74,14 +74,14 @@ _SYNC_NAMES = {
 _BLOCKING_SYNC = {n for n in _SYNC_NAMES if "Query" not in n}
 
 
-def normalise_api_name(name: str) -> str:
+def normalize_api_name(name: str) -> str:
     """``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel`` (driver names have no suffix)."""
     return _VERSION_SUFFIX.sub("", name)
 
 
 def _base_api_name(name: str) -> str:
     """The name without version and per-thread-stream suffixes (``_ptsz``, ``_ptds``)."""
-    name = normalise_api_name(name)
+    name = normalize_api_name(name)
     for suffix in ("_ptsz", "_ptds"):
         if name.endswith(suffix):
             return name[: -len(suffix)]
@@ -336,7 +336,7 @@ class _Loader:
                 self.api_raw = {k: v[keep] for k, v in self.api_raw.items()}
         r = self.api_raw
         self.api_index = ApiIndex(r["gtid"], r["corr"])
-        self.api_names = self.strings.categorical(r["name"], normalise_api_name)
+        self.api_names = self.strings.categorical(r["name"], normalize_api_name)
 
     def api_frame(self) -> pd.DataFrame:
         r = self.api_raw
