@@ -1,7 +1,7 @@
 """NVTX range series: the iterations of a capture and what each one cost.
 
 Every NVTX range instance (push/pop or start/end) is one iteration; instances with the same
-(domain, normalised name) form a *series*. A capture without NVTX ranges is one window covering all
+(domain, normalized name) form a *series*. A capture without NVTX ranges is one window covering all
 of its CUDA work. For each instance this module measures, all in integer nanoseconds:
 
 - ``wall_ns``: end - start of the range;
@@ -414,7 +414,7 @@ class Ranges:
 
 
 def extract_ranges(trace: Any) -> Ranges:
-    """Closed push/pop and start/end ranges with normalised names (codes, never per-row strings)."""
+    """Closed push/pop and start/end ranges with normalized names (codes, never per-row strings)."""
     nvtx = _frame(trace, "nvtx")
     cols = ["domain", "name", "start_ns", "end_ns", "tid"]
     if nvtx.empty or "event_type" not in nvtx.columns:
