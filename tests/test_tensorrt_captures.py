@@ -172,3 +172,11 @@ def test_html_report_shows_the_inference_then_findings(analysed):
     text = json.dumps(tables)
     assert "(Unnamed Layer* 0) [Convolution]" in text and "device-to-host copies" in text
     assert any(c["label"] == "bound by" and c["value"] == "device-to-host copies" for c in page["cards"])
+
+
+def test_queueing_delay_is_the_host_running_ahead(analysed):
+    """SOURCES.md: the calculation-bound program enqueues 10 + 30 inferences before one stream sync, so the
+    last of each block waits behind 39 earlier ones; that, not slow launches, is its long queueing delay."""
+    inf = analysed["calc"]["inference"]
+    assert inf["queued_behind"]["max"] == 39
+    assert inf["queue_ms"]["median"] > 3 * inf["gpu_latency_ms"]["median"]

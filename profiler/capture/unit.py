@@ -214,5 +214,20 @@ def unit_json(unit: Unit) -> dict[str, Any]:
         "steady_count": max(unit.count - unit.warmup, 0), "warmup_count": unit.warmup,
         "gpu_ms": summ(unit.gpu_ns), "gpu_latency_ms": summ(unit.latency_ns), "queue_ms": summ(unit.queue_ns),
         "host_ms": summ(unit.host_ns), "graph_launches": unit.graph_launches,
+        "queued_behind": _counts(queued_behind(unit)[st]),
         **({"why": unit.why} if unit.source == "window" else {}),
     }
+
+
+def _counts(a: np.ndarray) -> dict[str, float] | None:
+    return {"median": float(np.median(a)), "max": int(a.max())} if len(a) else None
+
+
+def queued_behind(unit: Unit) -> np.ndarray:
+    """For each instance: how many earlier ones still had GPU work unfinished when it started (the host
+    running ahead of the GPU: a queue that grows is what a large queueing delay comes from). An earlier
+    instance's GPU work ends after its own start, so those finished are the ends up to this start."""
+    if not unit.count:
+        return np.zeros(0, np.int64)
+    done = np.searchsorted(np.sort(unit.gpu_end_ns), unit.start_ns, side="right")
+    return np.maximum(np.arange(unit.count) - done, 0)

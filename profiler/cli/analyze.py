@@ -71,6 +71,15 @@ def summary_lines(data: dict[str, Any], max_ranges: int = MAX_RANGES_SHOWN) -> l
 BOUND_WORDS = {"host": "the host (GPU busy under half the time)", "compute": "compute"}
 
 
+def _behind(inf: dict[str, Any]) -> str:
+    """Why the queueing delay is long when the host runs ahead: how many inferences each waits behind."""
+    q = inf.get("queued_behind") or {}
+    if (q.get("max") or 0) < 2:
+        return ""
+    return (f" (the host runs ahead: each inference queues behind {q['median']:g} earlier ones, "
+            f"up to {q['max']})")
+
+
 def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) -> list[str]:
     """The inference line, the top layers, the phases and the streams (empty for an old JSON)."""
     from profiler.report.fmt import fmt_bytes
@@ -91,7 +100,7 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
         lines = [f"inference: {inf.get('series')} ({what}), {inf.get('count')} instances "
                  f"({inf.get('steady_count')} steady): GPU {_fmt(st(inf['gpu_ms']))} ms median "
                  f"(p99 {_fmt(st(inf['gpu_ms'], 'p99'))}), GPU latency {_fmt(st(inf['gpu_latency_ms']))} ms, "
-                 f"queue {_fmt(st(inf['queue_ms']))} ms, host {_fmt(st(inf['host_ms']))} ms{bound_txt}"]
+                 f"queue {_fmt(st(inf['queue_ms']))} ms{_behind(inf)}, host {_fmt(st(inf['host_ms']))} ms{bound_txt}"]
     layers = data.get("layers") or []
     total = data.get("layer_total") or {}
     if layers:
