@@ -9,6 +9,7 @@ import pytest
 
 from profiler.capture.analyze import analyze, analyze_path
 from profiler.capture.trace import Trace
+from profiler.report.verdict import impact
 from tests.capture_builders import T, api, capture_or_skip, kernels, ranges
 from tests.conftest import NSYS_FIXTURES, SAMPLE_TRACES, SHARED
 
@@ -100,6 +101,7 @@ def test_trt_eager_idle_is_the_enqueue_and_priced_by_launch_overhead():
     assert f.evidence["host_cause_range"] == "TensorRT:ExecutionContext::enqueue"
     assert "useCudaGraph" in f.recommendation
     assert f.impact["included_in"] == "launch_overhead [TensorRT:ExecutionContext::enqueue]"
+    assert impact(f.to_dict())["text"].endswith("the same time as launch_overhead [TensorRT:ExecutionContext::enqueue]")
     assert f.severity == "low"
     [lo] = [g for g in res.findings if g.rule == "launch_overhead"]
     assert lo.severity == "high"

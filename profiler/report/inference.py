@@ -43,10 +43,14 @@ def inference_section(doc: AnalysisDocument) -> Section | None:
     inf = doc.get("inference")
     if not isinstance(inf, dict):
         return None
-    sec = Section("inference", "Inference",
-                  f"One inference is {SOURCES.get(inf.get('source'), '?')}: "
-                  f"{inf.get('series') or '(whole capture)'}. Statistics over the steady-state instances; GPU "
-                  "time is the busy union of the work each launched, on the GPU timeline.")
+    if inf.get("source") == "window":
+        about = (f"No inference identified ({inf.get('why') or 'no repeated NVTX range'}): the capture's GPU work "
+                 "as one window. GPU time is the busy union of that work, on the GPU timeline.")
+    else:
+        about = (f"One inference is {SOURCES.get(inf.get('source'), '?')}: {inf.get('series')}. Statistics over "
+                 "the steady-state instances; GPU time is the busy union of the work each launched, on the GPU "
+                 "timeline.")
+    sec = Section("inference", "Inference", about)
     rows = [[name, stat(inf.get(key), "median"), stat(inf.get(key), "p99"), stat(inf.get(key), "max")]
             for name, key in (("GPU time", "gpu_ms"), ("GPU latency (first start to last end)", "gpu_latency_ms"),
                               ("queueing delay (launch call to GPU start)", "queue_ms"),

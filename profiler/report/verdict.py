@@ -83,6 +83,8 @@ def impact(f: dict[str, Any]) -> dict[str, Any]:
     cov = next((_num(ev[k]) for k in ("cov_pct", "compute_cov_pct") if _num(ev.get(k)) is not None), None)
     if not parts and cov is not None:
         parts.append(f"CoV {cov:.3g}%")
+    if given.get("included_in"):  # the same time another finding already prices
+        parts.append(f"the same time as {given['included_in']}")
     return {"ms": ms, "share": share, "cov": cov, "text": given.get("text") or ", ".join(parts)}
 
 
