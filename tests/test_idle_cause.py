@@ -4,12 +4,15 @@ what launch_overhead already prices. Synthetic captures for each cause; real cap
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pandas as pd
 import pytest
 
 from profiler.capture.analyze import analyze, analyze_path
 from profiler.capture.trace import Trace
 from profiler.report.verdict import impact
+from profiler.rules.capture.jitter import _launch_queue_full
 from tests.capture_builders import T, api, capture_or_skip, kernels, ranges
 from tests.conftest import NSYS_FIXTURES, SAMPLE_TRACES, SHARED
 
@@ -125,3 +128,24 @@ def test_trt_htod_capture_phase_change_is_a_low_one_time_pause():
 def test_saxpy_without_osrt_does_not_claim_the_host_was_outside_os_calls():
     f = _idle(analyze_path(capture_or_skip(NSYS_FIXTURES / "v2022.2.1_pipit_saxpy_mpi_cuda_nvtx_domains.sqlite")))
     assert "OS runtime calls were not traced" in f.title and "Python" not in f.recommendation
+
+
+def _ctx_with_busy(busy: float):
+    return SimpleNamespace(devices=[SimpleNamespace(busy_ns=busy * 1e9, active_ns=1e9)])
+
+
+def test_blocking_launches_on_a_busy_gpu_are_a_full_launch_queue_not_lazy_loading():
+    later = [{"index": i, "call": "cudaLaunchKernelExC"} for i in (0, 1, 10, 20)]
+    first_only = [{"index": i, "call": "cudaLaunchKernel"} for i in (0, 1)]  # first use: modules load
+    assert _launch_queue_full(_ctx_with_busy(0.96), later)
+    assert not _launch_queue_full(_ctx_with_busy(0.96), first_only)
+    assert not _launch_queue_full(_ctx_with_busy(0.5), later)  # an idle GPU has room in its queue
+    assert not _launch_queue_full(_ctx_with_busy(0.96), [{"index": 9, "call": "cudaMalloc"}] * 3 + later[:1])
+
+
+def test_h100_launch_outliers_wait_on_the_backlog():
+    res = analyze_path(capture_or_skip(NSYS_FIXTURES / "v2026.2.1_nsysai_h100_2gpu_1s_nvtx.sqlite"))
+    jit = [f for f in res.findings if f.rule == "jitter"]
+    assert jit and all("full launch queue" in f.title for f in jit)
+    assert all(f.evidence["gpu_busy_fraction_max"] >= 0.8 and "backlog" in f.recommendation for f in jit)
+    assert not any("CUDA_MODULE_LOADING" in f.recommendation for f in jit)

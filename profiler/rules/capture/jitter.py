@@ -66,11 +66,15 @@ def jitter(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
         sev = worse(band(tail, t["high_tail_ratio"], t["medium_tail_ratio"]),
                      band(cov, t["high_cov_pct"], t["medium_cov_pct"]))
         main = max(ev["outlier_causes"].items(), key=lambda kv: kv[1])[0] if ev["outlier_causes"] else None
+        if main == "cuda_api" and _launch_queue_full(ctx, ev["outliers"]):
+            main = "launch_queue"
+            ev["gpu_busy_fraction_max"] = _busiest_device(ctx)
         idx = [o["index"] for o in ev["outliers"]]
         shown = ", ".join(map(str, idx[:10])) + (" ..." if len(idx) > 10 else "")
         title = f"Unstable latency: CoV {cov:.1f}%, p99 {tail:.2f}x the median"
         if idx:
-            title += f"; outlier instances {shown}" + (f" (mostly {main.replace('_', ' ')})" if main else "")
+            words = "launch calls waiting on a full launch queue" if main == "launch_queue" else str(main).replace("_", " ")
+            title += f"; outlier instances {shown}" + (f" (mostly {words})" if main else "")
         out.append(Finding(
             rule="jitter", severity=sev, range=ctx.label(r["series_id"]), title=title, evidence=ev,
             threshold=t.pick("min_count", "min_median_us", "max_cov_pct", "max_tail_ratio"),
@@ -79,8 +83,30 @@ def jitter(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
     return out
 
 
+LAUNCH_QUEUE_BUSY = 0.8
+"""A launch call that blocks while a GPU is busy at least this share of the steady state waits for room in
+the launch queue (the host ran ahead of a backlogged GPU), unless it is a kernel's first use (lazy loading)."""
+
+
+def _busiest_device(ctx: CaptureContext) -> float:
+    return max((d.busy_ns / d.active_ns for d in ctx.devices if d.active_ns > 0), default=0.0)
+
+
+def _launch_queue_full(ctx: CaptureContext, outliers: list[dict]) -> bool:
+    """Most listed outliers block in a launch call, not only the first instances (a first use loads the
+    module), while a GPU is busy most of the time."""
+    launches = [o for o in outliers if str(o.get("call", "")).startswith(("cudaLaunch", "cuLaunch"))]
+    later = [o for o in launches if o["index"] >= 2]
+    return 2 * len(launches) > len(outliers) and len(later) > 0 and _busiest_device(ctx) >= LAUNCH_QUEUE_BUSY
+
+
 def _jitter_advice(cause: str | None) -> str:
     return {
+        "launch_queue": ("Outliers block in launch calls while the GPU is busy almost all the time: the launch "
+                         "queue is full because the host runs far ahead of a backlogged GPU, so the latency is "
+                         "the GPU's backlog, not the launch. Shorten the GPU work queued in front (the copy or "
+                         "compute findings say which), or bound how far the host runs ahead (wait on an event "
+                         "every few iterations) so each request's latency reflects its own work."),
         "host_stall": ("Outliers coincide with OS runtime calls (sleep, locks, I/O) inside the range: keep them off "
                        "the serving thread, avoid contended locks, pin the thread to a core."),
         "slow_gpu": ("Outliers are slower GPU phases: lock GPU clocks for measurement (nvidia-smi -lgc), check for "
