@@ -298,12 +298,12 @@ def top_kernels(trace: Any, limit: int = 50) -> list[dict[str, Any]]:
     k = getattr(trace, "kernels", None)
     if k is not None and len(k):
         codes, names = S.factor(k, "name")
-        scode, short = S.factor(k, "short_name")
-        first = np.full(len(names), -1, np.int64)
-        first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)  # each name's first row
-        parts.append((codes, np.maximum(S.i64(k, "end_ns", 0) - S.i64(k, "start_ns", 0), 0),
-                      [str(x) for x in names],
-                      [str(short[scode[i]]) if i >= 0 else "" for i in first]))
+        _, first = np.unique(codes, return_index=True)  # each used name's first row
+        shorts = np.full(len(names), "", dtype=object)
+        shorts[codes[first]] = _short_names(k, first)
+        dur = S.i64(k, "end_ns", 0) - S.i64(k, "start_ns", 0)
+        np.maximum(dur, 0, out=dur)
+        parts.append((codes, dur, [str(x) for x in names], [str(x) for x in shorts]))
     g = getattr(trace, "graphs", None)
     if g is not None and len(g):
         gcodes, gids = pd.factorize(g["graph_id"].astype("Int64").astype(str).replace("<NA>", "?"))
@@ -316,16 +316,33 @@ def top_kernels(trace: Any, limit: int = 50) -> list[dict[str, Any]]:
     dur = np.concatenate([p[1] for p in parts])  # corrupt rows count with zero duration, as in the series
     names = [n for p in parts for n in p[2]]
     shorts = [n for p in parts for n in p[3]]
-    grp = pd.DataFrame({"c": codes, "d": dur}).groupby("c", sort=False)["d"]
-    agg = pd.DataFrame({"n": grp.size(), "tot": grp.sum(), "avg": grp.mean(), "med": grp.median(),
-                        "lo": grp.min(), "hi": grp.max()})
     total_all = float(dur.sum()) or 1.0
-    agg = agg.sort_values("tot", ascending=False, kind="stable").head(limit)
-    return [{"name": names[c], "short_name": shorts[c], "count": int(n), "total_ms": tot / 1e6,
-             "mean_ms": avg / 1e6, "median_ms": med / 1e6, "min_ms": lo / 1e6, "max_ms": hi / 1e6,
-             "share_pct": 100.0 * tot / total_all}
-            for c, n, tot, avg, med, lo, hi in zip(agg.index, agg["n"], agg["tot"], agg["avg"], agg["med"],
-                                                   agg["lo"], agg["hi"])]
+    # per name, from one sort by (name, duration): exact int64 sums, medians from the middle rows
+    order = np.lexsort((dur, codes))
+    d, c = dur[order], codes[order]
+    del order
+    heads = np.flatnonzero(np.concatenate(([True], c[1:] != c[:-1])))
+    n = np.diff(np.append(heads, len(c)))
+    tot = np.add.reduceat(d, heads)
+    mid_lo, mid_hi = d[heads + (n - 1) // 2], d[heads + n // 2]
+    lo, hi = d[heads], d[heads + n - 1]
+    group = c[heads]
+    first = np.full(int(codes.max()) + 1, len(codes), np.int64)
+    np.minimum.at(first, codes, np.arange(len(codes)))  # each name's first row: ties keep capture order
+    top = np.lexsort((first[group], -tot))[:limit]
+    return [{"name": names[group[i]], "short_name": shorts[group[i]], "count": int(n[i]), "total_ms": tot[i] / 1e6,
+             "mean_ms": float(tot[i]) / n[i] / 1e6, "median_ms": (float(mid_lo[i]) + float(mid_hi[i])) / 2 / 1e6,
+             "min_ms": lo[i] / 1e6, "max_ms": hi[i] / 1e6, "share_pct": 100.0 * tot[i] / total_all}
+            for i in top.tolist()]
+
+
+def _short_names(k: Any, rows: np.ndarray) -> list[str]:
+    """The short names of the kernel rows ``rows``, without coding the whole column."""
+    if "short_name" not in k.columns:
+        return [""] * len(rows)
+    vals = k["short_name"].to_numpy(dtype=object)[rows] if not isinstance(k["short_name"].dtype, pd.CategoricalDtype) \
+        else np.asarray(k["short_name"].array[rows], dtype=object)
+    return ["" if v is None or (isinstance(v, float) and np.isnan(v)) or v is pd.NA else str(v) for v in vals]
 
 
 def _gap_histograms(ctx: CaptureContext, min_gap_us: float) -> list[dict[str, Any]]:
