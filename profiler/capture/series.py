@@ -24,55 +24,38 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from enum import IntEnum
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from profiler.capture import intervals
+from profiler.capture.activity import Activity, HostCalls, build_activity, build_host_calls, mark_top_level
+from profiler.capture.frames import (
+    API_CATEGORIES, COPY_KINDS, DEVICE_SYNC_NAMES, GRAPH, KERNEL, KIND_NAMES, MEMCPY, MEMSET, ApiCategory,
+    CopyKind, factor, frame_of, i64, is_value,
+)
+from profiler.capture.instance_metrics import (
+    OUTLIER_IQR_FENCE, OUTLIER_MEDIAN_RATIO, OUTLIER_MIN_COUNT, PAIR_CHUNK, activity_metrics, host_metrics,
+    mark_outliers,
+)
+from profiler.capture.keys import Sorted, ThreadKeys, WindowSums, expand, row_index, sort_by_thread
+
+# The series table's vocabulary and building blocks live in frames, keys, activity and instance_metrics;
+# they are named here too, so ``series.X`` (the capture package's one import for them) keeps working.
+__all__ = [
+    "API_CATEGORIES", "COPY_KINDS", "DEVICE_SYNC_NAMES", "GRAPH", "INSTANCE_METRICS", "KERNEL", "KIND_NAMES",
+    "MEMCPY", "MEMSET", "OUTLIER_IQR_FENCE", "OUTLIER_MEDIAN_RATIO", "OUTLIER_MIN_COUNT", "PAIR_CHUNK",
+    "WINDOW_NAME", "WINDOW_TID", "Activity", "ApiCategory", "CopyKind", "HostCalls", "Ranges", "SeriesTable",
+    "Sorted", "ThreadKeys", "WindowSums", "build_activity", "build_host_calls", "build_series", "expand",
+    "extract_ranges", "factor", "i64", "is_value", "mark_outliers", "nesting", "normalize_range_name",
+]
 
 WINDOW_NAME = "(capture)"
 """Series name of the single window used when a capture has no NVTX ranges."""
 
 WINDOW_TID = -2
 """Thread id given to the window instance: it owns the work of every thread."""
-
-KIND_NAMES = ("kernel", "memcpy", "memset", "graph")
-KERNEL, MEMCPY, MEMSET, GRAPH = range(4)
-class CopyKind(IntEnum):
-    """``Activity.copy_kind`` codes (0 for anything not a known copy direction)."""
-
-    other = 0
-    HtoD = 1
-    DtoH = 2
-    DtoD = 3
-    HtoH = 4
-    PtoP = 5
-
-
-class ApiCategory(IntEnum):
-    """``HostCalls.category`` codes (0 for OS runtime calls and unclassified API calls)."""
-
-    other = 0
-    launch = 1
-    graph_launch = 2
-    sync = 3
-    memcpy = 4
-    memset = 5
-
-
-#: The names of the codes, in code order (the trace's string vocabularies map onto them by name).
-COPY_KINDS = tuple(k.name for k in CopyKind)
-API_CATEGORIES = tuple(c.name for c in ApiCategory)
-DEVICE_SYNC_NAMES = frozenset({"cudaDeviceSynchronize", "cuCtxSynchronize", "cudaThreadSynchronize"})
-
-OUTLIER_MEDIAN_RATIO = 1.5
-"""An instance is an outlier when its wall time exceeds this multiple of the series median ..."""
-OUTLIER_IQR_FENCE = 3.0
-"""... and also exceeds Q3 + this many interquartile ranges (so a wide distribution is not all outliers)."""
-OUTLIER_MIN_COUNT = 5
-"""Series with fewer instances get no outliers: there is no typical instance to compare with."""
 
 # PyTorch's NVTX text carries unique tokens (torch/csrc/profiler: "name, seq = N, op_id = N,
 # sizes = [...], input_op_ids = [...]"): without stripping them every op call is its own series.
@@ -92,313 +75,6 @@ def normalize_range_name(name: str) -> str:
     return name
 
 
-# ----------------------------------------------------------------------------- frame access
-
-def _frame(trace: Any, attr: str) -> pd.DataFrame:
-    df = getattr(trace, attr, None)
-    return df if isinstance(df, pd.DataFrame) else pd.DataFrame()
-
-
-def i64(df: pd.DataFrame, col: str, fill: int = -1) -> np.ndarray:
-    """A column as int64 with missing values (absent column, NA, NaN) replaced by ``fill``."""
-    if col not in df.columns:
-        return np.full(len(df), fill, dtype=np.int64)
-    s = df[col]
-    if s.dtype == np.int64:
-        return s.to_numpy()
-    try:
-        return s.to_numpy(dtype=np.int64, na_value=fill)
-    except (TypeError, ValueError):
-        return pd.to_numeric(s, errors="coerce").fillna(fill).to_numpy(dtype=np.int64)
-
-
-def not_before(end: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """``end`` raised to ``start`` where it lies before it (a corrupt row counts as empty); the array
-    itself, not a copy, when every row is in order (the usual case: the trace frame's own column)."""
-    return end if (end >= start).all() else np.maximum(end, start)
-
-
-def factor(df: pd.DataFrame, col: str, fill: str = "") -> tuple[np.ndarray, np.ndarray]:
-    """(codes, values) of a string column without materialising one Python string per row.
-
-    Categorical columns use their codes; others are factorised. Missing values get the code of
-    ``fill`` (appended to ``values``), so ``values[codes]`` is always a valid string.
-    """
-    if col not in df.columns or len(df) == 0:
-        return np.zeros(len(df), dtype=np.int64), np.array([fill], dtype=object)
-    s = df[col]
-    if isinstance(s.dtype, pd.CategoricalDtype):
-        codes = s.cat.codes.to_numpy().astype(np.int64)
-        values = np.asarray(s.cat.categories.astype(object), dtype=object)
-    else:
-        codes, uniq = pd.factorize(s, use_na_sentinel=True)
-        codes = codes.astype(np.int64)
-        values = np.asarray(pd.Index(uniq).astype(object), dtype=object)
-    values = np.array([str(v) for v in values] + [fill], dtype=object)
-    codes = np.where(codes < 0, len(values) - 1, codes)
-    return codes, values
-
-
-def _codes(df: pd.DataFrame, col: str, vocabulary: tuple[str, ...]) -> np.ndarray:
-    """Small-integer codes of a string column's values in ``vocabulary`` (unknown or missing -> 0)."""
-    codes, values = factor(df, col)
-    lookup = {v: i for i, v in enumerate(vocabulary)}
-    table = np.array([lookup.get(v, 0) for v in values], dtype=np.int8)
-    return table[codes]
-
-
-def is_value(df: pd.DataFrame, col: str, value: str) -> np.ndarray:
-    """Boolean mask of rows whose ``col`` equals ``value`` (False where the column is absent)."""
-    if col not in df.columns:
-        return np.zeros(len(df), dtype=bool)
-    return (df[col] == value).to_numpy(dtype=bool, na_value=False)
-
-
-# ----------------------------------------------------------------------------- thread keys
-
-class ThreadKeys:
-    """Order-preserving int64 keys for (thread, time) pairs.
-
-    key = thread_code << shift | (time - t0): sorting by key sorts by thread then time, and a
-    per-thread search becomes one global ``searchsorted``. When threads x time span would not fit
-    in 62 bits, times are replaced by their rank among every time given at construction (so the
-    queries must be among them), which keeps the order and the sweep exact.
-    """
-
-    def __init__(self, tids: Iterable[np.ndarray], times: Iterable[np.ndarray]):
-        tids = [np.asarray(t, dtype=np.int64) for t in tids]
-        times = [np.asarray(t, dtype=np.int64) for t in times]
-        # distinct threads of each array first (hashing, no sorted copy of millions of ids)
-        self.utids = np.unique(np.concatenate([pd.unique(t) for t in tids])) if tids else np.zeros(0, np.int64)
-        nonempty = [t for t in times if len(t)]
-        self._ranks: np.ndarray | None = None
-        if not nonempty:
-            self.t0, self.shift = 0, 1
-            return
-        t0 = min(int(t.min()) for t in nonempty)
-        t1 = max(int(t.max()) for t in nonempty)
-        shift = max(int(t1 - t0 + 1).bit_length(), 1)
-        if shift + max(len(self.utids), 1).bit_length() > 62:
-            self._ranks = np.unique(np.concatenate(nonempty))
-            t0, shift = 0, max(len(self._ranks).bit_length(), 1)
-        self.t0, self.shift = t0, shift
-
-    def code(self, tid: np.ndarray) -> np.ndarray:
-        return np.searchsorted(self.utids, np.asarray(tid, dtype=np.int64)).astype(np.int64, copy=False)
-
-    def key(self, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
-        t = np.asarray(t, dtype=np.int64)
-        key = self.code(tid)
-        key <<= self.shift
-        if self._ranks is not None:
-            key += np.searchsorted(self._ranks, t)
-        else:
-            key += t
-            key -= self.t0
-        return key
-
-    def shifted(self, key: np.ndarray, t_from: np.ndarray, t_to: np.ndarray) -> np.ndarray:
-        """The keys of (thread, ``t_to``) from those of (thread, ``t_from``), without looking threads up:
-        the time is the key's low bits (when times are ranks, they are looked up again)."""
-        if self._ranks is not None:
-            return (key >> self.shift << self.shift) + np.searchsorted(self._ranks, np.asarray(t_to, dtype=np.int64))
-        return key + (np.asarray(t_to, dtype=np.int64) - t_from)
-
-
-def _index(rows: np.ndarray) -> np.ndarray:
-    """Row numbers as int32 when they fit (half the memory of the millions-long permutations)."""
-    return rows.astype(np.int32) if len(rows) < 1 << 31 else rows
-
-
-@dataclass
-class Sorted:
-    """Rows of one table sorted by (thread, start), with their keys and the permutation used. The keys
-    serve while the series table is built (windows, nesting of calls) and are then let go (None)."""
-
-    order: np.ndarray
-    key: np.ndarray | None
-
-    def window(self, qkey_lo: np.ndarray, qkey_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Positions [lo, hi) of the rows whose key lies in [qkey_lo, qkey_hi]."""
-        return (np.searchsorted(self.key, qkey_lo, "left"), np.searchsorted(self.key, qkey_hi, "right"))
-
-
-def expand(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(query index, position) pairs for every position in each [lo, hi) window."""
-    n = np.maximum(hi - lo, 0)
-    total = int(n.sum())
-    if total == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    q = np.repeat(np.arange(len(lo), dtype=np.int64), n)
-    first = np.cumsum(n) - n
-    pos = np.arange(total, dtype=np.int64) - np.repeat(first - lo, n)
-    return q, pos
-
-
-# ----------------------------------------------------------------------------- tables
-
-@dataclass
-class Activity:
-    """GPU work (kernels, memcpy, memset, graph launches) as parallel arrays, kernels first."""
-
-    kind: np.ndarray  # int8 index into KIND_NAMES
-    start_ns: np.ndarray
-    end_ns: np.ndarray
-    device_id: np.ndarray
-    stream_id: np.ndarray
-    api_tid: np.ndarray
-    api_start_ns: np.ndarray  # INT64_MIN where the launching call is not in the capture
-    bytes: np.ndarray
-    copy_kind: np.ndarray  # int8 index into COPY_KINDS
-    pageable: np.ndarray  # bool: a host side in pageable memory
-    is_launch: np.ndarray  # bool: first activity of a kernel / graph launch call
-    row: np.ndarray  # row number in the trace frame of its kind
-
-    def __len__(self) -> int:
-        return len(self.kind)
-
-
-def _first_of_launch(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
-    """True for the first activity of each (process, correlation id); unknown ids (< 0) always count."""
-    out = np.ones(len(corr), dtype=bool)
-    known = np.flatnonzero(corr >= 0)
-    if len(known) < 2:
-        return out
-    order = known[np.lexsort((known, corr[known], pid[known]))]
-    dup = (corr[order][1:] == corr[order][:-1]) & (pid[order][1:] == pid[order][:-1])
-    out[order[1:][dup]] = False
-    return out
-
-
-def build_activity(trace: Any) -> Activity:
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in Activity.__dataclass_fields__}
-    int64_min = np.iinfo(np.int64).min
-    for code, attr in enumerate(("kernels", "memcpy", "memset", "graphs")):
-        df = _frame(trace, attr)
-        n = len(df)
-        if n == 0:
-            continue
-        start = i64(df, "start_ns", 0)
-        tid = i64(df, "api_tid", -1)
-        parts["kind"].append(np.full(n, code, dtype=np.int8))
-        parts["start_ns"].append(start)
-        parts["end_ns"].append(not_before(i64(df, "end_ns", 0), start))
-        parts["device_id"].append(i64(df, "device_id", -1))
-        parts["stream_id"].append(i64(df, "stream_id", -1))
-        parts["api_tid"].append(tid)
-        # a launch whose call is not in the capture has api_tid -1: its api_start_ns means nothing
-        api_start = i64(df, "api_start_ns", int64_min)
-        parts["api_start_ns"].append(np.where(tid < 0, int64_min, api_start) if (tid < 0).any() else api_start)
-        if code == MEMCPY:
-            parts["bytes"].append(np.maximum(i64(df, "bytes", 0), 0))
-            parts["copy_kind"].append(_codes(df, "copy_kind", COPY_KINDS))
-            parts["pageable"].append(is_value(df, "src_kind", "pageable") | is_value(df, "dst_kind", "pageable"))
-        else:
-            parts["bytes"].append(np.maximum(i64(df, "bytes", 0), 0) if code == MEMSET else np.zeros(n, np.int64))
-            parts["copy_kind"].append(np.zeros(n, dtype=np.int8))
-            parts["pageable"].append(np.zeros(n, dtype=bool))
-        if code in (KERNEL, GRAPH):
-            # kernels of one graph launch (node-level tracing) share its correlation id: one launch
-            parts["is_launch"].append(_first_of_launch(i64(df, "pid", -1), i64(df, "correlation_id", -1)))
-        else:
-            parts["is_launch"].append(np.zeros(n, dtype=bool))
-        parts["row"].append(np.arange(n, dtype=np.int32 if n < 1 << 31 else np.int64))
-    if not parts["kind"]:
-        empty = {k: np.zeros(0, dtype=np.int64) for k in parts}
-        empty["kind"] = empty["copy_kind"] = np.zeros(0, dtype=np.int8)
-        empty["pageable"] = empty["is_launch"] = np.zeros(0, dtype=bool)
-        return Activity(**empty)
-    act = {k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in parts.items()}
-    start = act["start_ns"]
-    if len(start) > 1 and not (start[1:] >= start[:-1]).all():
-        # one order by start for every consumer: each union of the activity then needs no sort of its own
-        order = np.argsort(start, kind="stable")
-        act = {k: v[order] for k, v in act.items()}
-    return Activity(**act)
-
-
-@dataclass
-class HostCalls:
-    """Host-side intervals of one kind (CUDA API calls or OS runtime calls)."""
-
-    tid: np.ndarray
-    start_ns: np.ndarray
-    end_ns: np.ndarray
-    name_code: np.ndarray  # index into ``names``
-    names: np.ndarray  # object array of distinct names
-    category: np.ndarray  # index into API_CATEGORIES (0 for OS runtime)
-    top_level: np.ndarray  # bool: not nested inside another call of the same thread
-    _blocking: np.ndarray | None = None
-
-    def __len__(self) -> int:
-        return len(self.tid)
-
-    def name_of(self, rows: np.ndarray) -> np.ndarray:
-        return self.names[self.name_code[rows]]
-
-    @property
-    def blocking_sync(self) -> np.ndarray:
-        """Synchronisation calls that block the host (``*Synchronize``); ``cudaStreamWaitEvent`` and
-        queries are GPU-side dependencies or polls, not host waits."""
-        if self._blocking is None:
-            names = np.array(["Synchronize" in str(n) for n in self.names], dtype=bool)
-            self._blocking = (self.category == ApiCategory.sync) & (names[self.name_code] if len(self.name_code) else
-                                                     np.zeros(0, dtype=bool))
-        return self._blocking
-
-    def named_prefix(self, prefixes: tuple[str, ...]) -> np.ndarray:
-        """Boolean mask of the calls whose name starts with one of ``prefixes``."""
-        wanted = np.array([str(n).startswith(prefixes) for n in self.names], dtype=bool)
-        return wanted[self.name_code] if len(self.name_code) else np.zeros(0, dtype=bool)
-
-    def named(self, names: Iterable[str]) -> np.ndarray:
-        """Boolean mask of the calls whose name is in ``names``."""
-        wanted = np.isin(self.names, list(names))
-        return wanted[self.name_code] if len(self.name_code) else np.zeros(0, dtype=bool)
-
-
-def build_host_calls(trace: Any, attr: str) -> HostCalls:
-    df = _frame(trace, attr)
-    tid = i64(df, "global_tid", -1)
-    if "global_tid" not in df.columns and "tid" in df.columns:
-        tid = i64(df, "tid", -1)
-    start = i64(df, "start_ns", 0)
-    end = not_before(i64(df, "end_ns", 0), start)
-    cat = _codes(df, "category", API_CATEGORIES)
-    code, names = factor(df, "name")
-    code = code.astype(np.int32) if len(names) < 1 << 31 else code  # half the memory of a row index
-    return HostCalls(tid=tid, start_ns=start, end_ns=end, name_code=code, names=names, category=cat,
-                     top_level=np.ones(len(df), dtype=bool))
-
-
-def _mark_top_level(calls: HostCalls, srt: Sorted, keys: ThreadKeys) -> None:
-    """Flag calls nested inside an earlier call of the same thread (a runtime call's driver calls)."""
-    if len(calls) == 0:
-        return
-    o = srt.order
-    end_key = keys.shifted(srt.key, calls.start_ns[o], calls.end_ns[o])
-    prev = np.maximum.accumulate(end_key)
-    nested = np.zeros(len(o), dtype=bool)
-    nested[1:] = end_key[1:] <= prev[:-1]
-    top = np.ones(len(calls), dtype=bool)
-    top[o[nested]] = False
-    calls.top_level = top
-
-
-def _sort(keys: ThreadKeys, tid: np.ndarray, t: np.ndarray, tiebreak: np.ndarray | None = None) -> Sorted:
-    """Rows sorted by (thread, time); equal keys ordered by ``tiebreak`` (only the tied rows are re-sorted)."""
-    key = keys.key(tid, t)
-    order = np.argsort(key, kind="stable")
-    ks = key[order]
-    if tiebreak is not None and len(ks) > 1:
-        tie = ks[1:] == ks[:-1]
-        if tie.any():
-            pos = np.flatnonzero(np.concatenate([tie, [False]]) | np.concatenate([[False], tie]))
-            sub = order[pos]
-            order[pos] = sub[np.lexsort((tiebreak[sub], key[sub]))]
-    return Sorted(order=_index(order), key=ks)
-
-
 # ----------------------------------------------------------------------------- ranges
 
 @dataclass
@@ -415,7 +91,7 @@ class Ranges:
 
 def extract_ranges(trace: Any) -> Ranges:
     """Closed push/pop and start/end ranges with normalized names (codes, never per-row strings)."""
-    nvtx = _frame(trace, "nvtx")
+    nvtx = frame_of(trace, "nvtx")
     cols = ["domain", "name", "start_ns", "end_ns", "tid"]
     if nvtx.empty or "event_type" not in nvtx.columns:
         return Ranges(pd.DataFrame({c: np.zeros(0, np.int64) for c in cols}))
@@ -534,7 +210,7 @@ class SeriesTable:
                 continue
             in_order = kept[srt.order]
             remap = np.cumsum(kept) - 1
-            sorted_[prefix] = Sorted(order=_index(remap[srt.order[in_order]]), key=None)
+            sorted_[prefix] = Sorted(order=row_index(remap[srt.order[in_order]]), key=None)
             if consume:
                 setattr(self, f"{prefix}_sorted", None)
             del remap
@@ -707,11 +383,11 @@ def build_series(trace: Any) -> SeriesTable:
     act_t = np.where(act.api_start_ns == np.iinfo(np.int64).min, 0, act.api_start_ns)
     keys = ThreadKeys([act.api_tid, api.tid, osrt.tid, itid],
                       [act_t, api.start_ns, api.end_ns, osrt.start_ns, istart, iend])
-    act_sorted = _sort(keys, act.api_tid, act_t)
-    api_sorted = _sort(keys, api.tid, api.start_ns, tiebreak=-api.end_ns)
-    osrt_sorted = _sort(keys, osrt.tid, osrt.start_ns, tiebreak=-osrt.end_ns)
-    _mark_top_level(api, api_sorted, keys)
-    _mark_top_level(osrt, osrt_sorted, keys)
+    act_sorted = sort_by_thread(keys, act.api_tid, act_t)
+    api_sorted = sort_by_thread(keys, api.tid, api.start_ns, tiebreak=-api.end_ns)
+    osrt_sorted = sort_by_thread(keys, osrt.tid, osrt.start_ns, tiebreak=-osrt.end_ns)
+    mark_top_level(api, api_sorted, keys)
+    mark_top_level(osrt, osrt_sorted, keys)
     # Activity whose launching thread is unknown can be attributed to the window only.
     unknown = (act.api_tid < 0) | (act.api_start_ns == np.iinfo(np.int64).min)
     if len(act) and unknown.any() and not window:
@@ -728,8 +404,8 @@ def build_series(trace: Any) -> SeriesTable:
         inst[f"{prefix}_lo"], inst[f"{prefix}_hi"] = lo.astype(np.int64), hi.astype(np.int64)
         srt.key = None  # the windows are found: the keys are not needed again
     inst["depth"], inst["parent"] = nesting(keys, itid, istart, iend)
-    _activity_metrics(inst, act, act_sorted, unknown)
-    _host_metrics(inst, api, api_sorted, osrt, osrt_sorted)
+    activity_metrics(inst, act, act_sorted, unknown)
+    host_metrics(inst, api, api_sorted, osrt, osrt_sorted)
     inst["outlier"] = mark_outliers(inst)
     return SeriesTable(series=series, instances=inst, activity=act, api=api, osrt=osrt,
                        act_sorted=act_sorted, api_sorted=api_sorted, osrt_sorted=osrt_sorted,
@@ -766,8 +442,8 @@ def _remeasure_window(table: SeriesTable) -> None:
         w_start = w_end = int(inst["start_ns"].iat[0])
     inst["start_ns"], inst["end_ns"], inst["wall_ns"] = w_start, w_end, w_end - w_start
     unknown = (act.api_tid < 0) | (act.api_start_ns == np.iinfo(np.int64).min)
-    _activity_metrics(inst, act, table.act_sorted, unknown)
-    _host_metrics(inst, table.api, table.api_sorted, table.osrt, table.osrt_sorted)
+    activity_metrics(inst, act, table.act_sorted, unknown)
+    host_metrics(inst, table.api, table.api_sorted, table.osrt, table.osrt_sorted)
 
 
 def nesting(keys: ThreadKeys, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -804,154 +480,3 @@ def nesting(keys: ThreadKeys, tid: np.ndarray, start: np.ndarray, end: np.ndarra
     parent = np.full(n, -1, np.int64)
     parent[inst_of[ok]] = inst_of[jj[ok]]
     return np.maximum(depth, 0), parent
-
-
-class WindowSums:
-    """Sums of per-row values over windows ``[lo, hi)`` of sorted positions (the instances' member rows).
-
-    The windows' distinct edges cut the rows into segments; a metric costs one ``np.add.reduceat``
-    over those segments (a read of the column, no full-length prefix sum written), or, for a mask
-    that selects few rows, a sum over just those rows. Sums are exact int64.
-    """
-
-    _SPARSE = 8
-    """A mask selecting under 1/_SPARSE of the rows is summed row by row (flatnonzero and add.at)."""
-
-    def __init__(self, lo: np.ndarray, hi: np.ndarray, n: int):
-        self.n = int(n)
-        lo = np.clip(np.asarray(lo, dtype=np.int64), 0, self.n)
-        hi = np.clip(np.asarray(hi, dtype=np.int64), 0, self.n)
-        edges = np.unique(np.concatenate(([0], lo, hi)))
-        self.cut = edges[edges < self.n]  # first row of each segment
-        self.ilo, self.ihi = np.searchsorted(edges, lo), np.searchsorted(edges, hi)
-
-    def __call__(self, values: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
-        """Per window: the sum of ``values`` (in sorted order), over the rows where ``mask`` holds if given."""
-        seg = np.zeros(len(self.cut), dtype=np.int64)
-        if self.n:
-            if mask is None:
-                seg = np.add.reduceat(values, self.cut, dtype=np.int64)
-            elif np.count_nonzero(mask) * self._SPARSE < self.n:
-                rows = np.flatnonzero(mask)
-                np.add.at(seg, np.searchsorted(self.cut, rows, side="right") - 1, values[rows])
-            else:
-                seg = np.add.reduceat(np.where(mask, values, 0), self.cut, dtype=np.int64)
-        prefix = np.zeros(len(seg) + 1, dtype=np.int64)
-        np.cumsum(seg, out=prefix[1:])
-        return prefix[self.ihi] - prefix[self.ilo]
-
-
-_PAIR_CHUNK = 1 << 18
-
-
-def _activity_metrics(inst: pd.DataFrame, act: Activity, srt: Sorted, unknown: np.ndarray) -> None:
-    lo, hi = inst["act_lo"].to_numpy(), inst["act_hi"].to_numpy()
-    o = srt.order  # work on arrays permuted once into (thread, launch time) order
-    kind, dur = act.kind[o], (act.end_ns - act.start_ns)[o]
-    is_kernel, is_copy = kind == KERNEL, kind == MEMCPY
-    sums = WindowSums(lo, hi, len(o))
-    inst["kernel_sum_ns"] = sums(dur, is_kernel)
-    inst["copy_sum_ns"] = sums(dur, is_copy)
-    inst["copy_bytes"] = sums(act.bytes[o], is_copy)
-    inst["pageable_copies"] = sums(is_copy & act.pageable[o])
-    inst["kernels"] = sums(is_kernel)
-    inst["launches"] = sums(act.is_launch[o])
-    inst["activities"] = hi - lo
-    n = len(inst)
-    busy = np.zeros(n, np.int64)
-    compute = np.zeros(n, np.int64)
-    copy = np.zeros(n, np.int64)
-    first = np.zeros(n, np.int64)  # first start and last end of the instance's GPU work (0, 0 without)
-    last = np.zeros(n, np.int64)
-    pairs = int(np.maximum(hi - lo, 0).sum())
-    if pairs > _PAIR_CHUNK and pairs > _NESTED_RATIO * (len(o) + n):
-        # windows hold the same rows many times over (deeply nested ranges): a sweep, not the pairs
-        inst["gpu_busy_ns"], inst["compute_ns"], inst["copy_ns"] = _nested_unions(act, o, lo, hi)
-        first = intervals.window_extreme(act.start_ns[o], lo, hi, np.minimum)
-        last = intervals.window_extreme(act.end_ns[o], lo, hi, np.maximum)
-        inst["span_ns"] = np.maximum(inst["wall_ns"].to_numpy(), last - first)
-        return
-    # Unions need the member rows themselves: expand windows in chunks of whole instances.
-    cum = np.concatenate([[0], np.cumsum(np.maximum(hi - lo, 0))])
-    start_i = 0
-    while start_i < n:
-        stop = int(np.searchsorted(cum, cum[start_i] + _PAIR_CHUNK, "right")) - 1
-        stop = min(max(stop, start_i + 1), n)
-        q, pos = expand(lo[start_i:stop], hi[start_i:stop])
-        rows = srt.order[pos]
-        s, e, k = act.start_ns[rows], act.end_ns[rows], act.kind[rows]
-        m = stop - start_i
-        busy[start_i:stop] = b = intervals.union_length_by_group(q, s, e, m)
-        if len(q):
-            heads = np.flatnonzero(np.concatenate(([True], q[1:] != q[:-1])))  # q is sorted (expand)
-            who = start_i + q[heads]
-            first[who] = np.minimum.reduceat(s, heads)
-            last[who] = np.maximum.reduceat(e, heads)
-        c = k != MEMCPY
-        if c.all():
-            compute[start_i:stop] = b
-        elif not c.any():
-            copy[start_i:stop] = b
-        else:
-            compute[start_i:stop] = intervals.union_length_by_group(q[c], s[c], e[c], m)
-            copy[start_i:stop] = intervals.union_length_by_group(q[~c], s[~c], e[~c], m)
-        start_i = stop
-    inst["gpu_busy_ns"], inst["compute_ns"], inst["copy_ns"] = busy, compute, copy
-    # the longer of the range's wall time and the GPU span of its work (first start to last end): an async
-    # launch's work runs after the range closes, so busy time over this (never over the wall time alone)
-    # is a fraction in [0, 1] that neither counts the host's queueing nor exceeds 1
-    inst["span_ns"] = np.maximum(inst["wall_ns"].to_numpy(), last - first)
-
-
-_NESTED_RATIO = 20
-"""Above this many (window, member) pairs per row and window, the unions come from the offline sweep."""
-
-
-def _nested_unions(act: Activity, o: np.ndarray, lo: np.ndarray, hi: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """GPU busy, compute and copy union per window [lo, hi) of the rows in order ``o``, by
-    :func:`intervals.window_union_lengths` (O((rows + windows) log rows), however nested the windows)."""
-    s, e, kind = act.start_ns[o], act.end_ns[o], act.kind[o]
-    out = [intervals.window_union_lengths(s, e, lo, hi)]
-    for keep in (kind != MEMCPY, kind == MEMCPY):
-        before = np.concatenate([[0], np.cumsum(keep)])  # positions among the kept rows
-        out.append(intervals.window_union_lengths(s[keep], e[keep], before[lo], before[hi]))
-    return out[0], out[1], out[2]
-
-
-def _host_metrics(inst: pd.DataFrame, api: HostCalls, api_srt: Sorted, osrt: HostCalls, osrt_srt: Sorted) -> None:
-    lo, hi = inst["api_lo"].to_numpy(), inst["api_hi"].to_numpy()
-    o = api_srt.order  # arrays permuted once into (thread, start) order
-    top, cat = api.top_level[o], api.category[o]
-    dur = np.where(top, (api.end_ns - api.start_ns)[o], 0)
-    launch = top & ((cat == ApiCategory.launch) | (cat == ApiCategory.graph_launch))
-    sync = top & api.blocking_sync[o]
-    device_sync = sync & api.named(DEVICE_SYNC_NAMES)[o]
-    sums = WindowSums(lo, hi, len(o))
-    inst["api_ns"] = sums(dur)
-    inst["launch_api_ns"] = sums(dur, launch)
-    inst["launch_calls"] = sums(launch)
-    inst["sync_ns"] = sums(dur, sync)
-    inst["sync_count"] = sums(sync)
-    inst["device_sync_count"] = sums(device_sync)
-    inst["memcpy_api_ns"] = sums(dur, top & (cat == ApiCategory.memcpy))
-    oo = osrt_srt.order
-    otop = osrt.top_level[oo]
-    osums = WindowSums(inst["osrt_lo"].to_numpy(), inst["osrt_hi"].to_numpy(), len(oo))
-    inst["osrt_ns"] = osums((osrt.end_ns - osrt.start_ns)[oo], otop)
-    inst["osrt_count"] = osums(otop)
-
-
-def mark_outliers(inst: pd.DataFrame, median_ratio: float = OUTLIER_MEDIAN_RATIO,
-                  iqr_fence: float = OUTLIER_IQR_FENCE, min_count: int = OUTLIER_MIN_COUNT) -> np.ndarray:
-    """Outlier flags: wall time above both median x ``median_ratio`` and Q3 + ``iqr_fence`` x IQR."""
-    if inst.empty:
-        return np.zeros(0, dtype=bool)
-    sid = inst["series_id"].to_numpy()
-    g = inst["wall_ns"].astype(np.float64).groupby(sid)
-    med = g.median().reindex(sid).to_numpy()
-    q1 = g.quantile(0.25).reindex(sid).to_numpy()
-    q3 = g.quantile(0.75).reindex(sid).to_numpy()
-    n = g.size().reindex(sid).to_numpy()
-    limit = np.maximum(med * median_ratio, q3 + iqr_fence * (q3 - q1))
-    return (n >= min_count) & (inst["wall_ns"].to_numpy(dtype=float) > limit)

@@ -14,7 +14,7 @@ import pandas as pd
 from profiler import stats
 from profiler.capture import intervals
 from profiler.capture.series import (
-    _PAIR_CHUNK, _PREFIX, INSTANCE_METRICS, Activity, ApiCategory, SeriesTable, expand,
+    _PREFIX, INSTANCE_METRICS, PAIR_CHUNK, Activity, ApiCategory, SeriesTable, expand,
 )
 
 
@@ -262,13 +262,13 @@ def _largest_call(table: SeriesTable, sub: pd.DataFrame, which: str, mask_rows: 
 
 
 def _pair_chunks(instances: pd.DataFrame, table: str) -> list[tuple[int, int]]:
-    """[first, stop) row slices of ``instances`` holding about ``_PAIR_CHUNK`` member pairs each."""
+    """[first, stop) row slices of ``instances`` holding about ``PAIR_CHUNK`` member pairs each."""
     n = len(instances)
     sizes = np.maximum(instances[f"{_PREFIX[table]}_hi"].to_numpy() - instances[f"{_PREFIX[table]}_lo"].to_numpy(), 0)
     cum = np.concatenate([[0], np.cumsum(sizes)])
     out, first = [], 0
     while first < n:
-        stop = int(np.searchsorted(cum, cum[first] + _PAIR_CHUNK, "right")) - 1
+        stop = int(np.searchsorted(cum, cum[first] + PAIR_CHUNK, "right")) - 1
         stop = min(max(stop, first + 1), n)
         out.append((first, stop))
         first = stop

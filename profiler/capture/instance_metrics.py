@@ -1,0 +1,135 @@
+"""Per-instance metrics of the series table: sums over each instance's member rows (kernel and copy time,
+bytes, launches, API, sync and OS runtime time), GPU busy unions, and the outlier flags."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from profiler.capture import intervals
+from profiler.capture.activity import Activity, HostCalls
+from profiler.capture.frames import DEVICE_SYNC_NAMES, KERNEL, MEMCPY, ApiCategory
+from profiler.capture.keys import Sorted, WindowSums, expand
+
+OUTLIER_MEDIAN_RATIO = 1.5
+"""An instance is an outlier when its wall time exceeds this multiple of the series median ..."""
+OUTLIER_IQR_FENCE = 3.0
+"""... and also exceeds Q3 + this many interquartile ranges (so a wide distribution is not all outliers)."""
+OUTLIER_MIN_COUNT = 5
+"""Series with fewer instances get no outliers: there is no typical instance to compare with."""
+
+
+PAIR_CHUNK = 1 << 18
+
+
+def activity_metrics(inst: pd.DataFrame, act: Activity, srt: Sorted, unknown: np.ndarray) -> None:
+    lo, hi = inst["act_lo"].to_numpy(), inst["act_hi"].to_numpy()
+    o = srt.order  # work on arrays permuted once into (thread, launch time) order
+    kind, dur = act.kind[o], (act.end_ns - act.start_ns)[o]
+    is_kernel, is_copy = kind == KERNEL, kind == MEMCPY
+    sums = WindowSums(lo, hi, len(o))
+    inst["kernel_sum_ns"] = sums(dur, is_kernel)
+    inst["copy_sum_ns"] = sums(dur, is_copy)
+    inst["copy_bytes"] = sums(act.bytes[o], is_copy)
+    inst["pageable_copies"] = sums(is_copy & act.pageable[o])
+    inst["kernels"] = sums(is_kernel)
+    inst["launches"] = sums(act.is_launch[o])
+    inst["activities"] = hi - lo
+    n = len(inst)
+    busy = np.zeros(n, np.int64)
+    compute = np.zeros(n, np.int64)
+    copy = np.zeros(n, np.int64)
+    first = np.zeros(n, np.int64)  # first start and last end of the instance's GPU work (0, 0 without)
+    last = np.zeros(n, np.int64)
+    pairs = int(np.maximum(hi - lo, 0).sum())
+    if pairs > PAIR_CHUNK and pairs > NESTED_RATIO * (len(o) + n):
+        # windows hold the same rows many times over (deeply nested ranges): a sweep, not the pairs
+        inst["gpu_busy_ns"], inst["compute_ns"], inst["copy_ns"] = _nested_unions(act, o, lo, hi)
+        first = intervals.window_extreme(act.start_ns[o], lo, hi, np.minimum)
+        last = intervals.window_extreme(act.end_ns[o], lo, hi, np.maximum)
+        inst["span_ns"] = np.maximum(inst["wall_ns"].to_numpy(), last - first)
+        return
+    # Unions need the member rows themselves: expand windows in chunks of whole instances.
+    cum = np.concatenate([[0], np.cumsum(np.maximum(hi - lo, 0))])
+    start_i = 0
+    while start_i < n:
+        stop = int(np.searchsorted(cum, cum[start_i] + PAIR_CHUNK, "right")) - 1
+        stop = min(max(stop, start_i + 1), n)
+        q, pos = expand(lo[start_i:stop], hi[start_i:stop])
+        rows = srt.order[pos]
+        s, e, k = act.start_ns[rows], act.end_ns[rows], act.kind[rows]
+        m = stop - start_i
+        busy[start_i:stop] = b = intervals.union_length_by_group(q, s, e, m)
+        if len(q):
+            heads = np.flatnonzero(np.concatenate(([True], q[1:] != q[:-1])))  # q is sorted (expand)
+            who = start_i + q[heads]
+            first[who] = np.minimum.reduceat(s, heads)
+            last[who] = np.maximum.reduceat(e, heads)
+        c = k != MEMCPY
+        if c.all():
+            compute[start_i:stop] = b
+        elif not c.any():
+            copy[start_i:stop] = b
+        else:
+            compute[start_i:stop] = intervals.union_length_by_group(q[c], s[c], e[c], m)
+            copy[start_i:stop] = intervals.union_length_by_group(q[~c], s[~c], e[~c], m)
+        start_i = stop
+    inst["gpu_busy_ns"], inst["compute_ns"], inst["copy_ns"] = busy, compute, copy
+    # the longer of the range's wall time and the GPU span of its work (first start to last end): an async
+    # launch's work runs after the range closes, so busy time over this (never over the wall time alone)
+    # is a fraction in [0, 1] that neither counts the host's queueing nor exceeds 1
+    inst["span_ns"] = np.maximum(inst["wall_ns"].to_numpy(), last - first)
+
+
+NESTED_RATIO = 20
+"""Above this many (window, member) pairs per row and window, the unions come from the offline sweep."""
+
+
+def _nested_unions(act: Activity, o: np.ndarray, lo: np.ndarray, hi: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """GPU busy, compute and copy union per window [lo, hi) of the rows in order ``o``, by
+    :func:`intervals.window_union_lengths` (O((rows + windows) log rows), however nested the windows)."""
+    s, e, kind = act.start_ns[o], act.end_ns[o], act.kind[o]
+    out = [intervals.window_union_lengths(s, e, lo, hi)]
+    for keep in (kind != MEMCPY, kind == MEMCPY):
+        before = np.concatenate([[0], np.cumsum(keep)])  # positions among the kept rows
+        out.append(intervals.window_union_lengths(s[keep], e[keep], before[lo], before[hi]))
+    return out[0], out[1], out[2]
+
+
+def host_metrics(inst: pd.DataFrame, api: HostCalls, api_srt: Sorted, osrt: HostCalls, osrt_srt: Sorted) -> None:
+    lo, hi = inst["api_lo"].to_numpy(), inst["api_hi"].to_numpy()
+    o = api_srt.order  # arrays permuted once into (thread, start) order
+    top, cat = api.top_level[o], api.category[o]
+    dur = np.where(top, (api.end_ns - api.start_ns)[o], 0)
+    launch = top & ((cat == ApiCategory.launch) | (cat == ApiCategory.graph_launch))
+    sync = top & api.blocking_sync[o]
+    device_sync = sync & api.named(DEVICE_SYNC_NAMES)[o]
+    sums = WindowSums(lo, hi, len(o))
+    inst["api_ns"] = sums(dur)
+    inst["launch_api_ns"] = sums(dur, launch)
+    inst["launch_calls"] = sums(launch)
+    inst["sync_ns"] = sums(dur, sync)
+    inst["sync_count"] = sums(sync)
+    inst["device_sync_count"] = sums(device_sync)
+    inst["memcpy_api_ns"] = sums(dur, top & (cat == ApiCategory.memcpy))
+    oo = osrt_srt.order
+    otop = osrt.top_level[oo]
+    osums = WindowSums(inst["osrt_lo"].to_numpy(), inst["osrt_hi"].to_numpy(), len(oo))
+    inst["osrt_ns"] = osums((osrt.end_ns - osrt.start_ns)[oo], otop)
+    inst["osrt_count"] = osums(otop)
+
+
+def mark_outliers(inst: pd.DataFrame, median_ratio: float = OUTLIER_MEDIAN_RATIO,
+                  iqr_fence: float = OUTLIER_IQR_FENCE, min_count: int = OUTLIER_MIN_COUNT) -> np.ndarray:
+    """Outlier flags: wall time above both median x ``median_ratio`` and Q3 + ``iqr_fence`` x IQR."""
+    if inst.empty:
+        return np.zeros(0, dtype=bool)
+    sid = inst["series_id"].to_numpy()
+    g = inst["wall_ns"].astype(np.float64).groupby(sid)
+    med = g.median().reindex(sid).to_numpy()
+    q1 = g.quantile(0.25).reindex(sid).to_numpy()
+    q3 = g.quantile(0.75).reindex(sid).to_numpy()
+    n = g.size().reindex(sid).to_numpy()
+    limit = np.maximum(med * median_ratio, q3 + iqr_fence * (q3 - q1))
+    return (n >= min_count) & (inst["wall_ns"].to_numpy(dtype=float) > limit)

@@ -1,0 +1,138 @@
+"""(thread, time) keys and the sorted orders built on them: one ``numpy.searchsorted`` attributes millions
+of rows to their thread's windows without a Python loop over rows or threads; sums over windows of
+sorted positions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+class ThreadKeys:
+    """Order-preserving int64 keys for (thread, time) pairs.
+
+    key = thread_code << shift | (time - t0): sorting by key sorts by thread then time, and a
+    per-thread search becomes one global ``searchsorted``. When threads x time span would not fit
+    in 62 bits, times are replaced by their rank among every time given at construction (so the
+    queries must be among them), which keeps the order and the sweep exact.
+    """
+
+    def __init__(self, tids: Iterable[np.ndarray], times: Iterable[np.ndarray]):
+        tids = [np.asarray(t, dtype=np.int64) for t in tids]
+        times = [np.asarray(t, dtype=np.int64) for t in times]
+        # distinct threads of each array first (hashing, no sorted copy of millions of ids)
+        self.utids = np.unique(np.concatenate([pd.unique(t) for t in tids])) if tids else np.zeros(0, np.int64)
+        nonempty = [t for t in times if len(t)]
+        self._ranks: np.ndarray | None = None
+        if not nonempty:
+            self.t0, self.shift = 0, 1
+            return
+        t0 = min(int(t.min()) for t in nonempty)
+        t1 = max(int(t.max()) for t in nonempty)
+        shift = max(int(t1 - t0 + 1).bit_length(), 1)
+        if shift + max(len(self.utids), 1).bit_length() > 62:
+            self._ranks = np.unique(np.concatenate(nonempty))
+            t0, shift = 0, max(len(self._ranks).bit_length(), 1)
+        self.t0, self.shift = t0, shift
+
+    def code(self, tid: np.ndarray) -> np.ndarray:
+        return np.searchsorted(self.utids, np.asarray(tid, dtype=np.int64)).astype(np.int64, copy=False)
+
+    def key(self, tid: np.ndarray, t: np.ndarray) -> np.ndarray:
+        t = np.asarray(t, dtype=np.int64)
+        key = self.code(tid)
+        key <<= self.shift
+        if self._ranks is not None:
+            key += np.searchsorted(self._ranks, t)
+        else:
+            key += t
+            key -= self.t0
+        return key
+
+    def shifted(self, key: np.ndarray, t_from: np.ndarray, t_to: np.ndarray) -> np.ndarray:
+        """The keys of (thread, ``t_to``) from those of (thread, ``t_from``), without looking threads up:
+        the time is the key's low bits (when times are ranks, they are looked up again)."""
+        if self._ranks is not None:
+            return (key >> self.shift << self.shift) + np.searchsorted(self._ranks, np.asarray(t_to, dtype=np.int64))
+        return key + (np.asarray(t_to, dtype=np.int64) - t_from)
+
+
+def row_index(rows: np.ndarray) -> np.ndarray:
+    """Row numbers as int32 when they fit (half the memory of the millions-long permutations)."""
+    return rows.astype(np.int32) if len(rows) < 1 << 31 else rows
+
+
+@dataclass
+class Sorted:
+    """Rows of one table sorted by (thread, start), with their keys and the permutation used. The keys
+    serve while the series table is built (windows, nesting of calls) and are then let go (None)."""
+
+    order: np.ndarray
+    key: np.ndarray | None
+
+    def window(self, qkey_lo: np.ndarray, qkey_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Positions [lo, hi) of the rows whose key lies in [qkey_lo, qkey_hi]."""
+        return (np.searchsorted(self.key, qkey_lo, "left"), np.searchsorted(self.key, qkey_hi, "right"))
+
+
+def expand(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(query index, position) pairs for every position in each [lo, hi) window."""
+    n = np.maximum(hi - lo, 0)
+    total = int(n.sum())
+    if total == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    q = np.repeat(np.arange(len(lo), dtype=np.int64), n)
+    first = np.cumsum(n) - n
+    pos = np.arange(total, dtype=np.int64) - np.repeat(first - lo, n)
+    return q, pos
+
+
+def sort_by_thread(keys: ThreadKeys, tid: np.ndarray, t: np.ndarray, tiebreak: np.ndarray | None = None) -> Sorted:
+    """Rows sorted by (thread, time); equal keys ordered by ``tiebreak`` (only the tied rows are re-sorted)."""
+    key = keys.key(tid, t)
+    order = np.argsort(key, kind="stable")
+    ks = key[order]
+    if tiebreak is not None and len(ks) > 1:
+        tie = ks[1:] == ks[:-1]
+        if tie.any():
+            pos = np.flatnonzero(np.concatenate([tie, [False]]) | np.concatenate([[False], tie]))
+            sub = order[pos]
+            order[pos] = sub[np.lexsort((tiebreak[sub], key[sub]))]
+    return Sorted(order=row_index(order), key=ks)
+
+
+class WindowSums:
+    """Sums of per-row values over windows ``[lo, hi)`` of sorted positions (the instances' member rows).
+
+    The windows' distinct edges cut the rows into segments; a metric costs one ``np.add.reduceat``
+    over those segments (a read of the column, no full-length prefix sum written), or, for a mask
+    that selects few rows, a sum over just those rows. Sums are exact int64.
+    """
+
+    _SPARSE = 8
+    """A mask selecting under 1/_SPARSE of the rows is summed row by row (flatnonzero and add.at)."""
+
+    def __init__(self, lo: np.ndarray, hi: np.ndarray, n: int):
+        self.n = int(n)
+        lo = np.clip(np.asarray(lo, dtype=np.int64), 0, self.n)
+        hi = np.clip(np.asarray(hi, dtype=np.int64), 0, self.n)
+        edges = np.unique(np.concatenate(([0], lo, hi)))
+        self.cut = edges[edges < self.n]  # first row of each segment
+        self.ilo, self.ihi = np.searchsorted(edges, lo), np.searchsorted(edges, hi)
+
+    def __call__(self, values: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+        """Per window: the sum of ``values`` (in sorted order), over the rows where ``mask`` holds if given."""
+        seg = np.zeros(len(self.cut), dtype=np.int64)
+        if self.n:
+            if mask is None:
+                seg = np.add.reduceat(values, self.cut, dtype=np.int64)
+            elif np.count_nonzero(mask) * self._SPARSE < self.n:
+                rows = np.flatnonzero(mask)
+                np.add.at(seg, np.searchsorted(self.cut, rows, side="right") - 1, values[rows])
+            else:
+                seg = np.add.reduceat(np.where(mask, values, 0), self.cut, dtype=np.int64)
+        prefix = np.zeros(len(seg) + 1, dtype=np.int64)
+        np.cumsum(seg, out=prefix[1:])
+        return prefix[self.ihi] - prefix[self.ilo]
