@@ -12,10 +12,9 @@ activities are joined to their API calls on (process, correlation id) with a sor
 from __future__ import annotations
 
 import os
-import re
 import sqlite3
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
@@ -23,238 +22,28 @@ import pandas as pd
 from profiler.capture.export import (  # noqa: F401 - re-exported: the loader's readers
     BATCH_ROWS, NULL_INT, PARTITION_MIN_ROWS, Columns, Export, _adbc_dbapi, _corrupt, check_sqlite_file, read_threads,
 )
+from profiler.capture.ids import (
+    ApiIndex, Strings, categorical_from_codes, enum_column, nullable, placeholder, release_memory, take_column,
+)
+from profiler.capture.nsys_names import (  # noqa: F401 - TABLES, api_category, normalize_api_name: the loader's API
+    COPY_KIND_IDS, EVENT_CLASS_DRIVER, EVENT_CLASS_RUNTIME, MEM_KIND_IDS, NVTX_DOMAIN_CREATE, NVTX_MARK,
+    NVTX_PUSH_POP, NVTX_START_END, NVTX_TYPE_IDS, SYNC_NAMES, SYNC_TYPE_IDS, T_API, T_GRAPH, T_KERNEL, T_MEMCPY,
+    T_MEMSET, T_NVTX, T_OSRT, T_SYNC, TABLES, api_category, base_api_name, normalize_api_name,
+)
 from profiler.capture.trace import (
     FRAMES, SCHEMAS, Trace, decode_global_tid, empty_frame, enum_dtype,
 )
 from profiler.capture.validate import (
-    TimeBounds, clean_frame, decode, decode_all, describe, device_ids, drop_mask, int_sql, require_columns,
+    TimeBounds, clean_frame, decode, describe, device_ids, drop_mask, int_sql, require_columns,
 )
 from profiler.errors import InputError
 
-_PID_MASK = -16777216  # 0xFFFFFFFFFF000000 as a signed int64: the process part of a globalTid
 
 # required integer columns, read so that a text, BLOB or real value arrives as NULL (then dropped)
 _START, _END = f"{int_sql('start')} AS start", f"{int_sql('end')} AS end"
 _DEVICE, _STREAM = f"{int_sql('deviceId')} AS deviceId", f"{int_sql('streamId')} AS streamId"
 _NSYS_MARKERS = ("StringIds", "META_DATA_EXPORT", "EXPORT_META_DATA", "CUPTI_ACTIVITY_KIND_RUNTIME",
                  "CUPTI_ACTIVITY_KIND_KERNEL", "NVTX_EVENTS", "TARGET_INFO_SESSION_START_TIME")
-
-T_KERNEL = "CUPTI_ACTIVITY_KIND_KERNEL"
-T_MEMCPY = "CUPTI_ACTIVITY_KIND_MEMCPY"
-T_MEMSET = "CUPTI_ACTIVITY_KIND_MEMSET"
-T_GRAPH = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
-T_API = "CUPTI_ACTIVITY_KIND_RUNTIME"
-T_SYNC = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
-T_NVTX = "NVTX_EVENTS"
-T_OSRT = "OSRT_API"
-#: every table the loader reads (a Parquet or Arrow export is copied to SQLite for these only)
-TABLES = (T_KERNEL, T_MEMCPY, T_MEMSET, T_GRAPH, T_API, T_SYNC, T_NVTX, T_OSRT, "StringIds", "ANALYSIS_DETAILS",
-          "META_DATA_EXPORT", "EXPORT_META_DATA", "TARGET_INFO_GPU", "TARGET_INFO_CUDA_DEVICE", "PROCESSES",
-          "TARGET_INFO_SESSION_START_TIME")
-
-# nsys enum ids (ENUM_CUDA_MEMCPY_OPER, ENUM_CUDA_MEM_KIND, ENUM_CUPTI_SYNC_TYPE, NVTX event types)
-_COPY_KIND = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP"}
-_MEM_KIND = {0: "pageable", 1: "pinned", 2: "device", 3: "array", 4: "managed", 5: "device",
-             6: "managed"}
-_SYNC_TYPE = {1: "event", 2: "stream_wait", 3: "stream", 4: "context"}
-NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END, NVTX_DOMAIN_CREATE = 34, 59, 60, 75
-_NVTX_TYPE = {NVTX_PUSH_POP: "push_pop", NVTX_START_END: "start_end", NVTX_MARK: "mark"}
-_EVENT_CLASS_RUNTIME, _EVENT_CLASS_DRIVER = 0, 1
-
-_VERSION_SUFFIX = re.compile(r"_v\d+$")
-_LAUNCH = re.compile(r"^(cuda|cu)Launch(Kernel|KernelEx|KernelExC|CooperativeKernel|"
-                     r"CooperativeKernelMultiDevice|Grid|GridAsync)?$")
-_SYNC_NAMES = {
-    "cudaDeviceSynchronize": "context", "cudaThreadSynchronize": "context", "cuCtxSynchronize": "context",
-    "cudaStreamSynchronize": "stream", "cuStreamSynchronize": "stream",
-    "cudaEventSynchronize": "event", "cuEventSynchronize": "event",
-    "cudaEventQuery": "event", "cuEventQuery": "event",
-    "cudaStreamWaitEvent": "stream_wait", "cuStreamWaitEvent": "stream_wait",
-}
-_BLOCKING_SYNC = {n for n in _SYNC_NAMES if "Query" not in n}
-
-
-def normalize_api_name(name: str) -> str:
-    """``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel`` (driver names have no suffix)."""
-    return _VERSION_SUFFIX.sub("", name)
-
-
-def _base_api_name(name: str) -> str:
-    """The name without version and per-thread-stream suffixes (``_ptsz``, ``_ptds``)."""
-    name = normalize_api_name(name)
-    for suffix in ("_ptsz", "_ptds"):
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return name
-
-
-def api_category(name: str) -> str:
-    """'launch', 'graph_launch', 'sync', 'memcpy', 'memset' or 'other' for a CUDA API name."""
-    base = _base_api_name(name)
-    if _LAUNCH.match(base):
-        return "launch"
-    if base in ("cudaGraphLaunch", "cuGraphLaunch"):
-        return "graph_launch"
-    if base in _BLOCKING_SYNC:
-        return "sync"
-    if base.startswith(("cudaMemcpy", "cuMemcpy")):
-        return "memcpy"
-    if base.startswith(("cudaMemset", "cuMemset")):
-        return "memset"
-    return "other"
-
-
-# --------------------------------------------------------------------------------------------------
-# Strings and ids
-
-
-class Strings:
-    """``StringIds`` as a lookup from id to string, producing categoricals without per-row Python."""
-
-    def __init__(self, export: Export):
-        if export.has("StringIds"):
-            require_columns(export.path, "StringIds", export.columns("StringIds"))
-            tbl = export.arrow("SELECT id, CAST(value AS BLOB) AS value FROM StringIds "
-                               "WHERE typeof(id) = 'integer'")
-            self.ids = tbl.column("id").to_numpy(zero_copy_only=False).astype(np.int64)
-            raw = tbl.column("value")
-            self.null_values = int(raw.null_count)
-            self.values = decode_all(raw.to_pylist(), export.bad_text)
-        else:
-            self.ids = np.empty(0, np.int64)
-            self.values = np.empty(0, dtype=object)
-            self.null_values = 0
-        order = np.argsort(self.ids, kind="stable")
-        self.ids, self.values = self.ids[order], self.values[order]
-        self.unresolved = 0
-
-    def lookup(self, ids: np.ndarray) -> np.ndarray:
-        """Strings for a (small) array of ids; -1 (no id) gives '', an unknown id ``<string N>``."""
-        ids = np.asarray(ids, dtype=np.int64)
-        out = np.empty(len(ids), dtype=object)
-        pos = np.searchsorted(self.ids, ids)
-        pos_c = np.minimum(pos, max(len(self.ids) - 1, 0))
-        found = (len(self.ids) > 0) & (self.ids[pos_c] == ids) if len(self.ids) else np.zeros(len(ids), bool)
-        out[:] = ""
-        out[found] = self.values[pos_c[found]]
-        unknown = ~found & (ids >= 0)
-        if unknown.any():
-            self.unresolved += int(unknown.sum())
-            out[unknown] = [f"<string {i}>" for i in ids[unknown]]
-        return out
-
-    def categorical(self, ids: np.ndarray, transform: Callable[[str], str] | None = None) -> pd.Categorical:
-        codes, uniq = pd.factorize(np.asarray(ids, dtype=np.int64))
-        names = self.lookup(uniq)
-        if transform is not None:
-            names = np.asarray([transform(n) for n in names], dtype=object)
-        return categorical_from_codes(codes, names)
-
-
-def categorical_from_codes(codes: np.ndarray, names: np.ndarray) -> pd.Categorical:
-    """Categorical of ``names[codes]`` with duplicate names folded into one category."""
-    if len(names) == 0:
-        return pd.Categorical(np.full(len(codes), "", dtype=object) if len(codes) else [],
-                              categories=pd.Index([""] if len(codes) else [], dtype="str"))
-    c2, uniq2 = pd.factorize(np.asarray(names, dtype=object))
-    final = c2[codes].astype(np.int32) if len(codes) else np.empty(0, np.int32)
-    return pd.Categorical.from_codes(final, categories=pd.Index(uniq2, dtype="str"))
-
-
-def _np(cols: Columns, name: str, dtype=None) -> np.ndarray:
-    """Take a column out of ``cols`` (freeing it there), in ``dtype`` when given."""
-    arr = cols.pop(name)
-    return arr if dtype is None or arr.dtype == dtype else arr.astype(dtype)
-
-
-def release_memory() -> None:
-    """Hand freed heap memory back to the OS (glibc keeps freed blocks below its mmap threshold,
-    which after a few large frees is 32 MB: column-sized arrays would otherwise inflate the RSS)."""
-    global _MALLOC_TRIM
-    if _MALLOC_TRIM is None:
-        try:
-            import ctypes
-
-            _MALLOC_TRIM = ctypes.CDLL("libc.so.6").malloc_trim
-        except (OSError, AttributeError):
-            _MALLOC_TRIM = False
-    if _MALLOC_TRIM:
-        _MALLOC_TRIM(0)
-
-
-_MALLOC_TRIM: Any = None
-
-
-def placeholder(frame: str, column: str, n: int) -> Any:
-    """A constant stand-in for a contract column that was not read: -1 (ids), NA (nullable ids), ''
-    (names) or the enumeration's fallback. Integer ones are read-only zero-stride views, so they take
-    no memory per row; categoricals take one byte per row."""
-    spec = SCHEMAS[frame][column]
-    if spec in ("int64", "int32"):
-        return np.broadcast_to(np.array(-1, dtype=spec), (n,))
-    if spec == "Int64":
-        return pd.arrays.IntegerArray(np.broadcast_to(np.int64(0), (n,)), np.broadcast_to(np.True_, (n,)))
-    if spec == "category":
-        return pd.Categorical.from_codes(np.zeros(n, np.int8), categories=pd.Index([""], dtype="str"))
-    cats = list(enum_dtype(column).categories)
-    fill = "unknown" if "unknown" in cats else ("other" if "other" in cats else cats[0])
-    return pd.Categorical.from_codes(np.full(n, cats.index(fill), np.int8), dtype=enum_dtype(column))
-
-
-def _nullable(arr: np.ndarray) -> pd.arrays.IntegerArray:
-    """Int64 with NA where the SQL side put the NULL sentinel."""
-    return pd.arrays.IntegerArray(np.where(arr == NULL_INT, 0, arr), arr == NULL_INT)
-
-
-def _enum(values: np.ndarray, mapping: dict[int, str], column: str, fallback: str) -> pd.Categorical:
-    dtype = enum_dtype(column)
-    cats = list(dtype.categories)
-    lut_keys = np.array(sorted(mapping), dtype=np.int64)
-    lut_vals = np.array([cats.index(mapping[k]) for k in lut_keys], dtype=np.int8)
-    codes = np.full(len(values), cats.index(fallback), dtype=np.int8)
-    if len(lut_keys) and len(values):
-        pos = np.clip(np.searchsorted(lut_keys, values), 0, len(lut_keys) - 1)
-        hit = lut_keys[pos] == values
-        codes[hit] = lut_vals[pos[hit]]
-    return pd.Categorical.from_codes(codes, dtype=dtype)
-
-
-# --------------------------------------------------------------------------------------------------
-# Correlation join
-
-
-class ApiIndex:
-    """(process, correlation id) -> row of the API frame, searched with sorted keys."""
-
-    def __init__(self, global_tid: np.ndarray, correlation_id: np.ndarray):
-        proc = global_tid & _PID_MASK
-        self.procs = np.sort(pd.unique(proc))
-        self.keys = self._keys(proc, correlation_id, invalid=-1)
-        if len(self.keys) > 1 and not (self.keys[1:] >= self.keys[:-1]).all():
-            self.order = np.argsort(self.keys, kind="stable")
-            self.sorted = self.keys[self.order]
-        else:
-            self.order = None
-            self.sorted = self.keys
-
-    def _keys(self, proc_raw: np.ndarray, corr: np.ndarray, invalid: int) -> np.ndarray:
-        if len(self.procs) == 0:
-            return np.full(len(proc_raw), invalid, dtype=np.int64)
-        p = np.searchsorted(self.procs, proc_raw)
-        p_c = np.minimum(p, len(self.procs) - 1)
-        ok = (self.procs[p_c] == proc_raw) & (corr >= 0) & (corr < 2**32)
-        return np.where(ok, (p_c.astype(np.int64) << 32) | np.where(ok, corr, 0), invalid)
-
-    def find(self, global_pid: np.ndarray, correlation_id: np.ndarray) -> np.ndarray:
-        """API row per activity, -1 where the activity's call is not in the capture."""
-        if len(self.sorted) == 0 or len(global_pid) == 0:
-            return np.full(len(global_pid), -1, dtype=np.int64)
-        k = self._keys(global_pid & _PID_MASK, correlation_id, invalid=-2)
-        pos = np.minimum(np.searchsorted(self.sorted, k), len(self.sorted) - 1)
-        hit = self.sorted[pos] == k
-        rows = pos if self.order is None else self.order[pos]
-        return np.where(hit, rows, -1)
-
 
 # --------------------------------------------------------------------------------------------------
 # The loader
@@ -325,9 +114,9 @@ class _Loader:
                 f"SELECT {_START}, {_END}, {cls} AS cls, "
                 f"{self.col(T_API, 'globalTid')} AS gtid, {self.col(T_API, 'correlationId')} AS corr, "
                 f"{self.col(T_API, 'nameId')} AS name", T_API, small=("cls",),
-                where=(f"eventClass IN ({_EVENT_CLASS_RUNTIME}, {_EVENT_CLASS_DRIVER})"
+                where=(f"eventClass IN ({EVENT_CLASS_RUNTIME}, {EVENT_CLASS_DRIVER})"
                        if "eventClass" in self.x.columns(T_API) else None))
-            self.api_raw = {k: _np(tbl, k) for k in ("start", "end", "cls", "gtid", "corr", "name")}
+            self.api_raw = {k: take_column(tbl, k) for k in ("start", "end", "cls", "gtid", "corr", "name")}
             del tbl
             keep, counts = drop_mask(self.bounds, self.api_raw["start"], self.api_raw["end"])
             note = describe("CUDA API calls", counts, len(keep))
@@ -355,7 +144,7 @@ class _Loader:
         if self.want("api", "correlation_id"):
             data["correlation_id"] = r["corr"]
         if self.want("api", "api"):
-            data["api"] = _enum(r["cls"], {0: "runtime", 1: "driver"}, "api", "runtime")
+            data["api"] = enum_column(r["cls"], {0: "runtime", 1: "driver"}, "api", "runtime")
         return self.frame("api", data, len(pid))
 
     def link(self, frame: str, gpid: np.ndarray, corr: np.ndarray, with_name: bool = False) -> dict:
@@ -412,18 +201,18 @@ class _Loader:
             + "".join(f", {sql} AS {alias}" for _, sql, alias in names)
             + "".join(f", {sql} AS {alias}" for _, sql, alias, _ in opt), t,
             small=tuple(alias for _, _, alias, small in opt if small))
-        gpid, corr = _np(tbl, "gpid"), _np(tbl, "corr")
+        gpid, corr = take_column(tbl, "gpid"), take_column(tbl, "corr")
         n = len(gpid)
         data: dict[str, Any] = {
-            "start_ns": _np(tbl, "start"), "end_ns": _np(tbl, "end"),
-            "device_id": device_ids(_np(tbl, "deviceId")), "correlation_id": corr,
+            "start_ns": take_column(tbl, "start"), "end_ns": take_column(tbl, "end"),
+            "device_id": device_ids(take_column(tbl, "deviceId")), "correlation_id": corr,
             "pid": decode_global_tid(gpid)[0],
         }
         for col, _, alias in names:
-            data[col] = self.strings.categorical(_np(tbl, alias))
+            data[col] = self.strings.categorical(take_column(tbl, alias))
         for col, _, alias, small in opt:
-            arr = _np(tbl, alias, np.int32 if small else None)
-            data[col] = _nullable(arr) if col in ("graph_node_id", "graph_id") else arr
+            arr = take_column(tbl, alias, np.int32 if small else None)
+            data[col] = nullable(arr) if col in ("graph_node_id", "graph_id") else arr
         data.update(self.link("kernels", gpid, corr))
         return self.frame("kernels", data, n)
 
@@ -439,11 +228,11 @@ class _Loader:
             f"SELECT {_START}, {_END}, {_DEVICE}, {_STREAM}, {c(table, 'correlationId')} AS corr, "
             f"{c(table, 'globalPid')} AS gpid, {int_sql('bytes')} AS bytes" + "".join(f", {c(table, col)} AS {a}" for col, a in extra),
             table)
-        gpid, corr = _np(tbl, "gpid"), _np(tbl, "corr")
+        gpid, corr = take_column(tbl, "gpid"), take_column(tbl, "corr")
         return tbl, {
-            "start_ns": _np(tbl, "start"), "end_ns": _np(tbl, "end"),
-            "device_id": device_ids(_np(tbl, "deviceId")), "stream_id": _np(tbl, "streamId"),
-            "correlation_id": corr, "pid": decode_global_tid(gpid)[0], "bytes": self._bytes(frame, _np(tbl, "bytes")),
+            "start_ns": take_column(tbl, "start"), "end_ns": take_column(tbl, "end"),
+            "device_id": device_ids(take_column(tbl, "deviceId")), "stream_id": take_column(tbl, "streamId"),
+            "correlation_id": corr, "pid": decode_global_tid(gpid)[0], "bytes": self._bytes(frame, take_column(tbl, "bytes")),
             **self.link(frame, gpid, corr, with_name=frame == "memcpy"),
         }
 
@@ -461,9 +250,9 @@ class _Loader:
         if got is None:
             return empty_frame("memcpy")
         tbl, data = got
-        data.update(copy_kind=_enum(_np(tbl, "ck"), _COPY_KIND, "copy_kind", "other"),
-                    src_kind=_enum(_np(tbl, "sk"), _MEM_KIND, "src_kind", "unknown"),
-                    dst_kind=_enum(_np(tbl, "dk"), _MEM_KIND, "dst_kind", "unknown"))
+        data.update(copy_kind=enum_column(take_column(tbl, "ck"), COPY_KIND_IDS, "copy_kind", "other"),
+                    src_kind=enum_column(take_column(tbl, "sk"), MEM_KIND_IDS, "src_kind", "unknown"),
+                    dst_kind=enum_column(take_column(tbl, "dk"), MEM_KIND_IDS, "dst_kind", "unknown"))
         return pd.DataFrame(copy=False, data={col: data[col] for col in SCHEMAS["memcpy"]})
 
     def memset(self) -> pd.DataFrame:
@@ -482,12 +271,12 @@ class _Loader:
             f"SELECT {_START}, {_END}, {_DEVICE}, {_STREAM}, {c(t, 'correlationId')} AS corr, "
             f"{c(t, 'globalPid')} AS gpid, {c(t, 'graphId', str(NULL_INT))} AS gid, "
             f"{c(t, 'graphExecId', str(NULL_INT))} AS gexec", t)
-        gpid, corr = _np(tbl, "gpid"), _np(tbl, "corr")
+        gpid, corr = take_column(tbl, "gpid"), take_column(tbl, "corr")
         return pd.DataFrame(copy=False, data={
-            "start_ns": _np(tbl, "start"), "end_ns": _np(tbl, "end"),
-            "device_id": device_ids(_np(tbl, "deviceId")), "stream_id": _np(tbl, "streamId"),
+            "start_ns": take_column(tbl, "start"), "end_ns": take_column(tbl, "end"),
+            "device_id": device_ids(take_column(tbl, "deviceId")), "stream_id": take_column(tbl, "streamId"),
             "correlation_id": corr, "pid": decode_global_tid(gpid)[0],
-            "graph_id": _nullable(_np(tbl, "gid")), "graph_exec_id": _nullable(_np(tbl, "gexec")),
+            "graph_id": nullable(take_column(tbl, "gid")), "graph_exec_id": nullable(take_column(tbl, "gexec")),
             **self.link("graphs", gpid, corr),
         })
 
@@ -501,20 +290,20 @@ class _Loader:
             f"SELECT {_START}, {_END}, {c(t, 'deviceId')} AS dev, {c(t, 'streamId')} AS stream, "
             f"{c(t, 'correlationId')} AS corr, {c(t, 'globalPid')} AS gpid, "
             f"{self.first_col(t, ('syncType', 'deprecatedSyncType'), '0')} AS st", t)
-        gpid, corr = _np(tbl, "gpid"), _np(tbl, "corr")
+        gpid, corr = take_column(tbl, "gpid"), take_column(tbl, "corr")
         link = self.link("sync", gpid, corr, with_name=True)
         # nsys versions disagree on syncType ids (2024.5 records cudaDeviceSynchronize as 1, 2024.6
         # to 2026.1 cudaStreamSynchronize as 2): the correlated API call names the kind reliably.
-        raw = _enum(_np(tbl, "st"), _SYNC_TYPE, "sync_type", "unknown")
+        raw = enum_column(take_column(tbl, "st"), SYNC_TYPE_IDS, "sync_type", "unknown")
         api_names = link["api_name"]
-        by_name = np.asarray([_SYNC_NAMES.get(_base_api_name(n), "") for n in api_names.categories],
+        by_name = np.asarray([SYNC_NAMES.get(base_api_name(n), "") for n in api_names.categories],
                              dtype=object)
         named = by_name[api_names.codes] if len(api_names) else np.empty(0, dtype=object)
         kinds = np.where(named != "", named, np.asarray(raw, dtype=object))
         return pd.DataFrame(copy=False, data={
-            "start_ns": _np(tbl, "start"), "end_ns": _np(tbl, "end"), "pid": decode_global_tid(gpid)[0],
+            "start_ns": take_column(tbl, "start"), "end_ns": take_column(tbl, "end"), "pid": decode_global_tid(gpid)[0],
             "correlation_id": corr, "sync_type": pd.Categorical(kinds, dtype=enum_dtype("sync_type")),
-            "device_id": _np(tbl, "dev", np.int32), "stream_id": _np(tbl, "stream"), **link,
+            "device_id": take_column(tbl, "dev", np.int32), "stream_id": take_column(tbl, "stream"), **link,
         })
 
     # -- host side
@@ -533,20 +322,20 @@ class _Loader:
             f"{c(t, 'textId')} AS tid_, {c(t, 'domainId', '0')} AS dom, {c(t, 'globalTid')} AS gtid, "
             f"{c(t, 'endGlobalTid')} AS egtid", t,
             where=f"eventType IN ({NVTX_PUSH_POP}, {NVTX_START_END}, {NVTX_MARK})", text=("text",))
-        gtid = _np(tbl, "gtid")
+        gtid = take_column(tbl, "gtid")
         pid, tid = decode_global_tid(gtid)
-        end = _np(tbl, "end_")
-        et = _np(tbl, "et")
+        end = take_column(tbl, "end_")
+        et = take_column(tbl, "et")
         unclosed = int(((end == NULL_INT) & (et != NVTX_MARK)).sum())
         if unclosed:
             self.warnings.append(f"{unclosed} NVTX range(s) were never closed; they are kept without an end.")
         self.nvtx_unclosed = unclosed
         return pd.DataFrame(copy=False, data={
-            "start_ns": _np(tbl, "start"), "end_ns": _nullable(end),
-            "name": self._nvtx_names(*tbl.text["text"], _np(tbl, "tid_")),
-            "domain": self._nvtx_domains(pid, _np(tbl, "dom")),
-            "event_type": _enum(et, _NVTX_TYPE, "event_type", "mark"),
-            "pid": pid, "tid": tid, "global_tid": gtid, "end_global_tid": _np(tbl, "egtid"),
+            "start_ns": take_column(tbl, "start"), "end_ns": nullable(end),
+            "name": self._nvtx_names(*tbl.text["text"], take_column(tbl, "tid_")),
+            "domain": self._nvtx_domains(pid, take_column(tbl, "dom")),
+            "event_type": enum_column(et, NVTX_TYPE_IDS, "event_type", "mark"),
+            "pid": pid, "tid": tid, "global_tid": gtid, "end_global_tid": take_column(tbl, "egtid"),
         })
 
     def _nvtx_names(self, t_codes: np.ndarray, t_vals: np.ndarray, text_id: np.ndarray) -> pd.Categorical:
@@ -601,10 +390,10 @@ class _Loader:
         self.need(t)
         tbl = self.x.fetch(f"SELECT {_START}, {_END}, {self.col(t, 'nameId')} AS name, "
                            f"{self.col(t, 'globalTid')} AS gtid", t)
-        gtid = _np(tbl, "gtid")
+        gtid = take_column(tbl, "gtid")
         pid, tid = decode_global_tid(gtid)
-        data = {"start_ns": _np(tbl, "start"), "end_ns": _np(tbl, "end"),
-                "name": self.strings.categorical(_np(tbl, "name")), "pid": pid, "global_tid": gtid}
+        data = {"start_ns": take_column(tbl, "start"), "end_ns": take_column(tbl, "end"),
+                "name": self.strings.categorical(take_column(tbl, "name")), "pid": pid, "global_tid": gtid}
         if self.want("osrt", "tid"):
             data["tid"] = tid
         return self.frame("osrt", data, len(gtid))

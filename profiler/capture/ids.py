@@ -1,0 +1,162 @@
+"""From ids to values: the export's string table, pandas categoricals built from codes, stand-ins for
+columns not read, enumerations, and the (process, correlation id) join of activities to their API calls."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from profiler.capture.export import NULL_INT, Columns, Export
+from profiler.capture.trace import SCHEMAS, enum_dtype
+from profiler.capture.validate import decode_all, require_columns
+
+PID_MASK = -16777216  # 0xFFFFFFFFFF000000 as a signed int64: the process part of a globalTid
+
+class Strings:
+    """``StringIds`` as a lookup from id to string, producing categoricals without per-row Python."""
+
+    def __init__(self, export: Export):
+        if export.has("StringIds"):
+            require_columns(export.path, "StringIds", export.columns("StringIds"))
+            tbl = export.arrow("SELECT id, CAST(value AS BLOB) AS value FROM StringIds "
+                               "WHERE typeof(id) = 'integer'")
+            self.ids = tbl.column("id").to_numpy(zero_copy_only=False).astype(np.int64)
+            raw = tbl.column("value")
+            self.null_values = int(raw.null_count)
+            self.values = decode_all(raw.to_pylist(), export.bad_text)
+        else:
+            self.ids = np.empty(0, np.int64)
+            self.values = np.empty(0, dtype=object)
+            self.null_values = 0
+        order = np.argsort(self.ids, kind="stable")
+        self.ids, self.values = self.ids[order], self.values[order]
+        self.unresolved = 0
+
+    def lookup(self, ids: np.ndarray) -> np.ndarray:
+        """Strings for a (small) array of ids; -1 (no id) gives '', an unknown id ``<string N>``."""
+        ids = np.asarray(ids, dtype=np.int64)
+        out = np.empty(len(ids), dtype=object)
+        pos = np.searchsorted(self.ids, ids)
+        pos_c = np.minimum(pos, max(len(self.ids) - 1, 0))
+        found = (len(self.ids) > 0) & (self.ids[pos_c] == ids) if len(self.ids) else np.zeros(len(ids), bool)
+        out[:] = ""
+        out[found] = self.values[pos_c[found]]
+        unknown = ~found & (ids >= 0)
+        if unknown.any():
+            self.unresolved += int(unknown.sum())
+            out[unknown] = [f"<string {i}>" for i in ids[unknown]]
+        return out
+
+    def categorical(self, ids: np.ndarray, transform: Callable[[str], str] | None = None) -> pd.Categorical:
+        codes, uniq = pd.factorize(np.asarray(ids, dtype=np.int64))
+        names = self.lookup(uniq)
+        if transform is not None:
+            names = np.asarray([transform(n) for n in names], dtype=object)
+        return categorical_from_codes(codes, names)
+
+
+def categorical_from_codes(codes: np.ndarray, names: np.ndarray) -> pd.Categorical:
+    """Categorical of ``names[codes]`` with duplicate names folded into one category."""
+    if len(names) == 0:
+        return pd.Categorical(np.full(len(codes), "", dtype=object) if len(codes) else [],
+                              categories=pd.Index([""] if len(codes) else [], dtype="str"))
+    c2, uniq2 = pd.factorize(np.asarray(names, dtype=object))
+    final = c2[codes].astype(np.int32) if len(codes) else np.empty(0, np.int32)
+    return pd.Categorical.from_codes(final, categories=pd.Index(uniq2, dtype="str"))
+
+
+def take_column(cols: Columns, name: str, dtype=None) -> np.ndarray:
+    """Take a column out of ``cols`` (freeing it there), in ``dtype`` when given."""
+    arr = cols.pop(name)
+    return arr if dtype is None or arr.dtype == dtype else arr.astype(dtype)
+
+
+def release_memory() -> None:
+    """Hand freed heap memory back to the OS (glibc keeps freed blocks below its mmap threshold,
+    which after a few large frees is 32 MB: column-sized arrays would otherwise inflate the RSS)."""
+    global _MALLOC_TRIM
+    if _MALLOC_TRIM is None:
+        try:
+            import ctypes
+
+            _MALLOC_TRIM = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _MALLOC_TRIM = False
+    if _MALLOC_TRIM:
+        _MALLOC_TRIM(0)
+
+
+_MALLOC_TRIM: Any = None
+
+
+def placeholder(frame: str, column: str, n: int) -> Any:
+    """A constant stand-in for a contract column that was not read: -1 (ids), NA (nullable ids), ''
+    (names) or the enumeration's fallback. Integer ones are read-only zero-stride views, so they take
+    no memory per row; categoricals take one byte per row."""
+    spec = SCHEMAS[frame][column]
+    if spec in ("int64", "int32"):
+        return np.broadcast_to(np.array(-1, dtype=spec), (n,))
+    if spec == "Int64":
+        return pd.arrays.IntegerArray(np.broadcast_to(np.int64(0), (n,)), np.broadcast_to(np.True_, (n,)))
+    if spec == "category":
+        return pd.Categorical.from_codes(np.zeros(n, np.int8), categories=pd.Index([""], dtype="str"))
+    cats = list(enum_dtype(column).categories)
+    fill = "unknown" if "unknown" in cats else ("other" if "other" in cats else cats[0])
+    return pd.Categorical.from_codes(np.full(n, cats.index(fill), np.int8), dtype=enum_dtype(column))
+
+
+def nullable(arr: np.ndarray) -> pd.arrays.IntegerArray:
+    """Int64 with NA where the SQL side put the NULL sentinel."""
+    return pd.arrays.IntegerArray(np.where(arr == NULL_INT, 0, arr), arr == NULL_INT)
+
+
+def enum_column(values: np.ndarray, mapping: dict[int, str], column: str, fallback: str) -> pd.Categorical:
+    dtype = enum_dtype(column)
+    cats = list(dtype.categories)
+    lut_keys = np.array(sorted(mapping), dtype=np.int64)
+    lut_vals = np.array([cats.index(mapping[k]) for k in lut_keys], dtype=np.int8)
+    codes = np.full(len(values), cats.index(fallback), dtype=np.int8)
+    if len(lut_keys) and len(values):
+        pos = np.clip(np.searchsorted(lut_keys, values), 0, len(lut_keys) - 1)
+        hit = lut_keys[pos] == values
+        codes[hit] = lut_vals[pos[hit]]
+    return pd.Categorical.from_codes(codes, dtype=dtype)
+
+
+# --------------------------------------------------------------------------------------------------
+# Correlation join
+
+
+class ApiIndex:
+    """(process, correlation id) -> row of the API frame, searched with sorted keys."""
+
+    def __init__(self, global_tid: np.ndarray, correlation_id: np.ndarray):
+        proc = global_tid & PID_MASK
+        self.procs = np.sort(pd.unique(proc))
+        self.keys = self._keys(proc, correlation_id, invalid=-1)
+        if len(self.keys) > 1 and not (self.keys[1:] >= self.keys[:-1]).all():
+            self.order = np.argsort(self.keys, kind="stable")
+            self.sorted = self.keys[self.order]
+        else:
+            self.order = None
+            self.sorted = self.keys
+
+    def _keys(self, proc_raw: np.ndarray, corr: np.ndarray, invalid: int) -> np.ndarray:
+        if len(self.procs) == 0:
+            return np.full(len(proc_raw), invalid, dtype=np.int64)
+        p = np.searchsorted(self.procs, proc_raw)
+        p_c = np.minimum(p, len(self.procs) - 1)
+        ok = (self.procs[p_c] == proc_raw) & (corr >= 0) & (corr < 2**32)
+        return np.where(ok, (p_c.astype(np.int64) << 32) | np.where(ok, corr, 0), invalid)
+
+    def find(self, global_pid: np.ndarray, correlation_id: np.ndarray) -> np.ndarray:
+        """API row per activity, -1 where the activity's call is not in the capture."""
+        if len(self.sorted) == 0 or len(global_pid) == 0:
+            return np.full(len(global_pid), -1, dtype=np.int64)
+        k = self._keys(global_pid & PID_MASK, correlation_id, invalid=-2)
+        pos = np.minimum(np.searchsorted(self.sorted, k), len(self.sorted) - 1)
+        hit = self.sorted[pos] == k
+        rows = pos if self.order is None else self.order[pos]
+        return np.where(hit, rows, -1)
