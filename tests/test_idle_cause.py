@@ -149,3 +149,15 @@ def test_h100_launch_outliers_wait_on_the_backlog():
     assert jit and all("full launch queue" in f.title for f in jit)
     assert all(f.evidence["gpu_busy_fraction_max"] >= 0.8 and "backlog" in f.recommendation for f in jit)
     assert not any("CUDA_MODULE_LOADING" in f.recommendation for f in jit)
+
+
+def test_an_active_window_narrowed_to_nvtx_work_says_so():
+    """h100_2gpu: each stream is busy ~960 ms of the steady state, while the idle analysis' window spans only
+    the work launched inside NVTX ranges (545 ms): the histogram says which window its numbers are over."""
+    d = analyze_path(capture_or_skip(NSYS_FIXTURES / "v2026.2.1_nsysai_h100_2gpu_1s_nvtx.sqlite")).to_json()
+    gh = {g["device_id"]: g for g in d["gap_histogram"]}
+    busiest = max(s["busy_ms"] for s in d["streams"])
+    assert all(g["busy_ms"] < busiest for g in gh.values())
+    assert all(g["active_window"].endswith("launched inside NVTX ranges") for g in gh.values())
+    no_nvtx = analyze_path(capture_or_skip(SAMPLE_TRACES / "no_nvtx.sqlite")).to_json()
+    assert no_nvtx["gap_histogram"][0]["active_window"] == "from the device's first to its last GPU work"

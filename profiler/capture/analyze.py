@@ -360,6 +360,8 @@ def _gap_histograms(ctx: CaptureContext, min_gap_us: float) -> list[dict[str, An
         out.append({
             "device": label, "device_id": d.device_id, "edges_us": edges, "counts": counts.tolist(),
             "active_ms": d.active_ns / 1e6, "busy_ms": d.busy_ns / 1e6,
+            "active_window": ("from the first to the last GPU work launched inside NVTX ranges" if d.focused
+                              else "from the device's first to its last GPU work"),
             "idle_ms": float(d.gap_ns.sum()) / 1e6,
             "busy_fraction": d.busy_ns / d.active_ns if d.active_ns > 0 else float("nan"),
             "gap_count": int(len(d.gap_ns)), "gaps_over_threshold": int(len(big)),

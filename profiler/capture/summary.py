@@ -119,6 +119,7 @@ class DeviceGaps:
     gap_start_ns: np.ndarray
     gap_end_ns: np.ndarray
     launch_tids: np.ndarray  # threads that launched work on this device
+    focused: bool = False  # the window spans the work launched inside NVTX ranges, not all of the device's
 
     @property
     def active_ns(self) -> int:
@@ -157,11 +158,13 @@ def device_gaps(act: Activity, focus: np.ndarray | None = None) -> list[DeviceGa
         m = slice(None) if len(devices) == 1 else act.device_id == dev
         s, e = act.start_ns[m], act.end_ns[m]
         a0, a1 = int(s.min()), int(e.max())
-        if focus is not None and focus[m].any():
+        focused = focus is not None and bool(focus[m].any())
+        if focused:
             a0, a1 = int(s[focus[m]].min()), int(e[focus[m]].max())
         gs, ge = intervals.gaps(s, e, a0, a1)
         tids = np.sort(pd.unique(act.api_tid[m]))
-        out.append(DeviceGaps(int(dev), a0, a1, int(a1 - a0 - int((ge - gs).sum())), gs, ge, tids[tids >= 0]))
+        out.append(DeviceGaps(int(dev), a0, a1, int(a1 - a0 - int((ge - gs).sum())), gs, ge, tids[tids >= 0],
+                              focused=focused and (a0, a1) != (int(s.min()), int(e.max()))))
     return out
 
 
