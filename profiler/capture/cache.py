@@ -17,7 +17,9 @@ The key is what makes the answer right, never a guess about the file:
 
 An entry is written to a temporary folder and renamed into place, so a reader never sees half an
 entry and concurrent writers of one key leave one whole copy. A damaged entry is a miss and is
-removed. ``TRTPROF_TRACE_CACHE=0`` turns the cache off; the folder is ``$TRTPROF_CACHE_DIR/traces``
+removed, as is one evicted while it was read. The folder shares the size cap of
+:mod:`profiler.capture.caches` (least recently used entries evicted after a write; a hit marks its entry
+used). ``TRTPROF_TRACE_CACHE=0`` turns the cache off; the folder is ``$TRTPROF_CACHE_DIR/traces``
 (default ``~/.cache/trtprof/traces``).
 """
 
@@ -26,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -122,17 +123,22 @@ class TraceCache:
         """The cached Trace for ``key`` (its ``source_path`` set to this file), else None."""
         from profiler.capture.trace import FRAMES, Trace
 
+        from profiler.capture.caches import remove, touch
+
         folder = self.entry(key)
         meta_file = folder / "meta.json"
         if not meta_file.is_file():
             return None
-        try:
+        try:  # every frame was written: one missing means a damaged entry, or one evicted while we read
             meta = json.loads(meta_file.read_text())
-            frames = {name: _read_frame(folder / f"{name}.parquet") for name in FRAMES
-                      if (folder / f"{name}.parquet").is_file()}
-        except Exception:  # a damaged entry (disk full while another tool wrote, a user's edit): a miss
-            shutil.rmtree(folder, ignore_errors=True)
+            frames = {name: _read_frame(folder / f"{name}.parquet") for name in FRAMES}
+        except Exception:  # damaged (disk full while another tool wrote, a user's edit) or evicted: a miss
+            try:
+                remove(folder)
+            except OSError:
+                pass
             return None
+        touch(folder)  # recency for the size cap's least-recently-used eviction
         meta["source_path"] = str(source_path)
         return Trace(meta=meta, **frames)  # the stored meta is complete: nothing is recomputed
 
@@ -153,14 +159,17 @@ class TraceCache:
 def load_trace_cached(path: str | os.PathLike, *, tables: Iterable[str] | None = None,
                       columns: dict[str, Iterable[str]] | None = None,
                       cache: TraceCache | None | bool = None, sha256: str | None = None,
-                      write: bool = True) -> Any:
+                      write: bool = True, trim: bool = True) -> Any:
     """:func:`~profiler.capture.loader.load_trace` through the columnar cache.
 
     ``cache``: a :class:`TraceCache`, None for the default one (unless ``TRTPROF_TRACE_CACHE=0``), or
     False for none. ``sha256``: the file's content hash when the caller has it
     (:func:`~profiler.capture.fingerprint.content_sha256`). ``write``: store the frames on a miss.
-    ``trace.meta['cache']`` says ``"hit"``, ``"stored"`` or ``"off"``.
+    ``trim``: then evict least recently used entries down to the cap (:mod:`profiler.capture.caches`;
+    False when the caller trims after writing more). ``trace.meta['cache']`` says ``"hit"``, ``"stored"``
+    or ``"off"``.
     """
+    from profiler.capture import caches
     from profiler.capture.columnar import columnar_kind
     from profiler.capture.loader import check_sqlite_file, load_trace
 
@@ -171,6 +180,7 @@ def load_trace_cached(path: str | os.PathLike, *, tables: Iterable[str] | None =
         return trace
     if p.suffix not in (".nsys-rep", ".qdrep") and p.is_file():
         check_sqlite_file(p)  # a missing or non-SQLite file is reported as the loader reports it
+    cap = caches.cap_bytes()  # a bad TRTPROF_CACHE_MAX_GB fails before the work, not after it
     store = cache if isinstance(cache, TraceCache) else TraceCache()
     key = cache_key(sha256 or content_sha256(p), tables, columns)
     trace = store.get(key, p)
@@ -179,4 +189,6 @@ def load_trace_cached(path: str | os.PathLike, *, tables: Iterable[str] | None =
         return trace
     trace = load_trace(p, tables=tables, columns=columns)
     trace.meta["cache"] = "stored" if write and store.put(key, trace) else "off"
+    if trace.meta["cache"] == "stored" and trim:
+        caches.trim([store.entry(key)], cap)
     return trace

@@ -23,7 +23,10 @@ option, a new version): an exact repeat is answered by this cache, and writing t
 first analysis a third more (measured in ``benchmarks/bench_trace_cache.py``).
 
 Entries are written to a temporary folder and renamed into place (a reader never sees half of one;
-concurrent writers of one key leave one whole copy); a damaged entry is a miss and is removed. The folder
+concurrent writers of one key leave one whole copy); a damaged entry is a miss and is removed, as is one
+evicted while it was read. With the frames, the folder shares the size cap of
+:mod:`profiler.capture.caches`: after a write the least recently used entries are evicted (never the ones
+this analysis wrote); a hit marks its entry used. The folder
 is ``$TRTPROF_CACHE_DIR/analyses``; ``--no-cache`` or ``TRTPROF_TRACE_CACHE=0`` bypasses it.
 """
 
@@ -33,7 +36,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import shutil
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -122,10 +124,14 @@ class CachedAnalysis:
 
                 samples = read_samples(self._samples_path, len(self._variants))
                 self._records = [VariantRows(v, samples=s) for v, s in zip(self._variants, samples)]
-            except Exception:  # damaged after the entry's checks: analyse again, and forget the entry
+            except Exception:  # damaged or evicted after the entry's checks: analyse again, forget the entry
                 from profiler.capture.analyze import analyze_path
+                from profiler.capture.caches import remove
 
-                shutil.rmtree(self._samples_path.parent, ignore_errors=True)
+                try:
+                    remove(self._samples_path.parent)
+                except OSError:
+                    pass
                 self._records = analyze_path(self.capture["source_path"], self._options).range_records()
         return self._records
 
@@ -183,6 +189,8 @@ class AnalysisCache:
             options: Any = None) -> CachedAnalysis | None:
         """The cached analysis for ``key`` (its capture named ``source_path``), else None. The samples file
         is checked by its size and Parquet's magic bytes at both ends; it is read only when a store asks."""
+        from profiler.capture.caches import remove, touch
+
         folder = self.entry(key)
         if not (folder / "analysis.json").is_file():
             return None
@@ -193,11 +201,16 @@ class AnalysisCache:
             if not isinstance(entry["timeline"], dict) or not _whole_parquet(folder / "samples.parquet",
                                                                              entry["samples_bytes"]):
                 raise ValueError("incomplete entry")
-            return CachedAnalysis(doc, entry["timeline"], entry["variants"], folder / "samples.parquet",
-                                  source_sha256, options)
-        except Exception:  # a damaged entry (disk full while another tool wrote, a user's edit): a miss
-            shutil.rmtree(folder, ignore_errors=True)
+            found = CachedAnalysis(doc, entry["timeline"], entry["variants"], folder / "samples.parquet",
+                                   source_sha256, options)
+        except Exception:  # damaged (disk full while another tool wrote, a user's edit) or evicted: a miss
+            try:
+                remove(folder)
+            except OSError:
+                pass
             return None
+        touch(folder)  # recency for the size cap's least-recently-used eviction
+        return found
 
     def put(self, key: str, document: dict[str, Any], timeline: dict[str, Any], records: list[Any]) -> bool:
         """Store one result (``records``: its ``VariantRows`` per range); False (and nothing left behind)
@@ -244,14 +257,15 @@ def analyze_path_cached(path: str | os.PathLike, options: Any = None, *, cache: 
 def analyze_cached(path: str | os.PathLike, options: Any, *, results: Any = True, trace_cache: Any = None) -> Any:
     """A :class:`CachedAnalysis` on a hit; on a miss the fresh analysis, stored; None where the cache does
     not apply (turned off, or the capture is not a file), for the caller to analyse plainly."""
-    from profiler.capture.cache import cache_enabled
-    from profiler.capture.fingerprint import content_sha256
-
+    from profiler.capture import caches
+    from profiler.capture.cache import TraceCache, cache_enabled, cache_key
     from profiler.capture.columnar import columnar_kind
+    from profiler.capture.fingerprint import content_sha256
 
     p = Path(path)
     if trace_cache is False or not cache_enabled() or not (p.is_file() or columnar_kind(p)):
         return None
+    cap = caches.cap_bytes()  # a bad TRTPROF_CACHE_MAX_GB fails before the analysis, not after it
     store = results if isinstance(results, AnalysisCache) else AnalysisCache()
     sha = content_sha256(p)
     key = result_key(sha, options)
@@ -264,12 +278,18 @@ def analyze_cached(path: str | os.PathLike, options: Any, *, results: Any = True
 
     # the frames are kept from the second analysis of a capture on (other options, other code): a
     # repeat of the first is answered here, and writing them costs a third of a first analysis
-    trace = load_trace_cached(p, tables=[f for f in FRAMES if f != "sync"], columns=ANALYSIS_COLUMNS,
-                              cache=trace_cache, sha256=sha, write=store.seen(sha))
+    tables = [f for f in FRAMES if f != "sync"]
+    trace = load_trace_cached(p, tables=tables, columns=ANALYSIS_COLUMNS, cache=trace_cache, sha256=sha,
+                              write=store.seen(sha), trim=False)
     result = analyze(trace, options)
     result.source_sha256 = sha
     doc = result.to_json()
     result.cache = "stored" if store.put(key, doc, result.timeline_json(doc), result.range_records()) else "off"
+    written = [store.entry(key)] if result.cache == "stored" else []
+    if trace.meta.get("cache") == "stored":  # the frames written above: kept with the result
+        frames = trace_cache if isinstance(trace_cache, TraceCache) else TraceCache()
+        written.append(frames.entry(cache_key(sha, tables, ANALYSIS_COLUMNS)))
     if result.cache == "stored":
         store.mark_seen(sha)
+    caches.trim(written, cap)
     return result

@@ -25,6 +25,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "runs": ("profiler.cli.runs", "List stored runs."),
     "show": ("profiler.cli.show", "Show one stored run."),
     "db": ("profiler.cli.db", "Database maintenance (db upgrade)."),
+    "cache": ("profiler.cli.cache", "Show the capture caches' entries and sizes, or empty them (cache clear)."),
 }
 
 
