@@ -54,7 +54,7 @@ def info_cmd() -> None:
     for u in rows:
         click.echo(f"{u.name:<9} {u.entries:>8} {size_text(u.size_bytes):>10}  {WHAT[u.name]}")
     capped = sum(u.size_bytes for u in rows if u.name in caches.CAPPED)
-    click.echo(f"analyses + traces: {size_text(capped)} of the {size_text(cap)} cap ({caches.CAP_ENV}); "
+    click.echo(f"total of analyses and traces: {size_text(capped)} of the {size_text(cap)} cap ({caches.CAP_ENV}); "
                "after each write the least recently used entries are removed")
 
 
