@@ -14,7 +14,13 @@ shifted timestamps), then times, each in its own subprocess (wall time and peak 
 
 and checks that every JSON document is byte-identical. Prints one table.
 
+Then a cache hit with the run store on (``trtprof analyze``'s default: the run, its ranges' samples and
+findings are still recorded) beside the same hit with ``--no-store``; with ``--baseline DIR`` (another
+checkout of trtprof, e.g. ``git archive main | tar -x -C DIR``) the stored hit is also timed with that
+code, the two alternating run by run, so the ratio is measured side by side.
+
     python3 benchmarks/bench_trace_cache.py --kernels 250000
+    python3 benchmarks/bench_trace_cache.py --kernels 250000 --baseline /tmp/trtprof-main
 """
 
 from __future__ import annotations
@@ -60,6 +66,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="runs of each step (the median is shown)")
     ap.add_argument("--store", action="store_true", help="also record each run in a run store (the default "
                     "of trtprof analyze; the benchmark passes --no-store otherwise)")
+    ap.add_argument("--baseline", type=Path, default=None, metavar="DIR",
+                    help="another trtprof checkout: time its stored cache hit beside this one's")
     args = ap.parse_args()
     src = args.capture or ba.default_source()
     with tempfile.TemporaryDirectory() as tmp:
@@ -99,9 +107,41 @@ def main() -> None:
         same = len(set().union(*digests.values())) == 1
         print(f"JSON byte-identical across the {len(STEPS)} paths: {'yes' if same else 'NO'}")
         print()
+        stored_hits(path, work, args.baseline, args.repeats)
+        print()
         print("in this process (no interpreter start-up or imports), median of the repeats:")
         for step, seconds in in_process(path, work / "cache-inproc", args.repeats):
             print(f"  {step:<34} {seconds:6.2f} s")
+
+
+def stored_hits(path: Path, work: Path, baseline: Path | None, repeats: int) -> None:
+    """A cache hit recorded in a run store, beside the same hit with --no-store (and, given a baseline
+    checkout, its stored hit), the commands alternating run by run; one line each, medians."""
+    db = work / "hits.db"
+    runs = [("hit, --no-store", ROOT, ["--no-store"]), ("hit, stored in a run store", ROOT, ["--db", str(db)])]
+    if baseline is not None:
+        runs.append(("hit, stored (baseline code)", baseline.resolve(), ["--db", str(work / "hits-base.db")]))
+    for _, code, _ in runs:  # each code stores its own entry first (its key holds a digest of its source)
+        res = ba.measured([sys.executable, "-m", "profiler", "analyze", str(path), "--no-store"], None, cwd=code)
+        if res.get("rc") != 0:
+            sys.exit(f"priming {code}: trtprof analyze failed: {res.get('stderr') or res.get('error')}")
+    got: dict[str, list[dict]] = {name: [] for name, _, _ in runs}
+    for i in range(repeats):
+        for name, code, extra in (runs if i % 2 == 0 else runs[::-1]):
+            res = ba.measured([sys.executable, "-m", "profiler", "analyze", str(path), *extra,
+                               "--json", str(work / "hit.json")], None, cwd=code)
+            if res.get("rc") != 0:
+                sys.exit(f"{name}: trtprof analyze failed: {res.get('stderr') or res.get('error')}")
+            got[name].append(res)
+    med = {name: sorted(rs, key=lambda r: r["wall_s"])[len(rs) // 2] for name, rs in got.items()}
+    ref = med["hit, --no-store"]["wall_s"]
+    print(f"cache hits, alternating, median of {repeats} runs each:")
+    print(f"{'step':<30} {'wall s':>8} {'x no-store':>10} {'peak RSS MB':>12}")
+    for name, m in med.items():
+        print(f"{name:<30} {m['wall_s']:8.2f} {m['wall_s'] / ref:10.2f} {m['peak_rss_mb']:12.0f}")
+    if baseline is not None:
+        ours, base = med["hit, stored in a run store"]["wall_s"], med["hit, stored (baseline code)"]["wall_s"]
+        print(f"stored hit: this code {ours:.2f} s, baseline {base:.2f} s: {base / ours:.2f}x faster")
 
 
 def in_process(path: Path, cache_dir: Path, repeats: int) -> list[tuple[str, float]]:

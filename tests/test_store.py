@@ -304,3 +304,37 @@ def test_samples_non_finite_and_nullable_columns_become_null(db_url):
     assert back["latency_ms"].iloc[0] == 1.5 and back["latency_ms"].iloc[1:].isna().all()
     assert back["stream"].tolist()[0] == 7 and back["stream"].isna().tolist() == [False, True, False]
     assert back["h2d_ms"].isna().tolist() == [True, False, True] and back["h2d_ms"].iloc[1] == 0.25
+
+
+def test_samples_as_a_dict_of_columns(db_url):
+    """What a cached analysis hands the store (read with pyarrow, no pandas): numpy columns and lists."""
+    store = Store.open(db_url)
+    rid = store.create_run(kind="analyze", source="x")
+    n = 5000
+    lat = np.linspace(0.5, 3.0, n)
+    lat[[3, 7]] = [np.nan, np.inf]
+    cols = {"idx": np.arange(n, dtype=np.int64), "latency_ms": lat, "gpu_busy_ms": [0.25] * n, "ignored": lat}
+    back = store.samples_frame(store.add_variant(rid, {"key": "k"}, samples=cols))
+    assert back["idx"].tolist() == list(range(n))
+    assert back["latency_ms"].isna().tolist() == [i in (3, 7) for i in range(n)]
+    keep = ~np.isin(np.arange(n), [3, 7])
+    np.testing.assert_array_equal(back["latency_ms"].to_numpy()[keep], lat[keep])
+    assert back["gpu_busy_ms"].sum() == 0.25 * n and "ignored" not in back.columns
+    with pytest.raises(ValueError, match="idx"):
+        store.add_variant(rid, {"key": "j"}, samples={"latency_ms": lat})
+
+
+def test_the_head_constant_is_alembics_and_a_current_store_opens_without_alembic(tmp_path):
+    from profiler.store import migrate
+
+    assert migrate.HEAD == head_revision()
+    db = tmp_path / "h.db"
+    Store.open(str(db)).close()  # created and migrated (Alembic)
+    probe = ("import sys\nfrom profiler.store import Store\nStore.open(sys.argv[1]).close()\n"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'alembic'))")
+    out = subprocess.run([sys.executable, "-c", probe, str(db)], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]"
+    old = tmp_path / "old.db"
+    upgrade(create_engine(f"sqlite:///{old}"), "0002")  # an older store still goes through Alembic
+    out = subprocess.run([sys.executable, "-c", probe, str(old)], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert "alembic" in out.stdout and current_revision(create_engine(f"sqlite:///{old}")) == head_revision()

@@ -145,15 +145,17 @@ class CachedAnalysis:
                                  columns=ANALYSIS_COLUMNS, sha256=self.source_sha256)
 
 
-def read_samples(path: Path, n_variants: int) -> list[Any]:
-    """The per-range sample frames of an entry, split by their ``variant`` column."""
+def read_samples(path: Path, n_variants: int) -> list[dict[str, Any]]:
+    """The per-range samples of an entry, split by their ``variant`` column: per range, a dict of numpy
+    columns (what the run store inserts; read with pyarrow alone, since importing pandas would cost a
+    stored cache hit more than everything else it does)."""
     import numpy as np
-    import pandas as pd
+    import pyarrow.parquet as pq
 
-    frame = pd.read_parquet(path)
-    bounds = np.searchsorted(frame["variant"].to_numpy(), np.arange(n_variants + 1))
-    frame = frame.drop(columns="variant")
-    return [frame.iloc[a:b].reset_index(drop=True) for a, b in zip(bounds[:-1], bounds[1:])]
+    table = pq.read_table(path, use_threads=False)
+    columns = {name: table.column(name).to_numpy() for name in table.column_names}
+    bounds = np.searchsorted(columns.pop("variant"), np.arange(n_variants + 1))
+    return [{name: col[a:b] for name, col in columns.items()} for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def _whole_parquet(path: Path, size: int) -> bool:

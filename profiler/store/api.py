@@ -99,25 +99,25 @@ def _clean(v: Any) -> Any:
 def _sample_table(samples: Any) -> tuple[list[str], list[list]]:
     """Sample rows as (column names, one list of plain Python values per column).
 
-    DataFrames are converted column by column (numpy finds the NaNs, ``tolist`` unboxes in C), so a
-    million rows cost a fraction of a second before they reach the driver. Unknown columns are
+    DataFrames and dicts of columns are converted column by column (numpy finds the NaNs, ``tolist``
+    unboxes in C), so a million rows cost a fraction of a second before they reach the driver. Unknown columns are
     ignored; NaN and infinities become NULL.
     """
     import numpy as np
 
+    if isinstance(samples, dict):  # columns: numpy arrays or lists
+        cols = [c for c in _SAMPLE_ORDER if c in samples]
+        if "idx" not in cols:
+            raise ValueError("samples need an 'idx' column (0-based iteration index)")
+        return cols, [_column_values(np.asarray(samples[c])) for c in cols]
     if _is_frame(samples):  # a pandas DataFrame
         cols = _frame_columns(samples)
         columns = []
         for c in cols:
             series = samples[c]
             numpy_dtype = isinstance(series.dtype, np.dtype)  # not a nullable extension dtype (Int64, ...)
-            if numpy_dtype and series.dtype.kind == "f":
-                arr = series.to_numpy()
-                values = arr.tolist()
-                for i in np.flatnonzero(~np.isfinite(arr)).tolist():
-                    values[i] = None
-            elif numpy_dtype and series.dtype.kind in "iub":
-                values = series.to_numpy().tolist()
+            if numpy_dtype and series.dtype.kind in "fiub":
+                values = _column_values(series.to_numpy())
             else:  # object or nullable extension dtypes
                 values = [_clean(x) for x in series.tolist()]
                 for i in np.flatnonzero(series.isna().to_numpy()).tolist():
@@ -134,6 +134,20 @@ def _sample_table(samples: Any) -> tuple[list[str], list[list]]:
     if "idx" not in cols:
         raise ValueError("samples need an 'idx' key (0-based iteration index)")
     return cols, [[_clean(r.get(c)) for r in rows] for c in cols]
+
+
+def _column_values(arr: Any) -> list:
+    """One numpy column as plain Python values, NaN and infinities as None."""
+    import numpy as np
+
+    if arr.dtype.kind == "f":
+        values = arr.tolist()
+        for i in np.flatnonzero(~np.isfinite(arr)).tolist():
+            values[i] = None
+        return values
+    if arr.dtype.kind in "iub":
+        return arr.tolist()
+    return [None if x is None or (isinstance(x, float) and not math.isfinite(x)) else _clean(x) for x in arr.tolist()]
 
 
 def _is_frame(samples: Any) -> bool:
@@ -299,8 +313,8 @@ class Store:
                     layers: Iterable[dict] | None = None, accuracy: Iterable[dict] | None = None) -> int:
         """Store one variant with its samples, layers and accuracy rows in one transaction.
 
-        ``samples`` may be a list of dicts or a pandas DataFrame with Sample's column names (``idx``
-        required; NaN and infinities stored as NULL). They are bulk-inserted: COPY on PostgreSQL
+        ``samples`` may be a list of dicts, a dict of columns (numpy arrays or lists) or a pandas DataFrame
+        with Sample's column names (``idx`` required; NaN and infinities stored as NULL). They are bulk-inserted: COPY on PostgreSQL
         (a DataFrame as Arrow-written CSV), one streamed executemany on SQLite.
         """
         copy_frame = self.engine.dialect.name == "postgresql" and samples is not None and _is_frame(samples)
