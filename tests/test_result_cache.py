@@ -175,7 +175,7 @@ def test_the_same_content_at_another_path_is_a_hit_that_names_the_new_path(captu
 def test_a_damaged_entry_is_a_miss_and_is_replaced(capture, cache_dir):
     want = json.dumps(analyze_path_cached(capture).to_json())
     (entry,) = [cache_dir / "analyses" / name for name in _entries(cache_dir)]
-    (entry / "samples.parquet").write_bytes(b"PAR1 not really")
+    (entry / "samples.npy").write_bytes(b"\x93NUMPY not really")
     again = analyze_path_cached(capture)
     assert again.cache == "stored" and json.dumps(again.to_json()) == want
     (entry,) = [cache_dir / "analyses" / name for name in _entries(cache_dir)]
@@ -308,9 +308,9 @@ def test_samples_damaged_after_the_checks_are_measured_again(capture, cache_dir,
     _cli(capsys, str(capture), "--db", db, "--no-cache")
     analyze_path_cached(capture)
     (entry,) = [cache_dir / "analyses" / name for name in _entries(cache_dir)]
-    data = bytearray((entry / "samples.parquet").read_bytes())
-    data[8:40] = bytes(32)  # same size and magic bytes, broken pages
-    (entry / "samples.parquet").write_bytes(bytes(data))
+    data = bytearray((entry / "samples.npy").read_bytes())
+    data[-32:] = bytes(32)  # same size and header, other sample values: caught by the file's hash
+    (entry / "samples.npy").write_bytes(bytes(data))
     _cli(capsys, str(capture), "--db", db)
     assert _run(db, 2) == _run(db, 1) and not (cache_dir / "analyses" / entry.name).exists()
 

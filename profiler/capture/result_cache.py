@@ -41,7 +41,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-FORMAT = 1
+FORMAT = 2  # 2: the samples as a .npy file with its SHA-256 (1: Parquet, which needed pandas to store a hit)
 _code_version: str | None = None
 
 
@@ -97,7 +97,7 @@ class CachedAnalysis:
     context = None
 
     def __init__(self, document: dict[str, Any], timeline: dict[str, Any], variants: list[dict[str, Any]],
-                 samples_path: Path, source_sha256: str, options: Any = None):
+                 samples_path: Path, source_sha256: str, options: Any = None, samples_sha256: str = ""):
         from profiler.findings import Finding
 
         self.document = document
@@ -107,6 +107,7 @@ class CachedAnalysis:
         self.timeline = timeline
         self.source_sha256 = source_sha256
         self._variants, self._samples_path, self._options = variants, samples_path, options
+        self._samples_sha256 = samples_sha256
         self._records: list[Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -122,7 +123,7 @@ class CachedAnalysis:
             try:
                 from profiler.store.rows import VariantRows
 
-                samples = read_samples(self._samples_path, len(self._variants))
+                samples = read_samples(self._samples_path, len(self._variants), self._samples_sha256)
                 self._records = [VariantRows(v, samples=s) for v, s in zip(self._variants, samples)]
             except Exception:  # damaged or evicted after the entry's checks: analyse again, forget the entry
                 from profiler.capture.analyze import analyze_path
@@ -145,30 +146,52 @@ class CachedAnalysis:
                                  columns=ANALYSIS_COLUMNS, sha256=self.source_sha256)
 
 
-def read_samples(path: Path, n_variants: int) -> list[dict[str, Any]]:
-    """The per-range samples of an entry, split by their ``variant`` column: per range, a dict of numpy
-    columns (what the run store inserts; read with pyarrow alone, since importing pandas would cost a
-    stored cache hit more than everything else it does)."""
+def samples_array(records: list[Any]) -> Any:
+    """The per-instance samples of every range in one numpy structured array, with a ``variant`` column
+    (the range's position); numeric columns only, so the file needs neither pickle nor pandas to read."""
     import numpy as np
-    import pyarrow.parquet as pq
 
-    table = pq.read_table(path, use_threads=False)
-    columns = {name: table.column(name).to_numpy() for name in table.column_names}
-    bounds = np.searchsorted(columns.pop("variant"), np.arange(n_variants + 1))
-    return [{name: col[a:b] for name, col in columns.items()} for a, b in zip(bounds[:-1], bounds[1:])]
+    frames = [r.samples for r in records]
+    names = list(frames[0].columns) if frames else []
+    columns = {"variant": np.concatenate([np.full(len(f), i, np.int64) for i, f in enumerate(frames)] or
+                                         [np.empty(0, np.int64)])}
+    for name in names:
+        columns[name] = np.concatenate([f[name].to_numpy() for f in frames])
+        if columns[name].dtype.kind not in "iufb":
+            raise ValueError(f"sample column {name} is not numeric")
+    out = np.empty(len(columns["variant"]), dtype=[(n, c.dtype) for n, c in columns.items()])
+    for n, c in columns.items():
+        out[n] = c
+    return out
 
 
-def _whole_parquet(path: Path, size: int) -> bool:
-    """The file has the size it was written with and Parquet's ``PAR1`` at its start and end."""
+def read_samples(path: Path, n_variants: int, sha256: str) -> list[dict[str, Any]]:
+    """The per-range samples of an entry, checked against their SHA-256 and split by their ``variant``
+    column: per range, a dict of numpy columns (what the run store inserts). numpy alone reads them:
+    importing pandas would cost a stored cache hit more than everything else it does."""
+    import io
+
+    import numpy as np
+
+    raw = path.read_bytes()
+    if hashlib.sha256(raw).hexdigest() != sha256:
+        raise ValueError(f"{path} is not the file that was written")
+    arr = np.load(io.BytesIO(raw), allow_pickle=False)
+    bounds = np.searchsorted(arr["variant"], np.arange(n_variants + 1))
+    names = [n for n in arr.dtype.names if n != "variant"]
+    return [{n: arr[n][a:b] for n in names} for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def _whole_npy(path: Path, size: int) -> bool:
+    """The file has the size it was written with and starts as a .npy file does (its content is checked
+    against its hash when it is read)."""
     with open(path, "rb") as fh:
-        head = fh.read(4)
-        fh.seek(-4, os.SEEK_END)
-        return head == b"PAR1" and fh.read(4) == b"PAR1" and os.fstat(fh.fileno()).st_size == size
+        return fh.read(6) == b"\x93NUMPY" and os.fstat(fh.fileno()).st_size == size
 
 
 class AnalysisCache:
     """A folder of analysis results, one sub-folder per key: ``analysis.json`` (the document, the
-    timeline and the stored ranges' statistics) and ``samples.parquet`` (their per-instance samples)."""
+    timeline and the stored ranges' statistics) and ``samples.npy`` (their per-instance samples)."""
 
     def __init__(self, root: str | os.PathLike | None = None):
         self.root = Path(root) if root is not None else default_result_cache_dir()
@@ -190,7 +213,7 @@ class AnalysisCache:
     def get(self, key: str, source_path: str | os.PathLike, source_sha256: str,
             options: Any = None) -> CachedAnalysis | None:
         """The cached analysis for ``key`` (its capture named ``source_path``), else None. The samples file
-        is checked by its size and Parquet's magic bytes at both ends; it is read only when a store asks."""
+        is checked by its size and magic bytes, and by its hash when it is read (only when a store asks)."""
         from profiler.capture.caches import remove, touch
 
         folder = self.entry(key)
@@ -200,11 +223,11 @@ class AnalysisCache:
             entry = json.loads((folder / "analysis.json").read_text())
             doc = entry["document"]
             doc["capture"] = {**doc["capture"], "source_path": str(source_path)}  # the content may have moved
-            if not isinstance(entry["timeline"], dict) or not _whole_parquet(folder / "samples.parquet",
-                                                                             entry["samples_bytes"]):
+            if not isinstance(entry["timeline"], dict) or not _whole_npy(folder / "samples.npy",
+                                                                         entry["samples_bytes"]):
                 raise ValueError("incomplete entry")
-            found = CachedAnalysis(doc, entry["timeline"], entry["variants"], folder / "samples.parquet",
-                                   source_sha256, options)
+            found = CachedAnalysis(doc, entry["timeline"], entry["variants"], folder / "samples.npy",
+                                   source_sha256, options, samples_sha256=entry["samples_sha256"])
         except Exception:  # damaged (disk full while another tool wrote, a user's edit) or evicted: a miss
             try:
                 remove(folder)
@@ -217,19 +240,22 @@ class AnalysisCache:
     def put(self, key: str, document: dict[str, Any], timeline: dict[str, Any], records: list[Any]) -> bool:
         """Store one result (``records``: its ``VariantRows`` per range); False (and nothing left behind)
         when it cannot be written."""
+        import io
+
         import numpy as np
-        import pandas as pd
 
         from profiler.files import write_folder_atomically
         from profiler.findings import json_safe
 
         def fill(tmp: Path) -> None:
             variants = [r.variant for r in records]
-            parts = [r.samples.assign(variant=np.full(len(r.samples), i, np.int64)) for i, r in enumerate(records)]
-            frame = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame({"variant": np.empty(0, np.int64)})
-            frame.to_parquet(tmp / "samples.parquet", index=False, compression="zstd")
+            buf = io.BytesIO()
+            np.save(buf, samples_array(records), allow_pickle=False)
+            raw = buf.getvalue()
+            (tmp / "samples.npy").write_bytes(raw)
             text = json.dumps({"document": document, "timeline": timeline, "variants": json_safe(variants),
-                               "samples_bytes": (tmp / "samples.parquet").stat().st_size}, allow_nan=False)
+                               "samples_bytes": len(raw), "samples_sha256": hashlib.sha256(raw).hexdigest()},
+                              allow_nan=False)
             (tmp / "analysis.json").write_text(text)
 
         return write_folder_atomically(self.entry(key), "analysis.json", fill)
