@@ -262,6 +262,9 @@ def test_cache_command_mistakes_are_one_sentence(tmp_path, monkeypatch, capsys):
     capture = _copy("multistream", tmp_path)
     code, out, err = _run(["analyze", str(capture), "--no-store"], capsys)  # fails before the analysis
     assert code == 2 and out == "" and "TRTPROF_CACHE_MAX_GB" in err
+    code, out, err = _run(["analyze", str(capture), str(capture), "--no-store"], capsys)  # a batch too
+    assert code == 2 and out == "" and "TRTPROF_CACHE_MAX_GB='5GB'" in err
+    assert _run(["analyze", str(capture), "--no-store", "--no-cache"], capsys)[0] == 0  # no cache, no cap
     monkeypatch.delenv("TRTPROF_CACHE_MAX_GB")
     (tmp_path / "file").write_text("x")
     monkeypatch.setenv("TRTPROF_CACHE_DIR", str(tmp_path / "file"))

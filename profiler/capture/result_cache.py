@@ -97,7 +97,7 @@ class CachedAnalysis:
     context = None
 
     def __init__(self, document: dict[str, Any], timeline: dict[str, Any], variants: list[dict[str, Any]],
-                 samples_path: Path, source_sha256: str, options: Any = None, samples_sha256: str = ""):
+                 samples_path: Path, samples_sha256: str, source_sha256: str, options: Any = None):
         from profiler.findings import Finding
 
         self.document = document
@@ -227,7 +227,7 @@ class AnalysisCache:
                                                                          entry["samples_bytes"]):
                 raise ValueError("incomplete entry")
             found = CachedAnalysis(doc, entry["timeline"], entry["variants"], folder / "samples.npy",
-                                   source_sha256, options, samples_sha256=entry["samples_sha256"])
+                                   entry["samples_sha256"], source_sha256, options)
         except Exception:  # damaged (disk full while another tool wrote, a user's edit) or evicted: a miss
             try:
                 remove(folder)

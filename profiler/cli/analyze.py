@@ -217,6 +217,10 @@ def command(ctx: click.Context, captures: tuple[str, ...], json_path: str | None
     """
     from profiler.capture.options import AnalysisOptions
 
+    if not no_cache:
+        from profiler.capture.caches import cap_bytes
+
+        cap_bytes()  # a bad TRTPROF_CACHE_MAX_GB is one sentence before any capture is read
     if is_batch(captures, jobs, scheduler, batch_out):
         if trace_path:
             raise UsageError("--trace writes one capture's trace: give one capture")
