@@ -4,7 +4,9 @@ a hit refreshing recency, an entry evicted under a reader being a miss, and `trt
 from __future__ import annotations
 
 import os
+import random
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from profiler.capture import caches, fingerprint
 from profiler.capture.cache import TraceCache, load_trace_cached
 from profiler.capture.loader import load_trace
 from profiler.capture.options import AnalysisOptions
+from profiler.capture.trace import FRAMES
 from profiler.capture.result_cache import AnalysisCache, analyze_path_cached
 from profiler.cli import main
 from profiler.errors import UsageError
@@ -271,3 +274,35 @@ def test_cache_command_mistakes_are_one_sentence(tmp_path, monkeypatch, capsys):
     for args in (["cache"], ["cache", "clear"]):
         code, _, err = _run(args, capsys)
         assert code == 3 and f"the cache folder {tmp_path / 'file'} is a file, not a folder" in err
+
+
+def test_reads_while_another_thread_evicts_are_whole_or_misses(tmp_path):
+    """Timing decides which reads hit, miss or lose their entry mid-read (the deterministic case is above):
+    whichever happens, nothing escapes and every Trace is the export's."""
+    capture = _copy("multistream", tmp_path)
+    store = TraceCache(tmp_path / "traces")
+    want = load_trace(capture)
+    stop, errors, got = threading.Event(), [], []
+    pause_s = iter(random.Random(7).uniform(0.0, 0.3) for _ in range(10**6))
+
+    def evict() -> None:  # another process with a zero cap, at odd moments
+        while not stop.wait(next(pause_s)):
+            for e in caches.entries(store.root):
+                caches.remove(e.path)
+
+    t = threading.Thread(target=evict)
+    t.start()
+    try:
+        for _ in range(8):
+            try:
+                got.append(load_trace_cached(capture, cache=store))
+            except Exception as exc:  # noqa: BLE001 - the test is that nothing escapes
+                errors.append(exc)
+    finally:
+        stop.set()
+        t.join()
+    assert errors == [] and len(got) == 8 and got[0].meta["cache"] in ("stored", "off")
+    for trace in got:
+        assert trace.meta["cache"] in ("hit", "stored", "off")  # off: stored, then evicted at once
+        for name in FRAMES:
+            pd.testing.assert_frame_equal(getattr(trace, name), getattr(want, name))
