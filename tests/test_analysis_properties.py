@@ -43,6 +43,13 @@ def walk(node, path=()):
         yield path, key, node
 
 
+def is_fraction_key(key: str) -> bool:
+    """A key that names a share of a whole: 'fraction' or 'share' is one of its words, wherever it stands
+    (gpu_busy_fraction, copy_fraction_of_span, share_of_copy, top_level_share), except percentages."""
+    words = key.lower().split("_")
+    return ("fraction" in words or "share" in words) and not key.endswith("_pct")
+
+
 def check_numbers(doc: dict) -> list[str]:
     bad = []
     for path, key, v in walk(doc):
@@ -54,9 +61,7 @@ def check_numbers(doc: dict) -> list[str]:
             continue  # limits, not measurements
         if key in NOT_FRACTION or key.endswith("_gbps"):
             continue
-        is_fraction = key.endswith("fraction") or key == "share" or key.endswith("_share") or \
-            key.startswith("share_of") or (len(path) >= 2 and path[-2] == "impact" and key == "share")
-        if is_fraction and not 0 <= v <= 1:
+        if is_fraction_key(key) and not 0 <= v <= 1:
             bad.append(f"{where} = {v} (a fraction outside [0, 1])")
         if key.endswith("_pct") and key != "cov_pct" and not 0 <= v <= 100 + 1e-9:
             bad.append(f"{where} = {v} (a percentage outside [0, 100])")
@@ -125,3 +130,13 @@ def test_the_checks_catch_impossible_numbers():
     assert any("impact/share = 1.5" in b for b in bad)
     assert any("ms_per_instance = -2.0" in b for b in bad)
     assert any("layers' shares" in b for b in bad) and any("gpu_concurrency" in b for b in bad)
+
+
+def test_fraction_keys_are_found_wherever_the_word_stands():
+    """A fraction named in the middle of its key (the review's copy_fraction_of_wall = 6.45) is checked."""
+    doc = {"findings": [{"evidence": {"copy_fraction_of_wall": 6.45, "copy_to_compute": 5056.0,
+                                      "share_of_copy": 1.2, "init_gap_share": -0.1, "share_pct": 55.0}}]}
+    bad = check_numbers(doc)
+    assert any("copy_fraction_of_wall = 6.45" in b for b in bad)
+    assert any("share_of_copy = 1.2" in b for b in bad) and any("init_gap_share = -0.1" in b for b in bad)
+    assert not any("copy_to_compute" in b or "share_pct" in b for b in bad)
