@@ -69,6 +69,21 @@ def test_what_bounds_the_steady_state(analysed, which, bound):
         f = rules["transfer_bound"]
         assert f["range"] == ENQUEUE and f["evidence"]["bound_by"] == bound
         assert f["severity"] in ("high", "medium")
+        # one direction dominates (3.9x and 66x the other): it is named alone
+        assert f["title"].startswith(f"{bound}-bound: {bound} copies take")
+
+
+@pytest.mark.parametrize("which,copy", [("htod", "the next batch's input copy"), ("dtoh", "this batch's output copy")])
+def test_transfer_advice_speaks_of_the_bounding_direction_and_pinning(analysed, which, copy):
+    """run1's buffers are pageable numpy arrays (60 pageable copies in the steady state): pinning leads; the
+    overlap advice speaks of the inputs when HtoD bounds and of the outputs when DtoH does."""
+    f = next(f for f in analysed[which]["findings"] if f["rule"] == "transfer_bound")
+    rec = f["recommendation"]
+    assert f["evidence"]["pageable_copies"] == 60
+    assert rec.startswith("TensorRT: use pinned host buffers") and "60 pageable copies" in rec
+    assert f"overlap {copy}" in rec
+    other = "this batch's output copy" if which == "htod" else "the next batch's input copy"
+    assert other not in rec
 
 
 @pytest.mark.parametrize("which", list(FILES))

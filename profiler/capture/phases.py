@@ -152,6 +152,21 @@ def steady_breakdown(act: S.Activity, lo: int, hi: int) -> dict[str, float]:
     return out
 
 
+COMPARABLE_COPY_RATIO = 1.5
+"""Copy directions within this factor of the busiest one bound the steady state together (HtoD + DtoH)."""
+
+
+def bounding_copy_directions(by_kind: dict[str, float], ratio: float = COMPARABLE_COPY_RATIO) -> list[str]:
+    """The copy directions that take the most GPU time, in ``COPY_KIND_ORDER``: the busiest one and any
+    within ``ratio`` of it (a workload copying 32 MiB each way is bound by both, not by whichever was a
+    microsecond slower in this capture); empty without copy time."""
+    copies = {k: v for k, v in by_kind.items() if k != "compute" and v > 0}
+    if not copies:
+        return []
+    top = max(copies.values())
+    return [k for k in COPY_KIND_ORDER if k in copies and copies[k] * ratio >= top]
+
+
 def phases_json(ph: Phases, act: S.Activity) -> dict[str, Any]:
     """The ``phases`` object of the analysis JSON (times relative to the capture start)."""
     rel = lambda t: (t - ph.capture_start_ns) / 1e6  # noqa: E731

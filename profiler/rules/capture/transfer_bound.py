@@ -8,6 +8,7 @@ import numpy as np
 
 from profiler.capture import intervals
 from profiler.capture import series as S
+from profiler.capture.phases import bounding_copy_directions, steady_breakdown
 from profiler.findings import Finding
 from profiler.rules import Thresholds, rule
 from profiler.rules.capture._common import MAX_FINDINGS_PER_RULE, band, milder, outermost, ranges_of
@@ -25,11 +26,33 @@ TRANSFER_MIN_UNIT_COMPUTE_SHARE = 0.5
 """Share of the steady state's compute the inference unit must have launched for the steady state's
 copies to count per inference (TensorRT apps launch all of it inside the enqueue ranges, copies outside)."""
 
-TRT_TRANSFER_ADVICE = (
-    "TensorRT: use pinned host buffers (cudaHostAlloc / cudaMallocHost) and cudaMemcpyAsync on the inference's "
-    "stream; overlap the next batch's input copy with this batch's enqueue (two execution contexts on two "
-    "streams, double-buffered I/O); shrink I/O (FP16 or INT8 I/O formats, trtexec --inputIOFormats, keep "
-    "pre/post-processing on the GPU). trtexec --noDataTransfers shows the compute-only bound.")
+
+def transfer_advice(tensorrt: bool, pageable_copies: int, directions: list[str]) -> str:
+    """What to do about copies that bound the work: pinned memory first only where some copies are pageable
+    (pinned copies already run at the link's rate, and pinning cannot speed them up), otherwise fewer bytes
+    first; the overlap advice speaks of the inputs (HtoD), the outputs (DtoH) or both."""
+    inputs, outputs = "HtoD" in directions, "DtoH" in directions
+    overlap = ("overlap each batch's input and output copies with the neighbouring batches' {}" if inputs and outputs
+               else "overlap this batch's output copy with the next batch's {}" if outputs
+               else "overlap the next batch's input copy with this batch's {}" if inputs
+               else "overlap the copies with {}")
+    if tensorrt:
+        pinned = ("use pinned host buffers (cudaHostAlloc / cudaMallocHost) for the "
+                  f"{pageable_copies} pageable copies and cudaMemcpyAsync on the inference's stream; ")
+        fewer = ("shrink I/O (FP16 or INT8 I/O formats, trtexec --inputIOFormats / --outputIOFormats, keep "
+                 "pre/post-processing on the GPU)")
+        overlap = overlap.format("enqueue") + " (two execution contexts on two streams, double-buffered I/O)"
+        tail = " trtexec --noDataTransfers shows the compute-only bound."
+        if pageable_copies:
+            return f"TensorRT: {pinned}{overlap}; {fewer}.{tail}"
+        return f"TensorRT: the copies are already pinned: {fewer}; {overlap}.{tail}"
+    fewer = ("move fewer bytes: keep tensors on the GPU between steps, send compact inputs (uint8 images, FP16 "
+             "or INT8) and decode, normalise and post-process on the GPU")
+    overlap = overlap.format("compute") + " on another stream (cudaMemcpyAsync, double buffering)"
+    if pageable_copies:
+        return (f"Use pinned host buffers (cudaHostAlloc / cudaMallocHost) for the {pageable_copies} pageable "
+                f"copies, then {overlap}; {fewer}; batch to amortise per-copy cost.")
+    return f"The copies are already pinned: {fewer}; {overlap}; batch to amortise per-copy cost."
 
 
 @rule("transfer_bound", scope="capture", defaults={
@@ -88,10 +111,8 @@ def transfer_bound(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
                    f"{ev['compute_ms_per_instance']:.3g} ms of compute (median wall {ev['wall_ms_median']:.3g} ms)"),
             evidence=ev,
             threshold=t.pick("min_copy_to_compute", "min_copy_fraction"),
-            recommendation=TRT_TRANSFER_ADVICE if ctx.tensorrt else (
-                "Move less data: keep tensors on the GPU between steps, send compact inputs (uint8 images, "
-                "FP16) and decode/normalize on the GPU; overlap copies with compute (pinned buffers, "
-                "cudaMemcpyAsync on a second stream, double buffering); batch to amortise per-copy cost."),
+            recommendation=transfer_advice(ctx.tensorrt, ev["pageable_copies"], bounding_copy_directions(
+                {d: v["gpu_ms_per_instance"] for d, v in ev["by_direction"].items()})),
         ))
     return out
 
@@ -109,7 +130,6 @@ def _copies_text(d: dict[str, Any] | None) -> str:
 def _inference_transfer_bound(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
     """The steady state as a whole: copies of one direction take longer than the compute (copies made
     outside the inference ranges, as TensorRT applications make them, count)."""
-    from profiler.capture.phases import steady_breakdown
 
     unit, ph = ctx.unit, ctx.phases
     if unit is None or ph is None or ctx.steady_ns <= 0:
@@ -119,6 +139,7 @@ def _inference_transfer_bound(ctx: CaptureContext, t: Thresholds) -> list[Findin
     by_kind = steady_breakdown(act, lo, ph.steady_end_ns)
     compute = by_kind.pop("compute")
     direction = max(by_kind, key=by_kind.get)
+    bound = bounding_copy_directions(by_kind) or [direction]
     steady_ms = ctx.steady_ns / 1e6
     # the steady state's copies are charged to the inferences only when the inferences are its work: they
     # launched most of its compute (a training capture whose "unit" is one of many op ranges is not)
@@ -143,21 +164,22 @@ def _inference_transfer_bound(ctx: CaptureContext, t: Thresholds) -> list[Findin
         if sel.any():
             dirs[name] = {"copies_per_instance": int(sel.sum()) / n, "bytes_per_instance": b / n,
                           "gpu_ms_per_instance": ns / 1e6 / n, "gbps": b / ns if ns > 0 else None}
-    ev = {"bound_by": direction, "gpu_ms_by_kind": {"compute": compute, **by_kind},
+    bound_ms = sum(by_kind[d] for d in bound)
+    ev = {"bound_by": " + ".join(bound), "gpu_ms_by_kind": {"compute": compute, **by_kind},
           "copy_ms_per_instance": copy_ms / n, "compute_ms_per_instance": compute / n,
-          "copy_to_compute": by_kind[direction] / compute, "copy_fraction_of_steady_state": copy_ms / steady_ms,
+          "copy_to_compute": bound_ms / compute, "copy_fraction_of_steady_state": copy_ms / steady_ms,
           "overlap_ms_per_instance": overlap_ms / n, "exposed_copy_ms_total": max(copy_ms - overlap_ms, 0.0),
           "by_direction": dirs, "instances": n, "pageable_copies": int((c & act.pageable).sum()),
           "wall_ms_median": float(np.median(unit.host_ns[unit.steady])) / 1e6 if unit.count > unit.warmup else None}
+    names = " + ".join(bound)
+    each = "; ".join(f"{d}: {_copies_text(dirs.get(d))}" for d in bound) if len(bound) > 1 else \
+        _copies_text(dirs.get(direction))
     return [Finding(
         rule="transfer_bound", severity="high", range=unit.label,
-        title=(f"{direction}-bound: {direction} copies take {by_kind[direction] / n:.3g} ms of GPU time per inference "
-               f"on average ({_copies_text(dirs.get(direction))}) against {compute / n:.3g} ms of compute "
-               f"({by_kind[direction] / compute:.2f}x); {100 * overlap_ms / copy_ms:.0f}% of copy time overlaps "
-               "compute"),
+        title=(f"{names}-bound: {names} copies take {bound_ms / n:.3g} ms of GPU time per inference on average "
+               f"({each}) against {compute / n:.3g} ms of compute ({bound_ms / compute:.2f}x); "
+               f"{100 * overlap_ms / copy_ms:.0f}% of copy time overlaps compute"),
         evidence=ev,
         threshold=t.pick("min_copy_to_compute", "min_copy_fraction"),
-        recommendation=TRT_TRANSFER_ADVICE if ctx.tensorrt else (
-            "Move less data per inference (compact input types, pre/post-processing on the GPU), use pinned "
-            "buffers and overlap copies with compute on a second stream (double buffering)."),
+        recommendation=transfer_advice(ctx.tensorrt, ev["pageable_copies"], bound),
     )]
