@@ -14,6 +14,7 @@ from profiler.capture.analyze import AnalysisOptions, analyze
 from profiler.capture.trace import Trace
 from profiler.errors import UsageError
 from tests.capture_builders import T, api, kernels, ranges
+from tests.conftest import SAMPLE_TRACES
 
 
 def trt_app(n: int = 20, warm_us: int = 0, stream_of=lambda i: 7, layer_us=(30, 10), startup_gap_us: int = 0):
@@ -93,6 +94,50 @@ def test_time_to_first_inference_needs_the_start_up_in_the_capture():
     assert late["startup_in_capture"] is False and late["time_to_first_inference_ms"] is None
     early = analyze(trt_app(n=20, warm_us=3000, startup_gap_us=100_000)).to_json()["phases"]
     assert early["startup_in_capture"] is True and early["time_to_first_inference_ms"] > 100
+
+
+def test_a_long_first_allocation_is_the_start_up_seen_in_the_capture():
+    """The context is created lazily inside the first allocation: a capture that begins with a 300 ms
+    cudaHostAlloc holds the start-up; the same call 1 ms long in the middle of a run does not."""
+    tr = trt_app(n=20, warm_us=3000)
+    shift = 400_000 * T
+
+    def with_first_call(ms: float):
+        first = api(("cudaHostAlloc_v3020", 0, int(ms * 1e6), 5, "other"))
+        return Trace(kernels=tr.kernels.assign(**{c: tr.kernels[c] + shift for c in
+                                                   ("start_ns", "end_ns", "api_start_ns", "api_end_ns")}),
+                     nvtx=tr.nvtx.assign(start_ns=tr.nvtx["start_ns"] + shift, end_ns=tr.nvtx["end_ns"] + shift),
+                     api=pd.concat([first, tr.api.assign(start_ns=tr.api["start_ns"] + shift,
+                                                         end_ns=tr.api["end_ns"] + shift)], ignore_index=True))
+    assert analyze(with_first_call(300.0)).to_json()["phases"]["startup_in_capture"] is True
+    assert analyze(with_first_call(1.0)).to_json()["phases"]["startup_in_capture"] is False
+
+
+@pytest.mark.parametrize("name", ["v2026.1.1_testcuda_rtx4060ti_report1.sqlite", "v2023.2.3_clue_t4_report3.sqlite"])
+def test_real_captures_that_begin_with_the_cuda_start_up_say_so(nsys_fixtures, name):
+    """testcuda begins with cuModuleGetLoadingMode and a 341 ms cudaHostAlloc, clue with a 216 ms
+    cudaMallocManaged: the process's CUDA start-up is in the capture (the review saw the opposite claimed)."""
+    from profiler.cli.analyze import inference_lines
+    from tests.capture_builders import result_of
+
+    data = result_of(nsys_fixtures / name).to_json()
+    assert data["phases"]["startup_in_capture"] is True
+    assert not any("starts after the process's CUDA start-up" in line for line in inference_lines(data))
+
+
+def test_pageable_vs_pinned_gets_its_time_to_first_inference():
+    """nsys launched python itself: the capture holds its start-up, and the 4.5 s setup is its time to the
+    first inference (the review saw "the capture starts after the process's CUDA start-up" beside it)."""
+    from profiler.cli.analyze import inference_lines
+    from tests.capture_builders import capture_or_skip, result_of
+
+    data = result_of(capture_or_skip(SAMPLE_TRACES / "pageable_vs_pinned.sqlite")).to_json()
+    ph = data["phases"]
+    assert ph["startup_in_capture"] is True
+    assert ph["time_to_first_inference_ms"] == pytest.approx(ph["setup"]["duration_ms"], rel=0.01)
+    assert ph["setup"]["duration_ms"] > 4000
+    [line] = [x for x in inference_lines(data) if x.startswith("setup:")]
+    assert "time to first inference 45" in line and "starts after" not in line
 
 
 def test_warmup_and_startup_gap_are_setup_not_steady_state():

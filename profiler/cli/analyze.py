@@ -15,6 +15,9 @@ from profiler.errors import InputError, UsageError
 
 MAX_RANGES_SHOWN = 15
 MAX_LAYERS_SHOWN = 10
+LATE_SETUP_MAX_MS = 100.0
+"""A capture without start-up calls is said to start after the process's CUDA start-up only when its setup is
+shorter than this (a long setup beside that claim would contradict it)."""
 
 
 def _fmt(v: Any, spec: str = ".3f") -> str:
@@ -129,8 +132,9 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
         up = w.get("uploads") or {}
         ttfi = ph.get("time_to_first_inference_ms")
         ttfi_text = (f"time to first inference {_fmt(ttfi, '.1f')} ms" if ttfi is not None else
-                     "the capture starts after the process's CUDA start-up" if ph.get("startup_in_capture") is False
-                     else "no inference unit")
+                     ("the capture starts after the process's CUDA start-up"
+                      if (su.get("duration_ms") or 0) < LATE_SETUP_MAX_MS else "no CUDA start-up call in the capture")
+                     if ph.get("startup_in_capture") is False else "no inference unit")
         n_up, n_warm = up.get("count", 0), w.get("warmup_inferences", 0)
         lines.append(f"setup: {_fmt(su.get('duration_ms'), '.1f')} ms ({ttfi_text}; {n_warm} warm-up "
                      f"inference{'' if n_warm == 1 else 's'}, {n_up} upload{'' if n_up == 1 else 's'} of "
