@@ -68,7 +68,8 @@ def test_layers_are_children_with_shares_that_sum_to_the_inference():
     assert [x["name"] for x in layers] == ["TensorRT:layer0", "TensorRT:layer1"]  # most GPU time first
     assert [x["share"] for x in layers] == pytest.approx([0.75, 0.25])
     assert layers[0]["gpu_ms"]["median"] == pytest.approx(0.030)
-    assert layers[0]["tensor_cores"] is True and layers[1]["tensor_cores"] is False
+    # "k1" says neither that it uses Tensor Cores nor that it does not: unknown, not "no"
+    assert layers[0]["tensor_cores"] is True and layers[1]["tensor_cores"] is None
     assert data["layer_total"]["difference_ms"] == pytest.approx(0.0, abs=1e-9)
 
 
@@ -329,3 +330,76 @@ def test_training_capture_copies_are_not_charged_per_inference_and_gpu_time_shar
     assert not any(f["range"] == "FSDP::pre_forward (shared)" and "bound_by" in f["evidence"] for f in tb)
     to = next(f for f in tb if f["range"] == "aten::to")
     assert to["impact"]["gpus"] == 2 and 0.3 < to["impact"]["share"] < 1.0  # 1041 ms of copies / (2 x 969 ms)
+
+
+@pytest.fixture(scope="module")
+def tensorrt_dtoh() -> dict:
+    """The TensorRT cookbook's DtoH-bound capture as `trtprof analyze` shows it (steady state)."""
+    from profiler.capture.analyze import analyze_path
+    from tests.capture_builders import capture_or_skip
+    from tests.conftest import SHARED
+
+    return analyze_path(capture_or_skip(SHARED / "fixtures" / "nsys-tensorrt" / "multistream_DtoH-bound.sqlite"),
+                        cache=False).to_json()
+
+
+def test_tensor_core_labels_say_unknown_when_the_name_says_neither():
+    from profiler.capture.layer_table import gpu_tensor_cores, uses_tensor_cores
+
+    assert uses_tensor_cores("sm90_xmma_fprop_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc") is True
+    assert uses_tensor_cores("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128>>") is None
+    assert uses_tensor_cores("ampere_sgemm_128x64_nn") is False
+    assert uses_tensor_cores("void at::native::<unnamed>::adaptive_average_pool<float>") is False
+    assert gpu_tensor_cores([{"compute_major": 6, "compute_minor": 1}]) is False
+    assert gpu_tensor_cores([{"compute_major": 9}, {"compute_major": 9}]) is True
+    assert gpu_tensor_cores([{"name": None, "compute_major": None}]) is None
+
+
+def test_flash_attention_is_not_said_to_miss_tensor_cores(nsys_fixtures):
+    """nsysai mfu capture: flash::flash_fwd_kernel runs on Tensor Cores, but its name does not say so."""
+    from profiler.cli.analyze import inference_lines
+    from tests.capture_builders import result_of
+
+    data = result_of(nsys_fixtures / "v2026.2.1_nsysai_mfu_2gpu_after.sqlite").to_json()
+    flash = next(r for r in data["layers"] if r["name"] == "flash_attn::_flash_attn_forward")
+    assert "flash_fwd_kernel" in flash["kernels"][0]["name"] and flash["tensor_cores"] is None
+    [line] = [x for x in inference_lines(data) if "flash_attn::_flash_attn_forward" in x]
+    assert "Tensor Cores unknown" in line and "no Tensor Cores" not in line
+
+
+def test_pascal_gpu_is_said_to_have_no_tensor_cores_once(tensorrt_dtoh):
+    """The cookbook captures ran on a GTX 1070 (compute capability 6.1): one line says the GPU has none."""
+    from profiler.cli.analyze import inference_lines
+
+    data = tensorrt_dtoh
+    assert data["layer_total"]["gpu_tensor_cores"] is False and data["layers"][0]["tensor_cores"] is False
+    lines = inference_lines(data)
+    assert "  (no Tensor Cores on this GPU: NVIDIA GeForce GTX 1070, compute capability 6.1)" in lines
+    layer_lines = [x for x in lines if x.startswith("  TensorRT:")]
+    assert layer_lines and not any("Tensor Cores" in x for x in layer_lines)
+
+
+def test_terminal_summary_labels_means_counts_and_minor_streams(tensorrt_dtoh):
+    from profiler.cli.analyze import inference_lines
+
+    lines = inference_lines(tensorrt_dtoh)
+    # the layer sum is of means (the layer column beside it shows medians)
+    assert any(x.startswith("  sum of layer means ") and "vs inference mean" in x for x in lines)
+    # 8 streams have GPU work; 5 of them hold a few microseconds of the 1.4 s (uploads, build)
+    busy = sorted(s["busy_ms"] for s in tensorrt_dtoh["streams"] if s["busy_ms"] > 0)
+    total = sum(busy)
+    big = sum(1 for b in busy if b > 0.01 * total)
+    assert len(busy) == 8 and big == 3
+    assert any(x.startswith("streams: 8 with GPU work (3 with more than 1% of the GPU time);") for x in lines)
+    # an inference unit with a single instance: '1 instance', not '1 instances'
+    one = analyze(trt_app(n=1)).to_json()
+    assert one["inference"]["count"] == 1 and ", 1 instance (" in inference_lines(one)[0]
+
+
+def test_unnamed_gpus_are_not_called_none(nsys_fixtures):
+    """The nsysai 2-GPU capture has no GPU names: findings say "GPU 0", never "GPU 0 (None)"."""
+    from tests.capture_builders import result_of
+
+    data = result_of(nsys_fixtures / "v2026.2.1_nsysai_mfu_2gpu_after.sqlite").to_json()
+    assert data["capture"]["gpus"][0]["name"] is None
+    assert not any("(None)" in f["title"] for f in data["findings"])

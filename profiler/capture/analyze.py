@@ -24,7 +24,8 @@ statistics, GPU busy projection, idle gaps, then the capture rules with each fin
                    bound_by: "host"|"compute"|"HtoD"|"DtoH"|...},
      "layers": [{name, parent, count, gpu_ms (per inference), share, kernels: [{name, count, total_ms,
                  tensor_cores}], tensor_cores, engine (with --layer-info)}],   # most GPU time first
-     "layer_total": {layers_gpu_ms, inference_gpu_ms, difference_ms, note},
+     "layer_total": {layers_gpu_ms, inference_gpu_ms (means per inference), difference_ms, note,
+                     gpu_tensor_cores (false on GPUs of compute capability below 7.0, null unknown)},
      "phases": {setup: {start_ms, end_ms, duration_ms, what}, steady: {start_ms, end_ms, duration_ms,
                 gpu_busy_ms, gpu_busy_fraction, gpu_ms_by_kind}, time_to_first_inference_ms (null when
                 the capture does not hold the CUDA start-up), startup_in_capture, included_in_statistics},
@@ -150,7 +151,7 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
     # the pieces that only read the tables on threads was measured on the 2xH200 host: 1.04x the time and
     # 1.14x the peak memory of this sequential order, so they run in turn.)
     whole = {"inference": U.unit_json(unit), "phases": phases.phases_json(ph, full.activity),
-             **layer_table.layer_table(full, unit, knames)}
+             **layer_table.layer_table(full, unit, knames, meta.get("gpus"))}
     trimmed = not options.include_setup and _trims(full, ph)
     table = full.subset(ph.steady_start_ns, ph.steady_end_ns, consume=True) if trimmed else full
     del full

@@ -33,13 +33,47 @@ GRAPH_NOTE = ("The inference replays a CUDA graph: TensorRT's layer ranges exist
               "whole. Profile a run without CUDA graphs (trtexec without --useCudaGraph) for per-layer times.")
 
 
-def uses_tensor_cores(name: str) -> bool:
-    return bool(TENSOR_CORE_KERNEL.search(name))
+NO_TENSOR_CORE_KERNEL = re.compile(
+    r"(sgemm|scudnn|_simt_|ffma|gemv|elementwise|pointwise|pool|reduce|reduction|softmax|memcpy|memset|fill_)",
+    re.IGNORECASE)
+"""Kernel names that say they do not: FP32 SIMT GEMM/convolution kernels (sgemm, scudnn, CUTLASS simt,
+FFMA), GEMV, and element-wise, pooling, reduction, softmax and copy kernels (no matrix multiply-accumulate)."""
+TENSOR_CORE_MIN_MAJOR = 7
+"""GPUs of compute capability below 7.0 (Pascal and older) have no Tensor Cores."""
+
+
+def uses_tensor_cores(name: str) -> bool | None:
+    """True when the kernel's name says it runs on Tensor Cores, False when it says it does not, None when
+    the name says neither (a custom kernel such as ``flash::flash_fwd_kernel`` may well use them)."""
+    if TENSOR_CORE_KERNEL.search(name):
+        return True
+    return False if NO_TENSOR_CORE_KERNEL.search(name) else None
+
+
+def gpu_tensor_cores(gpus: list[dict[str, Any]] | None) -> bool | None:
+    """Whether the capture's GPUs have Tensor Cores (compute capability 7.0 or newer); None when unknown."""
+    majors = [g.get("compute_major") for g in gpus or [] if isinstance(g, dict)]
+    majors = [m for m in majors if isinstance(m, int)]
+    if not majors:
+        return None
+    if min(majors) >= TENSOR_CORE_MIN_MAJOR:
+        return True
+    return False if max(majors) < TENSOR_CORE_MIN_MAJOR else None  # a mix: unknown which GPU ran a layer
+
+
+def _layer_tensor_cores(kernels: list[dict[str, Any]]) -> bool | None:
+    """A layer uses Tensor Cores when one of its kernels does; it does not when every kernel says it does
+    not; else unknown."""
+    said = [k["tensor_cores"] for k in kernels]
+    if any(v is True for v in said):
+        return True
+    return False if said and all(v is False for v in said) else None
 
 
 def layer_table(table: S.SeriesTable, unit: Unit, kernel_names: tuple[np.ndarray, np.ndarray] | None = None,
-                ) -> dict[str, Any]:
-    """``layers`` (list, most GPU time first) and ``layer_total`` for the unit's steady instances."""
+                gpus: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """``layers`` (list, most GPU time first) and ``layer_total`` for the unit's steady instances; on GPUs
+    without Tensor Cores (``gpus``' compute capability below 7.0) no layer or kernel uses them."""
     empty = {"layers": [], "layer_total": None}
     if unit.source == "window" or unit.series_id is None or unit.count <= unit.warmup:
         return empty
@@ -50,8 +84,9 @@ def layer_table(table: S.SeriesTable, unit: Unit, kernel_names: tuple[np.ndarray
     is_steady = np.zeros(len(inst), bool)
     is_steady[steady_rows] = True
     child = np.flatnonzero((parent >= 0) & is_steady[np.maximum(parent, 0)])
+    has_tc = gpu_tensor_cores(gpus)
     total = {"layers_gpu_ms": 0.0, "inference_gpu_ms": unit_gpu_ns / 1e6 / max(len(steady_rows), 1),
-             "note": None}
+             "note": None, "gpu_tensor_cores": has_tc}
     if unit.graph_launches:
         total["note"] = GRAPH_NOTE
     if not len(child):
@@ -77,8 +112,12 @@ def layer_table(table: S.SeriesTable, unit: Unit, kernel_names: tuple[np.ndarray
             "share": float(g["b"].sum()) / unit_gpu_ns if unit_gpu_ns > 0 else None,
             "kernels": _kernels(act, rows[mine], kernel_names),
         })
-        layers[-1]["tensor_cores"] = any(uses_tensor_cores(k["name"]) for k in layers[-1]["kernels"]) \
-            if layers[-1]["kernels"] else None
+        layers[-1]["tensor_cores"] = _layer_tensor_cores(layers[-1]["kernels"])
+    if has_tc is False:
+        for r in layers:
+            r["tensor_cores"] = False
+            for k in r["kernels"]:
+                k["tensor_cores"] = False
     layers.sort(key=lambda r: -(r["share"] or 0.0))
     layers_ms = float(per["b"].sum()) / 1e6 / n_inf
     total.update(layers_gpu_ms=layers_ms, difference_ms=layers_ms - total["inference_gpu_ms"])

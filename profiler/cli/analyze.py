@@ -15,6 +15,8 @@ from profiler.errors import InputError, UsageError
 
 MAX_RANGES_SHOWN = 15
 MAX_LAYERS_SHOWN = 10
+MAIN_STREAM_SHARE = 0.01
+"""Streams with more than this share of the streams' GPU time are counted apart (the rest are stragglers)."""
 LATE_SETUP_MAX_MS = 100.0
 """A capture without start-up calls is said to start after the process's CUDA start-up only when its setup is
 shorter than this (a long setup beside that claim would contradict it)."""
@@ -105,7 +107,8 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
                  f"GPU busy {_fmt(st(inf['gpu_ms']))} ms over a GPU span of {_fmt(st(inf['gpu_latency_ms']))} ms, "
                  f"host {_fmt(st(inf['host_ms']))} ms{bound_txt}"]
     else:
-        lines = [f"inference: {inf.get('series')} ({what}), {inf.get('count')} instances "
+        n_inst = inf.get("count")
+        lines = [f"inference: {inf.get('series')} ({what}), {n_inst} instance{'' if n_inst == 1 else 's'} "
                  f"({inf.get('steady_count')} steady): GPU {_fmt(st(inf['gpu_ms']))} ms median "
                  f"(p99 {_fmt(st(inf['gpu_ms'], 'p99'))}), GPU latency {_fmt(st(inf['gpu_latency_ms']))} ms, "
                  f"queue {_fmt(st(inf['queue_ms']))} ms{_behind(inf)}, host {_fmt(st(inf['host_ms']))} ms{bound_txt}"]
@@ -113,16 +116,20 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
     total = data.get("layer_total") or {}
     if layers:
         lines.append("layers (GPU ms per inference: median / p99, share of inference GPU time):")
+        no_tc_gpu = total.get("gpu_tensor_cores") is False
         for r in layers[:max_layers]:
-            tc = {True: "Tensor Cores", False: "no Tensor Cores"}.get(r.get("tensor_cores"), "")
+            tc = "" if no_tc_gpu or not r.get("kernels") else {True: "Tensor Cores", False: "no Tensor Cores"}.get(
+                r.get("tensor_cores"), "Tensor Cores unknown")
             kern = (r.get("kernels") or [{}])[0].get("name", "")
             lines.append(f"  {r['name'][:60]:<60} {_fmt(st(r['gpu_ms'])):>8} / {_fmt(st(r['gpu_ms'], 'p99')):>8} "
                          f"{_fmt((r.get('share') or 0) * 100, '.1f'):>5}%  {tc}  {kern[:50]}")
         if len(layers) > max_layers:
             lines.append(f"  ... {len(layers) - max_layers} more layers in --json")
-        lines.append(f"  sum of layers {_fmt(total.get('layers_gpu_ms'))} ms vs inference "
-                     f"{_fmt(total.get('inference_gpu_ms'))} ms per inference "
+        lines.append(f"  sum of layer means {_fmt(total.get('layers_gpu_ms'))} ms vs inference mean "
+                     f"{_fmt(total.get('inference_gpu_ms'))} ms of GPU time per inference "
                      f"(difference {_fmt(total.get('difference_ms'))} ms)")
+        if no_tc_gpu:
+            lines.append(f"  (no Tensor Cores on this GPU: {_no_tensor_core_gpus(data)})")
     if total.get("note"):
         lines.append(f"layers: {total['note']}")
     ph = data.get("phases") or {}
@@ -152,9 +159,20 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
         gpus = len({s.get("device") for s in streams})
         where = f" on {gpus} GPUs" if gpus > 1 else ""
         per_gpu = " per GPU" if gpus > 1 else ""
-        lines.append(f"streams: {len(streams)} with GPU work{where}; concurrency{per_gpu} {_fmt(conc, '.2f')}x "
+        total_ms = sum(s.get("busy_ms") or 0 for s in streams)
+        big = sum(1 for s in streams if (s.get("busy_ms") or 0) > MAIN_STREAM_SHARE * total_ms)
+        main = f" ({big} with more than {MAIN_STREAM_SHARE:.0%} of the GPU time)" if big < len(streams) else ""
+        lines.append(f"streams: {len(streams)} with GPU work{where}{main}; concurrency{per_gpu} {_fmt(conc, '.2f')}x "
                      f"(overlap saved {_fmt(data.get('overlap_saved_ms'), '.1f')} ms){copies}")
     return lines
+
+
+def _no_tensor_core_gpus(data: dict[str, Any]) -> str:
+    """'NVIDIA GeForce GTX 1070, compute capability 6.1' for the capture's GPUs (Tensor Cores need 7.0)."""
+    gpus = [g for g in (data.get("capture") or {}).get("gpus") or [] if isinstance(g, dict)]
+    named = sorted({f"{g.get('name') or 'GPU'}, compute capability {g.get('compute_major')}.{g.get('compute_minor')}"
+                    for g in gpus if g.get("compute_major") is not None})
+    return "; ".join(named) or "compute capability below 7.0"
 
 
 def tree_order(ranges: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -77,9 +77,11 @@ def _layers(result: dict) -> list[dict]:
         out.append(table(["layer", "GPU ms median", "GPU ms p99", "share", "Tensor Cores (by kernel name)",
                           "precision (layer info)", "top kernel"], rows,
                          numeric=[False, True, True, True, False, False, False]))
-        out.append(note(f"Sum of the layers {total.get('layers_gpu_ms', 0):.4g} ms against the inference's "
-                        f"{total.get('inference_gpu_ms', 0):.4g} ms of GPU time per inference "
+        out.append(note(f"Sum of the layers' mean GPU time {total.get('layers_gpu_ms', 0):.4g} ms against the "
+                        f"inference's mean {total.get('inference_gpu_ms', 0):.4g} ms of GPU time per inference "
                         f"(difference {total.get('difference_ms', 0):+.3g} ms)."))
+        if total.get("gpu_tensor_cores") is False:
+            out.append(note("This GPU has no Tensor Cores (compute capability below 7.0): no layer can use them."))
     elif not total.get("note"):
         out.append(note("No child ranges inside the inference: no layer table."))
     if total.get("note"):

@@ -71,7 +71,7 @@ class CaptureContext:
         for i, g in enumerate(gpus):
             if isinstance(g, dict):
                 dev = g.get("device_id", g.get("id", i))
-                out[int(dev) if isinstance(dev, (int, np.integer)) else i] = str(g.get("name", ""))
+                out[int(dev) if isinstance(dev, (int, np.integer)) else i] = str(g.get("name") or "")  # None: unknown
         return out
 
 
