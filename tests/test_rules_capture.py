@@ -390,6 +390,21 @@ def test_transfer_bound_pinned_copies_at_the_link_rate_get_no_pinning_advice():
     assert "Use pinned" not in f.recommendation
 
 
+def test_transfer_advice_leads_with_pinning_only_when_pageable_copies_take_the_copy_time():
+    from profiler.rules.capture.transfer_bound import transfer_advice
+
+    pageable = transfer_advice(False, 60, 0.54, ["DtoH"])
+    assert pageable.startswith("Use pinned host buffers (cudaHostAlloc / cudaMallocHost) for the 60 pageable")
+    assert "this batch's output copy with the next batch's compute" in pageable and "input copy" not in pageable
+    few = transfer_advice(False, 4, 3e-6, ["HtoD"])  # the H100 capture's aten::to: 4 tiny pageable copies
+    assert few.startswith("Most copy time is in pinned copies: move fewer bytes")
+    assert few.index("for the 4 pageable copies") > few.index("overlap the next batch's input copy")
+    assert transfer_advice(False, 0, 0.0, ["HtoD", "DtoH"]).startswith("The copies are already pinned: move fewer")
+    trt = transfer_advice(True, 0, 0.0, ["DtoH"])
+    assert trt.startswith("TensorRT: the copies are already pinned: shrink I/O") and "pinned host" not in trt
+    assert "output copy with the next batch's enqueue" in trt and trt.endswith("compute-only bound.")
+
+
 def test_bounding_copy_directions():
     from profiler.capture.phases import bounding_copy_directions
     assert bounding_copy_directions({"compute": 9.0, "HtoD": 0.607, "DtoH": 0.609, "DtoD": 0.0}) == ["HtoD", "DtoH"]

@@ -27,32 +27,38 @@ TRANSFER_MIN_UNIT_COMPUTE_SHARE = 0.5
 copies to count per inference (TensorRT apps launch all of it inside the enqueue ranges, copies outside)."""
 
 
-def transfer_advice(tensorrt: bool, pageable_copies: int, directions: list[str]) -> str:
-    """What to do about copies that bound the work: pinned memory first only where some copies are pageable
-    (pinned copies already run at the link's rate, and pinning cannot speed them up), otherwise fewer bytes
-    first; the overlap advice speaks of the inputs (HtoD), the outputs (DtoH) or both."""
+def transfer_advice(tensorrt: bool, pageable_copies: int, pageable_share: float, directions: list[str]) -> str:
+    """What to do about copies that bound the work: pinned memory first only where pageable copies take at
+    least half the copy time (``pageable_share``; pinned copies already run at the link's rate and pinning
+    cannot speed them up), otherwise fewer bytes first; the overlap advice speaks of the inputs (HtoD), the
+    outputs (DtoH) or both."""
     inputs, outputs = "HtoD" in directions, "DtoH" in directions
     overlap = ("overlap each batch's input and output copies with the neighbouring batches' {}" if inputs and outputs
                else "overlap this batch's output copy with the next batch's {}" if outputs
                else "overlap the next batch's input copy with this batch's {}" if inputs
                else "overlap the copies with {}")
+    pin = f"pinned host buffers (cudaHostAlloc / cudaMallocHost) for the {pageable_copies} pageable copies"
     if tensorrt:
-        pinned = ("use pinned host buffers (cudaHostAlloc / cudaMallocHost) for the "
-                  f"{pageable_copies} pageable copies and cudaMemcpyAsync on the inference's stream; ")
         fewer = ("shrink I/O (FP16 or INT8 I/O formats, trtexec --inputIOFormats / --outputIOFormats, keep "
                  "pre/post-processing on the GPU)")
         overlap = overlap.format("enqueue") + " (two execution contexts on two streams, double-buffered I/O)"
         tail = " trtexec --noDataTransfers shows the compute-only bound."
-        if pageable_copies:
-            return f"TensorRT: {pinned}{overlap}; {fewer}.{tail}"
-        return f"TensorRT: the copies are already pinned: {fewer}; {overlap}.{tail}"
+        if pageable_copies and pageable_share >= 0.5:
+            return f"TensorRT: use {pin} and cudaMemcpyAsync on the inference's stream; {overlap}; {fewer}.{tail}"
+        rest = f"; use {pin}" if pageable_copies else ""
+        return f"TensorRT: {_pinned_already(pageable_copies)}: {fewer}; {overlap}{rest}.{tail}"
     fewer = ("move fewer bytes: keep tensors on the GPU between steps, send compact inputs (uint8 images, FP16 "
              "or INT8) and decode, normalise and post-process on the GPU")
     overlap = overlap.format("compute") + " on another stream (cudaMemcpyAsync, double buffering)"
-    if pageable_copies:
-        return (f"Use pinned host buffers (cudaHostAlloc / cudaMallocHost) for the {pageable_copies} pageable "
-                f"copies, then {overlap}; {fewer}; batch to amortise per-copy cost.")
-    return f"The copies are already pinned: {fewer}; {overlap}; batch to amortise per-copy cost."
+    if pageable_copies and pageable_share >= 0.5:
+        return f"Use {pin}, then {overlap}; {fewer}; batch to amortise per-copy cost."
+    rest = f"; use {pin}" if pageable_copies else ""
+    text = f"{_pinned_already(pageable_copies)}: {fewer}; {overlap}{rest}; batch to amortise per-copy cost."
+    return text[0].upper() + text[1:]
+
+
+def _pinned_already(pageable_copies: int) -> str:
+    return "most copy time is in pinned copies" if pageable_copies else "the copies are already pinned"
 
 
 @rule("transfer_bound", scope="capture", defaults={
@@ -80,6 +86,8 @@ def transfer_bound(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
         m = table.activity.kind[rows] == S.MEMCPY
         rows, times = rows[m], times[m]
         act = table.activity
+        dur = (act.end_ns - act.start_ns)[rows] * times
+        pageable_share = float(dur[act.pageable[rows]].sum()) / float(dur.sum()) if dur.sum() > 0 else 0.0
         dirs = {}
         for code in np.unique(act.copy_kind[rows]):
             sel = act.copy_kind[rows] == code
@@ -94,7 +102,8 @@ def transfer_bound(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
             "copy_to_compute": ratio, "copy_fraction_of_span": frac,
             "overlap_ms_per_instance": max(copy + compute - busy, 0.0) / 1e6 / len(inst),
             "bytes_per_instance": tot["copy_bytes"] / len(inst),
-            "pageable_copies": int(tot["pageable_copies"]), "by_direction": dirs,
+            "pageable_copies": int(tot["pageable_copies"]), "pageable_share_of_copy_time": pageable_share,
+            "by_direction": dirs,
             "wall_ms_median": r["wall_ms"]["median"], "instances": r["count"],
         }))
     out = _inference_transfer_bound(ctx, t)
@@ -105,14 +114,15 @@ def transfer_bound(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
         ratio, frac = ev["copy_to_compute"], ev["copy_fraction_of_span"]
         sev = milder(band(ratio, t["high_copy_to_compute"], t["medium_copy_to_compute"]),
                       band(frac, t["high_copy_fraction"], t["medium_copy_fraction"]))
+        directions = bounding_copy_directions({d: v["gpu_ms_per_instance"] for d, v in ev["by_direction"].items()})
         out.append(Finding(
             rule="transfer_bound", severity=sev, range=ctx.label(r["series_id"]),
             title=(f"Transfer-bound: copies take {ev['copy_ms_per_instance']:.3g} ms per instance, {ratio:.2f}x its "
                    f"{ev['compute_ms_per_instance']:.3g} ms of compute (median wall {ev['wall_ms_median']:.3g} ms)"),
             evidence=ev,
             threshold=t.pick("min_copy_to_compute", "min_copy_fraction"),
-            recommendation=transfer_advice(ctx.tensorrt, ev["pageable_copies"], bounding_copy_directions(
-                {d: v["gpu_ms_per_instance"] for d, v in ev["by_direction"].items()})),
+            recommendation=transfer_advice(ctx.tensorrt, ev["pageable_copies"], ev["pageable_share_of_copy_time"],
+                                           directions),
         ))
     return out
 
@@ -156,6 +166,8 @@ def _inference_transfer_bound(ctx: CaptureContext, t: Thresholds) -> list[Findin
         return []
     overlap_ms = intervals.overlap_length(act.start_ns[c], act.end_ns[c], act.start_ns[k], act.end_ns[k]) / 1e6
     n = ctx.steady_instances
+    dur = act.end_ns - act.start_ns
+    all_ns, pageable_ns = float(dur[c].sum()), float(dur[c & act.pageable].sum())
     dirs = {}
     for kind in (S.CopyKind.HtoD, S.CopyKind.DtoH, S.CopyKind.DtoD):
         name = kind.name
@@ -170,6 +182,7 @@ def _inference_transfer_bound(ctx: CaptureContext, t: Thresholds) -> list[Findin
           "copy_to_compute": bound_ms / compute, "copy_fraction_of_steady_state": copy_ms / steady_ms,
           "overlap_ms_per_instance": overlap_ms / n, "exposed_copy_ms_total": max(copy_ms - overlap_ms, 0.0),
           "by_direction": dirs, "instances": n, "pageable_copies": int((c & act.pageable).sum()),
+          "pageable_share_of_copy_time": pageable_ns / all_ns if all_ns > 0 else 0.0,
           "wall_ms_median": float(np.median(unit.host_ns[unit.steady])) / 1e6 if unit.count > unit.warmup else None}
     names = " + ".join(bound)
     each = "; ".join(f"{d}: {_copies_text(dirs.get(d))}" for d in bound) if len(bound) > 1 else \
@@ -181,5 +194,5 @@ def _inference_transfer_bound(ctx: CaptureContext, t: Thresholds) -> list[Findin
                f"{100 * overlap_ms / copy_ms:.0f}% of copy time overlaps compute"),
         evidence=ev,
         threshold=t.pick("min_copy_to_compute", "min_copy_fraction"),
-        recommendation=transfer_advice(ctx.tensorrt, ev["pageable_copies"], bound),
+        recommendation=transfer_advice(ctx.tensorrt, ev["pageable_copies"], ev["pageable_share_of_copy_time"], bound),
     )]
