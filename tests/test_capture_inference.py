@@ -349,6 +349,7 @@ def test_tensor_core_labels_say_unknown_when_the_name_says_neither():
     assert uses_tensor_cores("sm90_xmma_fprop_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc") is True
     assert uses_tensor_cores("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128>>") is None
     assert uses_tensor_cores("ampere_sgemm_128x64_nn") is False
+    assert uses_tensor_cores("void cudnn::engines_precompiled::nchwToNhwcKernel<__half, __half, float>") is False
     assert uses_tensor_cores("void at::native::<unnamed>::adaptive_average_pool<float>") is False
     assert gpu_tensor_cores([{"compute_major": 6, "compute_minor": 1}]) is False
     assert gpu_tensor_cores([{"compute_major": 9}, {"compute_major": 9}]) is True

@@ -34,10 +34,12 @@ GRAPH_NOTE = ("The inference replays a CUDA graph: TensorRT's layer ranges exist
 
 
 NO_TENSOR_CORE_KERNEL = re.compile(
-    r"(sgemm|scudnn|_simt_|ffma|gemv|elementwise|pointwise|pool|reduce|reduction|softmax|memcpy|memset|fill_)",
+    r"(sgemm|scudnn|_simt_|ffma|gemv|elementwise|pointwise|pool|reduce|reduction|softmax|memcpy|memset|fill_|"
+    r"tonhwc|tonchw|transpose)",
     re.IGNORECASE)
 """Kernel names that say they do not: FP32 SIMT GEMM/convolution kernels (sgemm, scudnn, CUTLASS simt,
-FFMA), GEMV, and element-wise, pooling, reduction, softmax and copy kernels (no matrix multiply-accumulate)."""
+FFMA), GEMV, and element-wise, pooling, reduction, softmax, copy and layout-transform (nchwToNhwc, transpose)
+kernels (no matrix multiply-accumulate)."""
 TENSOR_CORE_MIN_MAJOR = 7
 """GPUs of compute capability below 7.0 (Pascal and older) have no Tensor Cores."""
 
