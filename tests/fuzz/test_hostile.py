@@ -152,7 +152,7 @@ def test_any_nvtx_and_kernel_name_analyses_cleanly(tmp_path, capsys, nvtx_name, 
     from tests.fuzz.hostile import BASE
 
     d = tmp_path / f"c{abs(hash((nvtx_name, kernel_name)))}"
-    d.mkdir()
+    d.mkdir(exist_ok=True)  # hypothesis replays an example while it shrinks a failure
     path = d / "cap.sqlite"
     shutil.copy(BASE, path)
     path.chmod(0o644)
