@@ -48,7 +48,7 @@ def transfer_advice(tensorrt: bool, pageable_copies: int, pageable_share: float,
         rest = f"; use {pin}" if pageable_copies else ""
         return f"TensorRT: {_pinned_already(pageable_copies)}: {fewer}; {overlap}{rest}.{tail}"
     fewer = ("move fewer bytes: keep tensors on the GPU between steps, send compact inputs (uint8 images, FP16 "
-             "or INT8) and decode, normalise and post-process on the GPU")
+             "or INT8) and decode, normalize and post-process on the GPU")
     overlap = overlap.format("compute") + " on another stream (cudaMemcpyAsync, double buffering)"
     if pageable_copies and pageable_share >= 0.5:
         return f"Use {pin}, then {overlap}; {fewer}; batch to amortise per-copy cost."
