@@ -372,9 +372,11 @@ def test_transfer_bound_names_the_same_directions_on_a_recapture():
     path = SAMPLE_TRACES / "columnar" / "transfer_bound.sqlite"
     if not path.exists():
         pytest.skip(f"{path} not present")
-    [f] = fired(analyze_path(path), "transfer_bound")
-    [g] = fired(sample("transfer_bound"), "transfer_bound")
+    a, b = analyze_path(path), sample("transfer_bound")
+    [f], [g] = fired(a, "transfer_bound"), fired(b, "transfer_bound")
     assert f.evidence["bound_by"] == g.evidence["bound_by"] == "HtoD + DtoH"
+    # the inference's bound agrees with the finding (it picked one direction by 2 us before)
+    assert a.to_json()["inference"]["bound_by"] == b.to_json()["inference"]["bound_by"] == "HtoD + DtoH"
     assert f.title.split(":")[0] == g.title.split(":")[0] == "HtoD + DtoH-bound"
 
 

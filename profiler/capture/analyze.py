@@ -197,14 +197,20 @@ bounds the inference (the launch and idle findings say how), not the kind of GPU
 
 def _bound_by(steady: dict[str, Any]) -> str | None:
     """What bounds the steady state: 'host' when the GPU is busy under half of it, else the kind of GPU
-    work with the most time ('compute', 'HtoD', 'DtoH', ...)."""
+    work with the most time ('compute', 'HtoD', 'DtoH', ...; copy directions within 1.5x of each other
+    together, 'HtoD + DtoH')."""
     by_kind = steady.get("gpu_ms_by_kind") or {}
     if not by_kind or max(by_kind.values()) <= 0:
         return None
     busy = steady.get("gpu_busy_fraction")
     if busy is not None and busy < HOST_BOUND_BUSY_FRACTION:
         return "host"
-    return max(by_kind, key=by_kind.get)
+    top = max(by_kind, key=by_kind.get)
+    if top == "compute":
+        return top
+    from profiler.capture.phases import bounding_copy_directions
+
+    return " + ".join(bounding_copy_directions(by_kind)) or top  # 'HtoD + DtoH' when both take about as long
 
 
 # ----------------------------------------------------------------------------- JSON pieces

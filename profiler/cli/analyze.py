@@ -95,11 +95,6 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
     st = lambda d, k="median": (d or {}).get(k)  # noqa: E731
     what = {"tensorrt": "TensorRT enqueue", "nvtx": "outermost repeated NVTX range"}.get(inf.get("source"), "?")
     bound = inf.get("bound_by")
-    by_kind = ((data.get("phases") or {}).get("steady") or {}).get("gpu_ms_by_kind")
-    if bound and bound not in BOUND_WORDS and isinstance(by_kind, dict):
-        from profiler.capture.phases import bounding_copy_directions
-        both = bounding_copy_directions(by_kind)
-        bound = " + ".join(both) if bound in both else bound  # HtoD + DtoH when both take about as long
     bound_txt = f"; steady state bound by {BOUND_WORDS.get(bound, str(bound) + ' copies')}" if bound else ""
     if inf.get("source") == "window":  # no inference identified: one window, no per-inference statistics
         lines = [f"inference: none identified ({inf.get('why') or 'no repeated NVTX range'}); the capture's GPU "

@@ -31,7 +31,7 @@ def inference_cards(doc: AnalysisDocument) -> list[dict]:
                                                                     f"steady of {inf.get('count')}"),
                  card("host ms", stat(inf.get("host_ms"), "median"), sub="median enqueue time")]
     if inf.get("bound_by"):
-        cards.append(card("bound by", BOUND.get(inf["bound_by"], str(inf["bound_by"])), sub="steady state"))
+        cards.append(card("bound by", BOUND.get(inf["bound_by"], f"{inf['bound_by']} copies"), sub="steady state"))
     ph = doc.get("phases") or {}
     if ph.get("time_to_first_inference_ms") is not None:
         cards.append(card("time to first inference ms", ph["time_to_first_inference_ms"]))
