@@ -11,6 +11,8 @@ import pytest
 
 from profiler.capture.analyze import analyze, analyze_path
 from profiler.capture.trace import Trace
+from profiler.cli.analyze import inference_lines
+from profiler.report.analysis import build_analysis_page
 from profiler.report.verdict import impact
 from profiler.rules.capture.jitter import _launch_queue_full
 from tests.capture_builders import T, api, capture_or_skip, kernels, ranges
@@ -161,3 +163,18 @@ def test_an_active_window_narrowed_to_nvtx_work_says_so():
     assert all(g["active_window"].endswith("launched inside NVTX ranges") for g in gh.values())
     no_nvtx = analyze_path(capture_or_skip(SAMPLE_TRACES / "no_nvtx.sqlite")).to_json()
     assert no_nvtx["gap_histogram"][0]["active_window"] == "from the device's first to its last GPU work"
+
+
+def test_several_gpus_get_their_own_busy_share_beside_the_any_gpu_union():
+    d = analyze_path(capture_or_skip(NSYS_FIXTURES / "v2026.2.1_nsysai_mfu_2gpu_after.sqlite")).to_json()
+    sd = d["phases"]["steady"]
+    per = sd["gpu_busy_fraction_by_device"]
+    assert set(per) == {"0", "1"} and all(0 < v < sd["gpu_busy_fraction"] for v in per.values())
+    assert max(per.values()) >= sd["gpu_busy_fraction"] / 2  # the union is at most the sum of the parts
+    line = next(x for x in inference_lines(d) if x.startswith("setup:"))
+    assert "on GPUs 0 / 1" in line and "any GPU" in line
+    one = analyze_path(capture_or_skip(SAMPLE_TRACES / "launch_bound.sqlite")).to_json()["phases"]["steady"]
+    assert "gpu_busy_fraction_by_device" not in one
+    # the export names no GPU: the report's card says so rather than 'None'
+    [gpus] = [c for c in build_analysis_page(d)["cards"] if c.get("label") == "GPUs"] or [None]
+    assert gpus is not None and "None" not in str(gpus) and "name not in the export" in str(gpus)

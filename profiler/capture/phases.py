@@ -199,12 +199,18 @@ def phases_json(ph: Phases, act: S.Activity) -> dict[str, Any]:
     busy = intervals.union_length(act.start_ns[m], act.end_ns[m]) / 1e6
     dur = (ph.steady_end_ns - ph.steady_start_ns) / 1e6
     started = startup_in_capture(ph)
+    devices = np.unique(act.device_id[m])
+    by_device = {}  # with several GPUs the union above is "any GPU busy": each one's own share too
+    if len(devices) > 1 and dur > 0:
+        for dev in devices.tolist():
+            d = m & (act.device_id == dev)
+            by_device[str(dev)] = min(intervals.union_length(act.start_ns[d], act.end_ns[d]) / 1e6 / dur, 1.0)
     return {
         "setup": {"start_ms": rel(ph.first_event_ns), "end_ms": rel(ph.steady_start_ns),
                   "duration_ms": (ph.steady_start_ns - ph.first_event_ns) / 1e6, "what": ph.what},
         "steady": {"start_ms": rel(ph.steady_start_ns), "end_ms": rel(ph.steady_end_ns), "duration_ms": dur,
                    "gpu_busy_ms": busy, "gpu_busy_fraction": min(busy / dur, 1.0) if dur > 0 else None,
-                   "gpu_ms_by_kind": by_kind},
+                   "gpu_ms_by_kind": by_kind, **({"gpu_busy_fraction_by_device": by_device} if by_device else {})},
         # from the capture's first event (the process start when nsys launched it) to the end of the first
         # inference's GPU work; only when the capture holds the process's CUDA start-up
         "time_to_first_inference_ms": (ph.first_inference_end_ns - ph.first_event_ns) / 1e6

@@ -76,6 +76,16 @@ def summary_lines(data: dict[str, Any], max_ranges: int = MAX_RANGES_SHOWN) -> l
 BOUND_WORDS = {"host": "the host (GPU busy under half the time)", "compute": "compute"}
 
 
+def _busy_text(steady: dict[str, Any]) -> str:
+    """'34.6%', or per GPU with several ('80.3% / 84.9% on GPUs 0 / 1, 89.8% any GPU')."""
+    any_gpu = f"{_fmt((steady.get('gpu_busy_fraction') or 0) * 100, '.1f')}%"
+    per = steady.get("gpu_busy_fraction_by_device") or {}
+    if len(per) < 2:
+        return any_gpu
+    shares = " / ".join(f"{_fmt(v * 100, '.1f')}%" for v in per.values())
+    return f"{shares} on GPUs {' / '.join(per)}, {any_gpu} any GPU"
+
+
 def _behind(inf: dict[str, Any]) -> str:
     """Why the queueing delay is long when the host runs ahead: how many inferences each waits behind."""
     q = inf.get("queued_behind") or {}
@@ -142,8 +152,7 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
                      f"inference{'' if n_warm == 1 else 's'}, {n_up} upload{'' if n_up == 1 else 's'} of "
                      f"{fmt_bytes(up.get('bytes', 0))}, "
                      f"GPU work outside inferences {_fmt(w.get('gpu_work_outside_inferences_ms'), '.1f')} ms); "
-                     f"steady state {_fmt(sd.get('duration_ms'), '.1f')} ms, GPU busy "
-                     f"{_fmt((sd.get('gpu_busy_fraction') or 0) * 100, '.1f')}% "
+                     f"steady state {_fmt(sd.get('duration_ms'), '.1f')} ms, GPU busy {_busy_text(sd)} "
                      f"(statistics and findings: {ph.get('included_in_statistics', 'steady state')})")
     streams = [s for s in data.get("streams") or [] if (s.get("busy_ms") or 0) > 0]
     if streams:

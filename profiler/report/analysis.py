@@ -256,7 +256,8 @@ def _head(page: dict, doc: AnalysisDocument) -> None:
     page["cards"].append(card("instances", n_inst))
     gpus = capture.get("gpus")
     if isinstance(gpus, list) and gpus:
-        names = sorted({str(g.get("name", "?")) if isinstance(g, dict) else str(g) for g in gpus})
+        names = sorted({str(g.get("name") or "name not in the export") if isinstance(g, dict) else str(g)
+                        for g in gpus})
         page["cards"].append(card("GPUs", str(len(gpus)), sub=", ".join(names)))
     findings_cards(page, doc.get("findings") or [])
     page["cards"] += inference_cards(doc)

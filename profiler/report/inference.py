@@ -100,7 +100,10 @@ def _phases(ph: dict) -> list[dict]:
              ("allocation ms", w.get("allocation_ms")), ("uploads", f"{up.get('count', 0)} ({up.get('bytes', 0) / 2**20:.1f} MiB)"),
              ("GPU work outside inferences ms", w.get("gpu_work_outside_inferences_ms")),
              ("steady state ms", sd.get("duration_ms")),
-             ("steady GPU busy", fmt_pct((sd.get("gpu_busy_fraction") or 0) * 100)),
+             ("steady GPU busy" + (" (any GPU)" if sd.get("gpu_busy_fraction_by_device") else ""),
+              fmt_pct((sd.get("gpu_busy_fraction") or 0) * 100)),
+             *[(f"steady GPU {dev} busy", fmt_pct(v * 100))
+               for dev, v in (sd.get("gpu_busy_fraction_by_device") or {}).items()],
              ("statistics and findings over", ph.get("included_in_statistics", "steady state"))]
     items += [(f"setup range {k} ms", v) for k, v in (w.get("ranges") or {}).items()]
     by_kind = sd.get("gpu_ms_by_kind") or {}
