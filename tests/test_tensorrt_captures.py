@@ -195,3 +195,12 @@ def test_queueing_delay_is_the_host_running_ahead(analysed):
     inf = analysed["calc"]["inference"]
     assert inf["queued_behind"]["max"] == 39
     assert inf["queue_ms"]["median"] > 3 * inf["gpu_latency_ms"]["median"]
+
+
+@pytest.mark.parametrize("which", list(FILES))
+def test_copies_issued_outside_the_enqueue_are_counted_per_inference(analysed, which):
+    """SOURCES.md: the program copies inputs and outputs with its own cudaMemcpyAsync calls around the
+    enqueue, so the enqueue's GPU time leaves them out; the inference says what they add per inference."""
+    inf = analysed[which]["inference"]
+    out = inf["copies_outside_per_inference"]
+    assert out["count"] >= 0.9 and out["ms"] > 0.1 * inf["gpu_ms"]["median"]

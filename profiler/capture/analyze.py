@@ -150,7 +150,9 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
     # two copies of the capture's GPU activity and API calls are never held through the rules. (Running
     # the pieces that only read the tables on threads was measured on the 2xH200 host: 1.04x the time and
     # 1.14x the peak memory of this sequential order, so they run in turn.)
-    whole = {"inference": U.unit_json(unit), "phases": phases.phases_json(ph, full.activity),
+    whole = {"inference": {**U.unit_json(unit), "copies_outside_per_inference":
+                           U.copies_outside(full, unit, ph.steady_start_ns, ph.steady_end_ns)},
+             "phases": phases.phases_json(ph, full.activity),
              **layer_table.layer_table(full, unit, knames, meta.get("gpus"))}
     trimmed = not options.include_setup and _trims(full, ph)
     table = full.subset(ph.steady_start_ns, ph.steady_end_ns, consume=True) if trimmed else full

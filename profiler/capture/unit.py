@@ -219,6 +219,24 @@ def unit_json(unit: Unit) -> dict[str, Any]:
     }
 
 
+def copies_outside(table: S.SeriesTable, unit: Unit, lo: int, hi: int) -> dict[str, float] | None:
+    """Copies started in [lo, hi] (the steady state) that no instance of the unit launched, per steady
+    inference: an application that issues its input and output copies outside the enqueue (TensorRT's
+    samples do) pays them every iteration, and the unit's GPU time alone leaves them out. None without a
+    unit or without such copies."""
+    if unit.source == "window" or not unit.count:
+        return None
+    act = table.activity
+    inside = np.zeros(len(act), dtype=bool)
+    _, rows = table.members(table.instances.iloc[unit.rows], "activity")
+    inside[rows] = True
+    m = (act.kind == S.MEMCPY) & ~inside & (act.start_ns >= lo) & (act.start_ns <= hi)
+    steady = max(unit.count - unit.warmup, 1)
+    if not m.any():
+        return None
+    return {"ms": float((act.end_ns[m] - act.start_ns[m]).sum()) / 1e6 / steady, "count": float(m.sum()) / steady}
+
+
 def _counts(a: np.ndarray) -> dict[str, float] | None:
     return {"median": float(np.median(a)), "max": int(a.max())} if len(a) else None
 

@@ -86,6 +86,14 @@ def _busy_text(steady: dict[str, Any]) -> str:
     return f"{shares} on GPUs {' / '.join(per)}, {any_gpu} any GPU"
 
 
+def _outside(inf: dict[str, Any]) -> str:
+    """Copies the application issues outside the unit, per inference (they are not in its GPU time)."""
+    c = inf.get("copies_outside_per_inference") or {}
+    if not c.get("ms"):
+        return ""
+    return f"; plus {_fmt(c['ms'])} ms of copies per inference issued outside it ({c['count']:.3g} copies)"
+
+
 def _behind(inf: dict[str, Any]) -> str:
     """Why the queueing delay is long when the host runs ahead: how many inferences each waits behind."""
     q = inf.get("queued_behind") or {}
@@ -116,7 +124,8 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
         lines = [f"inference: {inf.get('series')} ({what}), {n_inst} instance{'' if n_inst == 1 else 's'} "
                  f"({inf.get('steady_count')} steady): GPU {_fmt(st(inf['gpu_ms']))} ms median "
                  f"(p99 {_fmt(st(inf['gpu_ms'], 'p99'))}), GPU latency {_fmt(st(inf['gpu_latency_ms']))} ms, "
-                 f"queue {_fmt(st(inf['queue_ms']))} ms{_behind(inf)}, host {_fmt(st(inf['host_ms']))} ms{bound_txt}"]
+                 f"queue {_fmt(st(inf['queue_ms']))} ms{_behind(inf)}, host {_fmt(st(inf['host_ms']))} ms"
+                 f"{_outside(inf)}{bound_txt}"]
     layers = data.get("layers") or []
     total = data.get("layer_total") or {}
     if layers:

@@ -57,6 +57,10 @@ def inference_section(doc: AnalysisDocument) -> Section | None:
                               ("host enqueue time", "host_ms"))]
     head = "whole capture (one window)" if inf.get("source") == "window" else "per inference"
     sec.add(table([head, "median ms", "p99 ms", "max ms"], rows, numeric=[False, True, True, True]))
+    out = inf.get("copies_outside_per_inference") or {}
+    if out.get("ms"):
+        sec.add(note(f"Plus {out['ms']:.4g} ms of copies per inference ({out['count']:.3g} copies) that the "
+                     "application issues outside the inference: they are not in its GPU time above."))
     sec.add(*_layers(doc), *_phases(doc.get("phases") or {}), *_streams(doc))
     return sec
 
