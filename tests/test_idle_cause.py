@@ -4,8 +4,6 @@ what launch_overhead already prices. Synthetic captures for each cause; real cap
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pandas as pd
 import pytest
 
@@ -132,17 +130,13 @@ def test_saxpy_without_osrt_does_not_claim_the_host_was_outside_os_calls():
     assert "OS runtime calls were not traced" in f.title and "Python" not in f.recommendation
 
 
-def _ctx_with_busy(busy: float):
-    return SimpleNamespace(devices=[SimpleNamespace(busy_ns=busy * 1e9, active_ns=1e9)])
-
-
 def test_blocking_launches_on_a_busy_gpu_are_a_full_launch_queue_not_lazy_loading():
     later = [{"index": i, "call": "cudaLaunchKernelExC"} for i in (0, 1, 10, 20)]
     first_only = [{"index": i, "call": "cudaLaunchKernel"} for i in (0, 1)]  # first use: modules load
-    assert _launch_queue_full(_ctx_with_busy(0.96), later)
-    assert not _launch_queue_full(_ctx_with_busy(0.96), first_only)
-    assert not _launch_queue_full(_ctx_with_busy(0.5), later)  # an idle GPU has room in its queue
-    assert not _launch_queue_full(_ctx_with_busy(0.96), [{"index": 9, "call": "cudaMalloc"}] * 3 + later[:1])
+    assert _launch_queue_full(later, 0.96)
+    assert not _launch_queue_full(first_only, 0.96)
+    assert not _launch_queue_full(later, 0.5)  # an idle GPU has room in its queue
+    assert not _launch_queue_full([{"index": 9, "call": "cudaMalloc"}] * 3 + later[:1], 0.96)
 
 
 def test_h100_launch_outliers_wait_on_the_backlog():

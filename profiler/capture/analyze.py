@@ -336,9 +336,8 @@ def top_kernels(trace: Any, limit: int = 50) -> list[dict[str, Any]]:
     mid_lo, mid_hi = d[heads + (n - 1) // 2], d[heads + n // 2]
     lo, hi = d[heads], d[heads + n - 1]
     group = c[heads]
-    first = np.full(int(codes.max()) + 1, len(codes), np.int64)
-    np.minimum.at(first, codes, np.arange(len(codes)))  # each name's first row: ties keep capture order
-    top = np.lexsort((first[group], -tot))[:limit]
+    _, first_row = np.unique(codes, return_index=True)  # each name's first row, in code order like group
+    top = np.lexsort((first_row, -tot))[:limit]  # ties keep capture order
     return [{"name": names[group[i]], "short_name": shorts[group[i]], "count": int(n[i]), "total_ms": tot[i] / 1e6,
              "mean_ms": float(tot[i]) / n[i] / 1e6, "median_ms": (float(mid_lo[i]) + float(mid_hi[i])) / 2 / 1e6,
              "min_ms": lo[i] / 1e6, "max_ms": hi[i] / 1e6, "share_pct": 100.0 * tot[i] / total_all}

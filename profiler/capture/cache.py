@@ -123,7 +123,7 @@ class TraceCache:
         """The cached Trace for ``key`` (its ``source_path`` set to this file), else None."""
         from profiler.capture.trace import FRAMES, Trace
 
-        from profiler.capture.caches import remove, touch
+        from profiler.capture.caches import discard, touch
 
         folder = self.entry(key)
         meta_file = folder / "meta.json"
@@ -133,10 +133,7 @@ class TraceCache:
             meta = json.loads(meta_file.read_text())
             frames = {name: _read_frame(folder / f"{name}.parquet") for name in FRAMES}
         except Exception:  # damaged (disk full while another tool wrote, a user's edit) or evicted: a miss
-            try:
-                remove(folder)
-            except OSError:
-                pass
+            discard(folder)
             return None
         touch(folder)  # recency for the size cap's least-recently-used eviction
         meta["source_path"] = str(source_path)

@@ -129,6 +129,14 @@ def remove(path: Path) -> bool:
     return True
 
 
+def discard(path: Path) -> None:
+    """:func:`remove` for a damaged or half-read entry: a miss, whatever the removal meets."""
+    try:
+        remove(path)
+    except OSError:
+        pass
+
+
 def capped_folders(written: Path) -> list[Path]:
     """The folders that share a cap with the entry ``written``: its own and, when that is named
     ``analyses`` or ``traces``, its sibling of the other name."""

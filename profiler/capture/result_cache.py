@@ -127,12 +127,9 @@ class CachedAnalysis:
                 self._records = [VariantRows(v, samples=s) for v, s in zip(self._variants, samples)]
             except Exception:  # damaged or evicted after the entry's checks: analyse again, forget the entry
                 from profiler.capture.analyze import analyze_path
-                from profiler.capture.caches import remove
+                from profiler.capture.caches import discard
 
-                try:
-                    remove(self._samples_path.parent)
-                except OSError:
-                    pass
+                discard(self._samples_path.parent)
                 self._records = analyze_path(self.capture["source_path"], self._options).range_records()
         return self._records
 
@@ -214,7 +211,7 @@ class AnalysisCache:
             options: Any = None) -> CachedAnalysis | None:
         """The cached analysis for ``key`` (its capture named ``source_path``), else None. The samples file
         is checked by its size and magic bytes, and by its hash when it is read (only when a store asks)."""
-        from profiler.capture.caches import remove, touch
+        from profiler.capture.caches import discard, touch
 
         folder = self.entry(key)
         if not (folder / "analysis.json").is_file():
@@ -229,10 +226,7 @@ class AnalysisCache:
             found = CachedAnalysis(doc, entry["timeline"], entry["variants"], folder / "samples.npy",
                                    entry["samples_sha256"], source_sha256, options)
         except Exception:  # damaged (disk full while another tool wrote, a user's edit) or evicted: a miss
-            try:
-                remove(folder)
-            except OSError:
-                pass
+            discard(folder)
             return None
         touch(folder)  # recency for the size cap's least-recently-used eviction
         return found

@@ -113,9 +113,9 @@ def _call_kind(ctx: CaptureContext, kind: str, name: str) -> str:
     if "ynchron" in name:
         return "sync"
     api = ctx.table.api
-    codes = np.flatnonzero(api.names == name)
     if not name.startswith(("cudaLaunch", "cuLaunch")) or not len(api):
         return "api"
+    codes = np.flatnonzero(api.names == name)
     rows = np.flatnonzero(np.isin(api.name_code, codes) & api.top_level)
     mean_us = float((api.end_ns[rows] - api.start_ns[rows]).mean()) / 1e3 if len(rows) else 0.0
     return "lazy_load" if mean_us >= LAZY_LOAD_CALL_US else "launch"

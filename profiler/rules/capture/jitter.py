@@ -66,9 +66,10 @@ def jitter(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
         sev = worse(band(tail, t["high_tail_ratio"], t["medium_tail_ratio"]),
                      band(cov, t["high_cov_pct"], t["medium_cov_pct"]))
         main = max(ev["outlier_causes"].items(), key=lambda kv: kv[1])[0] if ev["outlier_causes"] else None
-        if main == "cuda_api" and _launch_queue_full(ctx, ev["outliers"]):
+        busiest = _busiest_device(ctx) if main == "cuda_api" else 0.0
+        if main == "cuda_api" and _launch_queue_full(ev["outliers"], busiest):
             main = "launch_queue"
-            ev["gpu_busy_fraction_max"] = _busiest_device(ctx)
+            ev["gpu_busy_fraction_max"] = busiest
         idx = [o["index"] for o in ev["outliers"]]
         shown = ", ".join(map(str, idx[:10])) + (" ..." if len(idx) > 10 else "")
         title = f"Unstable latency: CoV {cov:.1f}%, p99 {tail:.2f}x the median"
@@ -92,12 +93,12 @@ def _busiest_device(ctx: CaptureContext) -> float:
     return max((d.busy_ns / d.active_ns for d in ctx.devices if d.active_ns > 0), default=0.0)
 
 
-def _launch_queue_full(ctx: CaptureContext, outliers: list[dict]) -> bool:
+def _launch_queue_full(outliers: list[dict], busiest: float) -> bool:
     """Most listed outliers block in a launch call, not only the first instances (a first use loads the
-    module), while a GPU is busy most of the time."""
+    module), while a GPU is busy (``busiest``: the busiest device's share) most of the time."""
     launches = [o for o in outliers if str(o.get("call", "")).startswith(("cudaLaunch", "cuLaunch"))]
     later = [o for o in launches if o["index"] >= 2]
-    return 2 * len(launches) > len(outliers) and len(later) > 0 and _busiest_device(ctx) >= LAUNCH_QUEUE_BUSY
+    return 2 * len(launches) > len(outliers) and len(later) > 0 and busiest >= LAUNCH_QUEUE_BUSY
 
 
 def _jitter_advice(cause: str | None) -> str:
