@@ -13,7 +13,7 @@ from profiler.capture.frames import (
     API_CATEGORIES, COPY_KINDS, GRAPH, KERNEL, MEMCPY, MEMSET, ApiCategory, codes_in, factor, frame_of, i64,
     is_value, not_before,
 )
-from profiler.capture.keys import Sorted, ThreadKeys
+from profiler.capture.keys import ROW_CHUNK, Sorted, ThreadKeys
 
 @dataclass
 class Activity:
@@ -150,14 +150,22 @@ def build_host_calls(trace: Any, attr: str) -> HostCalls:
 
 
 def mark_top_level(calls: HostCalls, srt: Sorted, keys: ThreadKeys) -> None:
-    """Flag calls nested inside an earlier call of the same thread (a runtime call's driver calls)."""
+    """Flag calls nested inside an earlier call of the same thread (a runtime call's driver calls).
+
+    A call is nested when its end key is not past the furthest end key of the calls sorted before it;
+    the sorted rows are walked in chunks (``ROW_CHUNK``), carrying that furthest end, so no full-length
+    gather of the calls' times is made."""
     if len(calls) == 0:
         return
-    o = srt.order
-    end_key = keys.shifted(srt.key, calls.start_ns[o], calls.end_ns[o])
-    prev = np.maximum.accumulate(end_key)
-    nested = np.zeros(len(o), dtype=bool)
-    nested[1:] = end_key[1:] <= prev[:-1]
     top = np.ones(len(calls), dtype=bool)
-    top[o[nested]] = False
+    reach = np.iinfo(np.int64).min  # the furthest end key of the rows sorted before the chunk
+    for first in range(0, len(srt.order), ROW_CHUNK):
+        rows = srt.order[first:first + ROW_CHUNK]
+        end_key = keys.shifted(srt.key[first:first + ROW_CHUNK], calls.start_ns[rows], calls.end_ns[rows])
+        reach_before = np.empty_like(end_key)  # the furthest end key of the rows sorted before each row
+        reach_before[0] = reach
+        np.maximum.accumulate(end_key[:-1], out=reach_before[1:])
+        np.maximum(reach_before, reach, out=reach_before)
+        top[rows[end_key <= reach_before]] = False
+        reach = max(reach, int(end_key.max()))
     calls.top_level = top

@@ -25,15 +25,16 @@ PAIR_CHUNK = 1 << 18
 def activity_metrics(inst: pd.DataFrame, act: Activity, srt: Sorted, unknown: np.ndarray) -> None:
     lo, hi = inst["act_lo"].to_numpy(), inst["act_hi"].to_numpy()
     o = srt.order  # work on arrays permuted once into (thread, launch time) order
-    kind, dur = act.kind[o], (act.end_ns - act.start_ns)[o]
+    kind, dur = srt.take(act.kind), srt.take_length(act.start_ns, act.end_ns)
     is_kernel, is_copy = kind == KERNEL, kind == MEMCPY
     sums = WindowSums(lo, hi, len(o))
     inst["kernel_sum_ns"] = sums(dur, is_kernel)
     inst["copy_sum_ns"] = sums(dur, is_copy)
-    inst["copy_bytes"] = sums(act.bytes[o], is_copy)
-    inst["pageable_copies"] = sums(is_copy & act.pageable[o])
+    del dur
+    inst["copy_bytes"] = sums(srt.take(act.bytes), is_copy)
+    inst["pageable_copies"] = sums(is_copy & srt.take(act.pageable))
     inst["kernels"] = sums(is_kernel)
-    inst["launches"] = sums(act.is_launch[o])
+    inst["launches"] = sums(srt.take(act.is_launch))
     inst["activities"] = hi - lo
     n = len(inst)
     busy = np.zeros(n, np.int64)
@@ -99,13 +100,13 @@ def _nested_unions(act: Activity, o: np.ndarray, lo: np.ndarray, hi: np.ndarray
 
 def host_metrics(inst: pd.DataFrame, api: HostCalls, api_srt: Sorted, osrt: HostCalls, osrt_srt: Sorted) -> None:
     lo, hi = inst["api_lo"].to_numpy(), inst["api_hi"].to_numpy()
-    o = api_srt.order  # arrays permuted once into (thread, start) order
-    top, cat = api.top_level[o], api.category[o]
-    dur = np.where(top, (api.end_ns - api.start_ns)[o], 0)
+    top, cat = api_srt.take(api.top_level), api_srt.take(api.category)  # in (thread, start) order
+    dur = api_srt.take_length(api.start_ns, api.end_ns)
+    dur[~top] = 0  # a fresh array of its own: nested calls count through their caller
     launch = top & ((cat == ApiCategory.launch) | (cat == ApiCategory.graph_launch))
-    sync = top & api.blocking_sync[o]
-    device_sync = sync & api.named(DEVICE_SYNC_NAMES)[o]
-    sums = WindowSums(lo, hi, len(o))
+    sync = top & api_srt.take(api.blocking_sync)
+    device_sync = sync & api_srt.take(api.named(DEVICE_SYNC_NAMES))
+    sums = WindowSums(lo, hi, len(top))
     inst["api_ns"] = sums(dur)
     inst["launch_api_ns"] = sums(dur, launch)
     inst["launch_calls"] = sums(launch)
@@ -113,10 +114,9 @@ def host_metrics(inst: pd.DataFrame, api: HostCalls, api_srt: Sorted, osrt: Host
     inst["sync_count"] = sums(sync)
     inst["device_sync_count"] = sums(device_sync)
     inst["memcpy_api_ns"] = sums(dur, top & (cat == ApiCategory.memcpy))
-    oo = osrt_srt.order
-    otop = osrt.top_level[oo]
-    osums = WindowSums(inst["osrt_lo"].to_numpy(), inst["osrt_hi"].to_numpy(), len(oo))
-    inst["osrt_ns"] = osums((osrt.end_ns - osrt.start_ns)[oo], otop)
+    otop = osrt_srt.take(osrt.top_level)
+    osums = WindowSums(inst["osrt_lo"].to_numpy(), inst["osrt_hi"].to_numpy(), len(otop))
+    inst["osrt_ns"] = osums(osrt_srt.take_length(osrt.start_ns, osrt.end_ns), otop)
     inst["osrt_count"] = osums(otop)
 
 

@@ -59,6 +59,10 @@ class ThreadKeys:
         return key + (np.asarray(t_to, dtype=np.int64) - t_from)
 
 
+ROW_CHUNK = 1 << 18
+"""Rows per step where a pass over millions of rows is walked in chunks to bound its temporaries."""
+
+
 def row_index(rows: np.ndarray) -> np.ndarray:
     """Row numbers as int32 when they fit (half the memory of the millions-long permutations)."""
     return rows.astype(np.int32) if len(rows) < 1 << 31 else rows
@@ -71,6 +75,22 @@ class Sorted:
 
     order: np.ndarray
     key: np.ndarray | None
+    identity: bool = False
+    """The rows were already in order (``order`` is 0, 1, 2, ...): :meth:`take` gathers nothing."""
+
+    def take(self, values: np.ndarray) -> np.ndarray:
+        """``values`` (one per row) in sorted order; the array itself, not a copy, when ``identity``."""
+        return values if self.identity else values[self.order]
+
+    def take_length(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+        """``end - start`` per row, in sorted order, gathered ``ROW_CHUNK`` rows at a time."""
+        if self.identity:
+            return end - start
+        out = np.empty(len(self.order), dtype=np.int64)
+        for first in range(0, len(out), ROW_CHUNK):
+            rows = self.order[first:first + ROW_CHUNK]
+            np.subtract(end[rows], start[rows], out=out[first:first + ROW_CHUNK])
+        return out
 
     def window(self, qkey_lo: np.ndarray, qkey_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Positions [lo, hi) of the rows whose key lies in [qkey_lo, qkey_hi]."""
@@ -89,18 +109,27 @@ def expand(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return q, pos
 
 
-def sort_by_thread(keys: ThreadKeys, tid: np.ndarray, t: np.ndarray, tiebreak: np.ndarray | None = None) -> Sorted:
-    """Rows sorted by (thread, time); equal keys ordered by ``tiebreak`` (only the tied rows are re-sorted)."""
+def sort_by_thread(keys: ThreadKeys, tid: np.ndarray, t: np.ndarray, later_first: np.ndarray | None = None
+                   ) -> Sorted:
+    """Rows sorted by (thread, time); equal keys ordered by ``later_first`` descending (only the tied rows
+    are re-sorted). Rows already in key order (one thread, calls in start order) are not sorted again."""
     key = keys.key(tid, t)
-    order = np.argsort(key, kind="stable")
-    ks = key[order]
-    if tiebreak is not None and len(ks) > 1:
+    identity = len(key) < 2 or bool((key[1:] >= key[:-1]).all())
+    if identity:
+        order, ks = np.arange(len(key)), key
+    else:
+        order = np.argsort(key, kind="stable")
+        ks = key[order]
+    del key
+    if later_first is not None and len(ks) > 1:
         tie = ks[1:] == ks[:-1]
         if tie.any():
             pos = np.flatnonzero(np.concatenate([tie, [False]]) | np.concatenate([[False], tie]))
             sub = order[pos]
-            order[pos] = sub[np.lexsort((tiebreak[sub], key[sub]))]
-    return Sorted(order=row_index(order), key=ks)
+            resorted = sub[np.lexsort((-later_first[sub], ks[pos]))]
+            identity = identity and bool((resorted == sub).all())
+            order[pos] = resorted
+    return Sorted(order=row_index(order), key=ks, identity=identity)
 
 
 class WindowSums:
@@ -126,13 +155,35 @@ class WindowSums:
         """Per window: the sum of ``values`` (in sorted order), over the rows where ``mask`` holds if given."""
         seg = np.zeros(len(self.cut), dtype=np.int64)
         if self.n:
-            if mask is None:
-                seg = np.add.reduceat(values, self.cut, dtype=np.int64)
+            if mask is None and values.dtype == np.int64:
+                seg = np.add.reduceat(values, self.cut)
+            elif mask is None:  # counts of a boolean column: cast a chunk at a time
+                seg = self._masked_segment_sums(values, None)
             elif np.count_nonzero(mask) * self._SPARSE < self.n:
                 rows = np.flatnonzero(mask)
                 np.add.at(seg, np.searchsorted(self.cut, rows, side="right") - 1, values[rows])
             else:
-                seg = np.add.reduceat(np.where(mask, values, 0), self.cut, dtype=np.int64)
+                seg = self._masked_segment_sums(values, mask)
         prefix = np.zeros(len(seg) + 1, dtype=np.int64)
         np.cumsum(seg, out=prefix[1:])
         return prefix[self.ihi] - prefix[self.ilo]
+
+    def _masked_segment_sums(self, values: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+        """Per segment, the sum of ``values`` (where ``mask`` holds), ``ROW_CHUNK`` rows at a time (the
+        masked or int64 copy is never made at full length); a chunk's rows before its first segment
+        start belong to the segment already open."""
+        seg = np.zeros(len(self.cut), dtype=np.int64)
+        for r0 in range(0, self.n, ROW_CHUNK):
+            r1 = min(r0 + ROW_CHUNK, self.n)
+            i0, i1 = (int(i) for i in np.searchsorted(self.cut, [r0, r1]))
+            starts = self.cut[i0:i1] - r0
+            carry = not len(starts) or starts[0] > 0
+            if carry:
+                starts = np.concatenate(([0], starts))
+            part = values[r0:r1] if mask is None else np.where(mask[r0:r1], values[r0:r1], 0)
+            sums = np.add.reduceat(part, starts, dtype=np.int64)
+            if carry:
+                seg[i0 - 1] += sums[0]
+                sums = sums[1:]
+            seg[i0:i1] += sums
+        return seg

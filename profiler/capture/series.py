@@ -210,7 +210,8 @@ class SeriesTable:
                 continue
             in_order = kept[srt.order]
             remap = np.cumsum(kept) - 1
-            sorted_[prefix] = Sorted(order=row_index(remap[srt.order[in_order]]), key=None)
+            # the kept rows of an order that was the identity are still in order
+            sorted_[prefix] = Sorted(order=row_index(remap[srt.order[in_order]]), key=None, identity=srt.identity)
             if consume:
                 setattr(self, f"{prefix}_sorted", None)
             del remap
@@ -384,8 +385,8 @@ def build_series(trace: Any) -> SeriesTable:
     keys = ThreadKeys([act.api_tid, api.tid, osrt.tid, itid],
                       [act_t, api.start_ns, api.end_ns, osrt.start_ns, istart, iend])
     act_sorted = sort_by_thread(keys, act.api_tid, act_t)
-    api_sorted = sort_by_thread(keys, api.tid, api.start_ns, tiebreak=-api.end_ns)
-    osrt_sorted = sort_by_thread(keys, osrt.tid, osrt.start_ns, tiebreak=-osrt.end_ns)
+    api_sorted = sort_by_thread(keys, api.tid, api.start_ns, later_first=api.end_ns)
+    osrt_sorted = sort_by_thread(keys, osrt.tid, osrt.start_ns, later_first=osrt.end_ns)
     mark_top_level(api, api_sorted, keys)
     mark_top_level(osrt, osrt_sorted, keys)
     # Activity whose launching thread is unknown can be attributed to the window only.
