@@ -135,6 +135,9 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
     from profiler.rules import run_rules
     from profiler.rules.impact import calibrate
 
+    from profiler.capture.ids import bound_heap
+
+    bound_heap()
     options = options or AnalysisOptions()
     full = S.build_series(trace)
     meta = dict(getattr(trace, "meta", None) or {})

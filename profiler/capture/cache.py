@@ -90,6 +90,8 @@ def _read_frame(path: Path) -> Any:
     import pandas as pd
     import pyarrow.parquet as pq
 
+    from profiler.capture.ids import CONSTANT_ID_COLUMNS, compact_constant
+
     # one column at a time, single-threaded: the decoded pages of one column are the only transient
     # beside the frame (a whole-table read holds every column's pages at once: +30% peak on a large frame)
     pf = pq.ParquetFile(path)
@@ -99,8 +101,9 @@ def _read_frame(path: Path) -> Any:
     cols = {}
     for name in names:
         part = pf.read(columns=[name], use_threads=False, use_pandas_metadata=True)
-        cols[name] = part.to_pandas(self_destruct=True, use_threads=False)[name]
-        del part
+        col = part.to_pandas(self_destruct=True, use_threads=False)[name]
+        cols[name] = compact_constant(name, col.to_numpy()) if name in CONSTANT_ID_COLUMNS else col
+        del part, col
         _release_arrow_memory()
     df = pd.DataFrame(cols, copy=False)
     for col in df.columns:  # Parquet keeps no dtype for the categories of an empty categorical
@@ -168,8 +171,10 @@ def load_trace_cached(path: str | os.PathLike, *, tables: Iterable[str] | None =
     """
     from profiler.capture import caches
     from profiler.capture.columnar import columnar_kind
+    from profiler.capture.ids import bound_heap
     from profiler.capture.loader import check_sqlite_file, load_trace
 
+    bound_heap()
     p = Path(path)
     if cache is False or (cache is None and not cache_enabled()) or not (p.is_file() or columnar_kind(p)):
         trace = load_trace(p, tables=tables, columns=columns)

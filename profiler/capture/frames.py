@@ -52,6 +52,10 @@ def i64(df: pd.DataFrame, col: str, fill: int = -1) -> np.ndarray:
     s = df[col]
     if s.dtype == np.int64:
         return s.to_numpy()
+    if isinstance(s.dtype, np.dtype) and s.dtype.kind == "i":
+        values = s.to_numpy()
+        if values.strides == (0,) and len(values):  # a constant column stays zero-stride
+            return np.broadcast_to(values[:1].astype(np.int64), values.shape)
     try:
         return s.to_numpy(dtype=np.int64, na_value=fill)
     except (TypeError, ValueError):

@@ -90,6 +90,31 @@ def release_memory() -> None:
 
 _MALLOC_TRIM: Any = None
 
+HEAP_MMAP_THRESHOLD_BYTES = 4 << 20
+"""Allocations from this size up are mapped and unmapped on their own (see :func:`bound_heap`)."""
+_HEAP_BOUNDED = False
+
+
+def bound_heap() -> None:
+    """Fix glibc's mmap threshold at ``HEAP_MMAP_THRESHOLD_BYTES``, once per process.
+
+    By default glibc raises the threshold to the size of each large block freed (up to 32 MB), after
+    which column-sized temporaries come from the heap and their pages stay with the process when freed:
+    the peak RSS of an analysis then exceeds its live data by 80 MB on a 256 MB export (547 vs 466 MB
+    measured on CPU here, launch_bound x120). A fixed threshold returns them at once; 4 MB costs no
+    measurable system time (256 KB cost 0.8 s on that capture). No-op where the C library is not glibc.
+    """
+    global _HEAP_BOUNDED
+    if _HEAP_BOUNDED:
+        return
+    _HEAP_BOUNDED = True
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").mallopt(-3, HEAP_MMAP_THRESHOLD_BYTES)  # -3: M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        pass
+
 
 def placeholder(frame: str, column: str, n: int) -> Any:
     """A constant stand-in for a contract column that was not read: -1 (ids), NA (nullable ids), ''
@@ -105,6 +130,22 @@ def placeholder(frame: str, column: str, n: int) -> Any:
     cats = list(enum_dtype(column).categories)
     fill = "unknown" if "unknown" in cats else ("other" if "other" in cats else cats[0])
     return pd.Categorical.from_codes(np.full(n, cats.index(fill), np.int8), dtype=enum_dtype(column))
+
+
+CONSTANT_ID_COLUMNS = frozenset({"pid", "tid", "global_tid", "device_id", "stream_id", "context_id"})
+"""Id columns that are often one value for the whole capture (one process, one GPU, one thread)."""
+
+
+def compact_constant(column: str, values: Any) -> Any:
+    """A constant id column as a read-only zero-stride view of its value (no memory per row), else
+    ``values`` itself: most captures hold one process and one GPU, many one stream or one thread."""
+    if (column not in CONSTANT_ID_COLUMNS or not isinstance(values, np.ndarray) or values.dtype.kind != "i"
+            or len(values) < 2 or values.strides == (0,)):
+        return values
+    first = values[0]
+    if (values == first).all():
+        return np.broadcast_to(first, values.shape)
+    return values
 
 
 def nullable(arr: np.ndarray) -> pd.arrays.IntegerArray:

@@ -65,7 +65,7 @@ ROW_CHUNK = 1 << 18
 
 def row_index(rows: np.ndarray) -> np.ndarray:
     """Row numbers as int32 when they fit (half the memory of the millions-long permutations)."""
-    return rows.astype(np.int32) if len(rows) < 1 << 31 else rows
+    return rows.astype(np.int32, copy=False) if len(rows) < 1 << 31 else rows
 
 
 @dataclass

@@ -23,7 +23,7 @@ from profiler.capture.export import (  # noqa: F401 - re-exported: the loader's 
     BATCH_ROWS, NULL_INT, PARTITION_MIN_ROWS, Columns, Export, _adbc_dbapi, _corrupt, check_sqlite_file, read_threads,
 )
 from profiler.capture.ids import (
-    ApiIndex, Strings, categorical_from_codes, enum_column, nullable, placeholder, release_memory, take_column,
+    ApiIndex, Strings, bound_heap, categorical_from_codes, compact_constant, enum_column, nullable, placeholder, release_memory, take_column,
 )
 from profiler.capture.nsys_names import (  # noqa: F401 - TABLES, api_category, normalize_api_name: the loader's API
     COPY_KIND_IDS, EVENT_CLASS_DRIVER, EVENT_CLASS_RUNTIME, MEM_KIND_IDS, NVTX_DOMAIN_CREATE, NVTX_MARK,
@@ -85,9 +85,10 @@ class _Loader:
         return keep is None or column in keep
 
     def frame(self, frame: str, data: dict[str, Any], n: int) -> pd.DataFrame:
-        """The frame in contract column order; columns not in ``data`` become placeholders."""
+        """The frame in contract column order; columns not in ``data`` become placeholders, constant id
+        columns zero-stride views (:func:`compact_constant`)."""
         return pd.DataFrame(copy=False, data={
-            c: data[c] if c in data else placeholder(frame, c, n) for c in SCHEMAS[frame]})
+            c: compact_constant(c, data[c]) if c in data else placeholder(frame, c, n) for c in SCHEMAS[frame]})
 
     def col(self, table: str, name: str, default: str = "-1", *, null: str | None = None) -> str:
         """SQL for an optional column: coalesced to ``null`` (default: ``default``) or the default."""
@@ -498,6 +499,7 @@ def load_trace(path: str | os.PathLike, *, tables: Iterable[str] | None = None,
     non-nsys file. What the export lacks is listed in ``trace.meta['missing']``.
     """
     path = Path(path)
+    bound_heap()
     wanted = set(FRAMES) if tables is None else set(tables)
     unknown = wanted - set(FRAMES)
     if unknown:

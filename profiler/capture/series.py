@@ -208,16 +208,14 @@ class SeriesTable:
             if kept.all():
                 sorted_[prefix] = srt
                 continue
-            in_order = kept[srt.order]
-            remap = np.cumsum(kept) - 1
-            # the kept rows of an order that was the identity are still in order
-            sorted_[prefix] = Sorted(order=row_index(remap[srt.order[in_order]]), key=None, identity=srt.identity)
+            in_order = srt.take(kept)
+            sorted_[prefix] = _kept_order(srt, kept, in_order)
             if consume:
                 setattr(self, f"{prefix}_sorted", None)
-            del remap
-            before = np.concatenate(([0], np.cumsum(in_order)))  # kept rows before each sorted position
-            inst[f"{prefix}_lo"] = before[inst[f"{prefix}_lo"].to_numpy()]
-            inst[f"{prefix}_hi"] = before[inst[f"{prefix}_hi"].to_numpy()]
+            before = _running_count(in_order)  # kept rows before each sorted position
+            inst[f"{prefix}_lo"] = before[inst[f"{prefix}_lo"].to_numpy()].astype(np.int64)
+            inst[f"{prefix}_hi"] = before[inst[f"{prefix}_hi"].to_numpy()].astype(np.int64)
+            del before
         parent = inst["parent"].to_numpy()
         inst["parent"] = np.where((parent >= 0) & keep[np.maximum(parent, 0)], new_row[np.maximum(parent, 0)], -1)
         counts = np.bincount(inst["series_id"].to_numpy(), minlength=len(self.series))
@@ -411,6 +409,23 @@ def build_series(trace: Any) -> SeriesTable:
     return SeriesTable(series=series, instances=inst, activity=act, api=api, osrt=osrt,
                        act_sorted=act_sorted, api_sorted=api_sorted, osrt_sorted=osrt_sorted,
                        window=window, notes=notes)
+
+
+def _running_count(mask: np.ndarray) -> np.ndarray:
+    """``out[i]`` = how many of ``mask[:i]`` hold, for i in 0..len(mask) (int32 while that fits)."""
+    out = np.zeros(len(mask) + 1, dtype=np.int32 if len(mask) < 1 << 31 else np.int64)
+    np.cumsum(mask, dtype=out.dtype, out=out[1:])
+    return out
+
+
+def _kept_order(srt: Sorted, kept: np.ndarray, in_order: np.ndarray) -> Sorted:
+    """The order of the rows ``kept`` (a mask over the table's rows), numbered among themselves;
+    ``in_order`` is ``kept`` in sorted order. The kept rows of an identity order are still in order."""
+    if srt.identity:
+        return Sorted(order=np.arange(int(np.count_nonzero(kept)), dtype=srt.order.dtype), key=None, identity=True)
+    new_number = _running_count(kept)[1:]
+    new_number -= 1
+    return Sorted(order=row_index(new_number[srt.order[in_order]]), key=None)
 
 
 def _filter(table: Any, keep: np.ndarray) -> tuple[Any, np.ndarray]:

@@ -1,0 +1,54 @@
+"""Constant id columns (one process, one GPU, one thread) are held as zero-stride views: no memory per
+row, the same values, and the same analysis as full columns."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from profiler.capture import ids, loader
+from profiler.capture.analyze import analyze_path
+from profiler.capture.frames import i64
+from profiler.capture.ids import compact_constant
+from profiler.capture.loader import load_trace
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+
+
+def test_a_constant_id_column_becomes_a_zero_stride_view_of_its_value():
+    pid = np.full(1000, 4242, dtype=np.int32)
+    out = compact_constant("pid", pid)
+    assert out.strides == (0,) and out.dtype == np.int32 and out.shape == (1000,)
+    assert (out == 4242).all()
+    varying = pid.copy()
+    varying[-1] = 7
+    assert compact_constant("pid", varying) is varying  # one other value: kept as it is
+    assert compact_constant("start_ns", np.zeros(1000, np.int64)).strides == (8,)  # not an id column
+
+
+def test_i64_keeps_a_constant_int32_column_zero_stride():
+    import pandas as pd
+
+    df = pd.DataFrame(copy=False, data={"device_id": compact_constant("device_id", np.zeros(50, np.int32))})
+    got = i64(df, "device_id")
+    assert got.dtype == np.int64 and got.strides == (0,) and got.tolist() == [0] * 50
+
+
+@pytest.mark.parametrize("name", ["launch_bound.sqlite", "multistream.sqlite"])
+def test_compact_columns_give_the_same_trace_values_and_analysis(name, monkeypatch):
+    path = SAMPLES / name
+    compact = load_trace(path)
+    assert compact.kernels["pid"].to_numpy().strides == (0,)  # one process captured
+    got = json.dumps(analyze_path(path, cache=False).to_json(), sort_keys=True, default=str)
+    monkeypatch.setattr(loader, "compact_constant", lambda column, values: values)
+    monkeypatch.setattr(ids, "compact_constant", lambda column, values: values)
+    full = load_trace(path)
+    assert full.kernels["pid"].to_numpy().strides != (0,)
+    for frame in ("kernels", "api", "osrt"):
+        a, b = getattr(compact, frame), getattr(full, frame)
+        for col in ids.CONSTANT_ID_COLUMNS & set(a.columns):
+            assert a[col].tolist() == b[col].tolist(), (frame, col)
+    assert json.dumps(analyze_path(path, cache=False).to_json(), sort_keys=True, default=str) == got
