@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.capture.export import NULL_INT, Columns, Export
+from profiler.capture.keys import ROW_CHUNK, row_index
 from profiler.capture.trace import SCHEMAS, enum_dtype
 from profiler.capture.validate import decode_all, require_columns
 
@@ -63,7 +64,7 @@ def categorical_from_codes(codes: np.ndarray, names: np.ndarray) -> pd.Categoric
         return pd.Categorical(np.full(len(codes), "", dtype=object) if len(codes) else [],
                               categories=pd.Index([""] if len(codes) else [], dtype="str"))
     c2, uniq2 = pd.factorize(np.asarray(names, dtype=object))
-    final = c2[codes].astype(np.int32) if len(codes) else np.empty(0, np.int32)
+    final = c2.astype(np.int32)[codes] if len(codes) else np.empty(0, np.int32)
     return pd.Categorical.from_codes(final, categories=pd.Index(uniq2, dtype="str"))
 
 
@@ -174,29 +175,34 @@ class ApiIndex:
     """(process, correlation id) -> row of the API frame, searched with sorted keys."""
 
     def __init__(self, global_tid: np.ndarray, correlation_id: np.ndarray):
-        proc = global_tid & PID_MASK
-        self.procs = np.sort(pd.unique(proc))
-        self.keys = self._keys(proc, correlation_id, invalid=-1)
-        if len(self.keys) > 1 and not (self.keys[1:] >= self.keys[:-1]).all():
-            self.order = np.argsort(self.keys, kind="stable")
-            self.sorted = self.keys[self.order]
-        else:
-            self.order = None
-            self.sorted = self.keys
+        self.procs = np.unique(pd.unique(global_tid) & PID_MASK)  # distinct threads first: few
+        keys = self._keys(global_tid, correlation_id, invalid=-1)
+        self.order: np.ndarray | None = None
+        if len(keys) > 1 and not (keys[1:] >= keys[:-1]).all():
+            self.order = row_index(np.argsort(keys, kind="stable"))
+            keys = keys[self.order]
+        self.sorted = keys
 
-    def _keys(self, proc_raw: np.ndarray, corr: np.ndarray, invalid: int) -> np.ndarray:
+    def _keys(self, global_id: np.ndarray, corr: np.ndarray, invalid: int) -> np.ndarray:
+        """(process, correlation id) keys of the rows, ``invalid`` where either is unknown; made
+        ``ROW_CHUNK`` rows at a time, so the temporaries stay small beside the result."""
+        out = np.full(len(global_id), invalid, dtype=np.int64)
         if len(self.procs) == 0:
-            return np.full(len(proc_raw), invalid, dtype=np.int64)
-        p = np.searchsorted(self.procs, proc_raw)
-        p_c = np.minimum(p, len(self.procs) - 1)
-        ok = (self.procs[p_c] == proc_raw) & (corr >= 0) & (corr < 2**32)
-        return np.where(ok, (p_c.astype(np.int64) << 32) | np.where(ok, corr, 0), invalid)
+            return out
+        for first in range(0, len(out), ROW_CHUNK):
+            proc = global_id[first:first + ROW_CHUNK] & PID_MASK
+            c = corr[first:first + ROW_CHUNK]
+            p = np.minimum(np.searchsorted(self.procs, proc), len(self.procs) - 1)
+            ok = (self.procs[p] == proc) & (c >= 0) & (c < 2**32)
+            part = out[first:first + ROW_CHUNK]
+            part[ok] = (p[ok].astype(np.int64) << 32) | c[ok]
+        return out
 
     def find(self, global_pid: np.ndarray, correlation_id: np.ndarray) -> np.ndarray:
         """API row per activity, -1 where the activity's call is not in the capture."""
         if len(self.sorted) == 0 or len(global_pid) == 0:
             return np.full(len(global_pid), -1, dtype=np.int64)
-        k = self._keys(global_pid & PID_MASK, correlation_id, invalid=-2)
+        k = self._keys(global_pid, correlation_id, invalid=-2)
         pos = np.minimum(np.searchsorted(self.sorted, k), len(self.sorted) - 1)
         hit = self.sorted[pos] == k
         rows = pos if self.order is None else self.order[pos]

@@ -126,7 +126,15 @@ class _Loader:
                 self.api_raw = {k: v[keep] for k, v in self.api_raw.items()}
         r = self.api_raw
         self.api_index = ApiIndex(r["gtid"], r["corr"])
-        self.api_names = self.strings.categorical(r["name"], normalize_api_name)
+        self.api_names = self.strings.categorical(r.pop("name"), normalize_api_name)
+        # what the frame does not keep goes now, not after every activity is joined
+        if not self.want("api", "correlation_id"):
+            r["corr"] = None
+        if self.want("api", "api"):
+            r["cls"] = enum_column(r["cls"], {0: "runtime", 1: "driver"}, "api", "runtime")
+        else:
+            r["cls"] = None
+        r["gtid"] = compact_constant("global_tid", r["gtid"])
 
     def api_frame(self) -> pd.DataFrame:
         r = self.api_raw
@@ -145,7 +153,7 @@ class _Loader:
         if self.want("api", "correlation_id"):
             data["correlation_id"] = r["corr"]
         if self.want("api", "api"):
-            data["api"] = enum_column(r["cls"], {0: "runtime", 1: "driver"}, "api", "runtime")
+            data["api"] = r["cls"]
         return self.frame("api", data, len(pid))
 
     def link(self, frame: str, gpid: np.ndarray, corr: np.ndarray, with_name: bool = False) -> dict:
