@@ -382,26 +382,23 @@ def build_series(trace: Any) -> SeriesTable:
     act_t = np.where(act.api_start_ns == np.iinfo(np.int64).min, 0, act.api_start_ns)
     keys = ThreadKeys([act.api_tid, api.tid, osrt.tid, itid],
                       [act_t, api.start_ns, api.end_ns, osrt.start_ns, istart, iend])
+    qlo, qhi = keys.key(itid, istart), keys.key(itid, iend)
+    # one table at a time: sorted, its calls' nesting marked, the instances' windows found, then its
+    # keys let go, so only one table's keys are held
     act_sorted = sort_by_thread(keys, act.api_tid, act_t)
+    del act_t
+    _windows(inst, "act", act_sorted, qlo, qhi, len(act))
     api_sorted = sort_by_thread(keys, api.tid, api.start_ns, later_first=api.end_ns)
-    osrt_sorted = sort_by_thread(keys, osrt.tid, osrt.start_ns, later_first=osrt.end_ns)
     mark_top_level(api, api_sorted, keys)
+    _windows(inst, "api", api_sorted, qlo, qhi, len(api))
+    osrt_sorted = sort_by_thread(keys, osrt.tid, osrt.start_ns, later_first=osrt.end_ns)
     mark_top_level(osrt, osrt_sorted, keys)
+    _windows(inst, "osrt", osrt_sorted, qlo, qhi, len(osrt))
     # Activity whose launching thread is unknown can be attributed to the window only.
     unknown = (act.api_tid < 0) | (act.api_start_ns == np.iinfo(np.int64).min)
     if len(act) and unknown.any() and not window:
         notes.append(f"{int(unknown.sum())} GPU activities have no known launching thread and are "
                      "attributed to no NVTX range")
-
-    qlo, qhi = keys.key(itid, istart), keys.key(itid, iend)
-    is_window = itid == WINDOW_TID
-    for prefix, srt, n in (("act", act_sorted, len(act)), ("api", api_sorted, len(api)),
-                           ("osrt", osrt_sorted, len(osrt))):
-        lo, hi = srt.window(qlo, qhi)
-        lo = np.where(is_window, 0, np.where(itid < 0, 0, lo))
-        hi = np.where(is_window, n, np.where(itid < 0, 0, hi))
-        inst[f"{prefix}_lo"], inst[f"{prefix}_hi"] = lo.astype(np.int64), hi.astype(np.int64)
-        srt.key = None  # the windows are found: the keys are not needed again
     inst["depth"], inst["parent"] = nesting(keys, itid, istart, iend)
     activity_metrics(inst, act, act_sorted, unknown)
     host_metrics(inst, api, api_sorted, osrt, osrt_sorted)
@@ -409,6 +406,18 @@ def build_series(trace: Any) -> SeriesTable:
     return SeriesTable(series=series, instances=inst, activity=act, api=api, osrt=osrt,
                        act_sorted=act_sorted, api_sorted=api_sorted, osrt_sorted=osrt_sorted,
                        window=window, notes=notes)
+
+
+def _windows(inst: pd.DataFrame, prefix: str, srt: Sorted, qlo: np.ndarray, qhi: np.ndarray, n: int) -> None:
+    """The instances' [lo, hi) windows into one table's sorted rows (``{prefix}_lo``/``_hi``); a window
+    instance holds every row, one of an unknown thread none. The table's keys are then let go."""
+    itid = inst["tid"].to_numpy()
+    lo, hi = srt.window(qlo, qhi)
+    is_window = itid == WINDOW_TID
+    lo = np.where(is_window, 0, np.where(itid < 0, 0, lo))
+    hi = np.where(is_window, n, np.where(itid < 0, 0, hi))
+    inst[f"{prefix}_lo"], inst[f"{prefix}_hi"] = lo.astype(np.int64), hi.astype(np.int64)
+    srt.key = None
 
 
 def _running_count(mask: np.ndarray) -> np.ndarray:
