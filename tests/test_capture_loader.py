@@ -813,10 +813,10 @@ def test_restricted_columns_read_those_and_leave_placeholders(tmp_path):
     path = Path(__file__).resolve().parents[1] / "sample_traces" / "launch_bound.sqlite"
     full = load_trace(path)
     part = load_trace(path, columns={"kernels": {"name"}, "api": {"name"}})
-    # read besides what was asked for: times, ids, the device and the API link (kernels); times, ids and
-    # category (api)
+    # read besides what was asked for: times, ids, the device and the API link but the call's end
+    # (kernels); times, ids and category (api)
     always = {"kernels": {"start_ns", "end_ns", "device_id", "correlation_id", "pid", "graph_node_id", "graph_id",
-                          "api_tid", "api_start_ns", "api_end_ns"},
+                          "api_tid", "api_start_ns"},
               "api": {"start_ns", "end_ns", "pid", "global_tid", "category"}}
     for frame in ("kernels", "api"):
         f, p = getattr(full, frame), getattr(part, frame)

@@ -125,7 +125,8 @@ def analyze_path(path: str | os.PathLike, options: AnalysisOptions | None = None
 
 ANALYSIS_COLUMNS = {"kernels": ("name", "short_name", "stream_id"), "api": (), "osrt": ()}
 """Columns of the large frames that ``analyze`` reads beyond those always loaded (times, pid,
-global_tid, device, correlation and the API link, names of API and OS runtime calls)."""
+global_tid, device, correlation and the API link but a kernel's call end, names of API and OS runtime
+calls)."""
 
 
 def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResult:

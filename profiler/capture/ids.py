@@ -133,7 +133,7 @@ def placeholder(frame: str, column: str, n: int) -> Any:
     return pd.Categorical.from_codes(np.full(n, cats.index(fill), np.int8), dtype=enum_dtype(column))
 
 
-CONSTANT_ID_COLUMNS = frozenset({"pid", "tid", "global_tid", "device_id", "stream_id", "context_id"})
+CONSTANT_ID_COLUMNS = frozenset({"pid", "tid", "global_tid", "api_tid", "device_id", "stream_id", "context_id"})
 """Id columns that are often one value for the whole capture (one process, one GPU, one thread)."""
 
 

@@ -165,12 +165,14 @@ class _Loader:
         safe = np.where(hit, rows, 0)
         r = self.api_raw
         out: dict[str, Any] = {}
+        ends = self.want(frame, "api_end_ns")  # else a placeholder: the analysis reads no kernel's call end
         if len(r["gtid"]):
-            out["api_tid"] = np.where(hit, r["gtid"][safe], -1)
+            out["api_tid"] = compact_constant("api_tid", np.where(hit, r["gtid"][safe], -1))
             out["api_start_ns"] = np.where(hit, r["start"][safe], -1)
-            out["api_end_ns"] = np.where(hit, r["end"][safe], -1)
+            if ends:
+                out["api_end_ns"] = np.where(hit, r["end"][safe], -1)
         else:
-            out = {k: np.full(len(rows), -1, np.int64) for k in ("api_tid", "api_start_ns", "api_end_ns")}
+            out = {k: np.full(len(rows), -1, np.int64) for k in ("api_tid", "api_start_ns", "api_end_ns")[:3 if ends else 2]}
         if with_name:
             names = self.api_names
             assert names is not None
@@ -502,7 +504,7 @@ def load_trace(path: str | os.PathLike, *, tables: Iterable[str] | None = None,
     ``columns`` maps a frame (``kernels``, ``api`` or ``osrt``, the large ones) to the contract columns
     to read; its other columns are constant placeholders (:func:`placeholder`: -1, NA, '' or the
     enumeration's fallback, no memory per row). Times, ``pid``, ``global_tid``, the device and the
-    API link are always read. The analysis uses this to read only what it needs.
+    API link (``api_tid``, ``api_start_ns``; ``api_end_ns`` but for restricted kernels) are always read. The analysis uses this to read only what it needs.
     Raises :class:`~profiler.errors.InputError` with one sentence for a missing, corrupt or
     non-nsys file. What the export lacks is listed in ``trace.meta['missing']``.
     """
