@@ -136,7 +136,7 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
     from profiler.rules import run_rules
     from profiler.rules.impact import calibrate
 
-    from profiler.capture.ids import bound_heap
+    from profiler.capture.heap import bound_heap
 
     bound_heap()
     options = options or AnalysisOptions()

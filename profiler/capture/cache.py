@@ -171,7 +171,7 @@ def load_trace_cached(path: str | os.PathLike, *, tables: Iterable[str] | None =
     """
     from profiler.capture import caches
     from profiler.capture.columnar import columnar_kind
-    from profiler.capture.ids import bound_heap
+    from profiler.capture.heap import bound_heap
     from profiler.capture.loader import check_sqlite_file, load_trace
 
     bound_heap()

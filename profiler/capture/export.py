@@ -237,7 +237,9 @@ class Export:
             finally:
                 con.close()
 
-        with ThreadPoolExecutor(len(parts)) as pool:
+        from profiler.capture.heap import read_heap
+
+        with read_heap(), ThreadPoolExecutor(len(parts)) as pool:
             results = list(pool.map(work, parts))
         return Columns.concat(results)
 

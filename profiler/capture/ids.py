@@ -91,32 +91,6 @@ def release_memory() -> None:
 
 _MALLOC_TRIM: Any = None
 
-HEAP_MMAP_THRESHOLD_BYTES = 4 << 20
-"""Allocations from this size up are mapped and unmapped on their own (see :func:`bound_heap`)."""
-_HEAP_BOUNDED = False
-
-
-def bound_heap() -> None:
-    """Fix glibc's mmap threshold at ``HEAP_MMAP_THRESHOLD_BYTES``, once per process.
-
-    By default glibc raises the threshold to the size of each large block freed (up to 32 MB), after
-    which column-sized temporaries come from the heap and their pages stay with the process when freed:
-    the peak RSS of an analysis then exceeds its live data by 80 MB on a 256 MB export (547 vs 466 MB
-    measured on CPU here, launch_bound x120). A fixed threshold returns them at once; 4 MB costs no
-    measurable system time (256 KB cost 0.8 s on that capture). No-op where the C library is not glibc.
-    """
-    global _HEAP_BOUNDED
-    if _HEAP_BOUNDED:
-        return
-    _HEAP_BOUNDED = True
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6").mallopt(-3, HEAP_MMAP_THRESHOLD_BYTES)  # -3: M_MMAP_THRESHOLD
-    except (OSError, AttributeError):
-        pass
-
-
 def placeholder(frame: str, column: str, n: int) -> Any:
     """A constant stand-in for a contract column that was not read: -1 (ids), NA (nullable ids), ''
     (names) or the enumeration's fallback. Integer ones are read-only zero-stride views, so they take
