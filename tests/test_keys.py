@@ -86,5 +86,7 @@ def test_a_call_is_nested_when_an_earlier_call_of_its_thread_covers_it(rows):
 
 def test_take_of_an_identity_order_is_the_array_itself_and_of_another_order_a_gather():
     v = np.arange(4)
-    assert Sorted(order=np.arange(4, dtype=np.int32), key=None, identity=True).take(v) is v
+    ident = Sorted(order=None, key=None, identity=True, n=4)
+    assert ident.take(v) is v and ident.order.tolist() == [0, 1, 2, 3] and len(ident) == 4
+    assert ident.rows(np.array([2, 3])).tolist() == [2, 3] and ident.part(v, 1, 3).base is v
     assert Sorted(order=np.array([1, 0], dtype=np.int32), key=None).take(np.array([5, 6])).tolist() == [6, 5]

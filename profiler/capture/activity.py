@@ -159,13 +159,14 @@ def mark_top_level(calls: HostCalls, srt: Sorted, keys: ThreadKeys) -> None:
         return
     top = np.ones(len(calls), dtype=bool)
     reach = np.iinfo(np.int64).min  # the furthest end key of the rows sorted before the chunk
-    for first in range(0, len(srt.order), ROW_CHUNK):
-        rows = srt.order[first:first + ROW_CHUNK]
-        end_key = keys.shifted(srt.key[first:first + ROW_CHUNK], calls.start_ns[rows], calls.end_ns[rows])
+    for first in range(0, len(srt), ROW_CHUNK):
+        stop = min(first + ROW_CHUNK, len(srt))
+        end_key = keys.shifted(srt.key[first:stop], srt.part(calls.start_ns, first, stop),
+                               srt.part(calls.end_ns, first, stop))
         reach_before = np.empty_like(end_key)  # the furthest end key of the rows sorted before each row
         reach_before[0] = reach
         np.maximum.accumulate(end_key[:-1], out=reach_before[1:])
         np.maximum(reach_before, reach, out=reach_before)
-        top[rows[end_key <= reach_before]] = False
+        top[srt.rows(first + np.flatnonzero(end_key <= reach_before))] = False
         reach = max(reach, int(end_key.max()))
     calls.top_level = top

@@ -24,10 +24,10 @@ PAIR_CHUNK = 1 << 18
 
 def activity_metrics(inst: pd.DataFrame, act: Activity, srt: Sorted, unknown: np.ndarray) -> None:
     lo, hi = inst["act_lo"].to_numpy(), inst["act_hi"].to_numpy()
-    o = srt.order  # work on arrays permuted once into (thread, launch time) order
+    # work on arrays permuted once into (thread, launch time) order
     kind, dur = srt.take(act.kind), srt.take_length(act.start_ns, act.end_ns)
     is_kernel, is_copy = kind == KERNEL, kind == MEMCPY
-    sums = WindowSums(lo, hi, len(o))
+    sums = WindowSums(lo, hi, len(srt))
     inst["kernel_sum_ns"] = sums(dur, is_kernel)
     inst["copy_sum_ns"] = sums(dur, is_copy)
     del dur
@@ -43,11 +43,11 @@ def activity_metrics(inst: pd.DataFrame, act: Activity, srt: Sorted, unknown: np
     first = np.zeros(n, np.int64)  # first start and last end of the instance's GPU work (0, 0 without)
     last = np.zeros(n, np.int64)
     pairs = int(np.maximum(hi - lo, 0).sum())
-    if pairs > PAIR_CHUNK and pairs > NESTED_RATIO * (len(o) + n):
+    if pairs > PAIR_CHUNK and pairs > NESTED_RATIO * (len(srt) + n):
         # windows hold the same rows many times over (deeply nested ranges): a sweep, not the pairs
-        inst["gpu_busy_ns"], inst["compute_ns"], inst["copy_ns"] = _nested_unions(act, o, lo, hi)
-        first = intervals.window_extreme(act.start_ns[o], lo, hi, np.minimum)
-        last = intervals.window_extreme(act.end_ns[o], lo, hi, np.maximum)
+        inst["gpu_busy_ns"], inst["compute_ns"], inst["copy_ns"] = _nested_unions(act, srt, lo, hi)
+        first = intervals.window_extreme(srt.take(act.start_ns), lo, hi, np.minimum)
+        last = intervals.window_extreme(srt.take(act.end_ns), lo, hi, np.maximum)
         inst["span_ns"] = np.maximum(inst["wall_ns"].to_numpy(), last - first)
         return
     # Unions need the member rows themselves: expand windows in chunks of whole instances.
@@ -57,7 +57,7 @@ def activity_metrics(inst: pd.DataFrame, act: Activity, srt: Sorted, unknown: np
         stop = int(np.searchsorted(cum, cum[start_i] + PAIR_CHUNK, "right")) - 1
         stop = min(max(stop, start_i + 1), n)
         q, pos = expand(lo[start_i:stop], hi[start_i:stop])
-        rows = srt.order[pos]
+        rows = srt.rows(pos)
         s, e, k = act.start_ns[rows], act.end_ns[rows], act.kind[rows]
         m = stop - start_i
         busy[start_i:stop] = b = intervals.union_length_by_group(q, s, e, m)
@@ -86,11 +86,11 @@ NESTED_RATIO = 20
 """Above this many (window, member) pairs per row and window, the unions come from the offline sweep."""
 
 
-def _nested_unions(act: Activity, o: np.ndarray, lo: np.ndarray, hi: np.ndarray
+def _nested_unions(act: Activity, srt: Sorted, lo: np.ndarray, hi: np.ndarray
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """GPU busy, compute and copy union per window [lo, hi) of the rows in order ``o``, by
+    """GPU busy, compute and copy union per window [lo, hi) of the rows in ``srt`` order, by
     :func:`intervals.window_union_lengths` (O((rows + windows) log rows), however nested the windows)."""
-    s, e, kind = act.start_ns[o], act.end_ns[o], act.kind[o]
+    s, e, kind = srt.take(act.start_ns), srt.take(act.end_ns), srt.take(act.kind)
     out = [intervals.window_union_lengths(s, e, lo, hi)]
     for keep in (kind != MEMCPY, kind == MEMCPY):
         before = np.concatenate([[0], np.cumsum(keep)])  # positions among the kept rows

@@ -4,7 +4,6 @@ sorted positions."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterable
 
 import numpy as np
@@ -68,27 +67,48 @@ def row_index(rows: np.ndarray) -> np.ndarray:
     return rows.astype(np.int32, copy=False) if len(rows) < 1 << 31 else rows
 
 
-@dataclass
 class Sorted:
     """Rows of one table sorted by (thread, start), with their keys and the permutation used. The keys
-    serve while the series table is built (windows, nesting of calls) and are then let go (None)."""
+    serve while the series table is built (windows, nesting of calls) and are then let go (None).
 
-    order: np.ndarray
-    key: np.ndarray | None
-    identity: bool = False
-    """The rows were already in order (``order`` is 0, 1, 2, ...): :meth:`take` gathers nothing."""
+    Rows already in that order (one thread calling in start order: ``identity``) keep no permutation:
+    :meth:`take`, :meth:`part` and :meth:`rows` then gather nothing, and :attr:`order` is made on demand.
+    """
+
+    def __init__(self, order: np.ndarray | None, key: np.ndarray | None, identity: bool = False, n: int = 0):
+        self.key = key
+        self.identity = identity
+        self.n = n if order is None else len(order)
+        self._order = None if identity else order
+
+    def __len__(self) -> int:
+        return self.n
+
+    @property
+    def order(self) -> np.ndarray:
+        """The permutation (row of each sorted position); 0, 1, 2, ... made anew for an identity."""
+        return np.arange(self.n, dtype=np.int32 if self.n < 1 << 31 else np.int64) if self._order is None \
+            else self._order
+
+    def rows(self, pos: np.ndarray) -> np.ndarray:
+        """The rows at sorted positions ``pos``."""
+        return pos if self._order is None else self._order[pos]
 
     def take(self, values: np.ndarray) -> np.ndarray:
         """``values`` (one per row) in sorted order; the array itself, not a copy, when ``identity``."""
-        return values if self.identity else values[self.order]
+        return values if self._order is None else values[self._order]
+
+    def part(self, values: np.ndarray, first: int, stop: int) -> np.ndarray:
+        """``take(values)[first:stop]`` without the whole gather (a view when ``identity``)."""
+        return values[first:stop] if self._order is None else values[self._order[first:stop]]
 
     def take_length(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
         """``end - start`` per row, in sorted order, gathered ``ROW_CHUNK`` rows at a time."""
-        if self.identity:
+        if self._order is None:
             return end - start
-        out = np.empty(len(self.order), dtype=np.int64)
-        for first in range(0, len(out), ROW_CHUNK):
-            rows = self.order[first:first + ROW_CHUNK]
+        out = np.empty(self.n, dtype=np.int64)
+        for first in range(0, self.n, ROW_CHUNK):
+            rows = self._order[first:first + ROW_CHUNK]
             np.subtract(end[rows], start[rows], out=out[first:first + ROW_CHUNK])
         return out
 
@@ -114,9 +134,8 @@ def sort_by_thread(keys: ThreadKeys, tid: np.ndarray, t: np.ndarray, later_first
     """Rows sorted by (thread, time); equal keys ordered by ``later_first`` descending (only the tied rows
     are re-sorted). Rows already in key order (one thread, calls in start order) are not sorted again."""
     key = keys.key(tid, t)
-    identity = len(key) < 2 or bool((key[1:] >= key[:-1]).all())
-    if identity:
-        order, ks = np.arange(len(key)), key
+    if len(key) < 2 or bool((key[1:] >= key[:-1]).all()):
+        order, ks = None, key
     else:
         order = np.argsort(key, kind="stable")
         ks = key[order]
@@ -125,11 +144,15 @@ def sort_by_thread(keys: ThreadKeys, tid: np.ndarray, t: np.ndarray, later_first
         tie = ks[1:] == ks[:-1]
         if tie.any():
             pos = np.flatnonzero(np.concatenate([tie, [False]]) | np.concatenate([[False], tie]))
-            sub = order[pos]
+            sub = pos if order is None else order[pos]
             resorted = sub[np.lexsort((-later_first[sub], ks[pos]))]
-            identity = identity and bool((resorted == sub).all())
-            order[pos] = resorted
-    return Sorted(order=row_index(order), key=ks, identity=identity)
+            if order is None and (resorted != sub).any():
+                order = np.arange(len(ks))
+            if order is not None:
+                order[pos] = resorted
+    if order is None:
+        return Sorted(order=None, key=ks, identity=True, n=len(ks))
+    return Sorted(order=row_index(order), key=ks)
 
 
 class WindowSums:

@@ -246,19 +246,19 @@ class SeriesTable:
         lo = instances[f"{_PREFIX[table]}_lo"].to_numpy()
         hi = instances[f"{_PREFIX[table]}_hi"].to_numpy()
         q, pos = expand(lo, hi)
-        return q, srt.order[pos]
+        return q, srt.rows(pos)
 
     def members_where(self, instances: pd.DataFrame, table: str, keep_rows: np.ndarray
                       ) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`members` restricted to the rows where ``keep_rows`` (indexed like the table's arrays) is
         true, without forming the pairs of the other rows."""
         srt = {"activity": self.act_sorted, "api": self.api_sorted, "osrt": self.osrt_sorted}[table]
-        keep = np.asarray(keep_rows, dtype=bool)[srt.order]
+        keep = srt.take(np.asarray(keep_rows, dtype=bool))
         before = np.concatenate([[0], np.cumsum(keep)])  # positions among the kept rows
         lo = instances[f"{_PREFIX[table]}_lo"].to_numpy()
         hi = instances[f"{_PREFIX[table]}_hi"].to_numpy()
         q, pos = expand(before[lo], before[hi])
-        return q, srt.order[np.flatnonzero(keep)][pos]
+        return q, srt.rows(np.flatnonzero(keep)[pos])
 
     def member_counts(self, instances: pd.DataFrame, table: str) -> tuple[np.ndarray, np.ndarray]:
         """(row index into the ``table`` arrays, how many of ``instances`` hold it), rows held by one
@@ -268,10 +268,10 @@ class SeriesTable:
         hi = instances[f"{_PREFIX[table]}_hi"].to_numpy()
         if len(lo) and (lo[1:] >= hi[:-1]).all():  # windows one after another (not nested): each row once
             _, pos = expand(lo, hi)
-            return srt.order[pos], np.ones(len(pos), dtype=np.int64)
-        counts = intervals.cover_counts(lo, hi, len(srt.order))
+            return srt.rows(pos), np.ones(len(pos), dtype=np.int64)
+        counts = intervals.cover_counts(lo, hi, len(srt))
         pos = np.flatnonzero(counts)
-        return srt.order[pos], counts[pos]
+        return srt.rows(pos), counts[pos]
 
 
 _PREFIX = {"activity": "act", "api": "api", "osrt": "osrt"}
@@ -431,7 +431,7 @@ def _kept_order(srt: Sorted, kept: np.ndarray, in_order: np.ndarray) -> Sorted:
     """The order of the rows ``kept`` (a mask over the table's rows), numbered among themselves;
     ``in_order`` is ``kept`` in sorted order. The kept rows of an identity order are still in order."""
     if srt.identity:
-        return Sorted(order=np.arange(int(np.count_nonzero(kept)), dtype=srt.order.dtype), key=None, identity=True)
+        return Sorted(order=None, key=None, identity=True, n=int(np.count_nonzero(kept)))
     new_number = _running_count(kept)[1:]
     new_number -= 1
     return Sorted(order=row_index(new_number[srt.order[in_order]]), key=None)
