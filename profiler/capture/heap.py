@@ -3,11 +3,21 @@ analysis exceeds its live data by the arrays it has already let go.
 
 By default glibc raises its mmap threshold to the size of each large block freed (up to 32 MB); after
 that, column-sized temporaries come from the heap (or a reader thread's arena) and their pages stay with
-the process when freed. Measured on CPU here, launch_bound x120 export (256 MB): the analysis peaked at
-547 MB with the default and 466-475 MB with a fixed threshold; 4 MB cost no measurable system time,
-256 KB cost 0.8 s over the whole analysis. The parallel read's batches and per-partition columns
-(about 2.5 MB each with 8 threads) fall under 4 MB and stay in the threads' arenas: with 8 threads the
-read of 105 MB of API columns peaked at +273 MB with 4 MB, +167 MB with 256 KB (1 thread: +130 MB).
+the process when freed. A fixed threshold returns them, at the price of page faults on every fresh
+mapping. Measured on CPU here, `trtprof analyze` of the launch_bound x120 export (256 MB), 2 runs each:
+
+| threshold | peak RSS MB | user s | system s |
+| --- | --- | --- | --- |
+| glibc's default | 498-501 | 8.3-8.8 | 0.95-1.12 |
+| 4 MB | 446-447 | 8.3-8.8 | 1.92-2.06 |
+| 8 MB | 446-447 | 8.8 | 1.59-1.60 |
+| **16 MB** (the analysis') | 459 | 8.5-8.8 | 1.16-1.19 |
+| 32 MB | 471-473 | 8.8-9.1 | 1.17-1.64 |
+
+The parallel read's batches and per-partition columns (about 2.5 MB each with 8 threads) would stay in
+the threads' arenas: with 8 threads the read of 105 MB of API columns peaked at +273 MB over its start
+with 4 MB, +167 MB with 256 KB (1 thread: +130 MB), so the read runs under 256 KB (few, large
+allocations: no measurable system time there).
 Every call is a no-op where the C library is not glibc.
 """
 
@@ -16,7 +26,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator
 
-ANALYSIS_MMAP_THRESHOLD_BYTES = 4 << 20
+ANALYSIS_MMAP_THRESHOLD_BYTES = 16 << 20
 """From this size up, allocations are mapped and unmapped on their own during the analysis."""
 READ_MMAP_THRESHOLD_BYTES = 256 << 10
 """The same during a parallel read (few, large allocations: the system time is negligible there)."""
