@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from profiler.capture import activity, keys
+from profiler.capture import activity, ids, keys
 from profiler.capture.activity import HostCalls, mark_top_level
 from profiler.capture.keys import Sorted, ThreadKeys, WindowSums, sort_by_thread
 
@@ -19,6 +19,7 @@ CHUNK = 3
 def small_chunks(monkeypatch):
     monkeypatch.setattr(keys, "ROW_CHUNK", CHUNK)
     monkeypatch.setattr(activity, "ROW_CHUNK", CHUNK)
+    monkeypatch.setattr(ids, "ROW_CHUNK", CHUNK)
 
 
 windows = st.lists(st.tuples(st.integers(0, 40), st.integers(0, 40)), max_size=12)
@@ -90,3 +91,15 @@ def test_take_of_an_identity_order_is_the_array_itself_and_of_another_order_a_ga
     assert ident.take(v) is v and ident.order.tolist() == [0, 1, 2, 3] and len(ident) == 4
     assert ident.rows(np.array([2, 3])).tolist() == [2, 3] and ident.part(v, 1, 3).base is v
     assert Sorted(order=np.array([1, 0], dtype=np.int32), key=None).take(np.array([5, 6])).tolist() == [6, 5]
+
+
+@settings(max_examples=100, deadline=None)
+@given(values=st.lists(st.integers(-2**40, 2**40) | st.integers(0, 5), max_size=40))
+def test_factorize_ids_in_chunks_equals_pandas_factorize(values):
+    import pandas as pd
+
+    arr = np.array(values, dtype=np.int64)
+    codes, uniq = ids.factorize_ids(arr)
+    want_codes, want_uniq = pd.factorize(arr)
+    assert codes.tolist() == want_codes.tolist() and uniq.tolist() == want_uniq.tolist()
+    assert codes.dtype == np.int32

@@ -51,11 +51,28 @@ class Strings:
         return out
 
     def categorical(self, ids: np.ndarray, transform: Callable[[str], str] | None = None) -> pd.Categorical:
-        codes, uniq = pd.factorize(np.asarray(ids, dtype=np.int64))
+        codes, uniq = factorize_ids(np.asarray(ids, dtype=np.int64))
         names = self.lookup(uniq)
         if transform is not None:
             names = np.asarray([transform(n) for n in names], dtype=object)
         return categorical_from_codes(codes, names)
+
+
+def factorize_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``pandas.factorize`` of integer ids (codes in order of first appearance) with int32 codes, made
+    ``ROW_CHUNK`` rows at a time: pandas sizes its hash table by the input, so one call over millions of
+    rows holds a table and int64 codes several times the size of the result."""
+    if len(ids) <= ROW_CHUNK:
+        codes, uniq = pd.factorize(ids)
+        return codes.astype(np.int32 if len(uniq) < 1 << 31 else np.int64), uniq
+    chunks = range(0, len(ids), ROW_CHUNK)
+    uniq = pd.unique(np.concatenate([pd.unique(ids[i:i + ROW_CHUNK]) for i in chunks]))  # first appearances
+    by_value = np.argsort(uniq, kind="stable")
+    sorted_uniq = uniq[by_value]
+    codes = np.empty(len(ids), dtype=np.int32 if len(uniq) < 1 << 31 else np.int64)
+    for i in chunks:
+        codes[i:i + ROW_CHUNK] = by_value[np.searchsorted(sorted_uniq, ids[i:i + ROW_CHUNK])]
+    return codes, uniq
 
 
 def categorical_from_codes(codes: np.ndarray, names: np.ndarray) -> pd.Categorical:
