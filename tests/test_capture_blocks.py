@@ -1,0 +1,71 @@
+"""The capture tables that run over the activity block by block (to bound memory on long captures) give
+what a plain whole-array computation gives, on data crossing many block boundaries."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from profiler.capture import intervals
+from profiler.capture import series as S
+from profiler.capture import streams
+
+
+def _activity(rng: np.random.Generator, n: int) -> S.Activity:
+    """Random GPU work on 2 devices and 3 streams, sorted by start, overlapping, with empty rows."""
+    start = np.sort(rng.integers(0, 50 * n, n))
+    end = start + rng.choice([0, 1, 5, 40, 300], n)
+    kind = rng.choice([S.KERNEL, S.MEMCPY, S.MEMSET, S.GRAPH], n, p=[0.6, 0.2, 0.1, 0.1]).astype(np.int8)
+    return S.Activity(kind=kind, start_ns=start, end_ns=end, device_id=rng.choice([3, 0], n),
+                      stream_id=rng.choice([7, 13, 21], n), api_tid=np.full(n, 1), api_start_ns=start - 3,
+                      bytes=np.zeros(n, np.int64), copy_kind=np.zeros(n, np.int8), pageable=np.zeros(n, bool),
+                      is_launch=kind != S.MEMCPY, row=np.arange(n))
+
+
+def _streams_reference(act: S.Activity) -> tuple[dict, dict]:
+    """(busy ns, copies) per (device, stream), the union per device and the copy/compute overlap, row by mask."""
+    busy, copy_ms = {}, {}
+    for d, s in dict.fromkeys(zip(act.device_id.tolist(), act.stream_id.tolist())):
+        m = (act.device_id == d) & (act.stream_id == s)
+        busy[(d, s)] = intervals.union_length(act.start_ns[m], act.end_ns[m])
+        c = m & (act.kind == S.MEMCPY)
+        copy_ms[(d, s)] = int((act.end_ns[c] - act.start_ns[c]).sum()) / 1e6
+    ov = copy_ns = comp_ns = union = 0
+    for d in np.unique(act.device_id):
+        m = act.device_id == d
+        c, k = m & (act.kind == S.MEMCPY), m & (act.kind != S.MEMCPY)
+        union += intervals.union_length(act.start_ns[m], act.end_ns[m])
+        ov += intervals.overlap_length(act.start_ns[c], act.end_ns[c], act.start_ns[k], act.end_ns[k])
+        copy_ns += intervals.union_length(act.start_ns[c], act.end_ns[c])
+        comp_ns += intervals.union_length(act.start_ns[k], act.end_ns[k])
+    return busy, {"copy_ms": copy_ms, "union": union, "ov": ov, "copy_ns": copy_ns, "comp_ns": comp_ns}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_streams_in_blocks_equal_whole_unions(monkeypatch, seed):
+    act = _activity(np.random.default_rng(seed), 2000)
+    monkeypatch.setattr(streams, "CHUNK_ROWS", 37)  # pieces of one stream reach across blocks
+    out = streams.streams_json(act)
+    busy, ref = _streams_reference(act)
+    assert {(r["device"], r["stream"]): r["busy_ms"] * 1e6 for r in out["streams"]} == pytest.approx(busy, abs=1e-6)
+    assert {(r["device"], r["stream"]): r["copy_ms"] for r in out["streams"]} == ref["copy_ms"]
+    assert [r["busy_ms"] for r in out["streams"]] == sorted((r["busy_ms"] for r in out["streams"]), reverse=True)
+    assert sum(r["kernels"] + r["graph_launches"] + r["copies"] for r in out["streams"]) == \
+        int((act.kind != S.MEMSET).sum())
+    assert out["gpu_concurrency"] == sum(busy.values()) / ref["union"]
+    cco = out["copy_compute_overlap"]
+    assert ref["ov"] > 0  # the data does overlap copies with compute
+    assert (cco["overlap_ms"], cco["copy_ms"], cco["compute_ms"]) == \
+        (ref["ov"] / 1e6, ref["copy_ns"] / 1e6, ref["comp_ns"] / 1e6)
+    monkeypatch.setattr(streams, "CHUNK_ROWS", 1 << 18)
+    assert streams.streams_json(act) == out
+
+
+def test_streams_unsorted_activity_is_taken_whole(monkeypatch):
+    act = _activity(np.random.default_rng(5), 500)
+    rev = S.Activity(**{k: getattr(act, k)[::-1].copy() for k in S.Activity.__dataclass_fields__})
+    monkeypatch.setattr(streams, "CHUNK_ROWS", 16)
+    busy, ref = _streams_reference(rev)
+    out = streams.streams_json(rev)
+    assert {(r["device"], r["stream"]): r["busy_ms"] * 1e6 for r in out["streams"]} == pytest.approx(busy, abs=1e-6)
+    assert out["copy_compute_overlap"]["overlap_ms"] == ref["ov"] / 1e6
