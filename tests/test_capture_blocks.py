@@ -69,3 +69,41 @@ def test_streams_unsorted_activity_is_taken_whole(monkeypatch):
     out = streams.streams_json(rev)
     assert {(r["device"], r["stream"]): r["busy_ms"] * 1e6 for r in out["streams"]} == pytest.approx(busy, abs=1e-6)
     assert out["copy_compute_overlap"]["overlap_ms"] == ref["ov"] / 1e6
+
+
+def test_top_kernels_sorted_in_blocks_equal_groupby(monkeypatch):
+    """Exact medians, totals and extremes per kernel name and per graph, with names' runs longer and
+    shorter than a sort block, equal a pandas groupby over the whole rows."""
+    import pandas as pd
+    from types import SimpleNamespace
+
+    from profiler.capture import analyze as A
+
+    rng = np.random.default_rng(3)
+    n = 3000
+    sizes = [1, 2, 5, 40, 700]  # runs of one name shorter and longer than the block
+    name = np.repeat([f"k{i}" for i in range(len(sizes))], sizes)
+    name = np.concatenate([name, rng.choice([f"m{i}" for i in range(60)], n - len(name))])
+    rng.shuffle(name)
+    start = np.sort(rng.integers(0, 10 ** 9, n))
+    end = start + rng.integers(-5, 10 ** 5, n)  # a few corrupt rows: zero duration
+    kernels = pd.DataFrame({"name": pd.Categorical(name), "start_ns": start, "end_ns": end})
+    gid = rng.choice([4, 9], 200)
+    gs = np.sort(rng.integers(0, 10 ** 9, 200))
+    graphs = pd.DataFrame({"graph_id": pd.array(gid, dtype="Int64"), "start_ns": gs, "end_ns": gs + rng.integers(1, 10 ** 6, 200)})
+    trace = SimpleNamespace(kernels=kernels, graphs=graphs)
+    monkeypatch.setattr(A, "SORT_BLOCK_ROWS", 64)
+    out = {r["name"]: r for r in A.top_kernels(trace, limit=1000)}
+
+    dur = pd.concat([pd.DataFrame({"name": name, "d": np.maximum(end - start, 0)}),
+                     pd.DataFrame({"name": [f"CUDA graph {x} (replays)" for x in gid], "d": graphs.end_ns - graphs.start_ns})])
+    ref = dur.groupby("name")["d"].agg(["size", "sum", "median", "min", "max"])
+    assert set(out) == set(ref.index)
+    for nm, r in ref.iterrows():
+        got = out[nm]
+        assert (got["count"], got["total_ms"], got["min_ms"], got["max_ms"]) == \
+            (r["size"], r["sum"] / 1e6, r["min"] / 1e6, r["max"] / 1e6), nm
+        assert got["median_ms"] == pytest.approx(r["median"] / 1e6, rel=1e-12), nm
+    assert [r["total_ms"] for r in out.values()] == sorted((r["total_ms"] for r in out.values()), reverse=True)
+    monkeypatch.setattr(A, "SORT_BLOCK_ROWS", 1 << 18)
+    assert A.top_kernels(trace, limit=1000) == list(out.values())

@@ -307,45 +307,80 @@ def top_kernels(trace: Any, limit: int = 50) -> list[dict[str, Any]]:
     """Kernels grouped by name, most total GPU time first (what ``nsys stats -r cuda_gpu_kern_sum`` lists),
     with CUDA graph replays as rows of their own: traced per graph, a graph's kernels are not in
     ``kernels`` and the replays are where the GPU time went."""
-    parts = []  # (name codes, durations, names, short names): grouped on integer codes, named after
+    parts = []  # (per-name statistics, names, short names): grouped on integer codes, named after
+    rows_before = 0  # kernels come before graph replays in capture order (ties keep it)
     k = getattr(trace, "kernels", None)
     if k is not None and len(k):
         codes, names = S.factor(k, "name")
-        _, first = np.unique(codes, return_index=True)  # each used name's first row
+        codes = codes.astype(np.uint16 if len(names) <= 1 << 16 else np.int32)  # radix-sortable, a quarter the size
+        st = _duration_stats(codes, S.i64(k, "start_ns", 0), S.i64(k, "end_ns", 0))
+        del codes
         shorts = np.full(len(names), "", dtype=object)
-        shorts[codes[first]] = _short_names(k, first)
-        dur = S.i64(k, "end_ns", 0) - S.i64(k, "start_ns", 0)
-        np.maximum(dur, 0, out=dur)
-        parts.append((codes, dur, [str(x) for x in names], [str(x) for x in shorts]))
+        shorts[st["code"]] = _short_names(k, st["first_row"])
+        parts.append((st, [str(x) for x in names], [str(x) for x in shorts]))
+        rows_before = len(k)
     g = getattr(trace, "graphs", None)
     if g is not None and len(g):
         gcodes, gids = pd.factorize(g["graph_id"].astype("Int64").astype(str).replace("<NA>", "?"))
         label = [f"CUDA graph {x} (replays)" for x in gids]
-        parts.append((gcodes, np.maximum(S.i64(g, "end_ns", 0) - S.i64(g, "start_ns", 0), 0), label, label))
+        st = _duration_stats(gcodes, S.i64(g, "start_ns", 0), S.i64(g, "end_ns", 0))
+        st["first_row"] = st["first_row"] + rows_before
+        parts.append((st, label, label))
     if not parts:
         return []
-    offsets = np.cumsum([0] + [len(p[2]) for p in parts])
-    codes = np.concatenate([p[0].astype(np.int64) + off for p, off in zip(parts, offsets)])
-    dur = np.concatenate([p[1] for p in parts])  # corrupt rows count with zero duration, as in the series
-    names = [n for p in parts for n in p[2]]
-    shorts = [n for p in parts for n in p[3]]
-    total_all = float(dur.sum()) or 1.0
-    # per name, from one sort by (name, duration): exact int64 sums, medians from the middle rows
-    order = np.lexsort((dur, codes))
-    d, c = dur[order], codes[order]
-    del order
-    heads = np.flatnonzero(np.concatenate(([True], c[1:] != c[:-1])))
-    n = np.diff(np.append(heads, len(c)))
-    tot = np.add.reduceat(d, heads)
-    mid_lo, mid_hi = d[heads + (n - 1) // 2], d[heads + n // 2]
-    lo, hi = d[heads], d[heads + n - 1]
-    group = c[heads]
-    _, first_row = np.unique(codes, return_index=True)  # each name's first row, in code order like group
-    top = np.lexsort((first_row, -tot))[:limit]  # ties keep capture order
+    names = [n for p in parts for n in p[1]]
+    shorts = [n for p in parts for n in p[2]]
+    offsets = np.cumsum([0] + [len(p[1]) for p in parts])
+    st = {key: np.concatenate([p[0][key] for p in parts]) for key in parts[0][0]}
+    group = np.concatenate([p[0]["code"].astype(np.int64) + off for p, off in zip(parts, offsets)])
+    n, tot, lo, hi, mid_lo, mid_hi = (st[key] for key in ("n", "tot", "lo", "hi", "mid_lo", "mid_hi"))
+    total_all = float(tot.sum()) or 1.0  # corrupt rows count with zero duration, as in the series
+    top = np.lexsort((st["first_row"], -tot))[:limit]  # ties keep capture order
     return [{"name": names[group[i]], "short_name": shorts[group[i]], "count": int(n[i]), "total_ms": tot[i] / 1e6,
              "mean_ms": float(tot[i]) / n[i] / 1e6, "median_ms": (float(mid_lo[i]) + float(mid_hi[i])) / 2 / 1e6,
              "min_ms": lo[i] / 1e6, "max_ms": hi[i] / 1e6, "share_pct": 100.0 * tot[i] / total_all}
             for i in top.tolist()]
+
+
+SORT_BLOCK_ROWS = 1 << 18
+"""Rows per block when sorting durations name by name (a module constant so tests can cross blocks)."""
+
+
+def _duration_stats(codes: np.ndarray, start: np.ndarray, end: np.ndarray) -> dict[str, np.ndarray]:
+    """Per code used (ascending ``code``): its ``first_row``, count ``n``, exact int64 total ``tot``, ``lo``
+    and ``hi`` (min, max) and the two middle durations ``mid_lo``, ``mid_hi`` (ns; a negative one counts 0).
+
+    One stable sort of the codes, then each name's durations sorted in place: two row-length arrays
+    (an index and the durations), where a sort by (name, duration) keeps several."""
+    order = np.argsort(codes, kind="stable")
+    c = codes[order]
+    heads = np.flatnonzero(np.concatenate(([True], c[1:] != c[:-1])))
+    first_row = order[heads]  # stable: each code's first row in capture order
+    d = np.empty(len(order), dtype=np.int64)
+    for a in range(0, len(order), SORT_BLOCK_ROWS):  # gathered a block at a time: no row-length temporaries
+        idx = order[a:a + SORT_BLOCK_ROWS]
+        np.subtract(end[idx], start[idx], out=d[a:a + SORT_BLOCK_ROWS])
+    del order
+    np.maximum(d, 0, out=d)
+    _sort_runs(d, c, heads)
+    n = np.diff(np.append(heads, len(c)))
+    return {"code": c[heads], "first_row": first_row, "n": n, "tot": np.add.reduceat(d, heads),
+            "lo": d[heads], "hi": d[heads + n - 1], "mid_lo": d[heads + (n - 1) // 2], "mid_hi": d[heads + n // 2]}
+
+
+def _sort_runs(d: np.ndarray, c: np.ndarray, heads: np.ndarray) -> None:
+    """Sort ``d`` in place within each run of equal ``c`` (runs start at ``heads``, codes ascending): as many
+    whole runs as fit in ``SORT_BLOCK_ROWS`` rows by one sort on (code, value), a longer run alone in place."""
+    bounds = np.append(heads, len(d))
+    i = 0
+    while i < len(heads):
+        j = max(int(np.searchsorted(bounds, bounds[i] + SORT_BLOCK_ROWS, "right")) - 1, i + 1)
+        a, b = int(bounds[i]), int(bounds[j])
+        if j == i + 1:
+            d[a:b].sort()
+        else:
+            d[a:b] = d[a:b][np.lexsort((d[a:b], c[a:b]))]
+        i = j
 
 
 def _short_names(k: Any, rows: np.ndarray) -> list[str]:
