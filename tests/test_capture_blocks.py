@@ -107,3 +107,70 @@ def test_top_kernels_sorted_in_blocks_equal_groupby(monkeypatch):
     assert [r["total_ms"] for r in out.values()] == sorted((r["total_ms"] for r in out.values()), reverse=True)
     monkeypatch.setattr(A, "SORT_BLOCK_ROWS", 1 << 18)
     assert A.top_kernels(trace, limit=1000) == list(out.values())
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_device_gaps_swept_in_blocks_equal_whole_gaps(monkeypatch, seed):
+    from profiler.capture import summary
+
+    rng = np.random.default_rng(seed)
+    act = _activity(rng, 3000)
+    act.end_ns[::97] = act.start_ns[::97] + 4000  # long rows reaching over many later ones (and blocks)
+    focus = np.zeros(len(act), bool)
+    focus[400:2500] = True  # a window inside each device's work
+    monkeypatch.setattr(summary, "GAP_BLOCK_ROWS", 50)
+    for foc in (None, focus):
+        out = summary.device_gaps(act, foc)
+        assert [d.device_id for d in out] == [0, 3]
+        for d in out:
+            m = act.device_id == d.device_id
+            f = m if foc is None else m & foc
+            a0, a1 = int(act.start_ns[f].min()), int(act.end_ns[f].max())
+            gs, ge = intervals.gaps(act.start_ns[m], act.end_ns[m], a0, a1)
+            assert len(gs) > 20
+            assert (d.active_start_ns, d.active_end_ns) == (a0, a1)
+            assert np.array_equal(d.gap_start_ns, gs) and np.array_equal(d.gap_end_ns, ge)
+            assert d.busy_ns == intervals.clipped_union_length(act.start_ns[m], act.end_ns[m], [a0], [a1])[0]
+            assert d.focused == (foc is not None)
+    rev = S.Activity(**{k: getattr(act, k)[::-1].copy() for k in S.Activity.__dataclass_fields__})
+    for a, b in zip(summary.device_gaps(rev, focus[::-1].copy()), summary.device_gaps(act, focus)):
+        assert np.array_equal(a.gap_start_ns, b.gap_start_ns) and a.busy_ns == b.busy_ns
+
+
+def test_device_gaps_window_before_and_after_the_work(monkeypatch):
+    """A focus window narrower than the work: rows before and after it give no gaps of their own."""
+    from profiler.capture import summary
+
+    start = np.array([0, 10, 30, 60, 100, 130])
+    end = np.array([5, 20, 40, 70, 110, 140])
+    n = len(start)
+    act = S.Activity(kind=np.zeros(n, np.int8), start_ns=start, end_ns=end, device_id=np.zeros(n, np.int64),
+                     stream_id=np.zeros(n, np.int64), api_tid=np.array([5, 5, -1, 6, 5, 5]), api_start_ns=start,
+                     bytes=np.zeros(n, np.int64), copy_kind=np.zeros(n, np.int8), pageable=np.zeros(n, bool),
+                     is_launch=np.ones(n, bool), row=np.arange(n))
+    monkeypatch.setattr(summary, "GAP_BLOCK_ROWS", 2)
+    (d,) = summary.device_gaps(act, np.array([False, True, False, True, False, False]))
+    assert (d.active_start_ns, d.active_end_ns) == (10, 70)
+    assert d.gap_start_ns.tolist() == [20, 40] and d.gap_end_ns.tolist() == [30, 60]
+    assert d.busy_ns == 10 + 10 + 10 and d.launch_tids.tolist() == [5, 6]
+
+
+def test_gap_histogram_in_blocks_equals_whole_histogram(monkeypatch):
+    from types import SimpleNamespace
+
+    from profiler.capture import analyze as A
+    from profiler.capture import summary
+
+    rng = np.random.default_rng(7)
+    gs = np.cumsum(rng.integers(1, 10 ** 7, 1000))
+    ge = gs + np.exp(rng.uniform(0, 16, 1000)).astype(np.int64) + 1  # 1 ns to ~9 ms
+    dev = summary.DeviceGaps(0, int(gs[0]), int(ge[-1]), 5, gs, ge, np.array([1]))
+    ctx = SimpleNamespace(devices=[dev], gpu_names=lambda: {0: "H200"})
+    monkeypatch.setattr(A, "HISTOGRAM_BLOCK_ROWS", 33)
+    (h,) = A._gap_histograms(ctx, 50.0)
+    gap_us = (ge - gs) / 1e3
+    assert h["counts"] == np.histogram(gap_us, bins=np.array(A.GAP_EDGES_US))[0].tolist()
+    assert sum(h["counts"]) == 1000
+    assert h["edges_us"][-1] == max(float(gap_us.max()) * 1.01, A.GAP_EDGES_US[-2] * 10)
+    assert h["gaps_over_threshold"] == int((gap_us >= 50).sum()) > 0
+    assert h["idle_over_threshold_ms"] == float((ge - gs)[gap_us >= 50].sum()) / 1e6

@@ -392,27 +392,33 @@ def _short_names(k: Any, rows: np.ndarray) -> list[str]:
     return ["" if v is None or (isinstance(v, float) and np.isnan(v)) or v is pd.NA else str(v) for v in vals]
 
 
+HISTOGRAM_BLOCK_ROWS = 1 << 18
+"""Gaps per block of the histogram (a module constant so tests can cross block boundaries)."""
+
+
 def _gap_histograms(ctx: CaptureContext, min_gap_us: float) -> list[dict[str, Any]]:
     """Per device: the idle gaps' histogram, and how many are at least ``min_gap_us`` (gpu_idle's threshold)."""
     min_gap_us = float(min_gap_us)
     names = ctx.gpu_names()
     out = []
     for d in ctx.devices:
-        gaps_us = d.gap_ns / 1e3
-        counts, _ = np.histogram(gaps_us, bins=np.array(GAP_EDGES_US))
-        edges = list(GAP_EDGES_US[:-1]) + [max(float(gaps_us.max()) * 1.01 if len(gaps_us) else 0.0,
+        gap_ns = d.gap_ns  # computed by the property on each read: once here
+        counts = np.zeros(len(GAP_EDGES_US) - 1, dtype=np.int64)
+        for a in range(0, len(gap_ns), HISTOGRAM_BLOCK_ROWS):  # a block at a time: no row-length float copy
+            counts += np.histogram(gap_ns[a:a + HISTOGRAM_BLOCK_ROWS] / 1e3, bins=np.array(GAP_EDGES_US))[0]
+        edges = list(GAP_EDGES_US[:-1]) + [max(float(gap_ns.max()) / 1e3 * 1.01 if len(gap_ns) else 0.0,
                                                GAP_EDGES_US[-2] * 10)]
-        big = d.gap_ns[d.gap_ns >= min_gap_us * 1e3]
+        big = gap_ns >= min_gap_us * 1e3
         label = f"GPU {d.device_id}" + (f" ({names[d.device_id]})" if names.get(d.device_id) else "")
         out.append({
             "device": label, "device_id": d.device_id, "edges_us": edges, "counts": counts.tolist(),
             "active_ms": d.active_ns / 1e6, "busy_ms": d.busy_ns / 1e6,
             "active_window": ("from the first to the last GPU work launched inside NVTX ranges" if d.focused
                               else "from the device's first to its last GPU work"),
-            "idle_ms": float(d.gap_ns.sum()) / 1e6,
+            "idle_ms": float(gap_ns.sum()) / 1e6,
             "busy_fraction": d.busy_ns / d.active_ns if d.active_ns > 0 else float("nan"),
-            "gap_count": int(len(d.gap_ns)), "gaps_over_threshold": int(len(big)),
-            "idle_over_threshold_ms": float(big.sum()) / 1e6, "min_gap_us": min_gap_us,
+            "gap_count": int(len(gap_ns)), "gaps_over_threshold": int(np.count_nonzero(big)),
+            "idle_over_threshold_ms": float(gap_ns.sum(where=big)) / 1e6, "min_gap_us": min_gap_us,
         })
     return out
 
@@ -423,7 +429,8 @@ def sync_summary(table: S.SeriesTable) -> list[dict[str, Any]]:
     m = api.blocking_sync
     if not m.any():
         return []
-    df = pd.DataFrame({"n": api.name_code[m], "d": (api.end_ns - api.start_ns)[m]})
+    rows = np.flatnonzero(m)  # a few calls among millions: no row-length difference
+    df = pd.DataFrame({"n": api.name_code[rows], "d": api.end_ns[rows] - api.start_ns[rows]})
     g = df.groupby("n")["d"].agg(["size", "sum", "max"]).sort_values("sum", ascending=False)
     return [{"name": api.names[n], "count": int(r["size"]), "total_ms": r["sum"] / 1e6, "max_ms": r["max"] / 1e6}
             for n, r in g.iterrows()]

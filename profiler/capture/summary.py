@@ -145,6 +145,10 @@ def attributed_activity(table: SeriesTable) -> np.ndarray:
     return out
 
 
+GAP_BLOCK_ROWS = 1 << 16
+"""Rows per block of the gap sweep (a module constant so tests can cross block boundaries)."""
+
+
 def device_gaps(act: Activity, focus: np.ndarray | None = None) -> list[DeviceGaps]:
     """Idle gaps of each device between its first and last GPU activity (all kinds, all streams).
 
@@ -153,19 +157,79 @@ def device_gaps(act: Activity, focus: np.ndarray | None = None) -> list[DeviceGa
     before the first range) does not count as idleness of the measured region.
     """
     out = []
-    devices = np.sort(pd.unique(act.device_id))  # hashing: few distinct values among millions of rows
+    devices = _distinct(act.device_id)
     for dev in devices:
-        m = slice(None) if len(devices) == 1 else act.device_id == dev
-        s, e = act.start_ns[m], act.end_ns[m]
-        a0, a1 = int(s.min()), int(e.max())
-        focused = focus is not None and bool(focus[m].any())
+        sel = None if len(devices) == 1 else act.device_id == dev
+        a0, a1 = _extent(act, sel)
+        whole = (a0, a1)
+        fsel = None if focus is None else (focus if sel is None else focus & sel)
+        focused = fsel is not None and bool(fsel.any())
         if focused:
-            a0, a1 = int(s[focus[m]].min()), int(e[focus[m]].max())
-        gs, ge = intervals.gaps(s, e, a0, a1)
-        tids = np.sort(pd.unique(act.api_tid[m]))
-        out.append(DeviceGaps(int(dev), a0, a1, int(a1 - a0 - int((ge - gs).sum())), gs, ge, tids[tids >= 0],
-                              focused=focused and (a0, a1) != (int(s.min()), int(e.max()))))
+            a0, a1 = _extent(act, fsel)
+        gs, ge, idle_ns = _gaps(act, sel, a0, a1)
+        tids = _distinct(act.api_tid, sel)
+        out.append(DeviceGaps(int(dev), a0, a1, int(a1 - a0 - idle_ns), gs, ge, tids[tids >= 0],
+                              focused=focused and (a0, a1) != whole))
     return out
+
+
+def _distinct(values: np.ndarray, sel: np.ndarray | None = None) -> np.ndarray:
+    """The distinct values of the rows ``sel`` (None: all), sorted. Hashed a block at a time: few distinct
+    values among millions of rows, and pandas sizes its hash table by the length of its input."""
+    parts = [pd.unique(values[a:a + GAP_BLOCK_ROWS] if sel is None else
+                       values[a:a + GAP_BLOCK_ROWS][sel[a:a + GAP_BLOCK_ROWS]])
+             for a in range(0, len(values), GAP_BLOCK_ROWS)]
+    return np.unique(np.concatenate(parts)) if parts else values[:0].copy()
+
+
+def _extent(act: Activity, sel: np.ndarray | None) -> tuple[int, int]:
+    """(first start, last end) of the rows ``sel`` (a mask; None: all rows), without copying them."""
+    if sel is None:
+        return int(act.start_ns.min()), int(act.end_ns.max())
+    i64 = np.iinfo(np.int64)
+    return int(act.start_ns.min(where=sel, initial=i64.max)), int(act.end_ns.max(where=sel, initial=i64.min))
+
+
+def _gaps(act: Activity, sel: np.ndarray | None, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """(gap starts, gap ends, their total ns): :func:`intervals.gaps` of the rows ``sel`` (None: all) inside
+    ``[lo, hi)``, swept a block of rows at a time so no temporary spans the whole activity.
+
+    The rows are sorted by start, so the time from the latest end of the rows before a row (its reach, at
+    least ``lo``) to the row's start is covered by none: each non-empty such stretch is one gap."""
+    start, end = act.start_ns, act.end_ns
+    if not (start[1:] >= start[:-1]).all():  # not what build_activity gives: the plain union
+        s, e = (start, end) if sel is None else (start[sel], end[sel])
+        gs, ge = intervals.gaps(s, e, lo, hi)
+        return gs, ge, int((ge - gs).sum())
+    # at most one gap before each row and one after the last: filled in place, then cut to size, so the
+    # result is never held twice (parts and their concatenation)
+    cap = (len(start) if sel is None else int(np.count_nonzero(sel))) + 1
+    gs, ge = np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64)
+    reach, k = lo, 0
+    for a in range(0, len(start), GAP_BLOCK_ROWS):
+        s, e = start[a:a + GAP_BLOCK_ROWS], end[a:a + GAP_BLOCK_ROWS]
+        keep = e > s if sel is None else sel[a:a + GAP_BLOCK_ROWS] & (e > s)  # empty rows cover nothing
+        s, e = s[keep], e[keep]
+        if not len(s):
+            continue
+        before = np.empty(len(e), dtype=np.int64)  # the reach before each row
+        before[0] = reach
+        np.maximum.accumulate(e[:-1], out=before[1:])
+        np.maximum(before, reach, out=before)
+        gap_end = np.minimum(s, hi)
+        new = gap_end > before
+        m = int(np.count_nonzero(new))
+        np.compress(new, before, out=gs[k:k + m])
+        np.compress(new, gap_end, out=ge[k:k + m])
+        k += m
+        reach = max(reach, int(e.max()))
+    if reach < hi:
+        gs[k], ge[k] = reach, hi
+        k += 1
+    gs.resize(k, refcheck=False)  # no view of either exists: shrinking in place is safe
+    ge.resize(k, refcheck=False)
+    idle_ns = sum(int((ge[a:a + GAP_BLOCK_ROWS] - gs[a:a + GAP_BLOCK_ROWS]).sum()) for a in range(0, k, GAP_BLOCK_ROWS))
+    return gs, ge, idle_ns
 
 
 def overlap_by_name(gap_start: np.ndarray, gap_end: np.ndarray, start: np.ndarray, end: np.ndarray,
