@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from profiler.capture import intervals
+from profiler.capture import blockwise, intervals
 from profiler.capture import series as S
 from profiler.capture import streams
 
@@ -44,7 +44,7 @@ def _streams_reference(act: S.Activity) -> tuple[dict, dict]:
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_streams_in_blocks_equal_whole_unions(monkeypatch, seed):
     act = _activity(np.random.default_rng(seed), 2000)
-    monkeypatch.setattr(streams, "CHUNK_ROWS", 37)  # pieces of one stream reach across blocks
+    monkeypatch.setattr(blockwise, "BLOCK_ROWS", 37)  # pieces of one stream reach across blocks
     out = streams.streams_json(act)
     busy, ref = _streams_reference(act)
     assert {(r["device"], r["stream"]): r["busy_ms"] * 1e6 for r in out["streams"]} == pytest.approx(busy, abs=1e-6)
@@ -57,14 +57,14 @@ def test_streams_in_blocks_equal_whole_unions(monkeypatch, seed):
     assert ref["ov"] > 0  # the data does overlap copies with compute
     assert (cco["overlap_ms"], cco["copy_ms"], cco["compute_ms"]) == \
         (ref["ov"] / 1e6, ref["copy_ns"] / 1e6, ref["comp_ns"] / 1e6)
-    monkeypatch.setattr(streams, "CHUNK_ROWS", 1 << 18)
+    monkeypatch.setattr(blockwise, "BLOCK_ROWS", 1 << 18)
     assert streams.streams_json(act) == out
 
 
 def test_streams_unsorted_activity_is_taken_whole(monkeypatch):
     act = _activity(np.random.default_rng(5), 500)
     rev = S.Activity(**{k: getattr(act, k)[::-1].copy() for k in S.Activity.__dataclass_fields__})
-    monkeypatch.setattr(streams, "CHUNK_ROWS", 16)
+    monkeypatch.setattr(blockwise, "BLOCK_ROWS", 16)
     busy, ref = _streams_reference(rev)
     out = streams.streams_json(rev)
     assert {(r["device"], r["stream"]): r["busy_ms"] * 1e6 for r in out["streams"]} == pytest.approx(busy, abs=1e-6)
@@ -174,3 +174,45 @@ def test_gap_histogram_in_blocks_equals_whole_histogram(monkeypatch):
     assert h["edges_us"][-1] == max(float(gap_us.max()) * 1.01, A.GAP_EDGES_US[-2] * 10)
     assert h["gaps_over_threshold"] == int((gap_us >= 50).sum()) > 0
     assert h["idle_over_threshold_ms"] == float((ge - gs)[gap_us >= 50].sum()) / 1e6
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_block_union_lengths_equal_whole_unions(monkeypatch, seed):
+    rng = np.random.default_rng(seed)
+    n = 3000
+    start = np.sort(rng.integers(0, 20 * n, n))
+    end = start + rng.integers(-30, 400, n)  # reversed rows count as empty
+    end[::211] += 20_000  # rows reaching over several blocks
+    label = rng.integers(-1, 4, n)  # -1: left out
+    monkeypatch.setattr(blockwise, "BLOCK_ROWS", 53)
+    got = blockwise.union_lengths(start, end, lambda rows: label[rows], 4)
+    want = [intervals.union_length(start[label == g], end[label == g]) for g in range(4)]
+    assert got.tolist() == want
+    keep = label >= 0
+    assert blockwise.union_length(start, end, lambda rows: keep[rows]) == intervals.union_length(start[keep], end[keep])
+    assert blockwise.union_length(start, end) == intervals.union_length(start, end)
+    back = slice(None, None, -1)  # out of start order: one pass
+    assert blockwise.union_lengths(start[back], end[back], lambda rows: label[back][rows], 4).tolist() == want
+    assert blockwise.distinct(label, lambda rows: keep[rows]).tolist() == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("name", ["multistream", "transfer_bound", "harness_cls_streams", "launch_bound", "graph"])
+def test_analysis_in_small_blocks_is_identical(monkeypatch, name):
+    """Every number of the analysis of a real capture stays the same when each blockwise pass runs over
+    blocks of a few dozen rows (many boundaries inside streams, instances, names and gaps)."""
+    import json
+
+    from profiler.capture import analyze as A
+    from profiler.capture import summary
+    from profiler.capture.cache import load_trace_cached
+    from profiler.capture.trace import FRAMES
+    from tests.conftest import SAMPLE_TRACES
+
+    path = SAMPLE_TRACES / f"{name}.sqlite"
+    trace = load_trace_cached(path, tables=[f for f in FRAMES if f != "sync"], columns=A.ANALYSIS_COLUMNS, cache=False)
+    whole = json.dumps(A.analyze(trace).to_json(), sort_keys=True, default=str)
+    for module, const, rows in ((blockwise, "BLOCK_ROWS", 61), (blockwise, "DISTINCT_BLOCK_ROWS", 17),
+                                (summary, "GAP_BLOCK_ROWS", 29), (summary, "PAIR_CHUNK", 97),
+                                (A, "SORT_BLOCK_ROWS", 13), (A, "HISTOGRAM_BLOCK_ROWS", 11)):
+        monkeypatch.setattr(module, const, rows)
+    assert json.dumps(A.analyze(trace).to_json(), sort_keys=True, default=str) == whole

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from profiler.capture import intervals
+from profiler.capture import blockwise
 from profiler.capture import series as S
-from profiler.capture.unit import Unit
+from profiler.capture.unit import Unit, unit_activity
 
 MODULE_LOAD_PREFIXES = ("cuModuleLoad", "cuLibraryLoad", "cuModuleGetFunction", "cuLibraryGetKernel")
 CONTEXT_PREFIXES = ("cuInit", "cuCtxCreate", "cuDevicePrimaryCtxRetain", "cudaSetDevice")
@@ -85,13 +85,25 @@ def startup_seen(api: S.HostCalls) -> bool:
     created lazily). A capture started late begins with ordinary launches and copies instead."""
     if not len(api):
         return False
-    first = np.argsort(api.start_ns, kind="stable")[:STARTUP_FIRST_CALLS]
+    first = _earliest(api.start_ns, STARTUP_FIRST_CALLS)
     first = first[api.top_level[first]]
     if api.named_prefix(RUNTIME_INIT_PREFIXES)[first].any():
         return True
     once = api.named_prefix(ALLOC_PREFIXES + CONTEXT_PREFIXES + MODULE_LOAD_PREFIXES)[first]
-    dur_ms = (api.end_ns - api.start_ns)[first] / 1e6
+    dur_ms = (api.end_ns[first] - api.start_ns[first]) / 1e6
     return bool((once & (dur_ms >= STARTUP_CALL_MIN_MS)).any())
+
+
+def _earliest(start_ns: np.ndarray, k: int) -> np.ndarray:
+    """``np.argsort(start_ns, kind="stable")[:k]`` (ties in row order) without sorting every call: each
+    block's candidates are its rows no later than its k-th earliest start."""
+    cand = []
+    for sl in blockwise.blocks(len(start_ns)):
+        block = start_ns[sl]
+        kth = np.partition(block, k - 1)[k - 1] if len(block) > k else block.max()
+        cand.append(sl.start + np.flatnonzero(block <= kth))
+    rows = np.concatenate(cand)
+    return rows[np.lexsort((rows, start_ns[rows]))][:k]
 
 
 def _other_repeated_starts(table: S.SeriesTable, unit: Unit) -> list[int]:
@@ -122,23 +134,19 @@ def setup_contents(table: S.SeriesTable, unit: Unit, lo: int, hi: int) -> dict[s
     if hi <= lo:
         return out
     in_setup = (api.start_ns >= lo) & (api.start_ns < hi) & api.top_level if len(api) else np.zeros(0, bool)
-    dur = api.end_ns - api.start_ns
     for key, prefixes in (("module_loading_ms", MODULE_LOAD_PREFIXES), ("context_creation_ms", CONTEXT_PREFIXES),
                           ("allocation_ms", ALLOC_PREFIXES)):
-        m = in_setup & api.named_prefix(prefixes) if len(api) else in_setup
-        out[key] = float(dur[m].sum()) / 1e6
+        rows = np.flatnonzero(in_setup & api.named_prefix(prefixes) if len(api) else in_setup)
+        out[key] = float((api.end_ns[rows] - api.start_ns[rows]).sum()) / 1e6
     a = (act.start_ns >= lo) & (act.start_ns < hi)
-    up = a & (act.kind == S.MEMCPY) & (act.copy_kind == S.CopyKind.HtoD)
-    out["uploads"] = {"count": int(up.sum()), "bytes": int(act.bytes[up].sum()),
-                      "gpu_ms": float((act.end_ns - act.start_ns)[up].sum()) / 1e6,
-                      "largest_bytes": int(act.bytes[up].max()) if up.any() else 0}
+    up = np.flatnonzero(a & (act.kind == S.MEMCPY) & (act.copy_kind == S.CopyKind.HtoD))
+    out["uploads"] = {"count": len(up), "bytes": int(act.bytes[up].sum()),
+                      "gpu_ms": float((act.end_ns[up] - act.start_ns[up]).sum()) / 1e6,
+                      "largest_bytes": int(act.bytes[up].max()) if len(up) else 0}
     # GPU work of the setup outside any inference instance (engine build's tactic timing, weight init)
-    mine = np.zeros(len(act), bool)
     if unit.source != "window" and unit.count:
-        _, rows = table.members(table.instances.iloc[unit.rows], "activity")
-        mine[rows] = True
-    other = a & ~mine
-    out["gpu_work_outside_inferences_ms"] = intervals.union_length(act.start_ns[other], act.end_ns[other]) / 1e6
+        a &= ~unit_activity(table, unit)
+    out["gpu_work_outside_inferences_ms"] = blockwise.union_length(act.start_ns, act.end_ns, lambda rows: a[rows]) / 1e6
     out["ranges"] = _setup_ranges(table, unit, lo, hi)
     return out
 
@@ -161,19 +169,18 @@ def _setup_ranges(table: S.SeriesTable, unit: Unit, lo: int, hi: int, limit: int
 
 def steady_breakdown(act: S.Activity, lo: int, hi: int) -> dict[str, float]:
     """GPU time per kind of work in [lo, hi]: busy union of compute and of each copy direction (ms)."""
-    m = (act.start_ns >= lo) & (act.start_ns <= hi)
-    out = {}
-    named = [S.CopyKind.HtoD, S.CopyKind.DtoH, S.CopyKind.DtoD]  # compared as codes: no per-row strings
-    copy = m & (act.kind == S.MEMCPY)
-    for key in COPY_KIND_ORDER:
-        if key == "compute":
-            k = m & (act.kind != S.MEMCPY)
-        elif key == "other_copy":
-            k = copy & ~np.isin(act.copy_kind, named)
-        else:
-            k = copy & (act.copy_kind == S.CopyKind[key])
-        out[key] = intervals.union_length(act.start_ns[k], act.end_ns[k]) / 1e6
-    return out
+    def kind_of(rows: slice) -> np.ndarray:  # index in COPY_KIND_ORDER, -1 outside [lo, hi]
+        out = np.full(rows.stop - rows.start, COPY_KIND_ORDER.index("other_copy"), dtype=np.int8)
+        copy_kind = act.copy_kind[rows]
+        for key in ("HtoD", "DtoH", "DtoD"):  # compared as codes: no per-row strings
+            out[copy_kind == S.CopyKind[key]] = COPY_KIND_ORDER.index(key)
+        out[act.kind[rows] != S.MEMCPY] = COPY_KIND_ORDER.index("compute")
+        start = act.start_ns[rows]
+        out[(start < lo) | (start > hi)] = -1
+        return out
+
+    busy = blockwise.union_lengths(act.start_ns, act.end_ns, kind_of, len(COPY_KIND_ORDER))
+    return {key: int(busy[i]) / 1e6 for i, key in enumerate(COPY_KIND_ORDER)}
 
 
 COMPARABLE_COPY_RATIO = 1.5
@@ -195,16 +202,23 @@ def phases_json(ph: Phases, act: S.Activity) -> dict[str, Any]:
     """The ``phases`` object of the analysis JSON (times relative to the capture start)."""
     rel = lambda t: (t - ph.capture_start_ns) / 1e6  # noqa: E731
     by_kind = steady_breakdown(act, ph.steady_start_ns, ph.steady_end_ns)
-    m = (act.start_ns >= ph.steady_start_ns) & (act.start_ns <= ph.steady_end_ns)
-    busy = intervals.union_length(act.start_ns[m], act.end_ns[m]) / 1e6
+    lo, hi = ph.steady_start_ns, ph.steady_end_ns
+
+    def steady(rows: slice) -> np.ndarray:
+        return (act.start_ns[rows] >= lo) & (act.start_ns[rows] <= hi)
+
+    busy = blockwise.union_length(act.start_ns, act.end_ns, steady) / 1e6
     dur = (ph.steady_end_ns - ph.steady_start_ns) / 1e6
     started = startup_in_capture(ph)
-    devices = np.unique(act.device_id[m])
+    devices = blockwise.distinct(act.device_id, steady)
     by_device = {}  # with several GPUs the union above is "any GPU busy": each one's own share too
     if len(devices) > 1 and dur > 0:
-        for dev in devices.tolist():
-            d = m & (act.device_id == dev)
-            by_device[str(dev)] = min(intervals.union_length(act.start_ns[d], act.end_ns[d]) / 1e6 / dur, 1.0)
+        def device_of(rows: slice) -> np.ndarray:  # index in devices, -1 outside the steady state
+            return np.where(steady(rows), np.searchsorted(devices, act.device_id[rows]), -1)
+
+        busy_by_device = blockwise.union_lengths(act.start_ns, act.end_ns, device_of, len(devices))
+        for i, dev in enumerate(devices.tolist()):
+            by_device[str(dev)] = min(int(busy_by_device[i]) / 1e6 / dur, 1.0)
     return {
         "setup": {"start_ms": rel(ph.first_event_ns), "end_ms": rel(ph.steady_start_ns),
                   "duration_ms": (ph.steady_start_ns - ph.first_event_ns) / 1e6, "what": ph.what},

@@ -4,22 +4,19 @@
 1.0 when the streams never overlap, 2.0 when two streams run side by side all the time. What overlap
 bought is the difference (``overlap_saved_ms``): the GPU time that would have run back to back.
 
-The activity has millions of rows on long captures: every per-row step here runs over blocks of
-``CHUNK_ROWS`` rows, so the transient memory is a few blocks, not several copies of the columns.
+The activity has millions of rows on long captures: every per-row step here runs over blocks of rows
+(:mod:`profiler.capture.blockwise`), so the transient memory is a few blocks, not copies of the columns.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from profiler.capture import intervals
 from profiler.capture import series as S
-
-CHUNK_ROWS = 1 << 18
-"""Rows per block of the per-row passes (a module constant so tests can cross block boundaries)."""
+from profiler.capture.blockwise import blocks, union_lengths
 
 
 def streams_json(act: S.Activity) -> dict[str, Any]:
@@ -31,8 +28,8 @@ def streams_json(act: S.Activity) -> dict[str, Any]:
     codes, pairs = _pair_codes(act)
     devs = list(dict.fromkeys(d for d, _ in pairs))  # in order of first appearance
     dev_of_pair = np.array([devs.index(d) for d, _ in pairs], dtype=np.int32)
-    busy = _union_lengths(act, lambda sl: codes[sl], len(pairs))
-    union = _union_lengths(act, lambda sl: dev_of_pair[codes[sl]], len(devs))
+    busy = union_lengths(act.start_ns, act.end_ns, lambda sl: codes[sl], len(pairs))
+    union = union_lengths(act.start_ns, act.end_ns, lambda sl: dev_of_pair[codes[sl]], len(devs))
     counts, copy_ns_by_pair = _counts(act, codes, len(pairs))
     rows = [{"device": int(d), "stream": int(s), "busy_ms": busy[i] / 1e6, "kernels": int(counts[i, S.KERNEL]),
              "graph_launches": int(counts[i, S.GRAPH]), "copies": int(counts[i, S.MEMCPY]),
@@ -50,15 +47,11 @@ def streams_json(act: S.Activity) -> dict[str, Any]:
     }
 
 
-def _blocks(n: int) -> list[slice]:
-    return [slice(lo, min(lo + CHUNK_ROWS, n)) for lo in range(0, n, CHUNK_ROWS)]
-
-
 def _pair_codes(act: S.Activity) -> tuple[np.ndarray, list[tuple[int, int]]]:
     """Per row, the index of its (device, stream) pair in ``pairs`` (pairs in order of first appearance)."""
     codes = np.empty(len(act), dtype=np.int32)
     index: dict[tuple[int, int], int] = {}
-    for sl in _blocks(len(act)):
+    for sl in blocks(len(act)):
         d_codes, d_vals = pd.factorize(act.device_id[sl])
         s_codes, s_vals = pd.factorize(act.stream_id[sl])
         key, uniq = pd.factorize(d_codes * len(s_vals) + s_codes)  # (device, stream), exact
@@ -68,35 +61,11 @@ def _pair_codes(act: S.Activity) -> tuple[np.ndarray, list[tuple[int, int]]]:
     return codes, list(index)
 
 
-def _union_lengths(act: S.Activity, group_of: Callable[[slice], np.ndarray], n_groups: int) -> np.ndarray:
-    """Union length (ns) of the activity of each group ``0..n_groups-1``; ``group_of(rows)`` labels a block.
-
-    The activity is sorted by start, so a group's union pieces from one block start no earlier than those
-    of the blocks before: each piece adds what lies beyond the group's reach so far (the latest end of its
-    earlier pieces). Exact int64 sums, the same as one union of all rows. An activity out of start order
-    (not what :func:`~profiler.capture.activity.build_activity` gives) is taken in one block."""
-    start = act.start_ns
-    blocks = _blocks(len(act)) if (start[1:] >= start[:-1]).all() else [slice(0, len(act))]
-    total = np.zeros(n_groups, dtype=np.int64)
-    reach = np.full(n_groups, np.iinfo(np.int64).min, dtype=np.int64)
-    for sl in blocks:
-        g, us, ue = intervals.union_by_group(group_of(sl), act.start_ns[sl], act.end_ns[sl])
-        if not len(g):
-            continue
-        heads = np.flatnonzero(np.concatenate(([True], g[1:] != g[:-1])))  # pieces come by group, then start
-        gh = g[heads]
-        added = ue - np.maximum(us, reach[g])
-        np.maximum(added, 0, out=added)
-        total[gh] += np.add.reduceat(added, heads)
-        reach[gh] = np.maximum(reach[gh], np.maximum.reduceat(ue, heads))
-    return total
-
-
 def _counts(act: S.Activity, codes: np.ndarray, n_pairs: int) -> tuple[np.ndarray, np.ndarray]:
     """(rows per pair and kind: an (n_pairs, 4) array, copy time per pair in ns)."""
     counts = np.zeros(n_pairs * len(S.KIND_NAMES), dtype=np.int64)
     copy_ns = np.zeros(n_pairs, dtype=np.int64)
-    for sl in _blocks(len(act)):
+    for sl in blocks(len(act)):
         kind = act.kind[sl]
         counts += np.bincount(codes[sl] * len(S.KIND_NAMES) + kind, minlength=len(counts))
         c = np.flatnonzero(kind == S.MEMCPY)
@@ -112,7 +81,9 @@ def _copy_compute(act: S.Activity, codes: np.ndarray, dev_of_pair: np.ndarray, u
     of work only overlaps nothing."""
     if not any_copy:
         return 0, 0, int(union.sum())
-    by_kind = _union_lengths(act, lambda sl: dev_of_pair[codes[sl]] * 2 + (act.kind[sl] == S.MEMCPY),
-                             2 * len(union)).reshape(len(union), 2)
+    def dev_and_kind(sl: slice) -> np.ndarray:  # 2 x device + 1 for a copy
+        return dev_of_pair[codes[sl]] * 2 + (act.kind[sl] == S.MEMCPY)
+
+    by_kind = union_lengths(act.start_ns, act.end_ns, dev_and_kind, 2 * len(union)).reshape(len(union), 2)
     comp_ns, copy_ns = int(by_kind[:, 0].sum()), int(by_kind[:, 1].sum())
     return comp_ns + copy_ns - int(union.sum()), copy_ns, comp_ns

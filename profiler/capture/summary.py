@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from profiler import stats
-from profiler.capture import intervals
+from profiler.capture import blockwise, intervals
 from profiler.capture.series import (
     _PREFIX, INSTANCE_METRICS, PAIR_CHUNK, Activity, ApiCategory, SeriesTable, expand,
 )
@@ -132,16 +132,24 @@ class DeviceGaps:
 
 def attributed_activity(table: SeriesTable) -> np.ndarray:
     """Boolean mask over ``table.activity``: launched from inside at least one range instance."""
+    if table.instances.empty:
+        return np.zeros(len(table.activity), dtype=bool)
+    return launched_inside(table, table.instances)
+
+
+def launched_inside(table: SeriesTable, instances: pd.DataFrame) -> np.ndarray:
+    """Boolean mask over ``table.activity``: the rows that :meth:`SeriesTable.members` pairs with one of
+    ``instances``, from their windows of thread-sorted rows (a sweep over the window edges), without the pairs."""
     n = len(table.activity)
-    inst = table.instances
-    if n == 0 or inst.empty:
-        return np.zeros(n, dtype=bool)
-    diff = np.zeros(n + 1, dtype=np.int64)
-    np.add.at(diff, inst["act_lo"].to_numpy(), 1)
-    np.add.at(diff, inst["act_hi"].to_numpy(), -1)
-    covered_sorted = np.cumsum(diff[:-1]) > 0
+    edges = np.zeros(n + 1, dtype=np.int32)  # +1 where a window opens, -1 where it closes
+    np.add.at(edges, instances["act_lo"].to_numpy(), 1)
+    np.add.at(edges, instances["act_hi"].to_numpy(), -1)
+    inside = np.cumsum(edges[:-1], dtype=np.int32) > 0  # by position in thread order
+    del edges
+    order = table.act_sorted.order
     out = np.zeros(n, dtype=bool)
-    out[table.act_sorted.order[covered_sorted]] = True
+    for sl in blockwise.blocks(n):  # the positions a block at a time: no row-length index array
+        out[order[sl][inside[sl]]] = True
     return out
 
 
@@ -157,7 +165,7 @@ def device_gaps(act: Activity, focus: np.ndarray | None = None) -> list[DeviceGa
     before the first range) does not count as idleness of the measured region.
     """
     out = []
-    devices = _distinct(act.device_id)
+    devices = blockwise.distinct(act.device_id)
     for dev in devices:
         sel = None if len(devices) == 1 else act.device_id == dev
         a0, a1 = _extent(act, sel)
@@ -167,19 +175,10 @@ def device_gaps(act: Activity, focus: np.ndarray | None = None) -> list[DeviceGa
         if focused:
             a0, a1 = _extent(act, fsel)
         gs, ge, idle_ns = _gaps(act, sel, a0, a1)
-        tids = _distinct(act.api_tid, sel)
+        tids = blockwise.distinct(act.api_tid, None if sel is None else lambda rows: sel[rows])
         out.append(DeviceGaps(int(dev), a0, a1, int(a1 - a0 - idle_ns), gs, ge, tids[tids >= 0],
                               focused=focused and (a0, a1) != whole))
     return out
-
-
-def _distinct(values: np.ndarray, sel: np.ndarray | None = None) -> np.ndarray:
-    """The distinct values of the rows ``sel`` (None: all), sorted. Hashed a block at a time: few distinct
-    values among millions of rows, and pandas sizes its hash table by the length of its input."""
-    parts = [pd.unique(values[a:a + GAP_BLOCK_ROWS] if sel is None else
-                       values[a:a + GAP_BLOCK_ROWS][sel[a:a + GAP_BLOCK_ROWS]])
-             for a in range(0, len(values), GAP_BLOCK_ROWS)]
-    return np.unique(np.concatenate(parts)) if parts else values[:0].copy()
 
 
 def _extent(act: Activity, sel: np.ndarray | None) -> tuple[int, int]:
@@ -311,7 +310,7 @@ def _largest_call(table: SeriesTable, sub: pd.DataFrame, which: str, mask_rows: 
     calls = table.osrt if which == "osrt" else table.api
     names = np.full(len(sub), "", dtype=object)
     durs = np.zeros(len(sub), dtype=np.int64)
-    for first, stop in _pair_chunks(sub, which):  # nested instances share calls: bounded pairs per step
+    for first, stop in pair_chunks(sub, which):  # nested instances share calls: bounded pairs per step
         q, rows = table.members(sub.iloc[first:stop], which)
         q = q + first
         keep = calls.top_level[rows]
@@ -328,7 +327,7 @@ def _largest_call(table: SeriesTable, sub: pd.DataFrame, which: str, mask_rows: 
     return names, durs
 
 
-def _pair_chunks(instances: pd.DataFrame, table: str) -> list[tuple[int, int]]:
+def pair_chunks(instances: pd.DataFrame, table: str) -> list[tuple[int, int]]:
     """[first, stop) row slices of ``instances`` holding about ``PAIR_CHUNK`` member pairs each."""
     n = len(instances)
     sizes = np.maximum(instances[f"{_PREFIX[table]}_hi"].to_numpy() - instances[f"{_PREFIX[table]}_lo"].to_numpy(), 0)

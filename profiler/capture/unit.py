@@ -26,7 +26,9 @@ import numpy as np
 import pandas as pd
 
 from profiler import stats
+from profiler.capture import blockwise
 from profiler.capture import series as S
+from profiler.capture.summary import launched_inside, pair_chunks
 from profiler.errors import UsageError
 
 TENSORRT_DOMAIN = "TensorRT"
@@ -97,7 +99,7 @@ def choose_series(table: S.SeriesTable, unit_name: str | None = None) -> tuple[i
         return max(trt, key=lambda i: (count[i], wall[i])), "tensorrt"
     busy = np.bincount(sid, weights=inst["gpu_busy_ns"].to_numpy(dtype=np.float64), minlength=len(series))
     act = table.activity
-    total_busy = S.intervals.union_length(act.start_ns, act.end_ns) if len(act) else 0
+    total_busy = blockwise.union_length(act.start_ns, act.end_ns) if len(act) else 0
     # a unit launches a fair share of the GPU work: not a host-only helper or a sync point (aten::item)
     outer = [i for i in range(len(series)) if count[i] >= 2 and top[i] >= 0.5 * count[i]
              and busy[i] >= UNIT_MIN_GPU_SHARE * total_busy]
@@ -139,27 +141,16 @@ def build_unit(table: S.SeriesTable, unit_name: str | None = None) -> Unit:
         return _window_unit(table)
     rows = np.arange(table.rows_of(sid).start, table.rows_of(sid).stop)
     inst = table.instances.iloc[rows]
-    q, act_rows = table.members(inst, "activity")
-    act = table.activity
     n = len(rows)
     first = np.full(n, NO_INT, np.int64)
     last = inst["end_ns"].to_numpy().copy()
     queue = np.full(n, np.nan)
     latency = np.full(n, np.nan)
-    if len(q):  # q is sorted (members): per instance, reductions over its run of rows
-        s, e = act.start_ns[act_rows], act.end_ns[act_rows]
-        heads = np.flatnonzero(np.concatenate(([True], q[1:] != q[:-1])))
-        who = q[heads]
-        first[who] = np.minimum.reduceat(s, heads)
-        end = np.maximum.reduceat(e, heads)
-        # the launch call of the first work: the first row of each run that starts at the run's minimum
-        at_min = np.flatnonzero(s == np.repeat(first[who], np.diff(np.append(heads, len(q)))))
-        first_at_min = at_min[np.concatenate(([True], q[at_min][1:] != q[at_min][:-1]))]
-        api0 = act.api_start_ns[act_rows[first_at_min]]
-        queue[who] = np.where(api0 == NO_INT, np.nan, np.maximum(first[who] - api0, 0))
-        latency[who] = end - first[who]
-        last[who] = np.maximum(last[who], end)
-    graphs = int(np.count_nonzero(act.kind[act_rows] == S.GRAPH)) if len(q) else 0
+    graphs = 0
+    for a, b in pair_chunks(inst, "activity"):  # bounded (instance, activity) pairs per step
+        q, act_rows = table.members(inst.iloc[a:b], "activity")
+        if len(q):
+            graphs += _gpu_work(table.activity, q + a, act_rows, first, last, queue, latency)
     label = label_of(table.series["domain"].iat[sid], table.series["name"].iat[sid])
     host = inst["wall_ns"].to_numpy()
     gpu = inst["gpu_busy_ns"].to_numpy()
@@ -169,11 +160,30 @@ def build_unit(table: S.SeriesTable, unit_name: str | None = None) -> Unit:
                 why=window_reason(table) if source == "window" else "")
 
 
+def _gpu_work(act: S.Activity, q: np.ndarray, act_rows: np.ndarray, first: np.ndarray, last: np.ndarray,
+              queue: np.ndarray, latency: np.ndarray) -> int:
+    """Fill the instances ``q`` holds (sorted, as :meth:`~SeriesTable.members` gives them) with their GPU
+    work's first start, end, queueing delay and latency; returns how many of the rows are graph launches."""
+    s, e = act.start_ns[act_rows], act.end_ns[act_rows]
+    heads = np.flatnonzero(np.concatenate(([True], q[1:] != q[:-1])))  # per instance: its run of rows
+    who = q[heads]
+    first[who] = np.minimum.reduceat(s, heads)
+    end = np.maximum.reduceat(e, heads)
+    # the launch call of the first work: the first row of each run that starts at the run's minimum
+    at_min = np.flatnonzero(s == np.repeat(first[who], np.diff(np.append(heads, len(q)))))
+    first_at_min = at_min[np.concatenate(([True], q[at_min][1:] != q[at_min][:-1]))]
+    api0 = act.api_start_ns[act_rows[first_at_min]]
+    queue[who] = np.where(api0 == NO_INT, np.nan, np.maximum(first[who] - api0, 0))
+    latency[who] = end - first[who]
+    last[who] = np.maximum(last[who], end)
+    return int(np.count_nonzero(act.kind[act_rows] == S.GRAPH))
+
+
 def _window_unit(table: S.SeriesTable) -> Unit:
     act = table.activity
     if len(act):
         lo, hi = int(act.start_ns.min()), int(act.end_ns.max())
-        busy = S.intervals.union_length(act.start_ns, act.end_ns)
+        busy = blockwise.union_length(act.start_ns, act.end_ns)
     else:
         lo = hi = busy = 0
     one = lambda v: np.array([v], dtype=np.float64)  # noqa: E731
@@ -227,14 +237,19 @@ def copies_outside(table: S.SeriesTable, unit: Unit, lo: int, hi: int) -> dict[s
     if unit.source == "window" or not unit.count:
         return None
     act = table.activity
-    inside = np.zeros(len(act), dtype=bool)
-    _, rows = table.members(table.instances.iloc[unit.rows], "activity")
-    inside[rows] = True
-    m = (act.kind == S.MEMCPY) & ~inside & (act.start_ns >= lo) & (act.start_ns <= hi)
-    steady = max(unit.count - unit.warmup, 1)
-    if not m.any():
+    copies = np.flatnonzero((act.kind == S.MEMCPY) & (act.start_ns >= lo) & (act.start_ns <= hi))
+    if not len(copies):
         return None
-    return {"ms": float((act.end_ns[m] - act.start_ns[m]).sum()) / 1e6 / steady, "count": float(m.sum()) / steady}
+    m = copies[~unit_activity(table, unit)[copies]]
+    steady = max(unit.count - unit.warmup, 1)
+    if not len(m):
+        return None
+    return {"ms": float((act.end_ns[m] - act.start_ns[m]).sum()) / 1e6 / steady, "count": float(len(m)) / steady}
+
+
+def unit_activity(table: S.SeriesTable, unit: Unit) -> np.ndarray:
+    """Mask over the activity: the rows some instance of the unit launched."""
+    return launched_inside(table, table.instances.iloc[unit.rows])
 
 
 def _counts(a: np.ndarray) -> dict[str, float] | None:
