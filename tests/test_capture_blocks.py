@@ -216,3 +216,19 @@ def test_analysis_in_small_blocks_is_identical(monkeypatch, name):
                                 (A, "SORT_BLOCK_ROWS", 13), (A, "HISTOGRAM_BLOCK_ROWS", 11)):
         monkeypatch.setattr(module, const, rows)
     assert json.dumps(A.analyze(trace).to_json(), sort_keys=True, default=str) == whole
+
+
+def test_overlap_by_name_in_blocks_equals_pairwise(monkeypatch):
+    from profiler.capture import summary
+
+    rng = np.random.default_rng(11)
+    gs = np.cumsum(rng.integers(50, 200, 40))
+    ge = gs + rng.integers(1, 40, 40)
+    start = rng.integers(0, int(ge[-1]) + 50, 700)
+    end = start + rng.choice([0, 5, 30, 400], 700)  # some reach over several gaps
+    monkeypatch.setattr(blockwise, "BLOCK_ROWS", 41)
+    g, q, ov = summary.overlap_by_name(gs, ge, start, end)
+    want = [(j, i, min(end[i], ge[j]) - max(start[i], gs[j])) for i in range(700) for j in range(40)
+            if min(end[i], ge[j]) > max(start[i], gs[j])]
+    assert sorted(zip(g.tolist(), q.tolist(), ov.tolist()), key=lambda t: (t[1], t[0])) == want
+    assert (np.diff(q) >= 0).all() and len(want) > 100

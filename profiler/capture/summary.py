@@ -233,10 +233,21 @@ def _gaps(act: Activity, sel: np.ndarray | None, lo: int, hi: int) -> tuple[np.n
 
 def overlap_by_name(gap_start: np.ndarray, gap_end: np.ndarray, start: np.ndarray, end: np.ndarray,
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(gap index, interval index, overlap ns) for every interval overlapping a gap.
+    """(gap index, interval index, overlap ns) for every interval overlapping a gap, by interval index.
 
-    ``gap_*`` must be sorted and disjoint (as :func:`profiler.capture.intervals.gaps` returns them).
+    ``gap_*`` must be sorted and disjoint (as :func:`profiler.capture.intervals.gaps` returns them). The
+    intervals are taken a block at a time: the search positions of millions of calls are never all held.
     """
+    parts = [_overlaps(gap_start, gap_end, start[sl], end[sl], sl.start) for sl in blockwise.blocks(len(start))]
+    if len(parts) == 1 or not parts:
+        return parts[0] if parts else _overlaps(gap_start, gap_end, start, end, 0)
+    g, q, ov = (np.concatenate([p[i] for p in parts]) for i in range(3))
+    return g, q, ov
+
+
+def _overlaps(gap_start: np.ndarray, gap_end: np.ndarray, start: np.ndarray, end: np.ndarray, first: int,
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`overlap_by_name` of one block of intervals, the first of which has index ``first``."""
     lo = np.searchsorted(gap_end, start, "right")
     hi = np.searchsorted(gap_start, end, "left")
     span = hi - lo
@@ -247,7 +258,7 @@ def overlap_by_name(gap_start: np.ndarray, gap_end: np.ndarray, start: np.ndarra
         q, g = expand(lo, hi)
     ov = np.minimum(end[q], gap_end[g]) - np.maximum(start[q], gap_start[g])
     keep = ov > 0
-    return g[keep], q[keep], ov[keep]
+    return g[keep], q[keep] + first, ov[keep]
 
 
 # ----------------------------------------------------------------------------- outlier causes
