@@ -90,13 +90,15 @@ def test_top_kernels_sorted_in_blocks_equal_groupby(monkeypatch):
     kernels = pd.DataFrame({"name": pd.Categorical(name), "start_ns": start, "end_ns": end})
     gid = rng.choice([4, 9], 200)
     gs = np.sort(rng.integers(0, 10 ** 9, 200))
-    graphs = pd.DataFrame({"graph_id": pd.array(gid, dtype="Int64"), "start_ns": gs, "end_ns": gs + rng.integers(1, 10 ** 6, 200)})
+    graphs = pd.DataFrame({"graph_id": pd.array(gid, dtype="Int64"), "start_ns": gs,
+                           "end_ns": gs + rng.integers(1, 10 ** 6, 200)})
     trace = SimpleNamespace(kernels=kernels, graphs=graphs)
     monkeypatch.setattr(A, "SORT_BLOCK_ROWS", 64)
     out = {r["name"]: r for r in A.top_kernels(trace, limit=1000)}
 
+    replays = [f"CUDA graph {x} (replays)" for x in gid]
     dur = pd.concat([pd.DataFrame({"name": name, "d": np.maximum(end - start, 0)}),
-                     pd.DataFrame({"name": [f"CUDA graph {x} (replays)" for x in gid], "d": graphs.end_ns - graphs.start_ns})])
+                     pd.DataFrame({"name": replays, "d": graphs.end_ns - graphs.start_ns})])
     ref = dur.groupby("name")["d"].agg(["size", "sum", "median", "min", "max"])
     assert set(out) == set(ref.index)
     for nm, r in ref.iterrows():

@@ -146,7 +146,8 @@ def setup_contents(table: S.SeriesTable, unit: Unit, lo: int, hi: int) -> dict[s
     # GPU work of the setup outside any inference instance (engine build's tactic timing, weight init)
     if unit.source != "window" and unit.count:
         a &= ~unit_activity(table, unit)
-    out["gpu_work_outside_inferences_ms"] = blockwise.union_length(act.start_ns, act.end_ns, lambda rows: a[rows]) / 1e6
+    outside_ns = blockwise.union_length(act.start_ns, act.end_ns, lambda rows: a[rows])
+    out["gpu_work_outside_inferences_ms"] = outside_ns / 1e6
     out["ranges"] = _setup_ranges(table, unit, lo, hi)
     return out
 

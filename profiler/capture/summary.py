@@ -205,9 +205,9 @@ def _gaps(act: Activity, sel: np.ndarray | None, lo: int, hi: int) -> tuple[np.n
     cap = (len(start) if sel is None else int(np.count_nonzero(sel))) + 1
     gs, ge = np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64)
     reach, k = lo, 0
-    for a in range(0, len(start), GAP_BLOCK_ROWS):
-        s, e = start[a:a + GAP_BLOCK_ROWS], end[a:a + GAP_BLOCK_ROWS]
-        keep = e > s if sel is None else sel[a:a + GAP_BLOCK_ROWS] & (e > s)  # empty rows cover nothing
+    for sl in blockwise.blocks(len(start), GAP_BLOCK_ROWS):
+        s, e = start[sl], end[sl]
+        keep = e > s if sel is None else sel[sl] & (e > s)  # empty rows cover nothing
         s, e = s[keep], e[keep]
         if not len(s):
             continue
@@ -227,7 +227,7 @@ def _gaps(act: Activity, sel: np.ndarray | None, lo: int, hi: int) -> tuple[np.n
         k += 1
     gs.resize(k, refcheck=False)  # no view of either exists: shrinking in place is safe
     ge.resize(k, refcheck=False)
-    idle_ns = sum(int((ge[a:a + GAP_BLOCK_ROWS] - gs[a:a + GAP_BLOCK_ROWS]).sum()) for a in range(0, k, GAP_BLOCK_ROWS))
+    idle_ns = sum(int((ge[sl] - gs[sl]).sum()) for sl in blockwise.blocks(k, GAP_BLOCK_ROWS))
     return gs, ge, idle_ns
 
 
