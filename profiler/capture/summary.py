@@ -146,10 +146,11 @@ def launched_inside(table: SeriesTable, instances: pd.DataFrame) -> np.ndarray:
     np.add.at(edges, instances["act_hi"].to_numpy(), -1)
     inside = np.cumsum(edges[:-1], dtype=np.int32) > 0  # by position in thread order
     del edges
-    order = table.act_sorted.order
+    if table.act_sorted.identity:  # rows already in thread order: positions are rows
+        return inside
     out = np.zeros(n, dtype=bool)
     for sl in blockwise.blocks(n):  # the positions a block at a time: no row-length index array
-        out[order[sl][inside[sl]]] = True
+        out[table.act_sorted.rows(sl.start + np.flatnonzero(inside[sl]))] = True
     return out
 
 
