@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from profiler.capture import intervals
+from profiler.rules.capture import _common
 from profiler.rules.context import CaptureContext
 
 CAUSE_MIN_SHARE = 0.5
@@ -116,8 +117,13 @@ def _call_kind(ctx: CaptureContext, kind: str, name: str) -> str:
     if not name.startswith(("cudaLaunch", "cuLaunch")) or not len(api):
         return "api"
     codes = np.flatnonzero(api.names == name)
-    rows = np.flatnonzero(np.isin(api.name_code, codes) & api.top_level)
-    mean_us = float((api.end_ns[rows] - api.start_ns[rows]).mean()) / 1e3 if len(rows) else 0.0
+    total_ns, calls = 0, 0
+    for b in range(0, len(api), _common.CALL_BLOCK):  # in blocks: a launch-bound capture has millions of them
+        blk = slice(b, b + _common.CALL_BLOCK)
+        m = api.top_level[blk] & np.isin(api.name_code[blk], codes)
+        total_ns += int((api.end_ns[blk][m] - api.start_ns[blk][m]).sum())
+        calls += int(m.sum())
+    mean_us = total_ns / calls / 1e3 if calls else 0.0
     return "lazy_load" if mean_us >= LAZY_LOAD_CALL_US else "launch"
 
 

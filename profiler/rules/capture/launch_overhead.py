@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from profiler.capture import intervals
 from profiler.capture import series as S
 from profiler.findings import Finding
 from profiler.rules import Thresholds, rule
-from profiler.rules.capture._common import MAX_FINDINGS_PER_RULE, band, outermost, pct, ranges_of
+from profiler.rules.capture._common import (
+    MAX_FINDINGS_PER_RULE, band, median_of, member_values, outermost, pct, ranges_of,
+)
 from profiler.rules.context import CaptureContext
 
 LAUNCH_MAX_BUSY_FRACTION = 0.5
@@ -44,22 +45,22 @@ def launch_overhead(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
         if not (busy < t["max_busy_fraction"]) or r["launches_per_instance"] < t["min_launches_per_instance"]:
             continue
         inst = table.instances_of(r["series_id"])
-        # rows with how many instances hold them (nested ranges hold the same kernels many times)
-        rows, times = table.member_counts(inst, "activity")
+        # kernels and top-level launch calls the instances hold, as often as they hold them (nested ranges
+        # hold the same kernels many times), gathered in blocks: only their durations are kept
         act, api = table.activity, table.api
-        kern = act.kind[rows] == S.KERNEL
-        rows, kernel_n = rows[kern], times[kern]
-        kernel_ns = act.end_ns[rows] - act.start_ns[rows]
-        arows, atimes = table.member_counts(inst, "api")
-        cat = api.category[arows]
-        launch = api.top_level[arows] & ((cat == S.ApiCategory.launch) | (cat == S.ApiCategory.graph_launch))
-        arows, call_n = arows[launch], atimes[launch]
-        call_ns = api.end_ns[arows] - api.start_ns[arows]
-        med_kernel_us = intervals.weighted_median(kernel_ns, kernel_n) / 1e3
-        med_call_us = intervals.weighted_median(call_ns, call_n) / 1e3
-        if len(call_ns) and len(kernel_ns) and med_kernel_us > t["max_kernel_to_launch_ratio"] * med_call_us:
+        kernel_ns, kernel_n = member_values(table, inst, "activity", lambda rows: act.kind[rows] == S.KERNEL,
+                                            lambda rows: act.end_ns[rows] - act.start_ns[rows])
+        n_kernels = len(kernel_ns)
+        med_kernel_us = median_of(kernel_ns, kernel_n) / 1e3
+        del kernel_ns, kernel_n
+        call_ns, call_n = member_values(table, inst, "api", lambda rows: _is_launch_call(api, rows),
+                                        lambda rows: api.end_ns[rows] - api.start_ns[rows])
+        n_calls = len(call_ns)
+        med_call_us = median_of(call_ns, call_n) / 1e3
+        del call_ns, call_n
+        if n_calls and n_kernels and med_kernel_us > t["max_kernel_to_launch_ratio"] * med_call_us:
             continue
-        if not len(kernel_ns):
+        if not n_kernels:
             continue
         wall_med_ms = r["wall_ms"]["median"]
         busy_med_ms = r["gpu_busy_ms"]["median"]
@@ -109,3 +110,9 @@ def launch_overhead(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
                 "carries more work."),
         ))
     return out
+
+
+def _is_launch_call(api: S.HostCalls, rows: np.ndarray) -> np.ndarray:
+    """Which of the API ``rows`` are top-level kernel or graph launches."""
+    cat = api.category[rows]
+    return api.top_level[rows] & ((cat == S.ApiCategory.launch) | (cat == S.ApiCategory.graph_launch))

@@ -32,32 +32,31 @@ PAGEABLE_MEDIUM_SHARE = 0.01
 def pageable_memcpy(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
     """Copies from or to pageable host memory, against pinned copies of the same size."""
     act = ctx.table.activity
-    copy = act.kind == S.MEMCPY
-    pg = copy & act.pageable
-    dur = act.end_ns - act.start_ns
-    total_ns = float(dur[pg].sum())
-    if not pg.any() or total_ns < t["min_total_us"] * 1e3:
+    copies = np.flatnonzero(act.kind == S.MEMCPY)  # the per-row arrays below are the copies' only
+    pageable = act.pageable[copies]
+    pg = copies[pageable]
+    dur = act.end_ns[copies] - act.start_ns[copies]
+    total_ns = float(dur[pageable].sum())
+    if not len(pg) or total_ns < t["min_total_us"] * 1e3:
         return []
     memcpy = getattr(ctx.trace, "memcpy", None)
-    pinned_side = np.zeros(len(act), dtype=bool)
+    pinned_side = np.zeros(len(copies), dtype=bool)
     if memcpy is not None and len(memcpy):
-        rows = act.row[copy]
         pin = S.is_value(memcpy, "src_kind", "pinned") | S.is_value(memcpy, "dst_kind", "pinned")
-        pinned_side[np.flatnonzero(copy)] = pin[rows]
-    pinned = copy & pinned_side & ~act.pageable
-    df = pd.DataFrame({"dir": np.asarray(S.COPY_KINDS, dtype=object)[act.copy_kind], "bytes": act.bytes,
-                       "ns": dur, "pg": pg, "pin": pinned})
+        pinned_side = pin[act.row[copies]]
+    df = pd.DataFrame({"dir": np.asarray(S.COPY_KINDS, dtype=object)[act.copy_kind[copies]], "bytes": act.bytes[copies],
+                       "ns": dur, "pg": pageable, "pin": pinned_side & ~pageable})
     by_dir, compare, saving_ns = _against_pinned(df)
     active = sum(d.active_ns for d in ctx.devices) or 1
     share = total_ns / active
     api_ms, big_api_ms, n_async = _host_cost(act, memcpy, pg, t["staged_min_bytes"])
-    per_range, top_range = _holding_ranges(ctx, int(pg.sum()))
+    per_range, top_range = _holding_ranges(ctx, len(pg))
     slow = max((c["pinned_speedup"] for c in compare), default=float("nan"))
     sev = band(share, t["high_share"], t["medium_share"])
     if slow >= t["high_pinned_speedup"] and np.isfinite(slow):  # NaN: no pinned copy of the same size
         sev = "high"
     evidence = {
-        "copies": int(pg.sum()), "bytes": int(act.bytes[pg].sum()), "gpu_ms": total_ns / 1e6,
+        "copies": len(pg), "bytes": int(act.bytes[pg].sum()), "gpu_ms": total_ns / 1e6,
         "share_of_active_gpu_time": share, "by_direction": by_dir, "api_ms": api_ms,
         "async_calls_made_synchronous": n_async, "ranges": per_range,
         "pinned_comparison": compare[:10],
@@ -74,7 +73,7 @@ def pageable_memcpy(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
         cmp = "; no pinned copy of the same size in the capture to compare with"
     return [Finding(
         rule="pageable_memcpy", severity=sev, range=top_range,
-        title=f"{int(pg.sum())} copies touch pageable host memory ({total_ns / 1e6:.3g} ms of GPU copy time){cmp}",
+        title=f"{len(pg)} copies touch pageable host memory ({total_ns / 1e6:.3g} ms of GPU copy time){cmp}",
         evidence=evidence,
         threshold=t.pick("min_total_us", "high_share"),
         recommendation=("Allocate host buffers as pinned memory (cudaHostAlloc / cudaMallocHost, "
@@ -113,7 +112,7 @@ def _against_pinned(df: pd.DataFrame) -> tuple[dict[str, dict], list[dict], floa
 
 def _host_cost(act: Any, memcpy: pd.DataFrame | None, pg: np.ndarray, staged_min_bytes: int,
                ) -> tuple[float | None, float, int | None]:
-    """(API time of the pageable copies in ms, None without API times; that of the copies large enough to
+    """(API time of the pageable copies ``pg`` (activity rows) in ms, None without API times; that of the copies large enough to
     be staged through the driver's buffer; how many were asynchronous calls made synchronous): async
     copies from pageable memory block the host."""
     api_ms = None

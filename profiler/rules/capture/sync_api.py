@@ -58,7 +58,7 @@ def sync_api(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
         idle_ns = _gpu_idle_from_sync(table, rows, q)
         if idle_ns < t["min_gpu_idle_share"] * wall:
             continue  # the host waits while the GPU works and refeeds it at once: the GPU sets the pace
-        df = pd.DataFrame({"n": table.api.name_of(rows), "d": (table.api.end_ns - table.api.start_ns)[rows]})
+        df = pd.DataFrame({"n": table.api.name_of(rows), "d": table.api.end_ns[rows] - table.api.start_ns[rows]})
         calls = {str(n): {"count": int(g.size), "total_ms": float(g.sum()) / 1e6, "median_us": float(g.median()) / 1e3}
                  for n, g in df.groupby("n")["d"]}
         cands.append((sync, r, {
@@ -99,17 +99,28 @@ def _gpu_idle_from_sync(table: Any, rows: np.ndarray, q: np.ndarray) -> float:
     us, ue = intervals.union(act.start_ns, act.end_ns)
     if not len(us):
         return float((e - s).sum())
-    busy_in = intervals.clipped_union_length(us, ue, s, e)
+    # one temporary the size of the calls at a time, each let go once used (a sync-heavy capture has
+    # hundreds of thousands of calls); the sums are of integer ns, exact in any grouping
+    # GPU busy time inside each call: (us, ue) is a union already, so the prefix sums apply directly
+    busy_in = intervals.covered_before(us, ue, np.maximum(e, s))
+    busy_in -= intervals.covered_before(us, ue, s)
+    while_blocked = int(np.maximum(e - s - busy_in, 0).sum())
+    del busy_in
     k = np.searchsorted(ue, e, side="right")  # first busy piece ending after the call returns
-    inside = (k < len(us)) & (us[np.minimum(k, len(us) - 1)] <= e)
-    nxt = np.where(k < len(us), us[np.minimum(k, len(us) - 1)], e)
-    after = np.where(inside, 0, np.maximum(nxt - e, 0))
+    nxt = us[np.minimum(k, len(us) - 1)]
+    ended = k >= len(us)  # no GPU work after the call: no gap to the next
+    del k
+    after = np.where(nxt <= e, 0, nxt - e)  # the next busy piece started before the return: no gap either
+    after[ended] = 0
+    del nxt, ended
     order = np.argsort(s)
-    cap = np.empty_like(s)
+    cap = np.empty_like(s)  # the next sync's start caps the gap
     cap[order] = np.append(s[order][1:], np.iinfo(np.int64).max)
-    after = np.minimum(after, np.maximum(cap - e, 0))
+    del order
+    np.minimum(after, np.maximum(cap - e, 0), out=after)
+    del cap
     last = np.lexsort((s, q))
     is_last = np.ones(len(q), bool)
     is_last[last[:-1]] = q[last][:-1] != q[last][1:]
     after[is_last] = 0
-    return float(np.maximum(e - s - busy_in, 0).sum() + after.sum())
+    return float(while_blocked + int(after.sum()))

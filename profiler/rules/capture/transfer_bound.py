@@ -11,7 +11,7 @@ from profiler.capture import series as S
 from profiler.capture.phases import bounding_copy_directions, steady_breakdown
 from profiler.findings import Finding
 from profiler.rules import Thresholds, rule
-from profiler.rules.capture._common import MAX_FINDINGS_PER_RULE, band, milder, outermost, ranges_of
+from profiler.rules.capture._common import MAX_FINDINGS_PER_RULE, band, member_rows, milder, outermost, ranges_of
 from profiler.rules.context import CaptureContext
 
 TRANSFER_MIN_COPY_TO_COMPUTE = 1.0
@@ -82,17 +82,15 @@ def transfer_bound(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
         if ratio < t["min_copy_to_compute"] or frac < t["min_copy_fraction"]:
             continue
         inst = table.instances_of(r["series_id"])
-        rows, times = table.member_counts(inst, "activity")
-        m = table.activity.kind[rows] == S.MEMCPY
-        rows, times = rows[m], times[m]
         act = table.activity
-        dur = (act.end_ns - act.start_ns)[rows] * times
+        rows, times = member_rows(table, inst, "activity", lambda rows: act.kind[rows] == S.MEMCPY)
+        dur = (act.end_ns[rows] - act.start_ns[rows]) * times
         pageable_share = float(dur[act.pageable[rows]].sum()) / float(dur.sum()) if dur.sum() > 0 else 0.0
         dirs = {}
         for code in np.unique(act.copy_kind[rows]):
             sel = act.copy_kind[rows] == code
             rr, w = rows[sel], times[sel]
-            ns = float(((act.end_ns - act.start_ns)[rr] * w).sum())
+            ns = float(((act.end_ns[rr] - act.start_ns[rr]) * w).sum())
             b = float((act.bytes[rr] * w).sum())
             dirs[S.COPY_KINDS[code]] = {"copies_per_instance": int(w.sum()) / len(inst), "bytes_per_instance": b / len(inst),
                                         "gpu_ms_per_instance": ns / 1e6 / len(inst), "gbps": b / ns if ns > 0 else None}
@@ -146,11 +144,16 @@ def _inference_transfer_bound(ctx: CaptureContext, t: Thresholds) -> list[Findin
         return []
     act = ctx.table.activity
     lo = ctx.judged_start_ns
+    steady_ms = ctx.steady_ns / 1e6
+    m = (act.start_ns >= lo) & (act.start_ns <= ph.steady_end_ns)
+    c = m & (act.kind == S.MEMCPY)
+    copy_ms = intervals.union_length(act.start_ns[c], act.end_ns[c]) / 1e6
+    if copy_ms < t["min_copy_fraction"] * steady_ms:
+        return []  # checked first: the breakdown below unions all of the steady state's kernels
     by_kind = steady_breakdown(act, lo, ph.steady_end_ns)
     compute = by_kind.pop("compute")
     direction = max(by_kind, key=by_kind.get)
     bound = bounding_copy_directions(by_kind) or [direction]
-    steady_ms = ctx.steady_ns / 1e6
     # the steady state's copies are charged to the inferences only when the inferences are its work: they
     # launched most of its compute (a training capture whose "unit" is one of many op ranges is not)
     unit_range = next((r for r in ctx.ranges if r["series_id"] == unit.series_id), None)
@@ -158,21 +161,20 @@ def _inference_transfer_bound(ctx: CaptureContext, t: Thresholds) -> list[Findin
         unit_compute_ms = float(unit_range["_totals"]["compute_ns"]) / 1e6 if unit_range else 0.0
         if unit_compute_ms < t["min_unit_compute_share"] * compute:
             return []
-    m = (act.start_ns >= lo) & (act.start_ns <= ph.steady_end_ns)
-    c, k = m & (act.kind == S.MEMCPY), m & (act.kind != S.MEMCPY)
-    copy_ms = intervals.union_length(act.start_ns[c], act.end_ns[c]) / 1e6
-    if by_kind[direction] <= 0 or compute <= 0 or by_kind[direction] < t["min_copy_to_compute"] * compute \
-            or copy_ms < t["min_copy_fraction"] * steady_ms:
+    if by_kind[direction] <= 0 or compute <= 0 or by_kind[direction] < t["min_copy_to_compute"] * compute:
         return []
+    k = m & (act.kind != S.MEMCPY)
     overlap_ms = intervals.overlap_length(act.start_ns[c], act.end_ns[c], act.start_ns[k], act.end_ns[k]) / 1e6
     n = ctx.steady_instances
-    dur = act.end_ns - act.start_ns
-    all_ns, pageable_ns = float(dur[c].sum()), float(dur[c & act.pageable].sum())
+    rows = np.flatnonzero(c)  # the steady state's copies: all per-copy arrays below are theirs only
+    dur = act.end_ns[rows] - act.start_ns[rows]
+    pageable, copy_kind, nbytes = act.pageable[rows], act.copy_kind[rows], act.bytes[rows]
+    all_ns, pageable_ns = float(dur.sum()), float(dur[pageable].sum())
     dirs = {}
     for kind in (S.CopyKind.HtoD, S.CopyKind.DtoH, S.CopyKind.DtoD):
         name = kind.name
-        sel = c & (act.copy_kind == kind)
-        ns, b = float((act.end_ns - act.start_ns)[sel].sum()), float(act.bytes[sel].sum())
+        sel = copy_kind == kind
+        ns, b = float(dur[sel].sum()), float(nbytes[sel].sum())
         if sel.any():
             dirs[name] = {"copies_per_instance": int(sel.sum()) / n, "bytes_per_instance": b / n,
                           "gpu_ms_per_instance": ns / 1e6 / n, "gbps": b / ns if ns > 0 else None}
@@ -181,7 +183,7 @@ def _inference_transfer_bound(ctx: CaptureContext, t: Thresholds) -> list[Findin
           "copy_ms_per_instance": copy_ms / n, "compute_ms_per_instance": compute / n,
           "copy_to_compute": bound_ms / compute, "copy_fraction_of_steady_state": copy_ms / steady_ms,
           "overlap_ms_per_instance": overlap_ms / n, "exposed_copy_ms_total": max(copy_ms - overlap_ms, 0.0),
-          "by_direction": dirs, "instances": n, "pageable_copies": int((c & act.pageable).sum()),
+          "by_direction": dirs, "instances": n, "pageable_copies": int(pageable.sum()),
           "pageable_share_of_copy_time": pageable_ns / all_ns if all_ns > 0 else 0.0,
           "wall_ms_median": float(np.median(unit.host_ns[unit.steady])) / 1e6 if unit.count > unit.warmup else None}
     names = " + ".join(bound)
