@@ -55,6 +55,7 @@ import pandas as pd
 
 from profiler.capture import series as S
 from profiler.capture import summary as SM
+from profiler.capture.keys import ROW_CHUNK
 from profiler.capture.options import AnalysisOptions  # noqa: F401 - defined apart: the cache's key needs no pandas
 from profiler.findings import Finding, json_safe
 from profiler.rules.context import CaptureContext
@@ -342,7 +343,7 @@ def top_kernels(trace: Any, limit: int = 50) -> list[dict[str, Any]]:
             for i in top.tolist()]
 
 
-SORT_BLOCK_ROWS = 1 << 18
+SORT_BLOCK_ROWS = ROW_CHUNK
 """Rows per block when sorting durations name by name (a module constant so tests can cross blocks)."""
 
 
@@ -392,7 +393,7 @@ def _short_names(k: Any, rows: np.ndarray) -> list[str]:
     return ["" if v is None or (isinstance(v, float) and np.isnan(v)) or v is pd.NA else str(v) for v in vals]
 
 
-HISTOGRAM_BLOCK_ROWS = 1 << 18
+HISTOGRAM_BLOCK_ROWS = ROW_CHUNK
 """Gaps per block of the histogram (a module constant so tests can cross block boundaries)."""
 
 

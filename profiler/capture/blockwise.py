@@ -13,9 +13,10 @@ import numpy as np
 import pandas as pd
 
 from profiler.capture import intervals
+from profiler.capture.keys import ROW_CHUNK
 
-BLOCK_ROWS = 1 << 18
-"""Rows per block (a module constant so tests can cross block boundaries)."""
+BLOCK_ROWS = ROW_CHUNK
+"""Rows per block (the capture's one row-chunk size; a module constant so tests can cross block boundaries)."""
 
 
 DISTINCT_BLOCK_ROWS = 1 << 16

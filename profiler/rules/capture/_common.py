@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.capture import intervals
+from profiler.capture.keys import ROW_CHUNK
 from profiler.capture.series import SeriesTable, expand
 from profiler.rules.context import CaptureContext
 
@@ -66,7 +67,7 @@ CALL_BLOCK = 1 << 16
 """Rows of a call table (CUDA API, OS runtime) per block where a rule walks all of them (``gpu_idle``):
 bounds the temporaries on captures of millions of calls."""
 
-MEMBER_BLOCK = 1 << 18
+MEMBER_BLOCK = ROW_CHUNK
 """Sorted rows per block in :func:`member_blocks`: a launch-bound capture's one range holds millions of
 API calls, and expanding them at once took over 100 MB of temporaries."""
 
