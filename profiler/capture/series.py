@@ -254,10 +254,11 @@ class SeriesTable:
         true, without forming the pairs of the other rows."""
         srt = {"activity": self.act_sorted, "api": self.api_sorted, "osrt": self.osrt_sorted}[table]
         keep = srt.take(np.asarray(keep_rows, dtype=bool))
-        before = np.concatenate([[0], np.cumsum(keep)])  # positions among the kept rows
+        before = _running_count(keep)  # positions among the kept rows
         lo = instances[f"{_PREFIX[table]}_lo"].to_numpy()
         hi = instances[f"{_PREFIX[table]}_hi"].to_numpy()
-        q, pos = expand(before[lo], before[hi])
+        q, pos = expand(before[lo].astype(np.int64), before[hi].astype(np.int64))
+        del before
         return q, srt.rows(np.flatnonzero(keep)[pos])
 
     def member_counts(self, instances: pd.DataFrame, table: str) -> tuple[np.ndarray, np.ndarray]:
