@@ -52,3 +52,16 @@ def test_compact_columns_give_the_same_trace_values_and_analysis(name, monkeypat
         for col in ids.CONSTANT_ID_COLUMNS & set(a.columns):
             assert a[col].tolist() == b[col].tolist(), (frame, col)
     assert json.dumps(analyze_path(path, cache=False).to_json(), sort_keys=True, default=str) == got
+
+
+def test_global_thread_ids_decode_in_blocks_and_a_constant_one_stays_zero_stride(monkeypatch):
+    from profiler.capture import trace
+
+    monkeypatch.setattr(trace, "_DECODE_ROWS", 7)
+    g = np.random.default_rng(3).integers(0, 2**48, 50)
+    pid, tid = trace.decode_global_tid(g)
+    assert pid.tolist() == ((g >> 24) & 0xFFFFFF).tolist() and tid.tolist() == (g & 0xFFFFFF).tolist()
+    assert pid.dtype == tid.dtype == np.int32
+    const = np.broadcast_to(np.int64((4242 << 24) | 17), (1000,))
+    pid, tid = trace.decode_global_tid(const)
+    assert pid.strides == tid.strides == (0,) and int(pid[999]) == 4242 and int(tid[0]) == 17

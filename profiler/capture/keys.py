@@ -137,7 +137,7 @@ def sort_by_thread(keys: ThreadKeys, tid: np.ndarray, t: np.ndarray, later_first
     if len(key) < 2 or bool((key[1:] >= key[:-1]).all()):
         order, ks = None, key
     else:
-        order = np.argsort(key, kind="stable")
+        order = row_index(np.argsort(key, kind="stable"))  # int32 before the gather: one less int64 column held
         ks = key[order]
     del key
     if later_first is not None and len(ks) > 1:
@@ -147,7 +147,7 @@ def sort_by_thread(keys: ThreadKeys, tid: np.ndarray, t: np.ndarray, later_first
             sub = pos if order is None else order[pos]
             resorted = sub[np.lexsort((-later_first[sub], ks[pos]))]
             if order is None and (resorted != sub).any():
-                order = np.arange(len(ks))
+                order = row_index(np.arange(len(ks)))
             if order is not None:
                 order[pos] = resorted
     if order is None:

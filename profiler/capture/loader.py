@@ -402,10 +402,11 @@ class _Loader:
         self.need(t)
         tbl = self.x.fetch(f"SELECT {_START}, {_END}, {self.col(t, 'nameId')} AS name, "
                            f"{self.col(t, 'globalTid')} AS gtid", t)
+        name = self.strings.categorical(take_column(tbl, "name"))  # first: the raw ids go before the decode
         gtid = take_column(tbl, "gtid")
         pid, tid = decode_global_tid(gtid)
         data = {"start_ns": take_column(tbl, "start"), "end_ns": take_column(tbl, "end"),
-                "name": self.strings.categorical(take_column(tbl, "name")), "pid": pid, "global_tid": gtid}
+                "name": name, "pid": pid, "global_tid": gtid}
         if self.want("osrt", "tid"):
             data["tid"] = tid
         return self.frame("osrt", data, len(gtid))

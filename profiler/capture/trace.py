@@ -287,7 +287,22 @@ class Trace:
 
 
 def decode_global_tid(global_tid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(pid, tid) from nsys global thread ids: pid = (g >> 24) & 0xFFFFFF, tid = g & 0xFFFFFF."""
+    """(pid, tid) from nsys global thread ids: pid = (g >> 24) & 0xFFFFFF, tid = g & 0xFFFFFF.
+
+    Decoded ``_DECODE_ROWS`` at a time into the int32 results (no int64 temporaries the size of the
+    column: a capture can hold tens of millions of OS runtime calls); a zero-stride (constant) column
+    gives zero-stride results."""
     g = np.asarray(global_tid, dtype=np.int64)
-    return ((g >> 24) & 0xFFFFFF).astype(np.int32), (g & 0xFFFFFF).astype(np.int32)
+    if g.ndim == 1 and len(g) and g.strides == (0,):
+        pid, tid = decode_global_tid(g[:1].copy())
+        return np.broadcast_to(pid, g.shape), np.broadcast_to(tid, g.shape)
+    pid, tid = np.empty(len(g), np.int32), np.empty(len(g), np.int32)
+    for first in range(0, len(g), _DECODE_ROWS):
+        part = g[first:first + _DECODE_ROWS]
+        pid[first:first + len(part)] = (part >> 24) & 0xFFFFFF
+        tid[first:first + len(part)] = part & 0xFFFFFF
+    return pid, tid
+
+
+_DECODE_ROWS = 1 << 18
 
