@@ -137,9 +137,6 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
     from profiler.rules import run_rules
     from profiler.rules.impact import calibrate
 
-    from profiler.capture.heap import bound_heap
-
-    bound_heap()
     options = options or AnalysisOptions()
     full = S.build_series(trace)
     meta = dict(getattr(trace, "meta", None) or {})

@@ -86,7 +86,7 @@ def _release_arrow_memory() -> None:
         pass
 
 
-def _read_frame(path: Path) -> Any:
+def _read_frame(path: Path, compact: bool = False) -> Any:
     import pandas as pd
     import pyarrow.parquet as pq
 
@@ -102,7 +102,7 @@ def _read_frame(path: Path) -> Any:
     for name in names:
         part = pf.read(columns=[name], use_threads=False, use_pandas_metadata=True)
         col = part.to_pandas(self_destruct=True, use_threads=False)[name]
-        cols[name] = compact_constant(name, col.to_numpy()) if name in CONSTANT_ID_COLUMNS else col
+        cols[name] = compact_constant(name, col.to_numpy()) if compact and name in CONSTANT_ID_COLUMNS else col
         del part, col
         _release_arrow_memory()
     df = pd.DataFrame(cols, copy=False)
@@ -122,8 +122,9 @@ class TraceCache:
     def entry(self, key: str) -> Path:
         return self.root / key
 
-    def get(self, key: str, source_path: str | os.PathLike) -> Any | None:
-        """The cached Trace for ``key`` (its ``source_path`` set to this file), else None."""
+    def get(self, key: str, source_path: str | os.PathLike, *, compact: bool = False) -> Any | None:
+        """The cached Trace for ``key`` (its ``source_path`` set to this file), else None; ``compact``:
+        constant id columns as read-only zero-stride views, as a restricted read gives them."""
         from profiler.capture.trace import FRAMES, Trace
 
         from profiler.capture.caches import discard, touch
@@ -134,7 +135,7 @@ class TraceCache:
             return None
         try:  # every frame was written: one missing means a damaged entry, or one evicted while we read
             meta = json.loads(meta_file.read_text())
-            frames = {name: _read_frame(folder / f"{name}.parquet") for name in FRAMES}
+            frames = {name: _read_frame(folder / f"{name}.parquet", compact) for name in FRAMES}
         except Exception:  # damaged (disk full while another tool wrote, a user's edit) or evicted: a miss
             discard(folder)
             return None
@@ -171,10 +172,8 @@ def load_trace_cached(path: str | os.PathLike, *, tables: Iterable[str] | None =
     """
     from profiler.capture import caches
     from profiler.capture.columnar import columnar_kind
-    from profiler.capture.heap import bound_heap
     from profiler.capture.loader import check_sqlite_file, load_trace
 
-    bound_heap()
     p = Path(path)
     if cache is False or (cache is None and not cache_enabled()) or not (p.is_file() or columnar_kind(p)):
         trace = load_trace(p, tables=tables, columns=columns)
@@ -185,7 +184,7 @@ def load_trace_cached(path: str | os.PathLike, *, tables: Iterable[str] | None =
     cap = caches.cap_bytes()  # a bad TRTPROF_CACHE_MAX_GB fails before the work, not after it
     store = cache if isinstance(cache, TraceCache) else TraceCache()
     key = cache_key(sha256 or content_sha256(p), tables, columns)
-    trace = store.get(key, p)
+    trace = store.get(key, p, compact=bool(columns))  # as the loader gives a restricted read
     if trace is not None:
         trace.meta["cache"] = "hit"
         return trace

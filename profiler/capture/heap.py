@@ -18,6 +18,7 @@ The parallel read's batches and per-partition columns (about 2.5 MB each with 8 
 the threads' arenas: with 8 threads the read of 105 MB of API columns peaked at +273 MB over its start
 with 4 MB, +167 MB with 256 KB (1 thread: +130 MB), so the read runs under 256 KB (few, large
 allocations: no measurable system time there).
+The command line sets them (:func:`bound_heap`); a library user's process is left as it is.
 Every call is a no-op where the C library is not glibc.
 """
 
@@ -51,7 +52,9 @@ _bounded = False
 
 
 def bound_heap() -> None:
-    """Fix the mmap threshold at ``ANALYSIS_MMAP_THRESHOLD_BYTES`` (once per process)."""
+    """Fix the mmap threshold at ``ANALYSIS_MMAP_THRESHOLD_BYTES`` for this process, for good (glibc
+    cannot go back to its own adjustment). The command line calls it: a program that imports trtprof
+    as a library keeps its allocator as it was, unless it calls this itself."""
     global _bounded
     if not _bounded:
         _bounded = True
@@ -61,11 +64,13 @@ def bound_heap() -> None:
 @contextlib.contextmanager
 def read_heap() -> Iterator[None]:
     """Within: ``READ_MMAP_THRESHOLD_BYTES``, so the reader threads' batches and columns are returned
-    when freed; after: the analysis threshold."""
+    when freed; after: the analysis threshold. Only in a process that called :func:`bound_heap`; two
+    reads at once may end one under the other's threshold, which costs memory, never a result."""
+    if not _bounded:
+        yield
+        return
     _set_threshold(READ_MMAP_THRESHOLD_BYTES)
     try:
         yield
     finally:
-        global _bounded
-        _bounded = True
         _set_threshold(ANALYSIS_MMAP_THRESHOLD_BYTES)

@@ -76,6 +76,8 @@ class Sorted:
     """
 
     def __init__(self, order: np.ndarray | None, key: np.ndarray | None, identity: bool = False, n: int = 0):
+        if order is None and not identity:
+            raise ValueError("Sorted needs the permutation unless the rows are already in order (identity=True)")
         self.key = key
         self.identity = identity
         self.n = n if order is None else len(order)
@@ -95,7 +97,8 @@ class Sorted:
         return pos if self._order is None else self._order[pos]
 
     def take(self, values: np.ndarray) -> np.ndarray:
-        """``values`` (one per row) in sorted order; the array itself, not a copy, when ``identity``."""
+        """``values`` (one per row) in sorted order: the array itself when ``identity`` (do not write into
+        it), else a new one."""
         return values if self._order is None else values[self._order]
 
     def part(self, values: np.ndarray, first: int, stop: int) -> np.ndarray:
@@ -103,7 +106,8 @@ class Sorted:
         return values[first:stop] if self._order is None else values[self._order[first:stop]]
 
     def take_length(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-        """``end - start`` per row, in sorted order, gathered ``ROW_CHUNK`` rows at a time."""
+        """``end - start`` per row, in sorted order, gathered ``ROW_CHUNK`` rows at a time: always a new
+        array (the caller may write into it)."""
         if self._order is None:
             return end - start
         out = np.empty(self.n, dtype=np.int64)

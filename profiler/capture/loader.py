@@ -22,7 +22,6 @@ import pandas as pd
 from profiler.capture.export import (  # noqa: F401 - re-exported: the loader's readers
     BATCH_ROWS, NULL_INT, PARTITION_MIN_ROWS, Columns, Export, _adbc_dbapi, _corrupt, check_sqlite_file, read_threads,
 )
-from profiler.capture.heap import bound_heap
 from profiler.capture.ids import (
     ApiIndex, Strings, categorical_from_codes, compact_constant, enum_column, nullable, placeholder, release_memory, take_column,
 )
@@ -55,6 +54,9 @@ class _Loader:
         self.x = export
         self.wanted = wanted
         self.columns = columns or {}
+        # a restricted read is the analysis' own: its constant id columns become read-only zero-stride
+        # views like its placeholders; a full read gives writable columns
+        self.compact = bool(columns)
         self.missing: list[str] = []
         self.warnings: list[str] = []
         self.absent_columns: dict[str, list[str]] = {}
@@ -86,10 +88,13 @@ class _Loader:
         return keep is None or column in keep
 
     def frame(self, frame: str, data: dict[str, Any], n: int) -> pd.DataFrame:
-        """The frame in contract column order; columns not in ``data`` become placeholders, constant id
-        columns zero-stride views (:func:`compact_constant`)."""
+        """The frame in contract column order; columns not in ``data`` become placeholders, and in a
+        restricted read constant id columns become zero-stride views (:func:`compact_constant`)."""
         return pd.DataFrame(copy=False, data={
-            c: compact_constant(c, data[c]) if c in data else placeholder(frame, c, n) for c in SCHEMAS[frame]})
+            c: self.compacted(c, data[c]) if c in data else placeholder(frame, c, n) for c in SCHEMAS[frame]})
+
+    def compacted(self, column: str, values: Any) -> Any:
+        return compact_constant(column, values) if self.compact else values
 
     def col(self, table: str, name: str, default: str = "-1", *, null: str | None = None) -> str:
         """SQL for an optional column: coalesced to ``null`` (default: ``default``) or the default."""
@@ -135,7 +140,7 @@ class _Loader:
             r["cls"] = enum_column(r["cls"], {0: "runtime", 1: "driver"}, "api", "runtime")
         else:
             r["cls"] = None
-        r["gtid"] = compact_constant("global_tid", r["gtid"])
+        r["gtid"] = self.compacted("global_tid", r["gtid"])
 
     def api_frame(self) -> pd.DataFrame:
         r = self.api_raw
@@ -167,13 +172,14 @@ class _Loader:
         r = self.api_raw
         out: dict[str, Any] = {}
         ends = self.want(frame, "api_end_ns")  # else a placeholder: the analysis reads no kernel's call end
+        links = ("api_tid", "api_start_ns", "api_end_ns") if ends else ("api_tid", "api_start_ns")
         if len(r["gtid"]):
-            out["api_tid"] = compact_constant("api_tid", np.where(hit, r["gtid"][safe], -1))
+            out["api_tid"] = self.compacted("api_tid", np.where(hit, r["gtid"][safe], -1))
             out["api_start_ns"] = np.where(hit, r["start"][safe], -1)
             if ends:
                 out["api_end_ns"] = np.where(hit, r["end"][safe], -1)
         else:
-            out = {k: np.full(len(rows), -1, np.int64) for k in ("api_tid", "api_start_ns", "api_end_ns")[:3 if ends else 2]}
+            out = {k: np.full(len(rows), -1, np.int64) for k in links}
         if with_name:
             names = self.api_names
             assert names is not None
@@ -506,12 +512,13 @@ def load_trace(path: str | os.PathLike, *, tables: Iterable[str] | None = None,
     ``columns`` maps a frame (``kernels``, ``api`` or ``osrt``, the large ones) to the contract columns
     to read; its other columns are constant placeholders (:func:`placeholder`: -1, NA, '' or the
     enumeration's fallback, no memory per row). Times, ``pid``, ``global_tid``, the device and the
-    API link (``api_tid``, ``api_start_ns``; ``api_end_ns`` but for restricted kernels) are always read. The analysis uses this to read only what it needs.
+    API link (``api_tid``, ``api_start_ns``) are always read; a restricted ``kernels`` frame has
+    ``api_end_ns`` only when it is listed. A restricted read is for reading: its placeholders and its
+    id columns that hold one value (one process, GPU, stream or thread) are read-only zero-stride views. The analysis uses this to read only what it needs.
     Raises :class:`~profiler.errors.InputError` with one sentence for a missing, corrupt or
     non-nsys file. What the export lacks is listed in ``trace.meta['missing']``.
     """
     path = Path(path)
-    bound_heap()
     wanted = set(FRAMES) if tables is None else set(tables)
     unknown = wanted - set(FRAMES)
     if unknown:

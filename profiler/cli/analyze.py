@@ -255,8 +255,10 @@ def command(ctx: click.Context, captures: tuple[str, ...], json_path: str | None
     Several captures (or --jobs/--scheduler): each is analysed, reported and stored in a task of its own;
     --out gets index.html (a sortable table of every capture with a link to its report) and index.json.
     """
+    from profiler.capture.heap import bound_heap
     from profiler.capture.options import AnalysisOptions
 
+    bound_heap()  # this process is ours: freed column-sized arrays leave it (capture/heap.py)
     if not no_cache:
         from profiler.capture.caches import cap_bytes
 
