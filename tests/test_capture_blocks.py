@@ -234,3 +234,37 @@ def test_overlap_by_name_in_blocks_equals_pairwise(monkeypatch):
             if min(end[i], ge[j]) > max(start[i], gs[j])]
     assert sorted(zip(g.tolist(), q.tolist(), ov.tolist()), key=lambda t: (t[1], t[0])) == want
     assert (np.diff(q) >= 0).all() and len(want) > 100
+
+
+def _every_capture() -> list:
+    from tests.conftest import SAMPLE_TRACES, SHARED, nsys_fixture_files
+
+    return (sorted(SAMPLE_TRACES.glob("*.sqlite")) + nsys_fixture_files()
+            + sorted((SHARED / "fixtures" / "nsys-tensorrt").glob("*.sqlite")))
+
+
+def _block_constants() -> list:
+    from profiler.capture import activity, ids, instance_metrics, keys, summary, trace
+    from profiler.capture import analyze as A
+    from profiler.rules.capture import _common
+
+    return [(keys, "ROW_CHUNK"), (activity, "ROW_CHUNK"), (ids, "ROW_CHUNK"), (trace, "_DECODE_ROWS"),
+            (blockwise, "BLOCK_ROWS"), (blockwise, "DISTINCT_BLOCK_ROWS"), (summary, "GAP_BLOCK_ROWS"),
+            (summary, "PAIR_CHUNK"), (instance_metrics, "PAIR_CHUNK"), (S, "PAIR_CHUNK"), (A, "SORT_BLOCK_ROWS"),
+            (A, "HISTOGRAM_BLOCK_ROWS"), (_common, "CALL_BLOCK"), (_common, "MEMBER_BLOCK")]
+
+
+@pytest.mark.parametrize("path", _every_capture(), ids=lambda p: p.name)
+def test_every_capture_gives_the_same_analysis_with_every_block_small(monkeypatch, path):
+    """The chunked path: with every block size of the loader, the series table, the tables and the rules
+    set to a few hundred rows (boundaries inside threads, instances, names, gaps and calls), the analysis
+    JSON of each sample trace and real capture (those in ../shared when present) is byte-identical."""
+    import json
+
+    from profiler.capture.analyze import analyze_path
+
+    whole = json.dumps(analyze_path(path, cache=False).to_json(), sort_keys=True, default=str)
+    for i, (module, const) in enumerate(_block_constants()):
+        assert getattr(module, const) >= 1 << 16, (module.__name__, const)  # the defaults are large
+        monkeypatch.setattr(module, const, (101, 211, 307, 401, 503)[i % 5])
+    assert json.dumps(analyze_path(path, cache=False).to_json(), sort_keys=True, default=str) == whole
