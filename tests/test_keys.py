@@ -89,7 +89,11 @@ def test_take_of_an_identity_order_is_the_array_itself_and_of_another_order_a_ga
     v = np.arange(4)
     ident = Sorted(order=None, key=None, identity=True, n=4)
     assert ident.take(v) is v and ident.order.tolist() == [0, 1, 2, 3] and len(ident) == 4
-    assert ident.rows(np.array([2, 3])).tolist() == [2, 3] and ident.part(v, 1, 3).base is v
+    assert ident.rows(np.array([2, 3])).tolist() == [2, 3] and ident.part(v, 1, 3).tolist() == [1, 2]
+    perm = Sorted(order=np.array([3, 1, 0, 2], dtype=np.int32), key=None)
+    assert perm.part(v * 10, 1, 3).tolist() == [10, 0] and perm.rows(np.array([0, 3])).tolist() == [3, 2]
+    with pytest.raises(ValueError):
+        Sorted(order=None, key=None)  # a permutation is needed unless the rows are in order
     assert Sorted(order=np.array([1, 0], dtype=np.int32), key=None).take(np.array([5, 6])).tolist() == [6, 5]
 
 

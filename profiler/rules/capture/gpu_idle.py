@@ -154,7 +154,9 @@ def _covered_ns(pieces: list[tuple[np.ndarray, np.ndarray]], gs: np.ndarray, pie
     """Length of the union of intervals inside the gaps (ns), given in blocks of (start, end) sorted by
     start; emptied. The gaps are disjoint, so the union is summed group by group of consecutive gaps of
     about ``CALL_BLOCK`` pieces, each group's pieces gathered from every block: no temporary is the size
-    of all pieces (a launch-bound capture has millions of OS runtime calls in its gaps)."""
+    of all pieces (a launch-bound capture has millions of OS runtime calls in its gaps). Cutting at a
+    gap's start is exact: every piece was clipped to one gap, so no piece, and no union of pieces,
+    reaches from one group into the next."""
     ends_at = np.cumsum(pieces_per_gap)
     step = _common.CALL_BLOCK
     first_gaps = np.searchsorted(ends_at, np.arange(step, int(ends_at[-1]) if len(ends_at) else 0, step), "right")
