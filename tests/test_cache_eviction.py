@@ -158,8 +158,8 @@ def test_a_frames_entry_evicted_while_read_is_a_miss_not_a_crash(tmp_path, monke
     (entry,) = caches.entries(store.root)
     real_read, calls = C._read_frame, []
 
-    def read_then_evict(path):  # another process evicts the entry after our first frame
-        frame = real_read(path)
+    def read_then_evict(path, *args):  # another process evicts the entry after our first frame
+        frame = real_read(path, *args)
         if not calls:
             calls.append(path)
             assert caches.remove(entry.path)
