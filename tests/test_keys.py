@@ -52,14 +52,19 @@ def test_a_segment_longer_than_a_chunk_is_summed_across_chunks():
 rows = st.lists(st.tuples(st.integers(0, 2), st.integers(0, 30), st.integers(0, 10)), max_size=30)
 
 
-@settings(max_examples=200, deadline=None)
-@given(rows=rows)
-def test_sort_by_thread_orders_by_thread_time_then_latest_end_first(rows):
+def _sorted_calls(rows):
+    """(thread, start, end) rows as arrays, their keys and their (thread, time) order."""
     tid = np.array([r[0] for r in rows], dtype=np.int64)
     start = np.array([r[1] for r in rows], dtype=np.int64)
     end = start + np.array([r[2] for r in rows], dtype=np.int64)
     k = ThreadKeys([tid], [start, end])
-    srt = sort_by_thread(k, tid, start, later_first=end)
+    return tid, start, end, k, sort_by_thread(k, tid, start, later_first=end)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=rows)
+def test_sort_by_thread_orders_by_thread_time_then_latest_end_first(rows):
+    tid, start, end, k, srt = _sorted_calls(rows)
     expected = np.lexsort((np.arange(len(rows)), -end, start, tid))
     assert srt.order.tolist() == expected.tolist()
     assert srt.identity == (expected.tolist() == list(range(len(rows))))
@@ -70,11 +75,7 @@ def test_sort_by_thread_orders_by_thread_time_then_latest_end_first(rows):
 @settings(max_examples=200, deadline=None)
 @given(rows=rows)
 def test_a_call_is_nested_when_an_earlier_call_of_its_thread_covers_it(rows):
-    tid = np.array([r[0] for r in rows], dtype=np.int64)
-    start = np.array([r[1] for r in rows], dtype=np.int64)
-    end = start + np.array([r[2] for r in rows], dtype=np.int64)
-    k = ThreadKeys([tid], [start, end])
-    srt = sort_by_thread(k, tid, start, later_first=end)
+    tid, start, end, k, srt = _sorted_calls(rows)
     calls = HostCalls(tid=tid, start_ns=start, end_ns=end, name_code=np.zeros(len(rows), np.int32),
                       names=np.array([""], dtype=object), category=np.zeros(len(rows), np.int8),
                       top_level=np.ones(len(rows), dtype=bool))

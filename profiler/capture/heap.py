@@ -25,6 +25,7 @@ Every call is a no-op where the C library is not glibc.
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any, Iterator
 
 ANALYSIS_MMAP_THRESHOLD_BYTES = 16 << 20
@@ -32,20 +33,31 @@ ANALYSIS_MMAP_THRESHOLD_BYTES = 16 << 20
 READ_MMAP_THRESHOLD_BYTES = 256 << 10
 """The same during a parallel read (few, large allocations: the system time is negligible there)."""
 _M_MMAP_THRESHOLD = -3
-_mallopt: Any = None
+
+
+@functools.cache
+def _libc(name: str) -> Any:
+    """The C library's function ``name``, or None where it is not glibc."""
+    try:
+        import ctypes
+
+        return getattr(ctypes.CDLL("libc.so.6"), name)
+    except (OSError, AttributeError):
+        return None
 
 
 def _set_threshold(n_bytes: int) -> None:
-    global _mallopt
-    if _mallopt is None:
-        try:
-            import ctypes
+    mallopt = _libc("mallopt")
+    if mallopt is not None:
+        mallopt(_M_MMAP_THRESHOLD, n_bytes)
 
-            _mallopt = ctypes.CDLL("libc.so.6").mallopt
-        except (OSError, AttributeError):
-            _mallopt = False
-    if _mallopt:
-        _mallopt(_M_MMAP_THRESHOLD, n_bytes)
+
+def release_memory() -> None:
+    """Hand freed heap memory back to the OS now (``malloc_trim``): the loader calls it between frames,
+    which also helps a process whose mmap threshold glibc still adjusts itself."""
+    trim = _libc("malloc_trim")
+    if trim is not None:
+        trim(0)
 
 
 _bounded = False

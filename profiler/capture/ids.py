@@ -91,23 +91,6 @@ def take_column(cols: Columns, name: str, dtype=None) -> np.ndarray:
     return arr if dtype is None or arr.dtype == dtype else arr.astype(dtype)
 
 
-def release_memory() -> None:
-    """Hand freed heap memory back to the OS (glibc keeps freed blocks below its mmap threshold,
-    which after a few large frees is 32 MB: column-sized arrays would otherwise inflate the RSS)."""
-    global _MALLOC_TRIM
-    if _MALLOC_TRIM is None:
-        try:
-            import ctypes
-
-            _MALLOC_TRIM = ctypes.CDLL("libc.so.6").malloc_trim
-        except (OSError, AttributeError):
-            _MALLOC_TRIM = False
-    if _MALLOC_TRIM:
-        _MALLOC_TRIM(0)
-
-
-_MALLOC_TRIM: Any = None
-
 def placeholder(frame: str, column: str, n: int) -> Any:
     """A constant stand-in for a contract column that was not read: -1 (ids), NA (nullable ids), ''
     (names) or the enumeration's fallback. Integer ones are read-only zero-stride views, so they take

@@ -22,8 +22,9 @@ import pandas as pd
 from profiler.capture.export import (  # noqa: F401 - re-exported: the loader's readers
     BATCH_ROWS, NULL_INT, PARTITION_MIN_ROWS, Columns, Export, _adbc_dbapi, _corrupt, check_sqlite_file, read_threads,
 )
+from profiler.capture.heap import release_memory
 from profiler.capture.ids import (
-    ApiIndex, Strings, categorical_from_codes, compact_constant, enum_column, nullable, placeholder, release_memory, take_column,
+    ApiIndex, Strings, categorical_from_codes, compact_constant, enum_column, nullable, placeholder, take_column,
 )
 from profiler.capture.nsys_names import (  # noqa: F401 - TABLES, api_category, normalize_api_name: the loader's API
     COPY_KIND_IDS, EVENT_CLASS_DRIVER, EVENT_CLASS_RUNTIME, MEM_KIND_IDS, NVTX_DOMAIN_CREATE, NVTX_MARK,
