@@ -39,6 +39,8 @@ class Activity:
 def _first_of_launch(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
     """True for the first activity of each (process, correlation id); unknown ids (< 0) always count."""
     out = np.ones(len(corr), dtype=bool)
+    if len(corr) < 2 or _distinct_ids(pid, corr):
+        return out
     known = np.flatnonzero(corr >= 0)
     if len(known) < 2:
         return out
@@ -46,6 +48,18 @@ def _first_of_launch(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
     dup = (corr[order][1:] == corr[order][:-1]) & (pid[order][1:] == pid[order][:-1])
     out[order[1:][dup]] = False
     return out
+
+
+def _distinct_ids(pid: np.ndarray, corr: np.ndarray) -> bool:
+    """Whether no two rows share a (process, correlation id), seen without a sort: one process (a
+    constant column) whose ids rise row after row, as one stream's launches do."""
+    if not (pid.strides == (0,) or (pid == pid[0]).all()):
+        return False
+    for first in range(0, len(corr) - 1, ROW_CHUNK):  # each row below the next, a chunk of rows at a time
+        stop = min(first + ROW_CHUNK, len(corr) - 1)
+        if not (corr[first + 1:stop + 1] > corr[first:stop]).all():
+            return False
+    return True
 
 
 def build_activity(trace: Any) -> Activity:
@@ -143,8 +157,7 @@ def build_host_calls(trace: Any, attr: str) -> HostCalls:
     start = i64(df, "start_ns", 0)
     end = not_before(i64(df, "end_ns", 0), start)
     cat = codes_in(df, "category", API_CATEGORIES)
-    code, names = factor(df, "name")
-    code = code.astype(np.int32) if len(names) < 1 << 31 else code  # half the memory of a row index
+    code, names = factor(df, "name", small=True)  # the narrowest codes: one byte a call for most captures
     return HostCalls(tid=tid, start_ns=start, end_ns=end, name_code=code, names=names, category=cat,
                      top_level=np.ones(len(df), dtype=bool))
 

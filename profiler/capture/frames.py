@@ -68,30 +68,45 @@ def not_before(end: np.ndarray, start: np.ndarray) -> np.ndarray:
     return end if (end >= start).all() else np.maximum(end, start)
 
 
-def factor(df: pd.DataFrame, col: str, fill: str = "") -> tuple[np.ndarray, np.ndarray]:
+def factor(df: pd.DataFrame, col: str, fill: str = "", *, small: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(codes, values) of a string column without materialising one Python string per row.
 
     Categorical columns use their codes; others are factorised. Missing values get the code of
-    ``fill`` (appended to ``values``), so ``values[codes]`` is always a valid string.
+    ``fill`` (appended to ``values``), so ``values[codes]`` is always a valid string. Codes are int64,
+    or with ``small`` the narrowest integer type that holds them (a categorical's own codes, no row-length
+    int64 copy): for codes that are only looked up, never combined arithmetically with other columns.
     """
     if col not in df.columns or len(df) == 0:
-        return np.zeros(len(df), dtype=np.int64), np.array([fill], dtype=object)
+        return np.zeros(len(df), dtype=np.int8 if small else np.int64), np.array([fill], dtype=object)
     s = df[col]
     if isinstance(s.dtype, pd.CategoricalDtype):
-        codes = s.cat.codes.to_numpy().astype(np.int64)
+        codes = s.cat.codes.to_numpy()
         values = np.asarray(s.cat.categories.astype(object), dtype=object)
     else:
         codes, uniq = pd.factorize(s, use_na_sentinel=True)
-        codes = codes.astype(np.int64)
         values = np.asarray(pd.Index(uniq).astype(object), dtype=object)
     values = np.array([str(v) for v in values] + [fill], dtype=object)
-    codes = np.where(codes < 0, len(values) - 1, codes)
+    if not small:
+        codes = codes.astype(np.int64)
+        return np.where(codes < 0, len(values) - 1, codes), values
+    codes = codes.astype(_code_type(len(values)), copy=False)
+    missing = codes < 0
+    if missing.any():
+        codes = np.where(missing, codes.dtype.type(len(values) - 1), codes)
     return codes, values
+
+
+def _code_type(n_values: int) -> type:
+    """The narrowest signed integer type holding the codes 0 .. n_values - 1."""
+    for kind in (np.int8, np.int16, np.int32):
+        if n_values <= np.iinfo(kind).max + 1:
+            return kind
+    return np.int64
 
 
 def codes_in(df: pd.DataFrame, col: str, vocabulary: tuple[str, ...]) -> np.ndarray:
     """Small-integer codes of a string column's values in ``vocabulary`` (unknown or missing -> 0)."""
-    codes, values = factor(df, col)
+    codes, values = factor(df, col, small=True)
     lookup = {v: i for i, v in enumerate(vocabulary)}
     table = np.array([lookup.get(v, 0) for v in values], dtype=np.int8)
     return table[codes]

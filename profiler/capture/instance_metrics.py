@@ -3,13 +3,15 @@ bytes, launches, API, sync and OS runtime time), GPU busy unions, and the outlie
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import pandas as pd
 
 from profiler.capture import intervals
 from profiler.capture.activity import Activity, HostCalls
 from profiler.capture.frames import DEVICE_SYNC_NAMES, KERNEL, MEMCPY, ApiCategory
-from profiler.capture.keys import Sorted, WindowSums, expand
+from profiler.capture.keys import ROW_CHUNK, Sorted, WindowSums, expand
 
 OUTLIER_MEDIAN_RATIO = 1.5
 """An instance is an outlier when its wall time exceeds this multiple of the series median ..."""
@@ -24,17 +26,18 @@ PAIR_CHUNK = 1 << 18
 
 def activity_metrics(inst: pd.DataFrame, act: Activity, srt: Sorted, unknown: np.ndarray) -> None:
     lo, hi = inst["act_lo"].to_numpy(), inst["act_hi"].to_numpy()
-    # work on arrays permuted once into (thread, launch time) order
-    kind, dur = srt.take(act.kind), srt.take_length(act.start_ns, act.end_ns)
-    is_kernel, is_copy = kind == KERNEL, kind == MEMCPY
-    sums = WindowSums(lo, hi, len(srt))
-    inst["kernel_sum_ns"] = sums(dur, is_kernel)
-    inst["copy_sum_ns"] = sums(dur, is_copy)
-    del dur
-    inst["copy_bytes"] = sums(srt.take(act.bytes), is_copy)
-    inst["pageable_copies"] = sums(is_copy & srt.take(act.pageable))
-    inst["kernels"] = sums(is_kernel)
-    inst["launches"] = sums(srt.take(act.is_launch))
+
+    def block(first: int, stop: int) -> list[np.ndarray]:  # rows in (thread, launch time) order
+        kind = srt.part(act.kind, first, stop)
+        is_kernel, is_copy = kind == KERNEL, kind == MEMCPY
+        dur = srt.part(act.end_ns, first, stop) - srt.part(act.start_ns, first, stop)
+        return [np.where(is_kernel, dur, 0), np.where(is_copy, dur, 0),
+                np.where(is_copy, srt.part(act.bytes, first, stop), 0),
+                is_copy & srt.part(act.pageable, first, stop), is_kernel, srt.part(act.is_launch, first, stop)]
+
+    names = ("kernel_sum_ns", "copy_sum_ns", "copy_bytes", "pageable_copies", "kernels", "launches")
+    for name, total in zip(names, window_sums(WindowSums(lo, hi, len(srt)), block, len(names))):
+        inst[name] = total
     inst["activities"] = hi - lo
     n = len(inst)
     busy = np.zeros(n, np.int64)
@@ -99,25 +102,57 @@ def _nested_unions(act: Activity, srt: Sorted, lo: np.ndarray, hi: np.ndarray
 
 
 def host_metrics(inst: pd.DataFrame, api: HostCalls, api_srt: Sorted, osrt: HostCalls, osrt_srt: Sorted) -> None:
-    lo, hi = inst["api_lo"].to_numpy(), inst["api_hi"].to_numpy()
-    top, cat = api_srt.take(api.top_level), api_srt.take(api.category)  # in (thread, start) order
-    dur = api_srt.take_length(api.start_ns, api.end_ns)
-    dur[~top] = 0  # a fresh array of its own: nested calls count through their caller
-    launch = top & ((cat == ApiCategory.launch) | (cat == ApiCategory.graph_launch))
-    sync = top & api_srt.take(api.blocking_sync)
-    device_sync = sync & api_srt.take(api.named(DEVICE_SYNC_NAMES))
-    sums = WindowSums(lo, hi, len(top))
-    inst["api_ns"] = sums(dur)
-    inst["launch_api_ns"] = sums(dur, launch)
-    inst["launch_calls"] = sums(launch)
-    inst["sync_ns"] = sums(dur, sync)
-    inst["sync_count"] = sums(sync)
-    inst["device_sync_count"] = sums(device_sync)
-    inst["memcpy_api_ns"] = sums(dur, top & (cat == ApiCategory.memcpy))
-    otop = osrt_srt.take(osrt.top_level)
-    osums = WindowSums(inst["osrt_lo"].to_numpy(), inst["osrt_hi"].to_numpy(), len(otop))
-    inst["osrt_ns"] = osums(osrt_srt.take_length(osrt.start_ns, osrt.end_ns), otop)
-    inst["osrt_count"] = osums(otop)
+    sync_name = np.array(["Synchronize" in str(n) for n in api.names], dtype=bool)  # as HostCalls.blocking_sync
+    device_sync_name = np.isin(api.names, list(DEVICE_SYNC_NAMES))
+
+    def calls(first: int, stop: int) -> list[np.ndarray]:  # rows in (thread, start) order
+        top, cat = api_srt.part(api.top_level, first, stop), api_srt.part(api.category, first, stop)
+        code = api_srt.part(api.name_code, first, stop)
+        dur = np.where(top, api_srt.part(api.end_ns, first, stop) - api_srt.part(api.start_ns, first, stop), 0)
+        launch = top & ((cat == ApiCategory.launch) | (cat == ApiCategory.graph_launch))
+        sync = top & (cat == ApiCategory.sync) & sync_name[code]  # nested calls count through their caller
+        return [dur, np.where(launch, dur, 0), launch, np.where(sync, dur, 0), sync, sync & device_sync_name[code],
+                np.where(cat == ApiCategory.memcpy, dur, 0)]
+
+    names = ("api_ns", "launch_api_ns", "launch_calls", "sync_ns", "sync_count", "device_sync_count",
+             "memcpy_api_ns")
+    sums = WindowSums(inst["api_lo"].to_numpy(), inst["api_hi"].to_numpy(), len(api_srt))
+    for name, total in zip(names, window_sums(sums, calls, len(names))):
+        inst[name] = total
+
+    def os_calls(first: int, stop: int) -> list[np.ndarray]:
+        top = osrt_srt.part(osrt.top_level, first, stop)
+        dur = osrt_srt.part(osrt.end_ns, first, stop) - osrt_srt.part(osrt.start_ns, first, stop)
+        return [np.where(top, dur, 0), top]
+
+    osums = WindowSums(inst["osrt_lo"].to_numpy(), inst["osrt_hi"].to_numpy(), len(osrt_srt))
+    inst["osrt_ns"], inst["osrt_count"] = window_sums(osums, os_calls, 2)
+
+
+def window_sums(sums: WindowSums, block: Callable[[int, int], list[np.ndarray]], k: int) -> list[np.ndarray]:
+    """Per window of ``sums``, the sums of ``k`` per-row columns (int64 values or bool counts) that
+    ``block(first, stop)`` makes for sorted positions [first, stop), ``ROW_CHUNK`` positions at a time: no
+    column is ever made at full length. A block's rows before its first segment start belong to the
+    segment already open."""
+    seg = np.zeros((k, len(sums.cut)), dtype=np.int64)
+    for first in range(0, sums.n, ROW_CHUNK):
+        stop = min(first + ROW_CHUNK, sums.n)
+        i0, i1 = (int(i) for i in np.searchsorted(sums.cut, [first, stop]))
+        starts = sums.cut[i0:i1] - first
+        carry = not len(starts) or starts[0] > 0
+        if carry:
+            starts = np.concatenate(([0], starts))
+        for j, column in enumerate(block(first, stop)):
+            part = np.add.reduceat(column, starts, dtype=np.int64)
+            if carry:
+                seg[j, i0 - 1] += part[0]
+            seg[j, i0:i1] += part[1:] if carry else part
+    out = []
+    for j in range(k):
+        prefix = np.zeros(len(sums.cut) + 1, dtype=np.int64)
+        np.cumsum(seg[j], out=prefix[1:])
+        out.append(prefix[sums.ihi] - prefix[sums.ilo])
+    return out
 
 
 def mark_outliers(inst: pd.DataFrame, median_ratio: float = OUTLIER_MEDIAN_RATIO,
