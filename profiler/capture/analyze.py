@@ -134,6 +134,7 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
     """The inference unit, its layers, phases and streams; series statistics, GPU busy projection, idle
     gaps and the capture rules' findings, over the steady state unless ``options.include_setup``."""
     from profiler.capture import layer_table, phases, streams, unit as U
+    from profiler.capture.heap import release_memory
     from profiler.rules import run_rules
     from profiler.rules.impact import calibrate
 
@@ -159,13 +160,16 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
     trimmed = not options.include_setup and _trims(full, ph)
     table = full.subset(ph.steady_start_ns, ph.steady_end_ns, consume=True) if trimmed else full
     del full
+    release_memory()  # between the large stages, freed heap pages leave the process (capture/heap.py)
     summaries = SM.series_summary(table)
     outl = SM.explain_outliers(table)
     devices = SM.device_gaps(table.activity, None if table.window else SM.attributed_activity(table))
+    release_memory()
     ctx = CaptureContext(trace=trace, table=table, ranges=summaries, devices=devices, outliers=outl,
                          capture_start_ns=int(start_ns), unit=unit, phases=ph, tensorrt=trt,
                          include_setup=options.include_setup)
     judged = run_rules("capture", ctx, only=options.rules, overrides=options.rule_overrides())
+    release_memory()
     findings = calibrate(ctx, judged.findings)
     capture = _capture_info(trace, meta, table)
     ranges = _ranges_json(ctx, options)
