@@ -13,7 +13,8 @@ from profiler.capture.frames import (
     API_CATEGORIES, COPY_KINDS, GRAPH, KERNEL, MEMCPY, MEMSET, ApiCategory, codes_in, factor, frame_of, i64,
     is_value, not_before,
 )
-from profiler.capture.keys import ROW_CHUNK, Sorted, ThreadKeys
+from profiler.capture.blockwise import Reach
+from profiler.capture.keys import ROW_CHUNK, Sorted, ThreadKeys, blocks
 
 @dataclass
 class Activity:
@@ -165,21 +166,15 @@ def build_host_calls(trace: Any, attr: str) -> HostCalls:
 def mark_top_level(calls: HostCalls, srt: Sorted, keys: ThreadKeys) -> None:
     """Flag calls nested inside an earlier call of the same thread (a runtime call's driver calls).
 
-    A call is nested when its end key is not past the furthest end key of the calls sorted before it;
-    the sorted rows are walked in chunks (``ROW_CHUNK``), carrying that furthest end, so no full-length
-    gather of the calls' times is made."""
+    A call is nested when its end key is not past the furthest end key of the calls sorted before it (their
+    :class:`~profiler.capture.blockwise.Reach`); the sorted rows are walked ``ROW_CHUNK`` at a time, so no
+    full-length gather of the calls' times is made."""
     if len(calls) == 0:
         return
     top = np.ones(len(calls), dtype=bool)
-    reach = np.iinfo(np.int64).min  # the furthest end key of the rows sorted before the chunk
-    for first in range(0, len(srt), ROW_CHUNK):
-        stop = min(first + ROW_CHUNK, len(srt))
-        end_key = keys.shifted(srt.key[first:stop], srt.part(calls.start_ns, first, stop),
-                               srt.part(calls.end_ns, first, stop))
-        reach_before = np.empty_like(end_key)  # the furthest end key of the rows sorted before each row
-        reach_before[0] = reach
-        np.maximum.accumulate(end_key[:-1], out=reach_before[1:])
-        np.maximum(reach_before, reach, out=reach_before)
-        top[srt.rows(first + np.flatnonzero(end_key <= reach_before))] = False
-        reach = max(reach, int(end_key.max()))
+    reach = Reach()
+    for sl in blocks(len(srt), ROW_CHUNK):
+        end_key = keys.shifted(srt.key[sl], srt.part(calls.start_ns, sl.start, sl.stop),
+                               srt.part(calls.end_ns, sl.start, sl.stop))
+        top[srt.rows(sl.start + np.flatnonzero(end_key <= reach.before_each(end_key)))] = False
     calls.top_level = top

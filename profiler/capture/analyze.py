@@ -55,7 +55,7 @@ import pandas as pd
 
 from profiler.capture import series as S
 from profiler.capture import summary as SM
-from profiler.capture.keys import ROW_CHUNK
+from profiler.capture.keys import ROW_CHUNK, blocks
 from profiler.capture.options import AnalysisOptions  # noqa: F401 - defined apart: the cache's key needs no pandas
 from profiler.findings import Finding, json_safe
 from profiler.rules.context import CaptureContext
@@ -359,9 +359,9 @@ def _duration_stats(codes: np.ndarray, start: np.ndarray, end: np.ndarray) -> di
     heads = np.flatnonzero(np.concatenate(([True], c[1:] != c[:-1])))
     first_row = order[heads]  # stable: each code's first row in capture order
     d = np.empty(len(order), dtype=np.int64)
-    for a in range(0, len(order), SORT_BLOCK_ROWS):  # gathered a block at a time: no row-length temporaries
-        idx = order[a:a + SORT_BLOCK_ROWS]
-        np.subtract(end[idx], start[idx], out=d[a:a + SORT_BLOCK_ROWS])
+    for sl in blocks(len(order), SORT_BLOCK_ROWS):  # gathered a block at a time: no row-length temporaries
+        idx = order[sl]
+        np.subtract(end[idx], start[idx], out=d[sl])
     del order
     np.maximum(d, 0, out=d)
     _sort_runs(d, c, heads)
@@ -406,8 +406,8 @@ def _gap_histograms(ctx: CaptureContext, min_gap_us: float) -> list[dict[str, An
     for d in ctx.devices:
         gap_ns = d.gap_ns  # computed by the property on each read: once here
         counts = np.zeros(len(GAP_EDGES_US) - 1, dtype=np.int64)
-        for a in range(0, len(gap_ns), HISTOGRAM_BLOCK_ROWS):  # a block at a time: no row-length float copy
-            counts += np.histogram(gap_ns[a:a + HISTOGRAM_BLOCK_ROWS] / 1e3, bins=np.array(GAP_EDGES_US))[0]
+        for sl in blocks(len(gap_ns), HISTOGRAM_BLOCK_ROWS):  # a block at a time: no row-length float copy
+            counts += np.histogram(gap_ns[sl] / 1e3, bins=np.array(GAP_EDGES_US))[0]
         edges = list(GAP_EDGES_US[:-1]) + [max(float(gap_ns.max()) / 1e3 * 1.01 if len(gap_ns) else 0.0,
                                                GAP_EDGES_US[-2] * 10)]
         big = gap_ns >= min_gap_us * 1e3

@@ -12,10 +12,9 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from profiler.capture import intervals
-from profiler.capture.keys import ROW_CHUNK
+from profiler.capture import intervals, keys
 
-BLOCK_ROWS = ROW_CHUNK
+BLOCK_ROWS = keys.ROW_CHUNK
 """Rows per block (the capture's one row-chunk size; a module constant so tests can cross block boundaries)."""
 
 
@@ -24,28 +23,77 @@ DISTINCT_BLOCK_ROWS = 1 << 16
 
 
 def blocks(n: int, rows: int | None = None) -> list[slice]:
-    """``[0, n)`` as consecutive slices of at most ``rows`` (default ``BLOCK_ROWS``) rows."""
-    rows = rows or BLOCK_ROWS
-    return [slice(lo, min(lo + rows, n)) for lo in range(0, n, rows)]
+    """:func:`profiler.capture.keys.blocks` with this module's ``BLOCK_ROWS`` by default."""
+    return keys.blocks(n, rows or BLOCK_ROWS)
+
+
+NO_REACH = np.iinfo(np.int64).min
+"""The reach before any row: no time is covered yet."""
+
+
+class Reach:
+    """The furthest end of the rows swept so far, carried from block to block of rows in start order.
+
+    Invariant: once :meth:`before_each` has been given the ends of blocks 0..b (each block once, in row
+    order), ``value`` is the largest of the initial reach and every end given, and the arrays it returned
+    are, joined, ``max(initial, np.maximum.accumulate(ends)[i - 1])`` for row i (the initial reach for row
+    0): the same as one whole-length pass, with no row-length temporary."""
+
+    def __init__(self, initial: int = NO_REACH):
+        self.value = int(initial)
+
+    def before_each(self, ends: np.ndarray) -> np.ndarray:
+        """The reach before each row of the next block (a new int64 array the caller may write into): the
+        largest of the carried reach and the ends of the block's earlier rows. The block is then carried."""
+        before = np.empty(len(ends), dtype=np.int64)
+        if len(ends):
+            before[0] = self.value
+            np.maximum.accumulate(ends[:-1], out=before[1:])
+            np.maximum(before, self.value, out=before)
+            self.value = max(int(before[-1]), int(ends[-1]))
+        return before
+
+
+def in_start_order(start: np.ndarray, known: bool | None = None) -> bool:
+    """Whether the rows are sorted by ``start``: ``known`` when the caller says (True for an Activity from
+    :func:`~profiler.capture.activity.build_activity` and its subsets), else checked a block at a time (no
+    row-length mask; stops at the first block out of order)."""
+    if known is not None:
+        return known
+    for sl in blocks(len(start)):
+        s = start[max(sl.start - 1, 0):sl.stop]  # one row of overlap: the boundary counts
+        if not (s[1:] >= s[:-1]).all():
+            return False
+    return True
 
 
 def union_lengths(start: np.ndarray, end: np.ndarray, group_of: Callable[[slice], np.ndarray],
-                  n_groups: int) -> np.ndarray:
+                  n_groups: int, sorted_by_start: bool | None = None) -> np.ndarray:
     """Union length (ns, int64) of the intervals ``[start, end)`` of each group ``0..n_groups-1``, where
     ``group_of(rows)`` labels the rows of a block (a slice) and -1 leaves a row out.
 
-    With rows sorted by start, a group's union pieces from one block start no earlier than those of the
-    blocks before: each piece adds what lies beyond the group's reach so far (the latest end of its earlier
-    pieces). Exact int64 sums, the same as one union per group of all its rows. Rows out of start order
-    (not what :func:`~profiler.capture.activity.build_activity` gives) are taken in one pass."""
-    if not (start[1:] >= start[:-1]).all():
+    Rows sorted by start are swept a block at a time, each row or piece adding what lies beyond its
+    group's reach so far: exact int64 sums, the same as one union per group of all its rows. Rows out of
+    start order are taken in one pass; ``sorted_by_start`` is :func:`in_start_order`'s ``known``."""
+    if not in_start_order(start, sorted_by_start):
         g = group_of(slice(0, len(start)))
         keep = g >= 0
         return intervals.union_length_by_group(g[keep], start[keep], end[keep], n_groups)
     if n_groups == 1:
         return np.array([_swept_length(start, end, group_of)], dtype=np.int64)
+    return _grouped_lengths(start, end, group_of, n_groups)
+
+
+def _grouped_lengths(start: np.ndarray, end: np.ndarray, group_of: Callable[[slice], np.ndarray],
+                     n_groups: int) -> np.ndarray:
+    """:func:`union_lengths` of rows sorted by start, several groups: each block's union pieces per group
+    (by group, then start) start no earlier than the group's pieces of the blocks before, so each adds
+    what lies beyond the group's reach (the latest end of its earlier pieces), one reach per group.
+
+    Not a :class:`Reach`: the reach before each row within a block is per group (the block's own union
+    gives it), and only the reach carried in from earlier blocks is applied here, per piece."""
     total = np.zeros(n_groups, dtype=np.int64)
-    reach = np.full(n_groups, np.iinfo(np.int64).min, dtype=np.int64)
+    reach = np.full(n_groups, NO_REACH, dtype=np.int64)
     for sl in blocks(len(start)):
         g, s, e = _kept(start, end, group_of, sl)
         g, us, ue = intervals.union_by_group(g, s, e)
@@ -71,30 +119,27 @@ def _kept(start: np.ndarray, end: np.ndarray, group_of: Callable[[slice], np.nda
 
 
 def _swept_length(start: np.ndarray, end: np.ndarray, group_of: Callable[[slice], np.ndarray]) -> int:
-    """The union length of one group, rows sorted by start: each row adds what lies beyond the reach of the
-    rows before it (an empty or reversed row adds nothing and moves the reach past no later start)."""
-    total, reach = 0, np.iinfo(np.int64).min
+    """The union length of one group, rows sorted by start: each row adds what lies beyond the
+    :class:`Reach` of the rows before it (an empty or reversed row adds nothing and moves the reach past
+    no later start)."""
+    total, reach = 0, Reach()
     for sl in blocks(len(start)):
         _, s, e = _kept(start, end, group_of, sl)
-        if not len(s):
-            continue
-        covered = np.empty(len(e), dtype=np.int64)  # max(start, reach before the row)
-        covered[0] = reach
-        np.maximum.accumulate(e[:-1], out=covered[1:])
-        np.maximum(covered, reach, out=covered)
-        np.maximum(covered, s, out=covered)
+        covered = reach.before_each(e)
+        np.maximum(covered, s, out=covered)  # the part of each row the rows before it cover ends here
         np.subtract(e, covered, out=covered)
         total += int(covered.sum(where=covered > 0))
-        reach = max(reach, int(e.max()))
     return total
 
 
-def union_length(start: np.ndarray, end: np.ndarray, keep: Callable[[slice], np.ndarray] | None = None) -> int:
-    """:func:`intervals.union_length` of the rows that ``keep(rows)`` (a mask per block; None: all) selects."""
+def union_length(start: np.ndarray, end: np.ndarray, keep: Callable[[slice], np.ndarray] | None = None,
+                 sorted_by_start: bool | None = None) -> int:
+    """:func:`intervals.union_length` of the rows that ``keep(rows)`` (a mask per block; None: all) selects;
+    ``sorted_by_start`` as for :func:`union_lengths`."""
     def group_of(sl: slice) -> np.ndarray:
         return np.zeros(sl.stop - sl.start, dtype=np.int8) if keep is None else keep(sl).astype(np.int8) - 1
 
-    return int(union_lengths(start, end, group_of, 1)[0])
+    return int(union_lengths(start, end, group_of, 1, sorted_by_start)[0])
 
 
 def distinct(values: np.ndarray, keep: Callable[[slice], np.ndarray] | None = None) -> np.ndarray:

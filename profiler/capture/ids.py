@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.capture.export import NULL_INT, Columns, Export
-from profiler.capture.keys import ROW_CHUNK, row_index
+from profiler.capture.keys import ROW_CHUNK, blocks, row_index
 from profiler.capture.trace import SCHEMAS, enum_dtype
 from profiler.capture.validate import decode_all, require_columns
 
@@ -65,13 +65,13 @@ def factorize_ids(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if len(ids) <= ROW_CHUNK:
         codes, uniq = pd.factorize(ids)
         return codes.astype(np.int32 if len(uniq) < 1 << 31 else np.int64), uniq
-    chunks = range(0, len(ids), ROW_CHUNK)
-    uniq = pd.unique(np.concatenate([pd.unique(ids[i:i + ROW_CHUNK]) for i in chunks]))  # first appearances
+    chunks = blocks(len(ids), ROW_CHUNK)
+    uniq = pd.unique(np.concatenate([pd.unique(ids[sl]) for sl in chunks]))  # first appearances
     by_value = np.argsort(uniq, kind="stable")
     sorted_uniq = uniq[by_value]
     codes = np.empty(len(ids), dtype=np.int32 if len(uniq) < 1 << 31 else np.int64)
-    for i in chunks:
-        codes[i:i + ROW_CHUNK] = by_value[np.searchsorted(sorted_uniq, ids[i:i + ROW_CHUNK])]
+    for sl in chunks:
+        codes[sl] = by_value[np.searchsorted(sorted_uniq, ids[sl])]
     return codes, uniq
 
 
@@ -163,12 +163,12 @@ class ApiIndex:
         out = np.full(len(global_id), invalid, dtype=np.int64)
         if len(self.procs) == 0:
             return out
-        for first in range(0, len(out), ROW_CHUNK):
-            proc = global_id[first:first + ROW_CHUNK] & PID_MASK
-            c = corr[first:first + ROW_CHUNK]
+        for sl in blocks(len(out), ROW_CHUNK):
+            proc = global_id[sl] & PID_MASK
+            c = corr[sl]
             p = np.minimum(np.searchsorted(self.procs, proc), len(self.procs) - 1)
             ok = (self.procs[p] == proc) & (c >= 0) & (c < 2**32)
-            part = out[first:first + ROW_CHUNK]
+            part = out[sl]
             part[ok] = (p[ok].astype(np.int64) << 32) | c[ok]
         return out
 

@@ -62,6 +62,12 @@ ROW_CHUNK = 1 << 18
 """Rows per step where a pass over millions of rows is walked in chunks to bound its temporaries."""
 
 
+def blocks(n: int, rows: int | None = None) -> list[slice]:
+    """``[0, n)`` as consecutive slices of at most ``rows`` (default ``ROW_CHUNK``) rows, in order."""
+    rows = rows or ROW_CHUNK
+    return [slice(lo, min(lo + rows, n)) for lo in range(0, n, rows)]
+
+
 def row_index(rows: np.ndarray) -> np.ndarray:
     """Row numbers as int32 when they fit (half the memory of the millions-long permutations)."""
     return rows.astype(np.int32, copy=False) if len(rows) < 1 << 31 else rows
@@ -111,9 +117,9 @@ class Sorted:
         if self._order is None:
             return end - start
         out = np.empty(self.n, dtype=np.int64)
-        for first in range(0, self.n, ROW_CHUNK):
-            rows = self._order[first:first + ROW_CHUNK]
-            np.subtract(end[rows], start[rows], out=out[first:first + ROW_CHUNK])
+        for sl in blocks(self.n):
+            rows = self._order[sl]
+            np.subtract(end[rows], start[rows], out=out[sl])
         return out
 
     def window(self, qkey_lo: np.ndarray, qkey_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -200,14 +206,13 @@ class WindowSums:
         masked or int64 copy is never made at full length); a chunk's rows before its first segment
         start belong to the segment already open."""
         seg = np.zeros(len(self.cut), dtype=np.int64)
-        for r0 in range(0, self.n, ROW_CHUNK):
-            r1 = min(r0 + ROW_CHUNK, self.n)
-            i0, i1 = (int(i) for i in np.searchsorted(self.cut, [r0, r1]))
-            starts = self.cut[i0:i1] - r0
+        for sl in blocks(self.n):
+            i0, i1 = (int(i) for i in np.searchsorted(self.cut, [sl.start, sl.stop]))
+            starts = self.cut[i0:i1] - sl.start
             carry = not len(starts) or starts[0] > 0
             if carry:
                 starts = np.concatenate(([0], starts))
-            part = values[r0:r1] if mask is None else np.where(mask[r0:r1], values[r0:r1], 0)
+            part = values[sl] if mask is None else np.where(mask[sl], values[sl], 0)
             sums = np.add.reduceat(part, starts, dtype=np.int64)
             if carry:
                 seg[i0 - 1] += sums[0]

@@ -158,15 +158,19 @@ GAP_BLOCK_ROWS = 1 << 16
 """Rows per block of the gap sweep (a module constant so tests can cross block boundaries)."""
 
 
-def device_gaps(act: Activity, focus: np.ndarray | None = None) -> list[DeviceGaps]:
+def device_gaps(act: Activity, focus: np.ndarray | None = None, sorted_by_start: bool | None = None
+                ) -> list[DeviceGaps]:
     """Idle gaps of each device between its first and last GPU activity (all kinds, all streams).
 
     With ``focus`` (a mask of activities, e.g. those launched inside NVTX ranges), a device's active
     window is narrowed to the span of its focused activities, so start-up (module loading, warm-up
-    before the first range) does not count as idleness of the measured region.
+    before the first range) does not count as idleness of the measured region. ``sorted_by_start``: True
+    where the caller knows the rows are in start order (an Activity from build_activity and its subsets),
+    None to have it checked once for all devices.
     """
     out = []
     devices = blockwise.distinct(act.device_id)
+    sorted_by_start = blockwise.in_start_order(act.start_ns, sorted_by_start)
     for dev in devices:
         sel = None if len(devices) == 1 else act.device_id == dev
         a0, a1 = _extent(act, sel)
@@ -175,7 +179,7 @@ def device_gaps(act: Activity, focus: np.ndarray | None = None) -> list[DeviceGa
         focused = fsel is not None and bool(fsel.any())
         if focused:
             a0, a1 = _extent(act, fsel)
-        gs, ge, idle_ns = _gaps(act, sel, a0, a1)
+        gs, ge, idle_ns = _gaps(act, sel, a0, a1, sorted_by_start)
         tids = blockwise.distinct(act.api_tid, None if sel is None else lambda rows: sel[rows])
         out.append(DeviceGaps(int(dev), a0, a1, int(a1 - a0 - idle_ns), gs, ge, tids[tids >= 0],
                               focused=focused and (a0, a1) != whole))
@@ -190,46 +194,48 @@ def _extent(act: Activity, sel: np.ndarray | None) -> tuple[int, int]:
     return int(act.start_ns.min(where=sel, initial=i64.max)), int(act.end_ns.max(where=sel, initial=i64.min))
 
 
-def _gaps(act: Activity, sel: np.ndarray | None, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, int]:
+def _gaps(act: Activity, sel: np.ndarray | None, lo: int, hi: int, sorted_by_start: bool
+          ) -> tuple[np.ndarray, np.ndarray, int]:
     """(gap starts, gap ends, their total ns): :func:`intervals.gaps` of the rows ``sel`` (None: all) inside
-    ``[lo, hi)``, swept a block of rows at a time so no temporary spans the whole activity.
-
-    The rows are sorted by start, so the time from the latest end of the rows before a row (its reach, at
-    least ``lo``) to the row's start is covered by none: each non-empty such stretch is one gap."""
+    ``[lo, hi)``; rows in start order (``sorted_by_start``) are swept a block at a time."""
     start, end = act.start_ns, act.end_ns
-    if not (start[1:] >= start[:-1]).all():  # not what build_activity gives: the plain union
+    if not sorted_by_start:  # not what build_activity gives: the plain union
         s, e = (start, end) if sel is None else (start[sel], end[sel])
         gs, ge = intervals.gaps(s, e, lo, hi)
         return gs, ge, int((ge - gs).sum())
+    gs, ge = _swept_gaps(start, end, sel, lo, hi)
+    idle_ns = sum(int((ge[sl] - gs[sl]).sum()) for sl in blockwise.blocks(len(gs), GAP_BLOCK_ROWS))
+    return gs, ge, idle_ns
+
+
+def _swept_gaps(start: np.ndarray, end: np.ndarray, sel: np.ndarray | None, lo: int, hi: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """The gaps of the non-empty rows ``sel`` (None: all), sorted by start, inside ``[lo, hi)``, with no
+    temporary spanning the whole activity: the time from a row's :class:`~profiler.capture.blockwise.Reach`
+    (the latest end of the rows before it, at least ``lo``) to its start is covered by none, so each
+    non-empty such stretch is one gap, and so is the stretch from the last reach to ``hi``."""
     # at most one gap before each row and one after the last: filled in place, then cut to size, so the
     # result is never held twice (parts and their concatenation)
     cap = (len(start) if sel is None else int(np.count_nonzero(sel))) + 1
     gs, ge = np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64)
-    reach, k = lo, 0
+    reach, k = blockwise.Reach(lo), 0
     for sl in blockwise.blocks(len(start), GAP_BLOCK_ROWS):
         s, e = start[sl], end[sl]
         keep = e > s if sel is None else sel[sl] & (e > s)  # empty rows cover nothing
         s, e = s[keep], e[keep]
-        if not len(s):
-            continue
-        before = np.empty(len(e), dtype=np.int64)  # the reach before each row
-        before[0] = reach
-        np.maximum.accumulate(e[:-1], out=before[1:])
-        np.maximum(before, reach, out=before)
+        before = reach.before_each(e)
         gap_end = np.minimum(s, hi)
         new = gap_end > before
         m = int(np.count_nonzero(new))
         np.compress(new, before, out=gs[k:k + m])
         np.compress(new, gap_end, out=ge[k:k + m])
         k += m
-        reach = max(reach, int(e.max()))
-    if reach < hi:
-        gs[k], ge[k] = reach, hi
+    if reach.value < hi:
+        gs[k], ge[k] = reach.value, hi
         k += 1
     gs.resize(k, refcheck=False)  # no view of either exists: shrinking in place is safe
     ge.resize(k, refcheck=False)
-    idle_ns = sum(int((ge[sl] - gs[sl]).sum()) for sl in blockwise.blocks(k, GAP_BLOCK_ROWS))
-    return gs, ge, idle_ns
+    return gs, ge
 
 
 def overlap_by_name(gap_start: np.ndarray, gap_end: np.ndarray, start: np.ndarray, end: np.ndarray,
