@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from profiler.capture import blockwise, intervals
 from profiler.capture import series as S
@@ -196,6 +198,78 @@ def test_block_union_lengths_equal_whole_unions(monkeypatch, seed):
     back = slice(None, None, -1)  # out of start order: one pass
     assert blockwise.union_lengths(start[back], end[back], lambda rows: label[back][rows], 4).tolist() == want
     assert blockwise.distinct(label, lambda rows: keep[rows]).tolist() == [0, 1, 2, 3]
+
+
+def _reach_before(end: np.ndarray, initial: int) -> np.ndarray:
+    """The reach before each row by one whole-length accumulate: the latest of ``initial`` and earlier ends."""
+    before = np.full(len(end), initial, dtype=np.int64)
+    if len(end) > 1:
+        np.maximum(before[1:], np.maximum.accumulate(end)[:-1], out=before[1:])
+    return before
+
+
+@settings(max_examples=300, deadline=None)
+@given(ivs=st.lists(st.tuples(st.integers(0, 200), st.integers(-5, 80)), max_size=60),
+       rows=st.integers(1, 70), initial=st.sampled_from([blockwise.NO_REACH, 0, 100]))
+def test_reach_carried_across_blocks_equals_one_accumulate(ivs, rows, initial):
+    start = np.sort(np.array([a for a, _ in ivs], dtype=np.int64))
+    end = start + np.array([b for _, b in ivs], dtype=np.int64)  # empty and reversed rows too
+    reach = blockwise.Reach(initial)
+    parts = [reach.before_each(end[sl]) for sl in blockwise.blocks(len(end), rows)]
+    got = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    assert got.tolist() == _reach_before(end, initial).tolist()
+    assert reach.value == max([initial] + end.tolist())
+
+
+@pytest.mark.parametrize("rows", [1, 2, 7, 64, 1001, 5000])
+def test_the_three_reach_sweeps_in_blocks_equal_one_accumulate(monkeypatch, rows):
+    """The sweeps that carry the reach across blocks (the one-group union, the gap walk, the nesting of
+    calls) give what one whole-length np.maximum.accumulate gives: blocks of one row, of sizes not dividing
+    the 1001 rows, of all of them in one."""
+    from profiler.capture import activity, summary
+    from profiler.capture.activity import HostCalls, mark_top_level
+    from profiler.capture.keys import ThreadKeys, sort_by_thread
+
+    rng = np.random.default_rng(rows)
+    n = 1001
+    start = np.sort(rng.integers(0, 30 * n, n))
+    end = start + rng.choice([-3, 0, 1, 20, 90, 600], n, p=[.1, .1, .2, .3, .28, .02])  # reversed, empty, long
+    monkeypatch.setattr(blockwise, "BLOCK_ROWS", rows)
+    monkeypatch.setattr(summary, "GAP_BLOCK_ROWS", rows)
+    monkeypatch.setattr(activity, "ROW_CHUNK", rows)
+    covered = np.maximum(start, _reach_before(end, blockwise.NO_REACH))
+    assert blockwise.union_length(start, end) == int(np.maximum(end - covered, 0).sum()) \
+        == intervals.union_length(start, end)
+    sel = rng.random(n) < 0.7
+    lo, hi = int(start[10]), int(end[-20])
+    s, e = start[sel & (end > start)], end[sel & (end > start)]
+    before = _reach_before(e, lo)
+    new = np.minimum(s, hi) > before
+    want_start = np.append(before[new], max(lo, int(e.max()))) if max(lo, int(e.max())) < hi else before[new]
+    gs, ge = summary._swept_gaps(start, end, sel, lo, hi)
+    assert gs.tolist() == want_start.tolist() and len(gs) > 20
+    assert (gs.tolist(), ge.tolist()) == tuple(a.tolist() for a in intervals.gaps(s, e, lo, hi))
+    ends = np.maximum(end, start)  # calls of one thread, each ending no earlier than it starts
+    keys = ThreadKeys([np.ones(n, np.int64)], [start, ends])
+    srt = sort_by_thread(keys, np.ones(n, np.int64), start, later_first=ends)
+    calls = HostCalls(tid=np.ones(n, np.int64), start_ns=start, end_ns=ends, name_code=np.zeros(n, np.int32),
+                      names=np.array([""], dtype=object), category=np.zeros(n, np.int8),
+                      top_level=np.ones(n, dtype=bool))
+    mark_top_level(calls, srt, keys)
+    in_order = srt.take(ends)
+    nested = in_order <= _reach_before(in_order, blockwise.NO_REACH)
+    assert calls.top_level[srt.order].tolist() == (~nested).tolist() and 50 < nested.sum() < n - 50
+
+
+def test_start_order_is_checked_across_block_boundaries(monkeypatch):
+    """Rows sorted within each block but not across a boundary are out of order: their union is the plain one."""
+    monkeypatch.setattr(blockwise, "BLOCK_ROWS", 4)
+    start = np.array([0, 10, 20, 30, 5, 40, 50, 60])  # 30 then 5: only the boundary is out of order
+    end = start + 3
+    assert not blockwise.in_start_order(start) and blockwise.in_start_order(np.sort(start))
+    assert blockwise.in_start_order(start, True) and not blockwise.in_start_order(np.sort(start), False)
+    assert blockwise.union_length(start, end) == intervals.union_length(start, end) == 24
+    assert blockwise.union_length(start, end, sorted_by_start=True) == 21  # swept as if sorted: the caller's word
 
 
 @pytest.mark.parametrize("name", ["multistream", "transfer_bound", "harness_cls_streams", "launch_bound", "graph"])

@@ -108,3 +108,29 @@ def test_factorize_ids_in_chunks_equals_pandas_factorize(values):
     want_codes, want_uniq = pd.factorize(arr)
     assert codes.tolist() == want_codes.tolist() and uniq.tolist() == want_uniq.tolist()
     assert codes.dtype == np.int32
+
+
+@pytest.mark.parametrize("name", ["graph", "multistream"])
+def test_the_analysis_never_makes_the_order_of_an_identity(monkeypatch, name):
+    """Rows already in (thread, start) order (most captures' activity and API calls) keep no permutation,
+    and the analysis reads them through rows/part/take: the row-length arange of ``order`` is never made."""
+    from profiler.capture import analyze as A
+    from profiler.capture import series as S
+    from profiler.capture.cache import load_trace_cached
+    from profiler.capture.trace import FRAMES
+    from tests.conftest import SAMPLE_TRACES
+
+    trace = load_trace_cached(SAMPLE_TRACES / f"{name}.sqlite", tables=[f for f in FRAMES if f != "sync"],
+                              columns=A.ANALYSIS_COLUMNS, cache=False)
+    table = S.build_series(trace)
+    assert table.api_sorted.identity and table.act_sorted.identity == (name == "graph")
+    made, real = [], Sorted.order
+
+    def order(self: Sorted) -> np.ndarray:
+        if self.identity:
+            made.append(len(self))
+        return real.fget(self)
+
+    monkeypatch.setattr(Sorted, "order", property(order))
+    A.analyze(trace).to_json()
+    assert made == []

@@ -94,7 +94,9 @@ class Sorted:
 
     @property
     def order(self) -> np.ndarray:
-        """The permutation (row of each sorted position); 0, 1, 2, ... made anew for an identity."""
+        """The permutation (row of each sorted position). For an identity it is made anew on each read (a
+        row-length arange): the analysis never reads it there (``rows``, ``part`` and ``take`` gather
+        nothing; a test checks it), so it is not kept; it is for tests and inspection."""
         return np.arange(self.n, dtype=np.int32 if self.n < 1 << 31 else np.int64) if self._order is None \
             else self._order
 
