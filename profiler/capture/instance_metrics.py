@@ -11,7 +11,7 @@ import pandas as pd
 from profiler.capture import intervals
 from profiler.capture.activity import Activity, HostCalls
 from profiler.capture.frames import DEVICE_SYNC_NAMES, KERNEL, MEMCPY, ApiCategory
-from profiler.capture.keys import ROW_CHUNK, Sorted, WindowSums, expand
+from profiler.capture.keys import ROW_CHUNK, Sorted, WindowSums, blocks, expand
 
 OUTLIER_MEDIAN_RATIO = 1.5
 """An instance is an outlier when its wall time exceeds this multiple of the series median ..."""
@@ -135,8 +135,8 @@ def window_sums(sums: WindowSums, block: Callable[[int, int], list[np.ndarray]],
     column is ever made at full length. A block's rows before its first segment start belong to the
     segment already open."""
     seg = np.zeros((k, len(sums.cut)), dtype=np.int64)
-    for first in range(0, sums.n, ROW_CHUNK):
-        stop = min(first + ROW_CHUNK, sums.n)
+    for sl in blocks(sums.n, ROW_CHUNK):
+        first, stop = sl.start, sl.stop
         i0, i1 = (int(i) for i in np.searchsorted(sums.cut, [first, stop]))
         starts = sums.cut[i0:i1] - first
         carry = not len(starts) or starts[0] > 0

@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from profiler.capture.keys import blocks
+
 COPY_KINDS = ("HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "other")
 MEMORY_KINDS = ("pageable", "pinned", "device", "array", "managed", "unknown")
 SYNC_TYPES = ("event", "stream_wait", "stream", "context", "unknown")
@@ -297,10 +299,10 @@ def decode_global_tid(global_tid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         pid, tid = decode_global_tid(g[:1].copy())
         return np.broadcast_to(pid, g.shape), np.broadcast_to(tid, g.shape)
     pid, tid = np.empty(len(g), np.int32), np.empty(len(g), np.int32)
-    for first in range(0, len(g), _DECODE_ROWS):
-        part = g[first:first + _DECODE_ROWS]
-        pid[first:first + len(part)] = (part >> 24) & 0xFFFFFF
-        tid[first:first + len(part)] = part & 0xFFFFFF
+    for sl in blocks(len(g), _DECODE_ROWS):
+        part = g[sl]
+        pid[sl] = (part >> 24) & 0xFFFFFF
+        tid[sl] = part & 0xFFFFFF
     return pid, tid
 
 
