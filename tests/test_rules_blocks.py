@@ -48,7 +48,7 @@ def test_member_blocks_are_member_counts_in_pieces(name):
             rows, counts = table.member_counts(inst, which)
             if len(rows) < 20 or (sid % 10 and counts.max() < 2):
                 continue  # every tenth series and every one holding rows twice: blocks of 7 rows are slow
-            pieces = list(_common.member_blocks(table, inst, which, block=7))
+            pieces = list(table.member_blocks(inst, which, 7))
             np.testing.assert_array_equal(np.concatenate([r for r, _ in pieces]), rows)
             np.testing.assert_array_equal(np.concatenate([c for _, c in pieces]), counts)
             assert max(len(r) for r, _ in pieces) <= 7

@@ -23,6 +23,7 @@ Python loop over rows or threads.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -273,6 +274,35 @@ class SeriesTable:
         counts = intervals.cover_counts(lo, hi, len(srt))
         pos = np.flatnonzero(counts)
         return srt.rows(pos), counts[pos]
+
+    def member_blocks(self, instances: pd.DataFrame, table: str, block: int
+                      ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """:meth:`member_counts` in pieces of at most ``block`` rows: (rows, how many of ``instances`` hold
+        each). Concatenated, the pieces are member_counts' arrays; no piece is the size of all members (a
+        launch-bound capture's one range holds millions of API calls)."""
+        srt = {"activity": self.act_sorted, "api": self.api_sorted, "osrt": self.osrt_sorted}[table]
+        lo = instances[f"{_PREFIX[table]}_lo"].to_numpy()
+        hi = instances[f"{_PREFIX[table]}_hi"].to_numpy()
+        if not len(lo):
+            return
+        if (lo[1:] >= hi[:-1]).all():  # windows one after another (not nested): each row once, in window order
+            size = np.maximum(hi - lo, 0)
+            ends = np.cumsum(size)
+            for first in range(0, int(ends[-1]), block):
+                last = min(first + block, int(ends[-1]))  # members [first, last) of all, in windows w0 .. w1 - 1
+                w0, w1 = int(np.searchsorted(ends, first, "right")), int(np.searchsorted(ends, last - 1, "right")) + 1
+                start, n = lo[w0:w1].copy(), size[w0:w1].copy()
+                skip = first - int(ends[w0] - size[w0])
+                start[0] += skip
+                n[0] -= skip
+                n[-1] -= int(ends[w1 - 1]) - last
+                _, pos = expand(start, start + n)
+                yield srt.rows(pos), np.ones(len(pos), dtype=np.int64)
+            return
+        for b in range(int(lo.min()), int(hi.max()), block):  # nested: per block of positions, how many cover each
+            counts = intervals.cover_counts(lo - b, hi - b, min(block, len(srt) - b))
+            pos = np.flatnonzero(counts)
+            yield srt.rows(b + pos), counts[pos]
 
 
 _PREFIX = {"activity": "act", "api": "api", "osrt": "osrt"}

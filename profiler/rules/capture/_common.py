@@ -3,7 +3,7 @@ nested candidate ranges, and a range's member rows in bounded blocks."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -11,7 +11,7 @@ import pandas as pd
 
 from profiler.capture import intervals
 from profiler.capture.keys import ROW_CHUNK
-from profiler.capture.series import SeriesTable, expand
+from profiler.capture.series import SeriesTable
 from profiler.rules.context import CaptureContext
 
 MAX_FINDINGS_PER_RULE = 5
@@ -68,39 +68,9 @@ CALL_BLOCK = 1 << 16
 bounds the temporaries on captures of millions of calls."""
 
 MEMBER_BLOCK = ROW_CHUNK
-"""Sorted rows per block in :func:`member_blocks`: a launch-bound capture's one range holds millions of
-API calls, and expanding them at once took over 100 MB of temporaries."""
-
-
-def member_blocks(table: SeriesTable, instances: pd.DataFrame, which: str,
-                  block: int | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """``table.member_counts(instances, which)`` in pieces of at most ``block`` rows: (rows, how many of
-    ``instances`` hold each). Concatenated, the pieces are member_counts' arrays."""
-    block = block or MEMBER_BLOCK
-    srt = {"activity": table.act_sorted, "api": table.api_sorted, "osrt": table.osrt_sorted}[which]
-    prefix = {"activity": "act", "api": "api", "osrt": "osrt"}[which]
-    lo = instances[f"{prefix}_lo"].to_numpy()
-    hi = instances[f"{prefix}_hi"].to_numpy()
-    if not len(lo):
-        return
-    if (lo[1:] >= hi[:-1]).all():  # windows one after another (not nested): each row once, in window order
-        size = np.maximum(hi - lo, 0)
-        ends = np.cumsum(size)
-        for first in range(0, int(ends[-1]), block):
-            last = min(first + block, int(ends[-1]))  # members [first, last) of all, in windows w0 .. w1 - 1
-            w0, w1 = int(np.searchsorted(ends, first, "right")), int(np.searchsorted(ends, last - 1, "right")) + 1
-            start, n = lo[w0:w1].copy(), size[w0:w1].copy()
-            skip = first - int(ends[w0] - size[w0])
-            start[0] += skip
-            n[0] -= skip
-            n[-1] -= int(ends[w1 - 1]) - last
-            _, pos = expand(start, start + n)
-            yield srt.rows(pos), np.ones(len(pos), dtype=np.int64)
-        return
-    for b in range(int(lo.min()), int(hi.max()), block):  # nested: per block of positions, how many cover each
-        counts = intervals.cover_counts(lo - b, hi - b, min(block, len(srt) - b))
-        pos = np.flatnonzero(counts)
-        yield srt.rows(b + pos), counts[pos]
+"""Sorted rows per block of :meth:`SeriesTable.member_blocks` where a rule reads a range's members: a
+launch-bound capture's one range holds millions of API calls, and expanding them at once took over 100 MB
+of temporaries."""
 
 
 def member_rows(table: SeriesTable, instances: pd.DataFrame, which: str,
@@ -108,7 +78,7 @@ def member_rows(table: SeriesTable, instances: pd.DataFrame, which: str,
     """The member rows of ``instances`` that ``keep(rows)`` selects and how many instances hold each,
     gathered block by block (few rows kept of many: a range's copies among its kernels)."""
     rows_kept, counts_kept = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
-    for rows, n in member_blocks(table, instances, which):
+    for rows, n in table.member_blocks(instances, which, MEMBER_BLOCK):
         m = keep(rows)
         rows_kept.append(rows[m])
         counts_kept.append(n[m])
@@ -121,7 +91,7 @@ def member_values(table: SeriesTable, instances: pd.DataFrame, which: str,
     """``value(rows)`` as float64 for the member rows of ``instances`` that ``keep(rows)`` selects, block by
     block, and how many instances hold each (None when every one is held once, the usual case)."""
     vals, counts = [], []
-    for rows, n in member_blocks(table, instances, which):
+    for rows, n in table.member_blocks(instances, which, MEMBER_BLOCK):
         m = keep(rows)
         rows, n = rows[m], n[m]
         vals.append(np.asarray(value(rows), dtype=np.float64))

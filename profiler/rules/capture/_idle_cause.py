@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from profiler.capture import intervals
+from profiler.capture import blockwise, intervals
 from profiler.rules.capture import _common
 from profiler.rules.context import CaptureContext
 
@@ -109,6 +109,8 @@ def advice(cause: Cause, tensorrt: bool) -> str:
 
 
 def _call_kind(ctx: CaptureContext, kind: str, name: str) -> str:
+    """The cause kind of the call ``name`` of ``kind`` (os_runtime or cuda_api) that fills the gaps: a launch
+    call whose mean length says it loads modules is ``lazy_load``."""
     if kind == "os_runtime":
         return "os_runtime"
     if "ynchron" in name:
@@ -118,16 +120,16 @@ def _call_kind(ctx: CaptureContext, kind: str, name: str) -> str:
         return "api"
     codes = np.flatnonzero(api.names == name)
     total_ns, calls = 0, 0
-    for b in range(0, len(api), _common.CALL_BLOCK):  # in blocks: a launch-bound capture has millions of them
-        blk = slice(b, b + _common.CALL_BLOCK)
-        m = api.top_level[blk] & np.isin(api.name_code[blk], codes)
-        total_ns += int((api.end_ns[blk][m] - api.start_ns[blk][m]).sum())
+    for sl in blockwise.blocks(len(api), _common.CALL_BLOCK):  # a launch-bound capture has millions of them
+        m = api.top_level[sl] & np.isin(api.name_code[sl], codes)
+        total_ns += int((api.end_ns[sl][m] - api.start_ns[sl][m]).sum())
         calls += int(m.sum())
     mean_us = total_ns / calls / 1e3 if calls else 0.0
     return "lazy_load" if mean_us >= LAZY_LOAD_CALL_US else "launch"
 
 
 def _api_advice(name: str) -> str:
+    """The advice when the CUDA API call ``name`` (neither a launch nor a synchronisation) fills the gaps."""
     if "GraphInstantiate" in name:
         return (f"{name} fills the gaps: instantiate each graph once, outside the loop, and replay it "
                 "(cudaGraphExecUpdate when only parameters change).")
@@ -143,6 +145,8 @@ def _api_advice(name: str) -> str:
 
 
 def _range_advice(label: str, tensorrt: bool) -> str:
+    """The advice when the gaps fall inside the NVTX range ``label`` (TensorRT's enqueue, a JIT, a wait on
+    communication, or the program's own)."""
     if tensorrt and label.startswith("TensorRT:"):
         return (f"The gaps fall inside {label}: TensorRT's own host-side work of issuing the layers' kernels. "
                 "Replay the enqueue as a CUDA graph (trtexec --useCudaGraph; cudaStreamBeginCapture around "
@@ -184,5 +188,6 @@ def _cover(ctx: CaptureContext, start: np.ndarray, end: np.ndarray) -> float:
 
 
 def _osrt_traced(ctx: CaptureContext) -> bool:
+    """Whether the capture traced OS runtime calls (nsys -t osrt) and has any."""
     osrt = getattr(ctx.trace, "osrt", None)
     return osrt is not None and len(osrt) > 0

@@ -1,0 +1,114 @@
+"""gpu_idle's host evidence in bounded memory: the time the launching threads' calls cover inside the GPU's
+idle gaps is a union over every thread and both call tables, read as a merge of the threads' calls in
+start order a block at a time. It must equal one plain union of all the pieces, and the rule's transient
+memory must not grow with the number of calls in the gaps."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from profiler.capture import intervals
+from profiler.capture.analyze import AnalysisOptions, analyze
+from profiler.capture.series import build_series
+from profiler.capture.trace import Trace
+from profiler.rules import run_rules
+from profiler.rules.capture import _common
+from tests.capture_builders import T, kernels
+
+LAUNCH_TIDS = (5, 6)
+
+
+def _calls(rng: np.random.Generator, n: int, span_ns: int, tids: tuple[int, ...], name: str,
+           max_len_ns: int) -> pd.DataFrame:
+    """``n`` calls at random starts over ``[0, span_ns)`` on the threads ``tids``, lengths up to
+    ``max_len_ns`` (so calls nest, overlap partly and cross gap edges), rows in no particular order."""
+    start = rng.integers(0, span_ns, n)
+    return pd.DataFrame({"name": np.array([name, name + "_b"], dtype=object)[rng.integers(0, 2, n)],
+                         "start_ns": start, "end_ns": start + rng.integers(1, max_len_ns, n),
+                         "global_tid": np.array(tids)[rng.integers(0, len(tids), n)], "pid": 1, "category": "other",
+                         "correlation_id": np.arange(n) + 10_000})
+
+
+def _busy_threads(n_osrt: int, seed: int = 0, osrt_len_ns: int = 60 * T, osrt_tids=(5, 6, 9)) -> Trace:
+    """Eleven kernels 10 ms apart launched alternately by threads 5 and 6; OS runtime calls at random on
+    ``osrt_tids``, and 300 CUDA API calls on threads 5, 6 and 9 (which launches nothing)."""
+    rng = np.random.default_rng(seed)
+    span = 10 * 10_020 * T
+    krows = [(i * 10_020 * T, i * 10_020 * T + 20 * T, LAUNCH_TIDS[i % 2], i * 10_020 * T - 2 * T, i + 1)
+             for i in range(11)]
+    osrt = _calls(rng, n_osrt, span, osrt_tids, "poll", osrt_len_ns)
+    osrt["tid"] = osrt["global_tid"]
+    api = _calls(rng, 300, span, (5, 6, 9), "cudaStreamSynchronize", 400 * T)
+    api["tid"], api["api"] = api["global_tid"], "runtime"
+    return Trace(kernels=kernels(*krows), api=api, osrt=osrt)
+
+
+def _plain_covered_ns(trace: Trace, gs: np.ndarray, ge: np.ndarray) -> int:
+    """The union of every launching-thread call's pieces inside the gaps, taken all at once (a call nested
+    in another of its thread adds nothing to the union, so every call can be taken)."""
+    calls = pd.concat([trace.api, trace.osrt])
+    calls = calls[calls["global_tid"].isin(LAUNCH_TIDS)]
+    s, e = calls["start_ns"].to_numpy(), calls["end_ns"].to_numpy()
+    g = np.arange(len(gs)).repeat(len(s))
+    ps, pe = np.maximum(np.tile(s, len(gs)), gs[g]), np.minimum(np.tile(e, len(gs)), ge[g])
+    keep = pe > ps
+    return int(intervals.union_length_by_group(g[keep], ps[keep], pe[keep], len(gs)).sum())
+
+
+@pytest.mark.parametrize("block", [7, 101, 1 << 16])
+def test_covered_time_in_gaps_is_one_plain_union(block, monkeypatch):
+    from profiler.rules.capture._idle_host import covered_ns  # here, so the memory test also runs on older trees
+
+    trace = _busy_threads(3_000)
+    table = build_series(trace)
+    assert not table.osrt_sorted.identity  # rows out of thread order: the merge reads them through the sort
+    rng = np.random.default_rng(1)
+    edges = np.sort(rng.choice(100 * 1_000 * T, 40, replace=False))
+    gs, ge = edges[0::2], edges[1::2]  # 20 disjoint gaps of random lengths
+    want = _plain_covered_ns(trace, gs, ge)
+    monkeypatch.setattr(_common, "CALL_BLOCK", block)
+    got = covered_ns(table, np.array(LAUNCH_TIDS), gs, ge)
+    assert got == want
+    assert 0 < want < int((ge - gs).sum())  # the calls cover part of the gaps, not none and not all
+    assert covered_ns(table, np.array([5]), gs, ge) < want  # one thread covers less than both
+    assert covered_ns(table, np.array([7]), gs, ge) == 0  # a thread with no calls covers nothing
+
+
+def _rule_peak_bytes(trace: Trace) -> tuple[int, dict]:
+    """The gpu_idle rule's peak traced memory beyond what was held when it started, and its evidence."""
+    ctx = analyze(trace, AnalysisOptions(include_setup=True)).context
+    tracemalloc.start()
+    try:
+        held, _ = tracemalloc.get_traced_memory()
+        [finding] = run_rules("capture", ctx, only=["gpu_idle"]).findings
+        peak = tracemalloc.get_traced_memory()[1] - held
+    finally:
+        tracemalloc.stop()
+    return peak, finding.evidence
+
+
+def test_gpu_idle_transient_memory_does_not_grow_with_the_calls_in_the_gaps(monkeypatch):
+    """100,000 OS runtime calls of the launching threads, 1 us long on average, nearly all in the ten gaps,
+    read in blocks of 512 calls: keeping every call's piece of a gap (16 bytes: start and end) until the
+    union is summed takes about as much as the calls' own start and end columns (1.6 MB); read as a merge,
+    the rule holds a few blocks, however many calls there are. The bound allows 2 bytes per call."""
+    n = 100_000
+    trace = _busy_threads(n, seed=2, osrt_len_ns=2 * T, osrt_tids=LAUNCH_TIDS)
+    monkeypatch.setattr(_common, "CALL_BLOCK", 512)
+    peak, ev = _rule_peak_bytes(trace)
+    input_bytes = 16 * n  # the OS runtime calls' start and end columns
+    assert peak < input_bytes / 8, (peak, input_bytes)
+    assert ev["gaps"] == 10
+    covered = _plain_covered_ns(trace, *_gaps_of(trace))
+    assert ev["host_during_gaps_ms"]["outside_cuda_and_os_calls_ms"] == pytest.approx(
+        ev["idle_ms"] - covered / 1e6, abs=1e-9)
+
+
+def _gaps_of(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """The ten gaps between the eleven kernels (each gap's end is the next kernel's start)."""
+    k = trace.kernels.sort_values("start_ns")
+    return k["end_ns"].to_numpy()[:-1], k["start_ns"].to_numpy()[1:]
