@@ -59,10 +59,28 @@ def _plain_covered_ns(trace: Trace, gs: np.ndarray, ge: np.ndarray) -> int:
     return int(intervals.union_length_by_group(g[keep], ps[keep], pe[keep], len(gs)).sum())
 
 
+def _tally(table, tids: tuple[int, ...], gs: np.ndarray, ge: np.ndarray):
+    """The host tally of the calls of ``tids`` in the gaps, read window by window (no gap's names kept)."""
+    from profiler.rules.capture._idle_host import _HostTally, call_windows  # here: the memory test runs on older trees
+
+    tally = _HostTally(gs, ge, np.zeros(len(gs), dtype=bool), {"cuda_api": table.api, "os_runtime": table.osrt})
+    latest = np.iinfo(np.int64).min  # the latest start of the windows so far
+    for window in call_windows(table, np.array(tids)):
+        tally.add(window)
+        starts = []
+        for label, rows in window.items():
+            calls = table.api if label == "cuda_api" else table.osrt
+            assert np.isin(calls.tid[rows], tids).all() and calls.top_level[rows].all()
+            starts.append(calls.start_ns[rows])
+        starts = np.concatenate(starts)
+        if len(starts):
+            assert starts.min() >= latest  # no call starts before one of an earlier window
+            latest = int(starts.max())
+    return tally
+
+
 @pytest.mark.parametrize("block", [7, 101, 1 << 16])
 def test_covered_time_in_gaps_is_one_plain_union(block, monkeypatch):
-    from profiler.rules.capture._idle_host import covered_ns  # here, so the memory test also runs on older trees
-
     trace = _busy_threads(3_000)
     table = build_series(trace)
     assert not table.osrt_sorted.identity  # rows out of thread order: the merge reads them through the sort
@@ -71,11 +89,16 @@ def test_covered_time_in_gaps_is_one_plain_union(block, monkeypatch):
     gs, ge = edges[0::2], edges[1::2]  # 20 disjoint gaps of random lengths
     want = _plain_covered_ns(trace, gs, ge)
     monkeypatch.setattr(_common, "CALL_BLOCK", block)
-    got = covered_ns(table, np.array(LAUNCH_TIDS), gs, ge)
-    assert got == want
+    tally = _tally(table, LAUNCH_TIDS, gs, ge)
+    assert tally.covered_ns == want
+    for label, calls in (("cuda_api", table.api), ("os_runtime", table.osrt)):  # time per name, call by call
+        m = calls.top_level & np.isin(calls.tid, LAUNCH_TIDS)
+        ov = np.clip(np.minimum(calls.end_ns[m, None], ge) - np.maximum(calls.start_ns[m, None], gs), 0, None)
+        by_name = pd.Series(ov.sum(axis=1), index=calls.name_of(np.flatnonzero(m))).groupby(level=0).sum()
+        assert tally.top_names(label) == pytest.approx((by_name[by_name > 0] / 1e6).to_dict(), abs=1e-12)
     assert 0 < want < int((ge - gs).sum())  # the calls cover part of the gaps, not none and not all
-    assert covered_ns(table, np.array([5]), gs, ge) < want  # one thread covers less than both
-    assert covered_ns(table, np.array([7]), gs, ge) == 0  # a thread with no calls covers nothing
+    assert _tally(table, (5,), gs, ge).covered_ns < want  # one thread covers less than both
+    assert _tally(table, (7,), gs, ge).covered_ns == 0  # a thread with no calls covers nothing
 
 
 def _rule_peak_bytes(trace: Trace) -> tuple[int, dict]:

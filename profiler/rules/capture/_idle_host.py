@@ -2,30 +2,37 @@
 time their CUDA and OS runtime calls and NVTX ranges overlap the gaps (by name, and per gap for the few
 gaps a finding lists) and the time no call covers.
 
-Launch-bound and OS-runtime-heavy captures hold tens of millions of calls. Every pass here reads the call
-tables a block of rows at a time and keeps only sums (per name, per listed gap, and per gap the furthest
-end its calls reached), so no temporary grows with the number of calls in the gaps.
+Launch-bound and OS-runtime-heavy captures hold tens of millions of calls. The calls are read once, as a
+merge of every launching thread's calls of each table in start order, a window of start time at a time
+(:func:`call_windows`), and only sums are kept (:class:`_HostTally`: per name, per listed gap and name,
+and per gap the furthest end its calls reached), so no temporary grows with the number of calls.
 """
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from profiler.capture import blockwise, intervals
 from profiler.capture import summary as SM
 from profiler.capture.series import HostCalls, SeriesTable, Sorted
 from profiler.rules.capture import _common
 from profiler.rules.context import CaptureContext
 
-_FEW_THREADS = 8
-"""Up to this many launching threads, a call's thread is matched by comparisons (np.isin would build
-temporaries the size of the call table)."""
-
 TOP_NAMES = 8
 """Call names (and NVTX ranges) listed per kind in the evidence, longest first."""
+
+LABELS = ("cuda_api", "os_runtime")
+"""The evidence's names for the call tables (``SeriesTable.api``, ``SeriesTable.osrt``), in its order."""
+
+_SHARES = 16
+"""A stretch's block is at least this share of ``CALL_BLOCK``, however many threads launch (a window costs
+a few numpy calls per stretch)."""
+
+_NEVER = np.iinfo(np.int64).min
 
 
 def host_during(ctx: CaptureContext, d: SM.DeviceGaps, gs: np.ndarray, ge: np.ndarray,
@@ -38,69 +45,100 @@ def host_during(ctx: CaptureContext, d: SM.DeviceGaps, gs: np.ndarray, ge: np.nd
     """
     table = ctx.table
     want = np.ones(len(gs), dtype=bool) if detail is None else np.isin(np.arange(len(gs)), detail)
-    per_gap: dict[int, dict[str, dict[str, int]]] = {int(i): {} for i in np.flatnonzero(want)}  # ns
-    agg: dict[str, Any] = {}
-    for label, calls in (("cuda_api", table.api), ("os_runtime", table.osrt)):
-        agg[label] = _time_by_name(calls, d.launch_tids, gs, ge, per_gap, label, want)
+    tally = _HostTally(gs, ge, want, {"cuda_api": table.api, "os_runtime": table.osrt})
+    for window in call_windows(table, d.launch_tids):
+        tally.add(window)
+    agg: dict[str, Any] = {label: tally.top_names(label) for label in LABELS}
     nvtx, ranges_ns = _nvtx_during(ctx, d.launch_tids, gs, ge)
     if nvtx is not None:
         agg["nvtx"] = nvtx
-    in_calls = covered_ns(table, d.launch_tids, gs, ge)
-    agg["outside_cuda_and_os_calls_ms"] = max(float((ge - gs).sum()) - in_calls, 0.0) / 1e6
-    per_gap_ms = {i: {label: {name: ns / 1e6 for name, ns in where.items()} for label, where in by_label.items()}
-                  for i, by_label in per_gap.items()}
-    return agg, per_gap_ms, ranges_ns
+    agg["outside_cuda_and_os_calls_ms"] = max(float((ge - gs).sum()) - tally.covered_ns, 0.0) / 1e6
+    return agg, tally.per_gap_ms(), ranges_ns
 
 
-def on_threads(tid: np.ndarray, tids: np.ndarray) -> np.ndarray:
-    """``np.isin(tid, tids)``, by comparisons when the threads are few."""
-    if len(tids) > _FEW_THREADS:
-        return np.isin(tid, tids)
-    out = np.zeros(len(tid), dtype=bool)
-    for t in np.unique(tids).tolist():
-        out |= tid == t
-    return out
+class _HostTally:
+    """What the evidence needs from the calls in the gaps ``[gs, ge)`` (sorted, disjoint), summed window by
+    window: the overlap (ns) per call name code of each table, per wanted gap and call name (with the
+    call's first row, which orders the names as the table does), and the union of the calls' pieces in
+    each gap (``covered_ns``, with the furthest end each gap's pieces reached so far)."""
 
+    def __init__(self, gs: np.ndarray, ge: np.ndarray, want: np.ndarray, tables: dict[str, HostCalls]):
+        """No calls yet; ``want`` marks the gaps whose time per call name is kept."""
+        self.gs, self.ge, self.want, self.tables = gs, ge, want, tables
+        self.by_code = {label: np.zeros(len(calls.names), np.int64) for label, calls in tables.items()}
+        self.per_gap: dict[int, dict[str, dict[str, list[int]]]] = {int(i): {} for i in np.flatnonzero(want)}
+        self.reach = np.full(len(gs), _NEVER, dtype=np.int64)
+        self.covered_ns = 0
 
-def _time_by_name(calls: HostCalls, tids: np.ndarray, gs: np.ndarray, ge: np.ndarray, per_gap: dict[int, dict],
-                  label: str, want: np.ndarray) -> dict[str, float]:
-    """The ``TOP_NAMES`` call names of ``calls`` that the threads ``tids`` spend longest in inside the gaps
-    (ms, top-level calls only), read ``CALL_BLOCK`` rows at a time; each wanted gap's overlap per name is
-    added into ``per_gap[gap][label]`` as the blocks go."""
-    sums = np.zeros(len(calls.names), np.int64)
-    for sl in blockwise.blocks(len(calls), _common.CALL_BLOCK):
-        blk = sl.start + np.flatnonzero(calls.top_level[sl] & on_threads(calls.tid[sl], tids))
-        g, q, ov = SM.overlap_by_name(gs, ge, calls.start_ns[blk], calls.end_ns[blk])
-        rows = blk[q]
-        del q, blk
-        # per name code; float sums of integer ns are exact below 2**53 ns (104 days) per name
-        sums += np.bincount(calls.name_code[rows], weights=ov, minlength=len(sums)).astype(np.int64)
-        _add_per_gap(per_gap, label, calls, g, rows, ov, want)
-    present = np.flatnonzero(sums > 0)  # every overlap is positive: the names that overlap a gap
-    if not len(present):
-        return {}
-    # then by name (codes can share a name)
-    s = pd.Series(sums[present], index=calls.names[present]).groupby(level=0).sum().sort_values(ascending=False)
-    return {str(k): v / 1e6 for k, v in s.head(TOP_NAMES).items()}
+    def add(self, window: dict[str, np.ndarray]) -> None:
+        """Add the calls ``window`` (rows per table label), all starting no earlier than those added before."""
+        pieces = []
+        for label, rows in window.items():
+            calls = self.tables[label]
+            start, end = calls.start_ns[rows], calls.end_ns[rows]
+            g, q, ov = SM.overlap_by_name(self.gs, self.ge, start, end)
+            rows = rows[q]
+            # per name code; float sums of integer ns are exact below 2**53 ns (104 days) per name
+            self.by_code[label] += np.bincount(calls.name_code[rows], weights=ov,
+                                               minlength=len(self.by_code[label])).astype(np.int64)
+            self._add_per_gap(label, calls, g, rows, ov)
+            pieces.append((g, np.maximum(start[q], self.gs[g]), np.minimum(end[q], self.ge[g])))
+        if pieces:
+            self.covered_ns += self._beyond_reach_ns(*(np.concatenate(p) for p in zip(*pieces)))
 
+    def _beyond_reach_ns(self, g: np.ndarray, ps: np.ndarray, pe: np.ndarray) -> int:
+        """The time (ns) the pieces ``[ps, pe)`` of gaps ``g`` cover beyond what the gaps' earlier pieces
+        (all starting no later) covered; the gaps' reach is moved on to the pieces' ends."""
+        if not len(g):
+            return 0
+        order = np.argsort(ps, kind="stable")  # by start, so by gap too: a gap's pieces lie inside it
+        g, ps, pe = g[order], ps[order], pe[order]
+        # the furthest end before each piece, of this window's and of its gap's earlier windows' pieces (an
+        # earlier gap's pieces end before this gap starts, so they never count)
+        before = np.empty_like(pe)
+        before[0] = _NEVER
+        np.maximum.accumulate(pe[:-1], out=before[1:])
+        np.maximum(before, self.reach[g], out=before)
+        np.maximum(before, ps, out=before)
+        np.subtract(pe, before, out=before)
+        last = np.flatnonzero(np.append(g[1:] != g[:-1], True))  # each gap's last piece reaches furthest
+        self.reach[g[last]] = np.maximum(self.reach[g[last]], np.maximum.accumulate(pe)[last])
+        return int(before.sum(where=before > 0))
 
-def _add_per_gap(per_gap: dict[int, dict], label: str, calls: HostCalls, g: np.ndarray, rows: np.ndarray, ov: np.ndarray,
-                 want: np.ndarray) -> None:
-    """Add each wanted gap's overlap (ns) per call name into ``per_gap[gap][label]``: exact sums per
-    (gap, name code) first, so a gap overlapping many calls costs no per-call Python; names appear in the
-    order of their first call."""
-    sel = np.flatnonzero(want[g])
-    if not len(sel):
-        return
-    n_codes = max(len(calls.names), 1)
-    key = g[sel].astype(np.int64) * n_codes + calls.name_code[rows[sel]]
-    uniq, first, inv = np.unique(key, return_index=True, return_inverse=True)
-    sums = np.bincount(inv.ravel(), weights=ov[sel], minlength=len(uniq))
-    for k in np.argsort(first, kind="stable").tolist():
-        gi, code = divmod(int(uniq[k]), n_codes)
-        name = calls.names[code]
-        where = per_gap[gi].setdefault(label, {})
-        where[name] = where.get(name, 0) + int(sums[k])  # ns, made ms once all blocks are in
+    def _add_per_gap(self, label: str, calls: HostCalls, g: np.ndarray, rows: np.ndarray, ov: np.ndarray) -> None:
+        """Add each wanted gap's overlap (ns) per call name, and the name's first row, into ``per_gap``:
+        exact sums per (gap, name code) first, so a gap overlapping many calls costs no per-call Python."""
+        sel = np.flatnonzero(self.want[g])
+        if not len(sel):
+            return
+        n_codes = max(len(calls.names), 1)
+        key = g[sel].astype(np.int64) * n_codes + calls.name_code[rows[sel]]
+        uniq, inv = np.unique(key, return_inverse=True)
+        inv = inv.ravel()
+        sums = np.bincount(inv, weights=ov[sel], minlength=len(uniq))
+        first = np.full(len(uniq), np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(first, inv, rows[sel])
+        for k in range(len(uniq)):
+            gi, code = divmod(int(uniq[k]), n_codes)
+            entry = self.per_gap[gi].setdefault(label, {}).setdefault(calls.names[code], [0, int(first[k])])
+            entry[0] += int(sums[k])  # ns, made ms once all windows are in
+            entry[1] = min(entry[1], int(first[k]))
+
+    def top_names(self, label: str) -> dict[str, float]:
+        """The ``TOP_NAMES`` call names of table ``label`` longest inside the gaps (ms)."""
+        sums, names = self.by_code[label], self.tables[label].names
+        present = np.flatnonzero(sums > 0)  # every overlap is positive: the names that overlap a gap
+        if not len(present):
+            return {}
+        # then by name (codes can share a name)
+        s = pd.Series(sums[present], index=names[present]).groupby(level=0).sum().sort_values(ascending=False)
+        return {str(k): v / 1e6 for k, v in s.head(TOP_NAMES).items()}
+
+    def per_gap_ms(self) -> dict[int, dict[str, dict[str, float]]]:
+        """Wanted gap -> call kind -> call name -> ms inside the gap, names in the order of their first row."""
+        return {gi: {label: {name: ns / 1e6 for name, (ns, _) in sorted(by_label[label].items(), key=lambda kv: kv[1][1])}
+                     for label in LABELS if label in by_label}
+                for gi, by_label in self.per_gap.items()}
 
 
 def _nvtx_during(ctx: CaptureContext, tids: np.ndarray, gs: np.ndarray, ge: np.ndarray,
@@ -123,59 +161,29 @@ def _nvtx_during(ctx: CaptureContext, tids: np.ndarray, gs: np.ndarray, ge: np.n
     return {str(k): v / 1e6 for k, v in s.head(TOP_NAMES).items()}, ranges_ns
 
 
-def covered_ns(table: SeriesTable, tids: np.ndarray, gs: np.ndarray, ge: np.ndarray) -> int:
-    """Time (ns) inside the gaps ``[gs, ge)`` (sorted, disjoint) that the top-level CUDA and OS runtime calls
-    of the threads ``tids`` cover: the length of the union of the calls' pieces in each gap, summed.
+def call_windows(table: SeriesTable, tids: np.ndarray) -> Iterator[dict[str, np.ndarray]]:
+    """The top-level CUDA API and OS runtime calls of the threads ``tids`` (rows per label of ``LABELS``)
+    in windows of start time, every call of a window starting no earlier than those of the windows before.
 
-    The calls are read as a merge of every (table, thread) stretch of the tables' thread-sorted rows, each
-    in start order, in windows of start time: a window takes, from each stretch's block at hand, the calls
-    starting by the earliest last start among those blocks. So in each gap the pieces come in order of
-    start, window after window, and each window's union adds only what lies beyond the furthest end the
-    gap's earlier pieces reached. Exact int64 sums, as one union of all the pieces; held at once: a block
-    of calls and the furthest end per gap.
+    A merge of every (table, thread) stretch of the tables' thread-sorted rows, each in start order: a
+    window takes, from each stretch's block at hand, the calls starting by the earliest last start among
+    those blocks. A window holds at most ``CALL_BLOCK`` calls while up to ``_SHARES`` stretches are read.
     """
-    streams = [s for calls, srt in ((table.api, table.api_sorted), (table.osrt, table.osrt_sorted))
-               for s in _thread_stretches(calls, srt, tids)]
-    for s in streams:  # a window holds at most CALL_BLOCK calls while there are up to _SHARES stretches
-        s.block = max(_common.CALL_BLOCK // max(len(streams), 1), _common.CALL_BLOCK // _SHARES, 1)
-    reach = np.full(len(gs), np.iinfo(np.int64).min, dtype=np.int64)  # the furthest end covered per gap
-    covered = 0
-    while streams:
-        lasts = [s.last_start_ns() for s in streams]
-        streams = [s for s, last in zip(streams, lasts) if last is not None]
-        if streams:
-            until_ns = min(last for last in lasts if last is not None)
-            covered += _beyond_reach_ns(streams, until_ns, gs, ge, reach)
-    return covered
-
-
-_SHARES = 16
-"""A stretch's block is at least this share of ``CALL_BLOCK``, however many threads launch (a window costs
-a few numpy calls per stretch)."""
-
-
-def _beyond_reach_ns(streams: list[_Stretch], until_ns: int, gs: np.ndarray, ge: np.ndarray,
-                     reach: np.ndarray) -> int:
-    """Take from every stretch the calls starting at or before ``until_ns``; the time (ns) their pieces in
-    the gaps cover beyond each gap's ``reach`` (the furthest end of the gap's pieces so far, all starting
-    no later than these), which is moved on to the pieces' ends."""
-    starts, ends = [], []
-    for s in streams:
-        rows = s.take_until(until_ns)
-        starts.append(s.calls.start_ns[rows])
-        ends.append(s.calls.end_ns[rows])
-    start, end = np.concatenate(starts), np.concatenate(ends)
-    del starts, ends
-    g, q, _ = SM.overlap_by_name(gs, ge, start, end)
-    if not len(g):
-        return 0
-    g, us, ue = intervals.union_by_group(g, np.maximum(start[q], gs[g]), np.minimum(end[q], ge[g]))
-    added = ue - np.maximum(us, reach[g])
-    np.maximum(added, 0, out=added)
-    heads = np.flatnonzero(np.concatenate(([True], g[1:] != g[:-1])))  # union pieces come by gap, then start
-    gh = g[heads]
-    reach[gh] = np.maximum(reach[gh], np.maximum.reduceat(ue, heads))
-    return int(added.sum())
+    stretches = [s for label, calls, srt in (("cuda_api", table.api, table.api_sorted),
+                                             ("os_runtime", table.osrt, table.osrt_sorted))
+                 for s in _thread_stretches(label, calls, srt, tids)]
+    for s in stretches:
+        s.block = max(_common.CALL_BLOCK // len(stretches), _common.CALL_BLOCK // _SHARES, 1)
+    while stretches:
+        lasts = [s.last_start_ns() for s in stretches]
+        stretches = [s for s, last in zip(stretches, lasts) if last is not None]
+        if not stretches:
+            return
+        until_ns = min(last for last in lasts if last is not None)
+        parts: dict[str, list[np.ndarray]] = {}
+        for s in stretches:
+            parts.setdefault(s.label, []).append(s.take_until(until_ns))
+        yield {label: np.concatenate(p) for label, p in parts.items()}
 
 
 class _Stretch:
@@ -183,9 +191,9 @@ class _Stretch:
     sorted by (thread, start), read a block of rows at a time. ``rows``/``start_ns`` hold the part of the
     block at hand not taken yet."""
 
-    def __init__(self, calls: HostCalls, srt: Sorted, first: int, stop: int):
+    def __init__(self, label: str, calls: HostCalls, srt: Sorted, first: int, stop: int):
         """The stretch ``[first, stop)`` of ``srt``'s positions, none of it read yet."""
-        self.calls, self.srt = calls, srt
+        self.label, self.calls, self.srt = label, calls, srt
         self.next, self.stop, self.block = first, stop, _common.CALL_BLOCK
         self.rows = np.zeros(0, np.int64)
         self.start_ns = np.zeros(0, np.int64)
@@ -210,21 +218,16 @@ class _Stretch:
         return rows[self.calls.top_level[rows]]
 
 
-def _thread_stretches(calls: HostCalls, srt: Sorted, tids: np.ndarray) -> list[_Stretch]:
-    """The stretches of the threads ``tids`` (those with calls) in ``srt``, the table's rows sorted by
-    thread, then start: a thread's stretch begins after the rows of every lower thread id, so counting the
-    rows below and up to each thread (a block of rows at a time) places it."""
-    u = np.unique(np.asarray(tids, dtype=np.int64))
-    below = np.zeros(len(u) + 1, np.int64)  # below[j]: rows of thread ids under u[j]; through[j]: up to u[j]
-    through = np.zeros(len(u) + 1, np.int64)
-    for sl in blockwise.blocks(len(calls), _common.CALL_BLOCK):
-        below += np.bincount(np.searchsorted(u, calls.tid[sl], "right"), minlength=len(u) + 1)
-        through += np.bincount(np.searchsorted(u, calls.tid[sl], "left"), minlength=len(u) + 1)
-    below, through = np.cumsum(below)[:-1], np.cumsum(through)[:-1]
+def _thread_stretches(label: str, calls: HostCalls, srt: Sorted, tids: np.ndarray) -> list[_Stretch]:
+    """The stretches of the threads ``tids`` that have calls in ``srt``, the table's rows sorted by thread
+    id, then start: each found by bisection over the thread ids in sorted order."""
+    def tid_at(pos: int) -> int:
+        return int(calls.tid[srt.rows(pos)])
+
     out = []
-    for t, first, stop in zip(u.tolist(), below.tolist(), through.tolist()):
+    for t in np.unique(np.asarray(tids, dtype=np.int64)).tolist():
+        first = bisect.bisect_left(range(len(srt)), t, key=tid_at)
+        stop = bisect.bisect_right(range(len(srt)), t, key=tid_at)
         if stop > first:
-            if calls.tid[srt.rows(np.array([first, stop - 1]))].tolist() != [t, t]:
-                raise RuntimeError("the call table's sorted rows are not in thread order")
-            out.append(_Stretch(calls, srt, first, stop))
+            out.append(_Stretch(label, calls, srt, first, stop))
     return out

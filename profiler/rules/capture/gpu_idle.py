@@ -16,7 +16,7 @@ from profiler.rules import Thresholds, rule
 from profiler.rules.capture import _common
 from profiler.rules.capture._common import band, pct
 from profiler.rules.capture._idle_cause import advice, dominant_cause
-from profiler.rules.capture._idle_host import host_during, on_threads
+from profiler.rules.capture._idle_host import host_during
 from profiler.rules.context import CaptureContext
 
 IDLE_MIN_GAP_US = 50.0
@@ -42,13 +42,28 @@ TRT_IDLE_ADVICE = (
     "GPU in one call.")
 
 
+_FEW_THREADS = 8
+"""Up to this many launching threads, a call's thread is matched by comparisons (np.isin would build
+temporaries the size of a block)."""
+
+
+def _on_threads(tid: np.ndarray, tids: np.ndarray) -> np.ndarray:
+    """``np.isin(tid, tids)``, by comparisons when the threads are few."""
+    if len(tids) > _FEW_THREADS:
+        return np.isin(tid, tids)
+    out = np.zeros(len(tid), dtype=bool)
+    for t in np.unique(tids).tolist():
+        out |= tid == t
+    return out
+
+
 def _init_ns(api: HostCalls, is_init: np.ndarray, d: SM.DeviceGaps, bi: np.ndarray) -> np.ndarray:
     """Time (ns) the launching threads spend in start-up calls during each of the gaps ``bi``; the calls in
     blocks of rows (a capture can make a cuKernelGetName call per launch)."""
     gs, ge = d.gap_start_ns[bi], d.gap_end_ns[bi]
     init_ns = np.zeros(len(bi))
     for sl in blockwise.blocks(len(api), _common.CALL_BLOCK):
-        rows = sl.start + np.flatnonzero(is_init[api.name_code[sl]] & on_threads(api.tid[sl], d.launch_tids))
+        rows = sl.start + np.flatnonzero(is_init[api.name_code[sl]] & _on_threads(api.tid[sl], d.launch_tids))
         g, _, ov = SM.overlap_by_name(gs, ge, api.start_ns[rows], api.end_ns[rows])
         init_ns += np.bincount(g, weights=ov, minlength=len(bi))  # integer ns: the float sums are exact
     return init_ns
