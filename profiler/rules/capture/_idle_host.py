@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from profiler.capture import blockwise
 from profiler.capture import summary as SM
 from profiler.capture.series import HostCalls, SeriesTable, Sorted
 from profiler.rules.capture import _common
@@ -31,8 +32,6 @@ LABELS = ("cuda_api", "os_runtime")
 _SHARES = 16
 """A stretch's block is at least this share of ``CALL_BLOCK``, however many threads launch (a window costs
 a few numpy calls per stretch)."""
-
-_NEVER = np.iinfo(np.int64).min
 
 
 def host_during(ctx: CaptureContext, d: SM.DeviceGaps, gs: np.ndarray, ge: np.ndarray,
@@ -67,7 +66,7 @@ class _HostTally:
         self.gs, self.ge, self.want, self.tables = gs, ge, want, tables
         self.by_code = {label: np.zeros(len(calls.names), np.int64) for label, calls in tables.items()}
         self.per_gap: dict[int, dict[str, dict[str, list[int]]]] = {int(i): {} for i in np.flatnonzero(want)}
-        self.reach = np.full(len(gs), _NEVER, dtype=np.int64)
+        self.reach = np.full(len(gs), blockwise.NO_REACH, dtype=np.int64)
         self.covered_ns = 0
 
     def add(self, window: dict[str, np.ndarray]) -> None:
@@ -95,9 +94,7 @@ class _HostTally:
         g, ps, pe = g[order], ps[order], pe[order]
         # the furthest end before each piece, of this window's and of its gap's earlier windows' pieces (an
         # earlier gap's pieces end before this gap starts, so they never count)
-        before = np.empty_like(pe)
-        before[0] = _NEVER
-        np.maximum.accumulate(pe[:-1], out=before[1:])
+        before = blockwise.Reach().before_each(pe)
         np.maximum(before, self.reach[g], out=before)
         np.maximum(before, ps, out=before)
         np.subtract(pe, before, out=before)
