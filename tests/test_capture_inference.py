@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from profiler.capture import unit as U
-from profiler.capture.analyze import AnalysisOptions, analyze
+from profiler.capture.analyze import AnalysisOptions, analyze, analyze_path
 from profiler.capture.trace import Trace
 from profiler.errors import UsageError
 from tests.capture_builders import T, api, kernels, ranges
@@ -404,3 +404,57 @@ def test_unnamed_gpus_are_not_called_none(nsys_fixtures):
     data = result_of(nsys_fixtures / "v2026.2.1_nsysai_mfu_2gpu_after.sqlite").to_json()
     assert data["capture"]["gpus"][0]["name"] is None
     assert not any("(None)" in f["title"] for f in data["findings"])
+
+
+def _window_app(alloc_ms: float = 300.0, teardown_ms: float = 100.0, n: int = 50, busy_us: int = 80):
+    """No NVTX: a 300 ms first allocation (the context is made inside it), then n launches 100 us apart whose
+    kernels keep the GPU busy ``busy_us`` of each 100 us, then a long teardown (frees)."""
+    t0 = int(alloc_ms * 1e6)
+    arows = [("cudaMalloc_v3020", 0, t0, 5, "other")]
+    krows = []
+    for i in range(n):
+        s = t0 + i * 100 * T
+        arows.append(("cudaLaunchKernel_v7000", s, s + 2 * T, 5, "launch"))
+        krows.append((s + 10 * T, s + (10 + busy_us) * T, 5, s, i + 1))
+    end = t0 + n * 100 * T
+    arows.append(("cudaFree_v3020", end, end + int(teardown_ms * 1e6), 5, "other"))
+    return Trace(kernels=kernels(*krows), api=api(*arows))
+
+
+def test_without_nvtx_the_steady_state_is_the_gpu_work_window_not_its_start_up_or_teardown():
+    """The review's 'start-up blamed on steady state' for captures without NVTX: a 300 ms allocation before
+    5 ms of GPU work 80% busy read as a steady state of 405 ms, 1% busy and bound by the host."""
+    data = analyze(_window_app()).to_json()
+    ph = data["phases"]
+    assert ph["steady"]["start_ms"] == pytest.approx(300.0)  # the first launch
+    assert ph["steady"]["duration_ms"] == pytest.approx(4.99)  # to the last kernel's end, not the frees'
+    assert ph["steady"]["gpu_busy_fraction"] == pytest.approx(4.0 / 4.99, rel=1e-3)
+    assert ph["setup"]["duration_ms"] == pytest.approx(300.0)
+    assert ph["setup"]["what"]["allocation_ms"] == pytest.approx(300.0)
+    assert data["inference"]["bound_by"] == "compute"
+    assert not [f for f in data["findings"] if f["rule"] == "gpu_idle"]  # 20 us gaps: none long enough
+    idle = analyze(_window_app(busy_us=5)).to_json()  # the same loop, the GPU busy 5% of its window
+    assert idle["inference"]["bound_by"] == "host"
+    assert idle["phases"]["steady"]["duration_ms"] == pytest.approx(4.915)
+
+
+def test_without_nvtx_the_setup_line_names_the_calls_before_the_work():
+    from profiler.cli.analyze import inference_lines
+
+    [line] = [x for x in inference_lines(analyze(_window_app()).to_json()) if x.startswith("setup:")]
+    assert line.startswith("setup: 300.0 ms before the GPU work (allocations 300.0 ms); steady state 5.0 ms")
+    assert "warm-up" not in line and "inferences" not in line
+
+
+def test_testcuda_is_copy_bound_in_its_work_window(nsys_fixtures):
+    """testcuda (RTX 4060 Ti, no NVTX): 710 ms of cudaHostAlloc/cudaMalloc, 118 ms of work whose copies take
+    91.6 ms, then 145 ms of frees. Its steady state is the 118 ms: copy-bound (HtoD 61 ms against DtoH 30 ms),
+    one transfer finding (not one for the window and one for its 'inferences'), high: 77% of the work."""
+    data = analyze_path(nsys_fixtures / "v2026.1.1_testcuda_rtx4060ti_report1.sqlite").to_json()
+    ph = data["phases"]
+    assert ph["steady"]["duration_ms"] == pytest.approx(118.43, abs=0.01)
+    assert ph["setup"]["what"]["allocation_ms"] == pytest.approx(710.5, abs=0.1)
+    assert data["inference"]["bound_by"] == "HtoD"
+    [f] = [f for f in data["findings"] if f["rule"] == "transfer_bound"]
+    assert f["severity"] == "high" and f["range"] is None
+    assert f["impact"]["share"] == pytest.approx(91.65 / 118.43, rel=1e-3)

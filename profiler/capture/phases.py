@@ -3,8 +3,10 @@
 Setup is everything from the capture's first event to the first steady inference: engine build or deserialisation, context
 creation, lazy module loading, allocations and weight uploads, and the warm-up inferences (see
 :mod:`profiler.capture.unit`). The steady state runs from the first steady inference to the end of the
-last inference's GPU work; teardown after it is left out too. Without an inference unit (no NVTX), the
-setup ends with the last module load or context call, when that comes before most of the GPU work.
+last inference's GPU work; teardown after it is left out too. Without NVTX ranges the steady state is the
+window of the GPU work, from the first call that launched some to the end of the last, starting after the last
+module load or context call when that comes before most of the GPU work: the allocations before the work (the
+context is created inside the first one) and the frees after it are setup and teardown, not steady state.
 
 Rules and statistics run on the steady state's table (``SeriesTable.subset``) by default, so start-up gaps, one-time
 uploads and warm-up instances are never blamed on the steady state.
@@ -63,6 +65,14 @@ def split(table: S.SeriesTable, unit: Unit, capture_start_ns: int) -> Phases:
         end = int(max(unit.gpu_end_ns[unit.warmup:].max(), (unit.start_ns + unit.host_ns)[unit.warmup:].max(),
                       act_end))
         first_end = int(unit.gpu_end_ns[0])
+    elif table.window and len(act):
+        # no NVTX: the steady state is the GPU work's window (first launch to last GPU end), so the start-up
+        # before it (allocations, the context made inside the first one) and the teardown after it are not
+        # blamed on it
+        window_start = int(table.instances["start_ns"].iat[0]) if len(table.instances) else capture_start_ns
+        start = max(_window_steady_start(table, capture_start_ns), window_start)
+        end = act_end
+        first_end = None
     else:
         start = _window_steady_start(table, capture_start_ns)
         ends = [int(a.max()) for a in (table.api.end_ns, table.instances["end_ns"].to_numpy()) if len(a)]

@@ -157,10 +157,15 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
                       if (su.get("duration_ms") or 0) < LATE_SETUP_MAX_MS else "no CUDA start-up call in the capture")
                      if ph.get("startup_in_capture") is False else "no inference unit")
         n_up, n_warm = up.get("count", 0), w.get("warmup_inferences", 0)
-        lines.append(f"setup: {_fmt(su.get('duration_ms'), '.1f')} ms ({ttfi_text}; {n_warm} warm-up "
-                     f"inference{'' if n_warm == 1 else 's'}, {n_up} upload{'' if n_up == 1 else 's'} of "
-                     f"{fmt_bytes(up.get('bytes', 0))}, "
-                     f"GPU work outside inferences {_fmt(w.get('gpu_work_outside_inferences_ms'), '.1f')} ms); "
+        if (data.get("inference") or {}).get("source") == "window":  # no inferences: what came before the work
+            calls = [f"{label} {_fmt(w.get(key), '.1f')} ms" for key, label in WINDOW_SETUP_CALLS
+                     if (w.get(key) or 0) >= 0.05]  # as printed: 0.0 ms is no call worth naming
+            before = f"before the GPU work ({', '.join(calls) or 'no context, module or allocation call'})"
+        else:
+            before = (f"({ttfi_text}; {n_warm} warm-up inference{'' if n_warm == 1 else 's'}, {n_up} "
+                      f"upload{'' if n_up == 1 else 's'} of {fmt_bytes(up.get('bytes', 0))}, GPU work outside "
+                      f"inferences {_fmt(w.get('gpu_work_outside_inferences_ms'), '.1f')} ms)")
+        lines.append(f"setup: {_fmt(su.get('duration_ms'), '.1f')} ms {before}; "
                      f"steady state {_fmt(sd.get('duration_ms'), '.1f')} ms, GPU busy {_busy_text(sd)} "
                      f"(statistics and findings: {ph.get('included_in_statistics', 'steady state')})")
     streams = [s for s in data.get("streams") or [] if (s.get("busy_ms") or 0) > 0]
@@ -178,6 +183,11 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
         lines.append(f"streams: {len(streams)} with GPU work{where}{main}; concurrency{per_gpu} {_fmt(conc, '.2f')}x "
                      f"(overlap saved {_fmt(data.get('overlap_saved_ms'), '.1f')} ms){copies}")
     return lines
+
+
+WINDOW_SETUP_CALLS = (("context_creation_ms", "context creation"), ("module_loading_ms", "module loading"),
+                      ("allocation_ms", "allocations"))
+"""The setup's one-time CUDA calls the setup line names for a capture without inferences (no NVTX)."""
 
 
 def _no_tensor_core_gpus(data: dict[str, Any]) -> str:

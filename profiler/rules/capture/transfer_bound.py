@@ -140,8 +140,8 @@ def _inference_transfer_bound(ctx: CaptureContext, t: Thresholds) -> list[Findin
     outside the inference ranges, as TensorRT applications make them, count)."""
 
     unit, ph = ctx.unit, ctx.phases
-    if unit is None or ph is None or ctx.steady_ns <= 0:
-        return []
+    if unit is None or ph is None or ctx.steady_ns <= 0 or ctx.table.window:
+        return []  # without NVTX ranges there are no inferences: the window's range finding says it
     act = ctx.table.activity
     lo = ctx.judged_start_ns
     steady_ms = ctx.steady_ns / 1e6
