@@ -249,7 +249,12 @@ def test_cuda_graph_inference_says_layers_exist_only_at_capture():
     nv = tr.nvtx[tr.nvtx["name"] == "ExecutionContext::enqueue"]
     data = analyze(Trace(graphs=g, nvtx=nv)).to_json()
     assert data["inference"]["graph_launches"] == 5 and data["layers"] == []
-    assert "captured" in data["layer_total"]["note"]
+    assert "captured" in data["layer_total"]["note"] and "trtexec" in data["layer_total"]["note"]
+    # the same replays in a range of the application's own (a PyTorch CUDA graph): no trtexec advice
+    own = analyze(Trace(graphs=g, nvtx=nv.assign(domain="", name="batch"))).to_json()
+    assert own["inference"]["source"] == "nvtx" and own["inference"]["graph_launches"] == 5
+    note = own["layer_total"]["note"]
+    assert "captured" in note and "TensorRT" not in note and "trtexec" not in note
 
 
 def test_layer_info_join(tmp_path):

@@ -31,6 +31,9 @@ MAX_KERNELS = 5
 GRAPH_NOTE = ("The inference replays a CUDA graph: TensorRT's layer ranges exist only while the graph is "
               "captured, so per-layer GPU time is not in this capture and each replay is attributed as a "
               "whole. Profile a run without CUDA graphs (trtexec without --useCudaGraph) for per-layer times.")
+GRAPH_NOTE_OTHER = ("The inference replays a CUDA graph: NVTX ranges inside it (per layer or per op) exist only "
+                    "while the graph is captured, so per-layer GPU time is not in this capture and each replay "
+                    "is attributed as a whole. Profile a run without CUDA graphs for per-layer times.")
 
 
 NO_TENSOR_CORE_KERNEL = re.compile(
@@ -89,8 +92,8 @@ def layer_table(table: S.SeriesTable, unit: Unit, kernel_names: tuple[np.ndarray
     has_tc = gpu_tensor_cores(gpus)
     total = {"layers_gpu_ms": 0.0, "inference_gpu_ms": unit_gpu_ns / 1e6 / max(len(steady_rows), 1),
              "note": None, "gpu_tensor_cores": has_tc}
-    if unit.graph_launches:
-        total["note"] = GRAPH_NOTE
+    if unit.graph_launches:  # trtexec's advice only where TensorRT made the ranges
+        total["note"] = GRAPH_NOTE if unit.source == "tensorrt" else GRAPH_NOTE_OTHER
     if not len(child):
         total["difference_ms"] = -total["inference_gpu_ms"]
         return {"layers": [], "layer_total": total}

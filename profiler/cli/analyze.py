@@ -173,7 +173,7 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
         ov = data.get("copy_compute_overlap") or {}
         conc = data.get("gpu_concurrency")
         copies = (f"; copies overlap compute for {_fmt(ov.get('overlap_ms'), '.1f')} of "
-                  f"{_fmt(ov.get('copy_ms'), '.1f')} ms of copy time") if ov.get("copy_ms") else ""
+                  f"{_fmt(ov.get('copy_ms'), '.1f')} ms of copy time") if (ov.get("copy_ms") or 0) >= 0.05 else ""
         gpus = len({s.get("device") for s in streams})
         where = f" on {gpus} GPUs" if gpus > 1 else ""
         per_gpu = " per GPU" if gpus > 1 else ""
