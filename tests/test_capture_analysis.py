@@ -67,11 +67,12 @@ def test_busy_unions_overlapping_streams_copies_memsets_and_graphs():
 
 def test_attribution_needs_same_thread_and_launch_inside_the_range():
     k = kernels((20 * T, 30 * T, 5, 15 * T),      # thread 5, launched inside: counted
-                (40 * T, 50 * T, 6, 45 * T),      # thread 6: another thread's work, not counted
+                (40 * T, 50 * T, 6, 45 * T),      # thread 6, which opens ranges of its own: not counted
                 (60 * T, 70 * T, 5, 5 * T),       # launched before the range although it runs inside it
                 (120 * T, 130 * T, 5, 99 * T))    # launched inside, runs after the range: counted
-    res = analyze(Trace(kernels=k, nvtx=ranges(("it", 10 * T, 100 * T, 5))))
+    res = analyze(Trace(kernels=k, nvtx=ranges(("it", 10 * T, 100 * T, 5), ("other", 200 * T, 210 * T, 6))))
     inst = res.context.table.instances.iloc[0]
+    assert res.context.table.series["name"].iat[int(inst["series_id"])] == "it"
     assert inst["gpu_busy_ns"] == 20 * T
     assert inst["kernels"] == 2
 

@@ -411,12 +411,16 @@ def build_series(trace: Any) -> SeriesTable:
     itid = inst["tid"].to_numpy()
     istart, iend = inst["start_ns"].to_numpy(), inst["end_ns"].to_numpy()
     act_t = np.where(act.api_start_ns == np.iinfo(np.int64).min, 0, act.api_start_ns)
-    keys = ThreadKeys([act.api_tid, api.tid, osrt.tid, itid],
+    act_tid, helpers = _attribution_threads(act.api_tid, itid, window)
+    if helpers:
+        notes.append(helpers)
+    keys = ThreadKeys([act_tid, api.tid, osrt.tid, itid],
                       [act_t, api.start_ns, api.end_ns, osrt.start_ns, istart, iend])
     qlo, qhi = keys.key(itid, istart), keys.key(itid, iend)
     # one table at a time: sorted, its calls' nesting marked, the instances' windows found, then its
     # keys let go, so only one table's keys are held
-    act_sorted = sort_by_thread(keys, act.api_tid, act_t)
+    act_sorted = sort_by_thread(keys, act_tid, act_t)
+    del act_tid
     del act_t
     _windows(inst, "act", act_sorted, qlo, qhi, len(act))
     api_sorted = sort_by_thread(keys, api.tid, api.start_ns, later_first=api.end_ns)
@@ -437,6 +441,27 @@ def build_series(trace: Any) -> SeriesTable:
     return SeriesTable(series=series, instances=inst, activity=act, api=api, osrt=osrt,
                        act_sorted=act_sorted, api_sorted=api_sorted, osrt_sorted=osrt_sorted,
                        window=window, notes=notes)
+
+
+def _attribution_threads(api_tid: np.ndarray, range_tid: np.ndarray, window: bool) -> tuple[np.ndarray, str]:
+    """The thread each GPU activity is attributed through, and a note when that is not its launching thread.
+
+    GPU work is attributed to the NVTX ranges open on the thread that launched it. Work launched by threads
+    that open no range themselves (PyTorch's autograd thread runs the backward pass, a server's GPU worker
+    serves the request thread's ranges) would then belong to no range: when exactly one thread opens
+    ranges, such work is attributed as if that thread had launched it, to its ranges open at the launch.
+    With several threads opening ranges the owner is ambiguous and the work stays unattributed."""
+    owners = np.unique(range_tid)
+    if window or len(owners) != 1 or not len(api_tid):
+        return api_tid, ""
+    helper = (api_tid >= 0) & (api_tid != owners[0])
+    if not helper.any():
+        return api_tid, ""
+    n_threads = len(np.unique(api_tid[helper]))
+    note = (f"{int(helper.sum())} GPU activities launched by {n_threads} thread(s) that open no NVTX range "
+            "(PyTorch's autograd thread, a GPU worker) are attributed to the ranges open at their launch on the "
+            "one thread that opens ranges")
+    return np.where(helper, owners[0], api_tid), note
 
 
 def _windows(inst: pd.DataFrame, prefix: str, srt: Sorted, qlo: np.ndarray, qhi: np.ndarray, n: int) -> None:
