@@ -492,3 +492,22 @@ def test_gpu_work_of_a_thread_without_ranges_counts_in_the_one_ranged_threads_ra
     [step] = [r for r in both["ranges"] if r["name"] == "step"]
     assert step["gpu_busy_ms"]["median"] == pytest.approx(0.020)
     assert not any("open no NVTX range" in w for w in both["capture"]["warnings"])
+
+
+def test_a_second_loops_slow_first_instance_is_its_warm_up_not_jitter():
+    """Two worker threads serve batches (the H200 streams capture): worker1's first batch took 155 ms
+    creating its cuBLAS handle against 0.37 ms for the rest, and read as HIGH jitter of the steady state."""
+    nv, krows, corr = [], [], 1
+    for tid, name, offset in ((5, "worker0", 0), (6, "worker1", 50 * T)):
+        t = offset
+        for i in range(20):
+            wall = (5000 if i == 0 else 100) * T  # each thread's first batch is its warm-up
+            nv.append((name, t, t + wall, tid))
+            krows.append((t + wall - 60 * T, t + wall - 10 * T, tid, t + wall - 70 * T, corr))
+            corr += 1
+            t += wall + 20 * T
+    data = analyze(Trace(kernels=kernels(*krows), nvtx=ranges(*nv))).to_json()
+    counts = {r["name"]: r["count"] for r in data["ranges"]}
+    assert counts == {"worker0": 19, "worker1": 19}  # both first batches are setup
+    assert not [f for f in data["findings"] if f["rule"] == "jitter"]
+    assert data["phases"]["steady"]["start_ms"] == pytest.approx(5.02)  # worker0's second batch, the earlier

@@ -21,7 +21,7 @@ import numpy as np
 
 from profiler.capture import blockwise
 from profiler.capture import series as S
-from profiler.capture.unit import Unit, unit_activity
+from profiler.capture.unit import Unit, unit_activity, warmup_count
 
 MODULE_LOAD_PREFIXES = ("cuModuleLoad", "cuLibraryLoad", "cuModuleGetFunction", "cuLibraryGetKernel")
 CONTEXT_PREFIXES = ("cuInit", "cuCtxCreate", "cuDevicePrimaryCtxRetain", "cudaSetDevice")
@@ -117,13 +117,22 @@ def _earliest(start_ns: np.ndarray, k: int) -> np.ndarray:
 
 
 def _other_repeated_starts(table: S.SeriesTable, unit: Unit) -> list[int]:
-    """First start of each repeated top-level series other than the unit and its ancestors' kind."""
+    """Start of the first steady instance of each repeated top-level series other than the unit: its
+    leading instances that cost several times its typical one are its warm-up, as the unit's are (a second
+    worker thread's first batch creates its cuBLAS handle), and belong to the setup too."""
     inst = table.instances
     if table.window or inst.empty:
         return []
     top = inst[(inst["depth"].to_numpy() == 0) & (inst["series_id"].to_numpy() != unit.series_id)]
-    g = top.groupby("series_id")["start_ns"].agg(["size", "min"])
-    return [int(v) for v in g.loc[g["size"] >= 2, "min"]]
+    out = []
+    for _, series in top.groupby("series_id"):
+        if len(series) < 2:
+            continue
+        series = series.sort_values("start_ns", kind="stable")
+        wall = series["wall_ns"].to_numpy()
+        warm = warmup_count(wall, np.zeros(len(wall), np.int64))
+        out.append(int(series["start_ns"].iat[warm]))
+    return out
 
 
 def _window_steady_start(table: S.SeriesTable, capture_start_ns: int) -> int:
