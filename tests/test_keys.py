@@ -114,6 +114,8 @@ def test_factorize_ids_in_chunks_equals_pandas_factorize(values):
 def test_the_analysis_never_makes_the_order_of_an_identity(monkeypatch, name):
     """Rows already in (thread, start) order (most captures' activity and API calls) keep no permutation,
     and the analysis reads them through rows/part/take: the row-length arange of ``order`` is never made."""
+    # default blocks: a module first imported here (the rules) would otherwise keep this file's 3-row ones
+    monkeypatch.undo()
     from profiler.capture import analyze as A
     from profiler.capture import series as S
     from profiler.capture.cache import load_trace_cached

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from profiler.capture import activity, frames, instance_metrics
+from profiler.capture import activity, frames, keys
 from profiler.capture.keys import WindowSums
 
 
@@ -40,7 +40,7 @@ def test_first_of_launch_matches_the_sort_for_rising_repeated_and_shuffled_ids(m
 
 @pytest.mark.parametrize("block", [1, 5, 64, 1 << 18])
 def test_window_sums_a_block_at_a_time_equal_the_whole_array_sums(monkeypatch, block):
-    monkeypatch.setattr(instance_metrics, "ROW_CHUNK", block)
+    monkeypatch.setattr(keys, "ROW_CHUNK", block)
     rng = np.random.default_rng(7 + block)
     for _ in range(60):
         n = int(rng.integers(0, 300))
@@ -49,8 +49,7 @@ def test_window_sums_a_block_at_a_time_equal_the_whole_array_sums(monkeypatch, b
         values = rng.integers(-5, 1_000_000_000_000, n)
         mask = rng.random(n) < rng.random()
         sums = WindowSums(lo, hi, n)
-        got = instance_metrics.window_sums(
-            sums, lambda a, b: [values[a:b], np.where(mask[a:b], values[a:b], 0), mask[a:b]], 3)
+        got = sums.columns(lambda a, b: [values[a:b], np.where(mask[a:b], values[a:b], 0), mask[a:b]], 3)
         plain = [np.array([values[x:y].sum() for x, y in zip(lo, hi)], dtype=np.int64),
                  np.array([values[x:y][mask[x:y]].sum() for x, y in zip(lo, hi)], dtype=np.int64),
                  np.array([mask[x:y].sum() for x, y in zip(lo, hi)], dtype=np.int64)]

@@ -32,6 +32,7 @@ class Activity:
     pageable: np.ndarray  # bool: a host side in pageable memory
     is_launch: np.ndarray  # bool: first activity of a kernel / graph launch call
     row: np.ndarray  # row number in the trace frame of its kind
+    sorted_by_start: bool | None = None  # True: rows in start order (build_activity's); None: not known
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -64,7 +65,7 @@ def _distinct_ids(pid: np.ndarray, corr: np.ndarray) -> bool:
 
 
 def build_activity(trace: Any) -> Activity:
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in Activity.__dataclass_fields__}
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in Activity.__dataclass_fields__ if k != "sorted_by_start"}
     int64_min = np.iinfo(np.int64).min
     for code, attr in enumerate(("kernels", "memcpy", "memset", "graphs")):
         df = frame_of(trace, attr)
@@ -100,14 +101,14 @@ def build_activity(trace: Any) -> Activity:
         empty = {k: np.zeros(0, dtype=np.int64) for k in parts}
         empty["kind"] = empty["copy_kind"] = np.zeros(0, dtype=np.int8)
         empty["pageable"] = empty["is_launch"] = np.zeros(0, dtype=bool)
-        return Activity(**empty)
+        return Activity(**empty, sorted_by_start=True)
     act = {k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in parts.items()}
     start = act["start_ns"]
     if len(start) > 1 and not (start[1:] >= start[:-1]).all():
         # one order by start for every consumer: each union of the activity then needs no sort of its own
         order = np.argsort(start, kind="stable")
         act = {k: v[order] for k, v in act.items()}
-    return Activity(**act)
+    return Activity(**act, sorted_by_start=True)
 
 
 @dataclass

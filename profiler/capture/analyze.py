@@ -163,7 +163,8 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
     release_memory()  # between the large stages, freed heap pages leave the process (capture/heap.py)
     summaries = SM.series_summary(table)
     outl = SM.explain_outliers(table)
-    devices = SM.device_gaps(table.activity, None if table.window else SM.attributed_activity(table))
+    devices = SM.device_gaps(table.activity, None if table.window else SM.attributed_activity(table),
+                             table.activity.sorted_by_start)
     release_memory()
     ctx = CaptureContext(trace=trace, table=table, ranges=summaries, devices=devices, outliers=outl,
                          capture_start_ns=int(start_ns), unit=unit, phases=ph, tensorrt=trt,

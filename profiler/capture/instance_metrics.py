@@ -3,15 +3,13 @@ bytes, launches, API, sync and OS runtime time), GPU busy unions, and the outlie
 
 from __future__ import annotations
 
-from typing import Callable
-
 import numpy as np
 import pandas as pd
 
 from profiler.capture import intervals
 from profiler.capture.activity import Activity, HostCalls
 from profiler.capture.frames import DEVICE_SYNC_NAMES, KERNEL, MEMCPY, ApiCategory
-from profiler.capture.keys import ROW_CHUNK, Sorted, WindowSums, blocks, expand
+from profiler.capture.keys import Sorted, WindowSums, expand
 
 OUTLIER_MEDIAN_RATIO = 1.5
 """An instance is an outlier when its wall time exceeds this multiple of the series median ..."""
@@ -36,7 +34,7 @@ def activity_metrics(inst: pd.DataFrame, act: Activity, srt: Sorted, unknown: np
                 is_copy & srt.part(act.pageable, first, stop), is_kernel, srt.part(act.is_launch, first, stop)]
 
     names = ("kernel_sum_ns", "copy_sum_ns", "copy_bytes", "pageable_copies", "kernels", "launches")
-    for name, total in zip(names, window_sums(WindowSums(lo, hi, len(srt)), block, len(names))):
+    for name, total in zip(names, WindowSums(lo, hi, len(srt)).columns(block, len(names))):
         inst[name] = total
     inst["activities"] = hi - lo
     n = len(inst)
@@ -117,7 +115,7 @@ def host_metrics(inst: pd.DataFrame, api: HostCalls, api_srt: Sorted, osrt: Host
     names = ("api_ns", "launch_api_ns", "launch_calls", "sync_ns", "sync_count", "device_sync_count",
              "memcpy_api_ns")
     sums = WindowSums(inst["api_lo"].to_numpy(), inst["api_hi"].to_numpy(), len(api_srt))
-    for name, total in zip(names, window_sums(sums, calls, len(names))):
+    for name, total in zip(names, sums.columns(calls, len(names))):
         inst[name] = total
 
     def os_calls(first: int, stop: int) -> list[np.ndarray]:
@@ -126,33 +124,7 @@ def host_metrics(inst: pd.DataFrame, api: HostCalls, api_srt: Sorted, osrt: Host
         return [np.where(top, dur, 0), top]
 
     osums = WindowSums(inst["osrt_lo"].to_numpy(), inst["osrt_hi"].to_numpy(), len(osrt_srt))
-    inst["osrt_ns"], inst["osrt_count"] = window_sums(osums, os_calls, 2)
-
-
-def window_sums(sums: WindowSums, block: Callable[[int, int], list[np.ndarray]], k: int) -> list[np.ndarray]:
-    """Per window of ``sums``, the sums of ``k`` per-row columns (int64 values or bool counts) that
-    ``block(first, stop)`` makes for sorted positions [first, stop), ``ROW_CHUNK`` positions at a time: no
-    column is ever made at full length. A block's rows before its first segment start belong to the
-    segment already open."""
-    seg = np.zeros((k, len(sums.cut)), dtype=np.int64)
-    for sl in blocks(sums.n, ROW_CHUNK):
-        first, stop = sl.start, sl.stop
-        i0, i1 = (int(i) for i in np.searchsorted(sums.cut, [first, stop]))
-        starts = sums.cut[i0:i1] - first
-        carry = not len(starts) or starts[0] > 0
-        if carry:
-            starts = np.concatenate(([0], starts))
-        for j, column in enumerate(block(first, stop)):
-            part = np.add.reduceat(column, starts, dtype=np.int64)
-            if carry:
-                seg[j, i0 - 1] += part[0]
-            seg[j, i0:i1] += part[1:] if carry else part
-    out = []
-    for j in range(k):
-        prefix = np.zeros(len(sums.cut) + 1, dtype=np.int64)
-        np.cumsum(seg[j], out=prefix[1:])
-        out.append(prefix[sums.ihi] - prefix[sums.ilo])
-    return out
+    inst["osrt_ns"], inst["osrt_count"] = osums.columns(os_calls, 2)
 
 
 def mark_outliers(inst: pd.DataFrame, median_ratio: float = OUTLIER_MEDIAN_RATIO,

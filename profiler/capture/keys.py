@@ -4,7 +4,7 @@ sorted positions."""
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 import pandas as pd
@@ -170,13 +170,10 @@ def sort_by_thread(keys: ThreadKeys, tid: np.ndarray, t: np.ndarray, later_first
 class WindowSums:
     """Sums of per-row values over windows ``[lo, hi)`` of sorted positions (the instances' member rows).
 
-    The windows' distinct edges cut the rows into segments; a metric costs one ``np.add.reduceat``
-    over those segments (a read of the column, no full-length prefix sum written), or, for a mask
-    that selects few rows, a sum over just those rows. Sums are exact int64.
+    The windows' distinct edges cut the rows into segments; each column costs one ``np.add.reduceat``
+    over those segments per block of ``ROW_CHUNK`` positions, so no column is ever made at full length
+    (:meth:`columns` takes a function that makes a block of them). Sums are exact int64.
     """
-
-    _SPARSE = 8
-    """A mask selecting under 1/_SPARSE of the rows is summed row by row (flatnonzero and add.at)."""
 
     def __init__(self, lo: np.ndarray, hi: np.ndarray, n: int):
         self.n = int(n)
@@ -188,36 +185,28 @@ class WindowSums:
 
     def __call__(self, values: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         """Per window: the sum of ``values`` (in sorted order), over the rows where ``mask`` holds if given."""
-        seg = np.zeros(len(self.cut), dtype=np.int64)
-        if self.n:
-            if mask is None and values.dtype == np.int64:
-                seg = np.add.reduceat(values, self.cut)
-            elif mask is None:  # counts of a boolean column: cast a chunk at a time
-                seg = self._masked_segment_sums(values, None)
-            elif np.count_nonzero(mask) * self._SPARSE < self.n:
-                rows = np.flatnonzero(mask)
-                np.add.at(seg, np.searchsorted(self.cut, rows, side="right") - 1, values[rows])
-            else:
-                seg = self._masked_segment_sums(values, mask)
-        prefix = np.zeros(len(seg) + 1, dtype=np.int64)
-        np.cumsum(seg, out=prefix[1:])
-        return prefix[self.ihi] - prefix[self.ilo]
+        def block(first: int, stop: int) -> list[np.ndarray]:
+            part = values[first:stop]
+            return [part if mask is None else np.where(mask[first:stop], part, 0)]
 
-    def _masked_segment_sums(self, values: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
-        """Per segment, the sum of ``values`` (where ``mask`` holds), ``ROW_CHUNK`` rows at a time (the
-        masked or int64 copy is never made at full length); a chunk's rows before its first segment
-        start belong to the segment already open."""
-        seg = np.zeros(len(self.cut), dtype=np.int64)
+        return self.columns(block, 1)[0]
+
+    def columns(self, block: Callable[[int, int], list[np.ndarray]], k: int) -> list[np.ndarray]:
+        """Per window, the sums of ``k`` per-row columns (int64 values or bool counts) that
+        ``block(first, stop)`` makes for sorted positions [first, stop), a block at a time; a block's rows
+        before its first segment start belong to the segment already open."""
+        seg = np.zeros((k, len(self.cut)), dtype=np.int64)
         for sl in blocks(self.n):
             i0, i1 = (int(i) for i in np.searchsorted(self.cut, [sl.start, sl.stop]))
             starts = self.cut[i0:i1] - sl.start
             carry = not len(starts) or starts[0] > 0
             if carry:
                 starts = np.concatenate(([0], starts))
-            part = values[sl] if mask is None else np.where(mask[sl], values[sl], 0)
-            sums = np.add.reduceat(part, starts, dtype=np.int64)
-            if carry:
-                seg[i0 - 1] += sums[0]
-                sums = sums[1:]
-            seg[i0:i1] += sums
-        return seg
+            for j, column in enumerate(block(sl.start, sl.stop)):
+                part = np.add.reduceat(column, starts, dtype=np.int64)
+                if carry:
+                    seg[j, i0 - 1] += part[0]
+                seg[j, i0:i1] += part[1:] if carry else part
+        prefix = np.zeros((k, len(self.cut) + 1), dtype=np.int64)
+        np.cumsum(seg, axis=1, out=prefix[:, 1:])
+        return list(prefix[:, self.ihi] - prefix[:, self.ilo])

@@ -165,7 +165,7 @@ def setup_contents(table: S.SeriesTable, unit: Unit, lo: int, hi: int) -> dict[s
     # GPU work of the setup outside any inference instance (engine build's tactic timing, weight init)
     if unit.source != "window" and unit.count:
         a &= ~unit_activity(table, unit)
-    outside_ns = blockwise.union_length(act.start_ns, act.end_ns, lambda rows: a[rows])
+    outside_ns = blockwise.union_length(act.start_ns, act.end_ns, lambda rows: a[rows], act.sorted_by_start)
     out["gpu_work_outside_inferences_ms"] = outside_ns / 1e6
     out["ranges"] = _setup_ranges(table, unit, lo, hi)
     return out
@@ -199,7 +199,7 @@ def steady_breakdown(act: S.Activity, lo: int, hi: int) -> dict[str, float]:
         out[(start < lo) | (start > hi)] = -1
         return out
 
-    busy = blockwise.union_lengths(act.start_ns, act.end_ns, kind_of, len(COPY_KIND_ORDER))
+    busy = blockwise.union_lengths(act.start_ns, act.end_ns, kind_of, len(COPY_KIND_ORDER), act.sorted_by_start)
     return {key: int(busy[i]) / 1e6 for i, key in enumerate(COPY_KIND_ORDER)}
 
 
@@ -227,7 +227,7 @@ def phases_json(ph: Phases, act: S.Activity) -> dict[str, Any]:
     def steady(rows: slice) -> np.ndarray:
         return (act.start_ns[rows] >= lo) & (act.start_ns[rows] <= hi)
 
-    busy = blockwise.union_length(act.start_ns, act.end_ns, steady) / 1e6
+    busy = blockwise.union_length(act.start_ns, act.end_ns, steady, act.sorted_by_start) / 1e6
     dur = (ph.steady_end_ns - ph.steady_start_ns) / 1e6
     started = startup_in_capture(ph)
     devices = blockwise.distinct(act.device_id, steady)
@@ -236,7 +236,8 @@ def phases_json(ph: Phases, act: S.Activity) -> dict[str, Any]:
         def device_of(rows: slice) -> np.ndarray:  # index in devices, -1 outside the steady state
             return np.where(steady(rows), np.searchsorted(devices, act.device_id[rows]), -1)
 
-        busy_by_device = blockwise.union_lengths(act.start_ns, act.end_ns, device_of, len(devices))
+        busy_by_device = blockwise.union_lengths(act.start_ns, act.end_ns, device_of, len(devices),
+                                                 act.sorted_by_start)
         for i, dev in enumerate(devices.tolist()):
             by_device[str(dev)] = min(int(busy_by_device[i]) / 1e6 / dur, 1.0)
     return {

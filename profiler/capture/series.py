@@ -503,8 +503,8 @@ def _filter(table: Any, keep: np.ndarray) -> tuple[Any, np.ndarray]:
     fields = {}
     for name in table.__dataclass_fields__:
         value = getattr(table, name)
-        if name == "names" or name.startswith("_"):
-            fields[name] = value if name == "names" else None
+        if name == "names" or name.startswith("_") or name == "sorted_by_start":
+            fields[name] = None if name.startswith("_") else value  # a mask keeps the rows' order
         else:
             fields[name] = value[rows]
     return type(table)(**fields), keep

@@ -28,8 +28,9 @@ def streams_json(act: S.Activity) -> dict[str, Any]:
     codes, pairs = _pair_codes(act)
     devs = list(dict.fromkeys(d for d, _ in pairs))  # in order of first appearance
     dev_of_pair = np.array([devs.index(d) for d, _ in pairs], dtype=np.int32)
-    busy = union_lengths(act.start_ns, act.end_ns, lambda sl: codes[sl], len(pairs))
-    union = union_lengths(act.start_ns, act.end_ns, lambda sl: dev_of_pair[codes[sl]], len(devs))
+    busy = union_lengths(act.start_ns, act.end_ns, lambda sl: codes[sl], len(pairs), act.sorted_by_start)
+    union = union_lengths(act.start_ns, act.end_ns, lambda sl: dev_of_pair[codes[sl]], len(devs),
+                          act.sorted_by_start)
     counts, copy_ns_by_pair = _counts(act, codes, len(pairs))
     rows = [{"device": int(d), "stream": int(s), "busy_ms": busy[i] / 1e6, "kernels": int(counts[i, S.KERNEL]),
              "graph_launches": int(counts[i, S.GRAPH]), "copies": int(counts[i, S.MEMCPY]),
@@ -84,6 +85,7 @@ def _copy_compute(act: S.Activity, codes: np.ndarray, dev_of_pair: np.ndarray, u
     def dev_and_kind(sl: slice) -> np.ndarray:  # 2 x device + 1 for a copy
         return dev_of_pair[codes[sl]] * 2 + (act.kind[sl] == S.MEMCPY)
 
-    by_kind = union_lengths(act.start_ns, act.end_ns, dev_and_kind, 2 * len(union)).reshape(len(union), 2)
+    by_kind = union_lengths(act.start_ns, act.end_ns, dev_and_kind, 2 * len(union),
+                            act.sorted_by_start).reshape(len(union), 2)
     comp_ns, copy_ns = int(by_kind[:, 0].sum()), int(by_kind[:, 1].sum())
     return comp_ns + copy_ns - int(union.sum()), copy_ns, comp_ns

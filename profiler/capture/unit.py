@@ -99,7 +99,8 @@ def choose_series(table: S.SeriesTable, unit_name: str | None = None) -> tuple[i
         return max(trt, key=lambda i: (count[i], wall[i])), "tensorrt"
     busy = np.bincount(sid, weights=inst["gpu_busy_ns"].to_numpy(dtype=np.float64), minlength=len(series))
     act = table.activity
-    total_busy = blockwise.union_length(act.start_ns, act.end_ns) if len(act) else 0
+    total_busy = blockwise.union_length(act.start_ns, act.end_ns, sorted_by_start=act.sorted_by_start) \
+        if len(act) else 0
     # a unit launches a fair share of the GPU work: not a host-only helper or a sync point (aten::item)
     outer = [i for i in range(len(series)) if count[i] >= 2 and top[i] >= 0.5 * count[i]
              and busy[i] >= UNIT_MIN_GPU_SHARE * total_busy]
@@ -183,7 +184,7 @@ def _window_unit(table: S.SeriesTable) -> Unit:
     act = table.activity
     if len(act):
         lo, hi = int(act.start_ns.min()), int(act.end_ns.max())
-        busy = blockwise.union_length(act.start_ns, act.end_ns)
+        busy = blockwise.union_length(act.start_ns, act.end_ns, sorted_by_start=act.sorted_by_start)
     else:
         lo = hi = busy = 0
     one = lambda v: np.array([v], dtype=np.float64)  # noqa: E731
