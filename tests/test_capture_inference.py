@@ -511,3 +511,35 @@ def test_a_second_loops_slow_first_instance_is_its_warm_up_not_jitter():
     assert counts == {"worker0": 19, "worker1": 19}  # both first batches are setup
     assert not [f for f in data["findings"] if f["rule"] == "jitter"]
     assert data["phases"]["steady"]["start_ms"] == pytest.approx(5.02)  # worker0's second batch, the earlier
+
+
+def _launches_without_kernels(begin_capture: bool = False):
+    """A loop whose launch calls are in the export but whose kernels are not (an nsys --delay capture on the
+    H200 held 84,096 cudaLaunchKernel calls, 16,820 memsets and no kernel table), each step one memset."""
+    nv, arows, ms = [], [], []
+    for i in range(30):
+        t = i * 200 * T
+        nv.append(("infer", t, t + 150 * T, 5))
+        arows += [("cudaLaunchKernel_v7000", t + 5 * T, t + 8 * T, 5, "launch"),
+                  ("cudaStreamSynchronize_v3020", t + 10 * T, t + 140 * T, 5, "sync")]
+        ms.append({"start_ns": t + 9 * T, "end_ns": t + 10 * T, "api_tid": 5, "api_start_ns": t + 8 * T,
+                   "correlation_id": 500 + i, "device_id": 0, "stream_id": 7, "pid": 1, "bytes": 64})
+    if begin_capture:
+        arows.append(("cudaStreamBeginCapture_v10000", 0, T, 5, "other"))
+    return Trace(memset=pd.DataFrame(ms), api=api(*arows), nvtx=ranges(*nv))
+
+
+def test_launch_calls_without_kernel_records_are_not_judged_as_an_idle_gpu():
+    from profiler.report.verdict import analysis_verdict
+
+    data = analyze(_launches_without_kernels()).to_json()
+    assert data["capture"]["kernel_launches_without_records"] == 30
+    assert any("30 kernel launch calls but no kernel records" in m for m in data["capture"]["missing"])
+    assert not [f for f in data["findings"] if f["rule"] in ("gpu_idle", "launch_overhead", "transfer_bound")]
+    assert data["phases"]["steady"]["gpu_busy_fraction"] is None and data["inference"]["bound_by"] is None
+    v = analysis_verdict(data)
+    assert v["status"] == "INCONCLUSIVE" and v["headline"].startswith("GPU time not judged")
+    # the same calls made while capturing a CUDA graph ran nothing: no kernels are missing there
+    captured = analyze(_launches_without_kernels(begin_capture=True)).to_json()
+    assert "kernel_launches_without_records" not in captured["capture"]
+    assert captured["phases"]["steady"]["gpu_busy_fraction"] is not None

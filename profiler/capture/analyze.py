@@ -135,7 +135,7 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
     gaps and the capture rules' findings, over the steady state unless ``options.include_setup``."""
     from profiler.capture import layer_table, phases, streams, unit as U
     from profiler.capture.heap import release_memory
-    from profiler.rules import run_rules
+    from profiler.rules import registry, run_rules
     from profiler.rules.impact import calibrate
 
     options = options or AnalysisOptions()
@@ -149,6 +149,13 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
     trt = bool((full.series["domain"] == U.TENSORRT_DOMAIN).any()) if len(full.series) else False
     kernels = getattr(trace, "kernels", None)
     knames = S.factor(kernels, "name", small=True) if kernels is not None and len(kernels) else None
+    unrecorded = kernels_not_recorded(full, 0 if kernels is None else len(kernels))
+    if unrecorded:  # the GPU's kernels are not in the export: no verdict on GPU time
+        meta["missing"] = list(meta.get("missing") or []) + [
+            f"The export has {unrecorded} kernel launch calls but no kernel records (CUPTI_ACTIVITY_KIND_KERNEL): "
+            "nsys did not collect the GPU's kernels (a capture started late, with --delay or a capture range, "
+            "can miss them), so GPU busy time and idle gaps are unknown and the rules that judge them "
+            f"({', '.join(GPU_TIME_RULES)}) did not run"]
     # what reads the whole capture's table comes first: the steady-state table then replaces it, so the
     # two copies of the capture's GPU activity and API calls are never held through the rules. (Running
     # the pieces that only read the tables on threads was measured on the 2xH200 host: 1.04x the time and
@@ -169,10 +176,15 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
     ctx = CaptureContext(trace=trace, table=table, ranges=summaries, devices=devices, outliers=outl,
                          capture_start_ns=int(start_ns), unit=unit, phases=ph, tensorrt=trt,
                          include_setup=options.include_setup)
-    judged = run_rules("capture", ctx, only=options.rules, overrides=options.rule_overrides())
+    only = options.rules
+    if unrecorded:
+        only = [r for r in (only or [s.id for s in registry("capture")]) if r not in GPU_TIME_RULES]
+    judged = run_rules("capture", ctx, only=only, overrides=options.rule_overrides())
     release_memory()
     findings = calibrate(ctx, judged.findings)
     capture = _capture_info(trace, meta, table)
+    if unrecorded:
+        capture["kernel_launches_without_records"] = unrecorded
     ranges = _ranges_json(ctx, options)
     extra = {
         **whole,
@@ -182,11 +194,31 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
         "sync_summary": sync_summary(table),
         "thresholds": judged.thresholds,
     }
-    extra["inference"]["bound_by"] = _bound_by(extra["phases"]["steady"])
+    if unrecorded:
+        extra["phases"]["steady"]["gpu_busy_fraction"] = None
+    extra["inference"]["bound_by"] = None if unrecorded else _bound_by(extra["phases"]["steady"])
     if options.layer_info:
         extra["layer_info"] = layer_table.join_layer_info(extra["layers"], options.layer_info)
     extra["phases"]["included_in_statistics"] = "steady state" if trimmed else "whole capture"
     return AnalysisResult(capture=capture, ranges=ranges, findings=findings, extra=extra, context=ctx)
+
+
+GPU_TIME_RULES = ("gpu_idle", "launch_overhead", "transfer_bound")
+"""Capture rules whose verdict rests on the GPU's busy time, which an export without its kernels lacks."""
+UNRECORDED_MIN_LAUNCHES = 10
+"""Kernel launch calls that must be in an export with no kernel record before the kernels count as lost."""
+CAPTURE_BEGIN_PREFIXES = ("cudaStreamBeginCapture", "cuStreamBeginCapture")
+
+
+def kernels_not_recorded(table: S.SeriesTable, n_kernels: int) -> int:
+    """Kernel launch calls of an export that holds no kernel at all (0 when it holds some, or when its launches
+    may all have been captured into CUDA graphs instead of running)."""
+    if n_kernels or not len(table.api):
+        return 0
+    launches = int(np.count_nonzero(table.api.category == S.ApiCategory.launch))
+    if launches < UNRECORDED_MIN_LAUNCHES or table.api.named_prefix(CAPTURE_BEGIN_PREFIXES).any():
+        return 0
+    return launches
 
 
 def _trims(full: S.SeriesTable, ph: Any) -> bool:

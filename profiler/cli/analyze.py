@@ -78,7 +78,9 @@ BOUND_WORDS = {"host": "the host (GPU busy under half the time)", "compute": "co
 
 def _busy_text(steady: dict[str, Any]) -> str:
     """'34.6%', or per GPU with several ('80.3% / 84.9% on GPUs 0 / 1, 89.8% any GPU')."""
-    any_gpu = f"{_fmt((steady.get('gpu_busy_fraction') or 0) * 100, '.1f')}%"
+    if steady.get("gpu_busy_fraction") is None:
+        return "unknown"
+    any_gpu = f"{_fmt(steady['gpu_busy_fraction'] * 100, '.1f')}%"
     per = steady.get("gpu_busy_fraction_by_device") or {}
     if len(per) < 2:
         return any_gpu

@@ -274,7 +274,10 @@ def _head(page: dict, doc: AnalysisDocument) -> None:
 def _findings(doc: AnalysisDocument) -> Section:
     sec = Section("findings", "Findings", "Each diagnosis with the numbers that prove it, the threshold it was "
                                           "held to and what to do; one card per problem.")
-    sec.add(_by_impact(findings_block(doc.get("findings") or []), doc.get("findings") or []))
+    unjudged = (doc.get("capture") or {}).get("kernel_launches_without_records")
+    empty = ("No findings from the rules that could run: those judging GPU time need the kernels this export "
+             "lacks." if unjudged else "No findings: every rule passed.")
+    sec.add(_by_impact(findings_block(doc.get("findings") or [], empty), doc.get("findings") or []))
     sync = [x for x in doc.get("sync_summary") or [] if isinstance(x, dict)]
     if sync:
         sec.add({"type": "heading", "text": "Synchronisation calls"},

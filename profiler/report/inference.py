@@ -105,7 +105,7 @@ def _phases(ph: dict) -> list[dict]:
              ("GPU work outside inferences ms", w.get("gpu_work_outside_inferences_ms")),
              ("steady state ms", sd.get("duration_ms")),
              ("steady GPU busy" + (" (any GPU)" if sd.get("gpu_busy_fraction_by_device") else ""),
-              fmt_pct((sd.get("gpu_busy_fraction") or 0) * 100)),
+              "unknown" if sd.get("gpu_busy_fraction") is None else fmt_pct(sd["gpu_busy_fraction"] * 100)),
              *[(f"steady GPU {dev} busy", fmt_pct(v * 100))
                for dev, v in (sd.get("gpu_busy_fraction_by_device") or {}).items()],
              ("statistics and findings over", ph.get("included_in_statistics", "steady state"))]

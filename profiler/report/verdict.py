@@ -252,9 +252,14 @@ def analysis_verdict(result: AnalysisDocument) -> dict[str, Any]:
     gpu = sum(int(counts.get(k) or 0) for k in ("kernels", "memcpy", "memset", "graphs"))
     status, cls = _findings_status(groups)
     lines = []
+    unrecorded = cap.get("kernel_launches_without_records")
     if status == "PASS" and counts and not gpu:
         status, cls = "INCONCLUSIVE", "warn"
         head = "Nothing to judge: the capture holds no GPU activity"
+    elif status == "PASS" and unrecorded:
+        status, cls = "INCONCLUSIVE", "warn"
+        head = (f"GPU time not judged: the export holds {fmt_num(unrecorded)} kernel launch calls but no kernel "
+                "record; the rules that could run found no problem")
     elif status == "PASS":
         minor = [g for g in groups if g["severity"] == "low"]
         head = (f"No problem worth acting on ({_plural(len(minor), 'minor finding')} below)" if minor
