@@ -172,3 +172,24 @@ def test_several_gpus_get_their_own_busy_share_beside_the_any_gpu_union():
     # the export names no GPU: the report's card says so rather than 'None'
     [gpus] = [c for c in build_analysis_page(d)["cards"] if c.get("label") == "GPUs"] or [None]
     assert gpus is not None and "None" not in str(gpus) and "name not in the export" in str(gpus)
+
+
+def test_a_thread_waiting_for_the_launching_thread_is_not_the_cause():
+    """PyTorch training on the H200: during the backward pass the main thread waits in pthread_cond_wait
+    while the autograd thread runs and launches; the gaps were blamed on that wait (73.7 ms summed over
+    two threads in 66.1 ms of idle time). The gap's cause is where the thread that launched the work
+    ending it was: here running its own code."""
+    krows, os_calls = [], []
+    t = 0
+    for i in range(20):
+        launcher = 5 if i < 10 else 9  # forward kernels from thread 5, then backward ones from thread 9
+        krows.append((t, t + 20 * T, launcher, t - 2 * T, i + 1))
+        waiting = 9 if i < 9 else 5  # the thread that does not launch the kernel ending the gap waits through it
+        os_calls.append({"name": "pthread_cond_wait", "start_ns": t + 20 * T, "end_ns": t + 220 * T,
+                         "global_tid": waiting, "pid": 1, "tid": waiting})
+        t += 220 * T
+    res = analyze(Trace(kernels=kernels(*krows), osrt=pd.DataFrame(os_calls)))
+    f = _idle(res)
+    assert f.evidence["host_cause"] == "code"
+    assert "running code outside CUDA and OS runtime calls" in f.title and "pthread_cond_wait" not in f.title
+    assert f.evidence["host_during_gaps_ms"]["outside_cuda_and_os_calls_ms"] == pytest.approx(19 * 0.2)

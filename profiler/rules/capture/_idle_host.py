@@ -44,7 +44,8 @@ def host_during(ctx: CaptureContext, d: SM.DeviceGaps, gs: np.ndarray, ge: np.nd
     """
     table = ctx.table
     want = np.ones(len(gs), dtype=bool) if detail is None else np.isin(np.arange(len(gs)), detail)
-    tally = _HostTally(gs, ge, want, {"cuda_api": table.api, "os_runtime": table.osrt})
+    tally = _HostTally(gs, ge, want, {"cuda_api": table.api, "os_runtime": table.osrt},
+                       _ending_threads(table.activity, d, ge) if len(d.launch_tids) > 1 else None)
     for window in call_windows(table, d.launch_tids):
         tally.add(window)
     agg: dict[str, Any] = {label: tally.top_names(label) for label in LABELS}
@@ -55,15 +56,30 @@ def host_during(ctx: CaptureContext, d: SM.DeviceGaps, gs: np.ndarray, ge: np.nd
     return agg, tally.per_gap_ms(), ranges_ns
 
 
+def _ending_threads(act: Any, d: SM.DeviceGaps, ge: np.ndarray) -> np.ndarray:
+    """Per gap, the thread that launched the work ending it (the GPU waited for that thread), -1 where it is
+    not known (then every launching thread's calls count for the gap)."""
+    i = np.minimum(np.searchsorted(act.start_ns, ge, "left"), max(len(act) - 1, 0))
+    if not len(act):
+        return np.full(len(ge), -1, dtype=np.int64)
+    known = (act.start_ns[i] == ge) & (act.device_id[i] == d.device_id)
+    return np.where(known, act.api_tid[i], -1)
+
+
 class _HostTally:
     """What the evidence needs from the calls in the gaps ``[gs, ge)`` (sorted, disjoint), summed window by
     window: the overlap (ns) per call name code of each table, per wanted gap and call name (with the
     call's first row, which orders the names as the table does), and the union of the calls' pieces in
-    each gap (``covered_ns``, with the furthest end each gap's pieces reached so far)."""
+    each gap (``covered_ns``, with the furthest end each gap's pieces reached so far).
 
-    def __init__(self, gs: np.ndarray, ge: np.ndarray, want: np.ndarray, tables: dict[str, HostCalls]):
+    With several launching threads, only the calls of the thread that launched the work ending a gap count
+    for it (``gap_tid``; all where -1): while one thread waits on a condition variable for another (PyTorch's
+    main thread during the backward pass), the GPU waits for the other, and the wait is no cause."""
+
+    def __init__(self, gs: np.ndarray, ge: np.ndarray, want: np.ndarray, tables: dict[str, HostCalls],
+                 gap_tid: np.ndarray | None = None):
         """No calls yet; ``want`` marks the gaps whose time per call name is kept."""
-        self.gs, self.ge, self.want, self.tables = gs, ge, want, tables
+        self.gs, self.ge, self.want, self.tables, self.gap_tid = gs, ge, want, tables, gap_tid
         self.by_code = {label: np.zeros(len(calls.names), np.int64) for label, calls in tables.items()}
         self.per_gap: dict[int, dict[str, dict[str, list[int]]]] = {int(i): {} for i in np.flatnonzero(want)}
         self.reach = np.full(len(gs), blockwise.NO_REACH, dtype=np.int64)
@@ -76,6 +92,9 @@ class _HostTally:
             calls = self.tables[label]
             start, end = calls.start_ns[rows], calls.end_ns[rows]
             g, q, ov = SM.overlap_by_name(self.gs, self.ge, start, end)
+            if self.gap_tid is not None:  # the calls of the thread the gap waited for
+                mine = (self.gap_tid[g] < 0) | (self.gap_tid[g] == calls.tid[rows[q]])
+                g, q, ov = g[mine], q[mine], ov[mine]
             rows = rows[q]
             # per name code; float sums of integer ns are exact below 2**53 ns (104 days) per name
             self.by_code[label] += np.bincount(calls.name_code[rows], weights=ov,
