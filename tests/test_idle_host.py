@@ -47,15 +47,18 @@ def _busy_threads(n_osrt: int, seed: int = 0, osrt_len_ns: int = 60 * T, osrt_ti
     return Trace(kernels=kernels(*krows), api=api, osrt=osrt)
 
 
-def _plain_covered_ns(trace: Trace, gs: np.ndarray, ge: np.ndarray) -> int:
+def _plain_covered_ns(trace: Trace, gs: np.ndarray, ge: np.ndarray, gap_tid: np.ndarray | None = None) -> int:
     """The union of every launching-thread call's pieces inside the gaps, taken all at once (a call nested
-    in another of its thread adds nothing to the union, so every call can be taken)."""
+    in another of its thread adds nothing to the union, so every call can be taken); with ``gap_tid``, only
+    the calls of that thread count in each gap."""
     calls = pd.concat([trace.api, trace.osrt])
     calls = calls[calls["global_tid"].isin(LAUNCH_TIDS)]
     s, e = calls["start_ns"].to_numpy(), calls["end_ns"].to_numpy()
     g = np.arange(len(gs)).repeat(len(s))
     ps, pe = np.maximum(np.tile(s, len(gs)), gs[g]), np.minimum(np.tile(e, len(gs)), ge[g])
     keep = pe > ps
+    if gap_tid is not None:
+        keep &= np.tile(calls["global_tid"].to_numpy(), len(gs)) == gap_tid[g]
     return int(intervals.union_length_by_group(g[keep], ps[keep], pe[keep], len(gs)).sum())
 
 
@@ -126,7 +129,10 @@ def test_gpu_idle_transient_memory_does_not_grow_with_the_calls_in_the_gaps(monk
     input_bytes = 16 * n  # the OS runtime calls' start and end columns
     assert peak < input_bytes / 8, (peak, input_bytes)
     assert ev["gaps"] == 10
-    covered = _plain_covered_ns(trace, *_gaps_of(trace))
+    # each gap counts the calls of the thread that launched the kernel ending it (threads 5 and 6 alternate)
+    ending = np.array([LAUNCH_TIDS[(i + 1) % 2] for i in range(10)])
+    covered = _plain_covered_ns(trace, *_gaps_of(trace), gap_tid=ending)
+    assert covered < _plain_covered_ns(trace, *_gaps_of(trace))
     assert ev["host_during_gaps_ms"]["outside_cuda_and_os_calls_ms"] == pytest.approx(
         ev["idle_ms"] - covered / 1e6, abs=1e-9)
 
