@@ -193,3 +193,14 @@ def test_a_thread_waiting_for_the_launching_thread_is_not_the_cause():
     assert f.evidence["host_cause"] == "code"
     assert "running code outside CUDA and OS runtime calls" in f.title and "pthread_cond_wait" not in f.title
     assert f.evidence["host_during_gaps_ms"]["outside_cuda_and_os_calls_ms"] == pytest.approx(19 * 0.2)
+
+
+def test_a_sleeping_launch_thread_gets_advice_for_paced_requests_and_for_stray_sleeps():
+    """A server at low load sleeps until the next request (an H200 capture serving every 2 ms): the GPU has
+    capacity to spare there, which the lock/I-O advice did not say; a lock wait keeps that advice."""
+    from profiler.rules.capture._idle_cause import Cause, advice
+
+    sleep = advice(Cause("os_runtime", "in clock_nanosleep (622 of 671 ms)", "clock_nanosleep"), False)
+    assert sleep.startswith("The launching thread sleeps (clock_nanosleep)") and "capacity to spare" in sleep
+    lock = advice(Cause("os_runtime", "in pthread_mutex_lock (9 of 10 ms)", "pthread_mutex_lock"), False)
+    assert lock.startswith("The launching thread sleeps, waits on a lock or does I/O") and "capacity" not in lock

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from profiler.capture import blockwise, intervals
+from profiler.report.fmt import fmt_num
 from profiler.rules.capture import _common
 from profiler.rules.context import CaptureContext
 
@@ -49,7 +50,7 @@ def dominant_cause(ctx: CaptureContext, host: dict, ranges_ns: np.ndarray, idle_
     """The cause of the idle time from ``host`` (the ``host_during_gaps_ms`` evidence) and ``ranges_ns``,
     the time (ns) each NVTX series, by series id, overlaps the gaps. The first of a call, a range and
     the host's own code that fills half of the idle time; when none does, the largest of them."""
-    of = f" of {idle_ms:.3g} ms)"
+    of = f" of {fmt_num(idle_ms, 3)} ms)"
     cands: list[tuple[float, Cause]] = []
     best: tuple[str, str, float] | None = None  # (kind, name, ms) of the longest call
     for kind in ("os_runtime", "cuda_api"):
@@ -58,19 +59,19 @@ def dominant_cause(ctx: CaptureContext, host: dict, ranges_ns: np.ndarray, idle_
                 best = (kind, name, v)
     if best is not None:
         kind, name, v = best
-        cands.append((v, Cause(_call_kind(ctx, kind, name), f"in {name} ({v:.3g}{of}", name)))
+        cands.append((v, Cause(_call_kind(ctx, kind, name), f"in {name} ({fmt_num(v, 3)}{of}", name)))
     sid = _innermost_range(ctx, ranges_ns, CAUSE_MIN_SHARE * idle_ms * 1e6)
     if sid is None and len(ranges_ns):
         sid = _innermost_range(ctx, ranges_ns, float(ranges_ns.max()))  # the longest, if it is no loop
     if sid is not None:
         label = ctx.label(sid) or ""
         v = float(ranges_ns[sid]) / 1e6
-        cands.append((v, Cause("range", f"inside the NVTX range {label} ({v:.3g}{of}", label)))
+        cands.append((v, Cause("range", f"inside the NVTX range {label} ({fmt_num(v, 3)}{of}", label)))
     outside = float(host.get("outside_cuda_and_os_calls_ms", 0.0))
     if _osrt_traced(ctx):
-        code = Cause("code", f"running code outside CUDA and OS runtime calls ({outside:.3g}{of}")
+        code = Cause("code", f"running code outside CUDA and OS runtime calls ({fmt_num(outside, 3)}{of}")
     else:
-        code = Cause("code", f"outside CUDA calls ({outside:.3g}{of}; OS runtime calls were not traced "
+        code = Cause("code", f"outside CUDA calls ({fmt_num(outside, 3)}{of}; OS runtime calls were not traced "
                              "(nsys -t osrt), so sleeps, locks and I/O are not told apart from the host's own code")
     cands.append((outside, code))
     for v, cause in cands:  # in order of specificity
@@ -81,9 +82,18 @@ def dominant_cause(ctx: CaptureContext, host: dict, ranges_ns: np.ndarray, idle_
     return cause
 
 
+SLEEP_CALLS = ("clock_nanosleep", "nanosleep", "usleep", "sleep")
+"""OS runtime calls that only wait for time to pass (a loop pacing itself, or polling for work)."""
+
+
 def advice(cause: Cause, tensorrt: bool) -> str:
     """The recommendation for ``cause`` (TensorRT-aware where the capture is TensorRT's)."""
     n = cause.name
+    if cause.kind == "os_runtime" and n.startswith(SLEEP_CALLS):
+        return (f"The launching thread sleeps ({n}) while the GPU has nothing queued. If the sleep paces "
+                "requests that arrive no faster (a server at low load), the GPU has capacity to spare: batch "
+                "requests, or serve more load from this GPU. Otherwise remove the sleep or polling from the "
+                "thread that feeds the GPU, or queue the next batch's work before it.")
     if cause.kind == "os_runtime":
         return ("The launching thread sleeps, waits on a lock or does I/O while the GPU has nothing queued: move "
                 "that work off the thread that feeds the GPU, or queue the next batch's work before it.")

@@ -9,6 +9,7 @@ import pandas as pd
 
 from profiler.capture import series as S
 from profiler.findings import Finding
+from profiler.report.fmt import fmt_num
 from profiler.rules import Thresholds, rule
 from profiler.rules.capture._common import band
 from profiler.rules.context import CaptureContext
@@ -73,7 +74,7 @@ def pageable_memcpy(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
         cmp = "; no pinned copy of the same size in the capture to compare with"
     return [Finding(
         rule="pageable_memcpy", severity=sev, range=top_range,
-        title=f"{len(pg)} copies touch pageable host memory ({total_ns / 1e6:.3g} ms of GPU copy time){cmp}",
+        title=f"{len(pg)} copies touch pageable host memory ({fmt_num(total_ns / 1e6, 3)} ms of GPU copy time){cmp}",
         evidence=evidence,
         threshold=t.pick("min_total_us", "high_share"),
         recommendation=("Allocate host buffers as pinned memory (cudaHostAlloc / cudaMallocHost, "

@@ -10,6 +10,7 @@ from profiler.capture import intervals
 from profiler.capture import series as S
 from profiler.capture.phases import bounding_copy_directions, steady_breakdown
 from profiler.findings import Finding
+from profiler.report.fmt import fmt_num
 from profiler.rules import Thresholds, rule
 from profiler.rules.capture._common import MAX_FINDINGS_PER_RULE, band, member_rows, milder, outermost, ranges_of
 from profiler.rules.context import CaptureContext
@@ -115,8 +116,8 @@ def transfer_bound(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
         directions = bounding_copy_directions({d: v["gpu_ms_per_instance"] for d, v in ev["by_direction"].items()})
         out.append(Finding(
             rule="transfer_bound", severity=sev, range=ctx.label(r["series_id"]),
-            title=(f"Transfer-bound: copies take {ev['copy_ms_per_instance']:.3g} ms per instance, {ratio:.2f}x its "
-                   f"{ev['compute_ms_per_instance']:.3g} ms of compute (median wall {ev['wall_ms_median']:.3g} ms)"),
+            title=(f"Transfer-bound: copies take {fmt_num(ev['copy_ms_per_instance'], 3)} ms per instance, {ratio:.2f}x its "
+                   f"{fmt_num(ev['compute_ms_per_instance'], 3)} ms of compute (median wall {fmt_num(ev['wall_ms_median'], 3)} ms)"),
             evidence=ev,
             threshold=t.pick("min_copy_to_compute", "min_copy_fraction"),
             recommendation=transfer_advice(ctx.tensorrt, ev["pageable_copies"], ev["pageable_share_of_copy_time"],
@@ -191,8 +192,8 @@ def _inference_transfer_bound(ctx: CaptureContext, t: Thresholds) -> list[Findin
         _copies_text(dirs.get(direction))
     return [Finding(
         rule="transfer_bound", severity="high", range=unit.label,
-        title=(f"{names}-bound: {names} copies take {bound_ms / n:.3g} ms of GPU time per inference on average "
-               f"({each}) against {compute / n:.3g} ms of compute ({bound_ms / compute:.2f}x); "
+        title=(f"{names}-bound: {names} copies take {fmt_num(bound_ms / n, 3)} ms of GPU time per inference on average "
+               f"({each}) against {fmt_num(compute / n, 3)} ms of compute ({bound_ms / compute:.2f}x); "
                f"{100 * overlap_ms / copy_ms:.0f}% of copy time overlaps compute"),
         evidence=ev,
         threshold=t.pick("min_copy_to_compute", "min_copy_fraction"),
