@@ -447,7 +447,7 @@ def test_without_nvtx_the_setup_line_names_the_calls_before_the_work():
     from profiler.cli.analyze import inference_lines
 
     [line] = [x for x in inference_lines(analyze(_window_app()).to_json()) if x.startswith("setup:")]
-    assert line.startswith("setup: 300.0 ms before the GPU work (allocations 300.0 ms); steady state 5.0 ms")
+    assert line.startswith("setup: 300.0 ms before the steady state (allocations 300.0 ms); steady state 5.0 ms")
     assert "warm-up" not in line and "inferences" not in line
 
 
@@ -543,3 +543,18 @@ def test_launch_calls_without_kernel_records_are_not_judged_as_an_idle_gpu():
     captured = analyze(_launches_without_kernels(begin_capture=True)).to_json()
     assert "kernel_launches_without_records" not in captured["capture"]
     assert captured["phases"]["steady"]["gpu_busy_fraction"] is not None
+
+
+def test_work_of_another_process_or_beside_a_ranged_thread_that_launches_nothing_stays_out():
+    """The review's counter-examples: a second process (no NVTX) launching during the steps, and a data
+    loader thread opening the only ranges while the main thread launches every kernel."""
+    other_process = 2 << 24 | 9  # nsys's global thread id: the process id above bit 24
+    data = analyze(_step_loop(helper_tid=other_process)).to_json()
+    [step] = [r for r in data["ranges"] if r["name"] == "step"]
+    assert step["gpu_busy_ms"]["median"] == pytest.approx(0.020) and step["kernels_per_instance"] == 1
+    nv = [("load_batch", i * 200 * T, i * 200 * T + 150 * T, 7) for i in range(10)]
+    k = kernels(*[(i * 200 * T + 40 * T, i * 200 * T + 60 * T, 5, i * 200 * T + 35 * T, i + 1) for i in range(10)])
+    loader = analyze(Trace(kernels=k, nvtx=ranges(*nv))).to_json()
+    [batch] = [r for r in loader["ranges"] if r["name"] == "load_batch"]
+    assert batch["kernels_per_instance"] == 0
+    assert not any("open no NVTX range" in w for w in loader["capture"]["warnings"])

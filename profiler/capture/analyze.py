@@ -151,11 +151,7 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
     knames = S.factor(kernels, "name", small=True) if kernels is not None and len(kernels) else None
     unrecorded = kernels_not_recorded(full, 0 if kernels is None else len(kernels))
     if unrecorded:  # the GPU's kernels are not in the export: no verdict on GPU time
-        meta["missing"] = list(meta.get("missing") or []) + [
-            f"The export has {unrecorded} kernel launch calls but no kernel records (CUPTI_ACTIVITY_KIND_KERNEL): "
-            "nsys did not collect the GPU's kernels (a capture started late, with --delay or a capture range, "
-            "can miss them), so GPU busy time and idle gaps are unknown and the rules that judge them "
-            f"({', '.join(GPU_TIME_RULES)}) did not run"]
+        meta["missing"] = list(meta.get("missing") or []) + [_unrecorded_sentence(unrecorded)]
     # what reads the whole capture's table comes first: the steady-state table then replaces it, so the
     # two copies of the capture's GPU activity and API calls are never held through the rules. (Running
     # the pieces that only read the tables on threads was measured on the 2xH200 host: 1.04x the time and
@@ -177,14 +173,13 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
                          capture_start_ns=int(start_ns), unit=unit, phases=ph, tensorrt=trt,
                          include_setup=options.include_setup)
     only = options.rules
-    if unrecorded:
-        only = [r for r in (only or [s.id for s in registry("capture")]) if r not in GPU_TIME_RULES]
+    if unrecorded:  # an explicit list keeps its unknown ids, so run_rules still refuses them
+        only = [r for r in (only if only is not None else [s.id for s in registry("capture")])
+                if r not in GPU_TIME_RULES]
     judged = run_rules("capture", ctx, only=only, overrides=options.rule_overrides())
     release_memory()
     findings = calibrate(ctx, judged.findings)
     capture = _capture_info(trace, meta, table)
-    if unrecorded:
-        capture["kernel_launches_without_records"] = unrecorded
     ranges = _ranges_json(ctx, options)
     extra = {
         **whole,
@@ -195,7 +190,8 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
         "thresholds": judged.thresholds,
     }
     if unrecorded:
-        extra["phases"]["steady"]["gpu_busy_fraction"] = None
+        capture["kernel_launches_without_records"] = unrecorded
+        _forget_gpu_time(extra, ranges)
     extra["inference"]["bound_by"] = None if unrecorded else _bound_by(extra["phases"]["steady"])
     if options.layer_info:
         extra["layer_info"] = layer_table.join_layer_info(extra["layers"], options.layer_info)
@@ -208,6 +204,26 @@ GPU_TIME_RULES = ("gpu_idle", "launch_overhead", "transfer_bound")
 UNRECORDED_MIN_LAUNCHES = 10
 """Kernel launch calls that must be in an export with no kernel record before the kernels count as lost."""
 CAPTURE_BEGIN_PREFIXES = ("cudaStreamBeginCapture", "cuStreamBeginCapture")
+
+
+def _unrecorded_sentence(launches: int) -> str:
+    return (f"The export has {launches:,} kernel launch calls but no kernel records (CUPTI_ACTIVITY_KIND_KERNEL): "
+            "nsys did not collect the GPU's kernels (a capture started late, with --delay or a capture range, "
+            "can miss them), so GPU busy time and idle gaps are unknown and the rules that judge them "
+            f"({', '.join(GPU_TIME_RULES)}) did not run")
+
+
+def _forget_gpu_time(extra: dict[str, Any], ranges: list[dict[str, Any]]) -> None:
+    """GPU time read off the copies and memsets of an export without its kernels is no GPU time: unknown."""
+    extra["phases"]["steady"]["gpu_busy_fraction"] = None
+    extra["phases"]["steady"].pop("gpu_busy_fraction_by_device", None)
+    for key in ("gpu_ms", "gpu_latency_ms", "queue_ms"):
+        extra["inference"][key] = None
+    for r in ranges:
+        r["gpu_busy_ms"] = r["gpu_busy_fraction"] = r["total_gpu_busy_ms"] = None
+    for h in extra.get("gap_histogram") or []:
+        if isinstance(h, dict) and "busy_fraction" in h:
+            h["busy_fraction"] = None
 
 
 def kernels_not_recorded(table: S.SeriesTable, n_kernels: int) -> int:

@@ -449,19 +449,24 @@ def _attribution_threads(api_tid: np.ndarray, range_tid: np.ndarray, window: boo
     GPU work is attributed to the NVTX ranges open on the thread that launched it. Work launched by threads
     that open no range themselves (PyTorch's autograd thread runs the backward pass, a server's GPU worker
     serves the request thread's ranges) would then belong to no range: when exactly one thread opens
-    ranges, such work is attributed as if that thread had launched it, to its ranges open at the launch.
-    With several threads opening ranges the owner is ambiguous and the work stays unattributed."""
+    ranges and launches GPU work itself, the work its process's other threads launch is attributed as if it
+    had launched it, to its ranges open at the launch. With several threads opening ranges the owner is
+    ambiguous, and a ranged thread that launches nothing (a data loader's) is no owner: the work stays
+    unattributed. Global thread ids carry the process id above bit 24 (nsys's encoding)."""
     owners = np.unique(range_tid)
     if window or len(owners) != 1 or not len(api_tid):
         return api_tid, ""
-    helper = (api_tid >= 0) & (api_tid != owners[0])
+    owner = int(owners[0])
+    if not (api_tid == owner).any():
+        return api_tid, ""
+    helper = (api_tid >= 0) & (api_tid != owner) & ((api_tid >> 24) == (owner >> 24))
     if not helper.any():
         return api_tid, ""
     n_threads = len(np.unique(api_tid[helper]))
     note = (f"{int(helper.sum())} GPU activities launched by {n_threads} thread(s) that open no NVTX range "
-            "(PyTorch's autograd thread, a GPU worker) are attributed to the ranges open at their launch on the "
-            "one thread that opens ranges")
-    return np.where(helper, owners[0], api_tid), note
+            "(PyTorch's autograd thread, a GPU worker) count in the ranges of the one thread of their process "
+            "that opens ranges, where one is open at their launch")
+    return np.where(helper, owner, api_tid), note
 
 
 def _windows(inst: pd.DataFrame, prefix: str, srt: Sorted, qlo: np.ndarray, qhi: np.ndarray, n: int) -> None:

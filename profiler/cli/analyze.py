@@ -162,7 +162,9 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
         if (data.get("inference") or {}).get("source") == "window":  # no inferences: what came before the work
             calls = [f"{label} {_fmt(w.get(key), '.1f')} ms" for key, label in WINDOW_SETUP_CALLS
                      if (w.get(key) or 0) >= 0.05]  # as printed: 0.0 ms is no call worth naming
-            before = f"before the GPU work ({', '.join(calls) or 'no context, module or allocation call'})"
+            if (w.get("gpu_work_outside_inferences_ms") or 0) >= 0.05:  # GPU work before a late module load
+                calls.append(f"GPU work {_fmt(w['gpu_work_outside_inferences_ms'], '.1f')} ms")
+            before = f"before the steady state ({', '.join(calls) or 'no context, module or allocation call'})"
         else:
             before = (f"({ttfi_text}; {n_warm} warm-up inference{'' if n_warm == 1 else 's'}, {n_up} "
                       f"upload{'' if n_up == 1 else 's'} of {fmt_bytes(up.get('bytes', 0))}, GPU work outside "

@@ -258,8 +258,10 @@ def analysis_verdict(result: AnalysisDocument) -> dict[str, Any]:
         head = "Nothing to judge: the capture holds no GPU activity"
     elif status == "PASS" and unrecorded:
         status, cls = "INCONCLUSIVE", "warn"
+        minor = [g for g in groups if g["severity"] == "low"]
+        found = f"only {_plural(len(minor), 'minor finding')} (below)" if minor else "no problem"
         head = (f"GPU time not judged: the export holds {fmt_num(unrecorded)} kernel launch calls but no kernel "
-                "record; the rules that could run found no problem")
+                f"record; the rules that could run found {found}")
     elif status == "PASS":
         minor = [g for g in groups if g["severity"] == "low"]
         head = (f"No problem worth acting on ({_plural(len(minor), 'minor finding')} below)" if minor

@@ -19,6 +19,7 @@ import pandas as pd
 
 from profiler.capture import blockwise
 from profiler.capture import summary as SM
+from profiler.capture.keys import expand
 from profiler.capture.series import HostCalls, SeriesTable, Sorted
 from profiler.rules.capture import _common
 from profiler.rules.context import CaptureContext
@@ -44,26 +45,39 @@ def host_during(ctx: CaptureContext, d: SM.DeviceGaps, gs: np.ndarray, ge: np.nd
     """
     table = ctx.table
     want = np.ones(len(gs), dtype=bool) if detail is None else np.isin(np.arange(len(gs)), detail)
-    tally = _HostTally(gs, ge, want, {"cuda_api": table.api, "os_runtime": table.osrt},
-                       _ending_threads(table.activity, d, ge) if len(d.launch_tids) > 1 else None)
+    waited = _GapThreads(table.activity, d, ge) if len(d.launch_tids) > 1 else None
+    tally = _HostTally(gs, ge, want, {"cuda_api": table.api, "os_runtime": table.osrt}, waited)
     for window in call_windows(table, d.launch_tids):
         tally.add(window)
     agg: dict[str, Any] = {label: tally.top_names(label) for label in LABELS}
-    nvtx, ranges_ns = _nvtx_during(ctx, d.launch_tids, gs, ge)
+    nvtx, ranges_ns = _nvtx_during(ctx, d.launch_tids, gs, ge, waited)
     if nvtx is not None:
         agg["nvtx"] = nvtx
     agg["outside_cuda_and_os_calls_ms"] = max(float((ge - gs).sum()) - tally.covered_ns, 0.0) / 1e6
     return agg, tally.per_gap_ms(), ranges_ns
 
 
-def _ending_threads(act: Any, d: SM.DeviceGaps, ge: np.ndarray) -> np.ndarray:
-    """Per gap, the thread that launched the work ending it (the GPU waited for that thread), -1 where it is
-    not known (then every launching thread's calls count for the gap)."""
-    i = np.minimum(np.searchsorted(act.start_ns, ge, "left"), max(len(act) - 1, 0))
-    if not len(act):
-        return np.full(len(ge), -1, dtype=np.int64)
-    known = (act.start_ns[i] == ge) & (act.device_id[i] == d.device_id)
-    return np.where(known, act.api_tid[i], -1)
+class _GapThreads:
+    """Per gap, the threads that launched the work ending it: the GPU waited for them. ``mine(g, tid)`` says
+    whether thread ``tid``'s time counts for gap ``g`` (every thread's does where no such work is known)."""
+
+    def __init__(self, act: Any, d: SM.DeviceGaps, ge: np.ndarray):
+        """The non-empty activity of ``d``'s device starting exactly at each gap end ``ge``."""
+        self.tids = np.unique(np.asarray(d.launch_tids, dtype=np.int64))
+        lo, hi = np.searchsorted(act.start_ns, ge, "left"), np.searchsorted(act.start_ns, ge, "right")
+        q, rows = expand(lo, hi)  # every row starting at a gap's end, on any device
+        ok = (act.device_id[rows] == d.device_id) & (act.end_ns[rows] > act.start_ns[rows]) & (act.api_tid[rows] >= 0)
+        q, tid = q[ok], act.api_tid[rows[ok]]
+        self.known = np.zeros(len(ge), dtype=bool)
+        self.known[q] = True
+        self.keys = np.unique(self._key(q, tid))
+
+    def _key(self, g: np.ndarray, tid: np.ndarray) -> np.ndarray:
+        code = np.minimum(np.searchsorted(self.tids, tid), max(len(self.tids) - 1, 0))
+        return g.astype(np.int64) * max(len(self.tids), 1) + code
+
+    def mine(self, g: np.ndarray, tid: np.ndarray) -> np.ndarray:
+        return ~self.known[g] | np.isin(self._key(g, tid), self.keys)
 
 
 class _HostTally:
@@ -72,14 +86,14 @@ class _HostTally:
     call's first row, which orders the names as the table does), and the union of the calls' pieces in
     each gap (``covered_ns``, with the furthest end each gap's pieces reached so far).
 
-    With several launching threads, only the calls of the thread that launched the work ending a gap count
-    for it (``gap_tid``; all where -1): while one thread waits on a condition variable for another (PyTorch's
-    main thread during the backward pass), the GPU waits for the other, and the wait is no cause."""
+    With several launching threads, only the calls of the threads that launched the work ending a gap count
+    for it (``waited``): while one thread waits on a condition variable for another (PyTorch's main thread
+    during the backward pass), the GPU waits for the other, and the wait is no cause."""
 
     def __init__(self, gs: np.ndarray, ge: np.ndarray, want: np.ndarray, tables: dict[str, HostCalls],
-                 gap_tid: np.ndarray | None = None):
+                 waited: _GapThreads | None = None):
         """No calls yet; ``want`` marks the gaps whose time per call name is kept."""
-        self.gs, self.ge, self.want, self.tables, self.gap_tid = gs, ge, want, tables, gap_tid
+        self.gs, self.ge, self.want, self.tables, self.waited = gs, ge, want, tables, waited
         self.by_code = {label: np.zeros(len(calls.names), np.int64) for label, calls in tables.items()}
         self.per_gap: dict[int, dict[str, dict[str, list[int]]]] = {int(i): {} for i in np.flatnonzero(want)}
         self.reach = np.full(len(gs), blockwise.NO_REACH, dtype=np.int64)
@@ -92,8 +106,8 @@ class _HostTally:
             calls = self.tables[label]
             start, end = calls.start_ns[rows], calls.end_ns[rows]
             g, q, ov = SM.overlap_by_name(self.gs, self.ge, start, end)
-            if self.gap_tid is not None:  # the calls of the thread the gap waited for
-                mine = (self.gap_tid[g] < 0) | (self.gap_tid[g] == calls.tid[rows[q]])
+            if self.waited is not None:  # the calls of the threads the gap waited for
+                mine = self.waited.mine(g, calls.tid[rows[q]])
                 g, q, ov = g[mine], q[mine], ov[mine]
             rows = rows[q]
             # per name code; float sums of integer ns are exact below 2**53 ns (104 days) per name
@@ -158,9 +172,10 @@ class _HostTally:
 
 
 def _nvtx_during(ctx: CaptureContext, tids: np.ndarray, gs: np.ndarray, ge: np.ndarray,
-                 ) -> tuple[dict[str, float] | None, np.ndarray]:
-    """The NVTX ranges of the threads ``tids`` overlapping the gaps: the ``TOP_NAMES`` longest by label (ms;
-    None when no range overlaps, or the capture has none) and the overlap (ns) per series id."""
+                 waited: _GapThreads | None = None) -> tuple[dict[str, float] | None, np.ndarray]:
+    """The NVTX ranges of the threads ``tids`` (of each gap's ``waited`` threads, when given) overlapping the
+    gaps: the ``TOP_NAMES`` longest by label (ms; None when no range overlaps, or the capture has none) and
+    the overlap (ns) per series id."""
     table = ctx.table
     inst = table.instances
     ranges_ns = np.zeros(len(table.series))
@@ -168,6 +183,9 @@ def _nvtx_during(ctx: CaptureContext, tids: np.ndarray, gs: np.ndarray, ge: np.n
         return None, ranges_ns
     sub = inst[np.isin(inst["tid"].to_numpy(), tids)]
     g, q, ov = SM.overlap_by_name(gs, ge, sub["start_ns"].to_numpy(), sub["end_ns"].to_numpy())
+    if waited is not None:
+        mine = waited.mine(g, sub["tid"].to_numpy()[q])
+        g, q, ov = g[mine], q[mine], ov[mine]
     if not len(q):
         return None, ranges_ns
     ranges_ns = np.bincount(sub["series_id"].to_numpy()[q], weights=ov, minlength=len(table.series))

@@ -78,7 +78,9 @@ def sync_api(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
         names = ", ".join(sorted(ev["calls"], key=lambda n: -ev["calls"][n]["total_ms"]))
         out.append(Finding(
             rule="sync_api", severity=sev, range=ctx.label(r["series_id"]),
-            title=(f"The host blocks in synchronisation {pct(frac)}% of the range ({per:.1f} calls per instance"
+            title=(f"The host blocks in synchronisation {pct(frac)}% of the capture's GPU work window ({per:.0f} "
+                   f"calls{f', {dev:.0f} device-wide' if dev else ''}: {names})" if ctx.table.window else
+                   f"The host blocks in synchronisation {pct(frac)}% of the range ({per:.1f} calls per instance"
                    f"{f', {dev:.1f} device-wide' if dev else ''}: {names})"),
             evidence=ev,
             threshold=t.pick("min_fraction", "max_syncs_per_instance", "min_gpu_idle_share"),

@@ -116,14 +116,22 @@ def transfer_bound(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
         directions = bounding_copy_directions({d: v["gpu_ms_per_instance"] for d, v in ev["by_direction"].items()})
         out.append(Finding(
             rule="transfer_bound", severity=sev, range=ctx.label(r["series_id"]),
-            title=(f"Transfer-bound: copies take {fmt_num(ev['copy_ms_per_instance'], 3)} ms per instance, {ratio:.2f}x its "
-                   f"{fmt_num(ev['compute_ms_per_instance'], 3)} ms of compute (median wall {fmt_num(ev['wall_ms_median'], 3)} ms)"),
+            title=_range_title(ev, ratio, ctx.table.window),
             evidence=ev,
             threshold=t.pick("min_copy_to_compute", "min_copy_fraction"),
             recommendation=transfer_advice(ctx.tensorrt, ev["pageable_copies"], ev["pageable_share_of_copy_time"],
                                            directions),
         ))
     return out
+
+
+def _range_title(ev: dict[str, Any], ratio: float, window: bool) -> str:
+    copy, compute = fmt_num(ev["copy_ms_per_instance"], 3), fmt_num(ev["compute_ms_per_instance"], 3)
+    if window:  # no NVTX: one window of GPU work, no instances
+        return (f"Transfer-bound: copies take {copy} ms, {ratio:.2f}x the {compute} ms of compute, in the "
+                f"{fmt_num(ev['wall_ms_median'], 3)} ms window of GPU work")
+    return (f"Transfer-bound: copies take {copy} ms per instance, {ratio:.2f}x its {compute} ms of compute "
+            f"(median wall {fmt_num(ev['wall_ms_median'], 3)} ms)")
 
 
 def _copies_text(d: dict[str, Any] | None) -> str:
