@@ -46,6 +46,10 @@ class Cause:
         return ("mostly " if self.majority else "for the largest part ") + self.phrase
 
 
+ALLOC_CALL = re.compile(r"^(cuda|cu)(Malloc|Free|MemAlloc|MemFree|HostAlloc|MallocHost|FreeHost|MemCreate|MemRelease)")
+"""CUDA API calls that allocate or free memory: together, one cause of idle gaps."""
+
+
 def dominant_cause(ctx: CaptureContext, host: dict, ranges_ns: np.ndarray, idle_ms: float) -> Cause:
     """The cause of the idle time from ``host`` (the ``host_during_gaps_ms`` evidence) and ``ranges_ns``,
     the time (ns) each NVTX series, by series id, overlaps the gaps. The first of a call, a range and
@@ -57,7 +61,14 @@ def dominant_cause(ctx: CaptureContext, host: dict, ranges_ns: np.ndarray, idle_
         for name, v in (host.get(kind) or {}).items():
             if best is None or v > best[2]:
                 best = (kind, name, v)
-    if best is not None:
+    alloc = {n: v for n, v in (host.get("cuda_api") or {}).items() if ALLOC_CALL.search(n)}
+    if len(alloc) > 1 and sum(alloc.values()) > (best[2] if best else 0.0):
+        # cudaMalloc and cudaFree in the loop are one cause (their driver ioctls are no other one)
+        v = sum(alloc.values())
+        names = sorted(alloc, key=alloc.get, reverse=True)
+        each = ", ".join(f"{n} {fmt_num(alloc[n], 3)}" for n in names)
+        cands.append((v, Cause("api", f"in allocation calls ({each} ms: {fmt_num(v, 3)}{of}", "/".join(names))))
+    elif best is not None:
         kind, name, v = best
         cands.append((v, Cause(_call_kind(ctx, kind, name), f"in {name} ({fmt_num(v, 3)}{of}", name)))
     sid = _innermost_range(ctx, ranges_ns, CAUSE_MIN_SHARE * idle_ms * 1e6)

@@ -3,6 +3,7 @@ meanwhile (CUDA and OS runtime calls, NVTX ranges, their own code); start-up gap
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,9 +33,12 @@ ONE_OFF_SHARE = 0.5
 IDLE_INIT_SHARE = 0.5
 """A gap at least this share of which the launching threads spend in start-up calls is warm-up."""
 INIT_API_PREFIXES = ("cuInit", "cuCtxCreate", "cuDevicePrimaryCtxRetain", "cuLibraryLoad", "cuLibraryGet",
-                     "cuModuleLoad", "cuModuleGet", "cuKernelGet", "cudaSetDevice", "cudaFree")
+                     "cuModuleLoad", "cuModuleGet", "cuKernelGet", "cudaSetDevice")
 """One-off start-up work (context creation, lazy module loading): a gap spent mostly in these calls is
-warm-up, reported apart and not counted as idleness. ``cudaFree(0)`` is the customary context init."""
+warm-up, reported apart and not counted as idleness ..."""
+CONTEXT_FREE = re.compile(r"^cudaFree(_v\d+)?$")
+"""... and so is a thread's first cudaFree (``cudaFree(0)``, the customary context init); its later ones free
+memory in the loop, which is idleness like any other call."""
 
 TRT_IDLE_ADVICE = (
     " With TensorRT: keep the next inference queued before waiting on this one (enqueueV3 on a second execution "
@@ -57,16 +61,31 @@ def _on_threads(tid: np.ndarray, tids: np.ndarray) -> np.ndarray:
     return out
 
 
-def _init_ns(api: HostCalls, is_init: np.ndarray, d: SM.DeviceGaps, bi: np.ndarray) -> np.ndarray:
-    """Time (ns) the launching threads spend in start-up calls during each of the gaps ``bi``; the calls in
-    blocks of rows (a capture can make a cuKernelGetName call per launch)."""
+def _init_ns(api: HostCalls, is_init: np.ndarray, first_free: np.ndarray, d: SM.DeviceGaps, bi: np.ndarray
+             ) -> np.ndarray:
+    """Time (ns) the launching threads spend in start-up calls (names ``is_init``, and the rows
+    ``first_free``) during each of the gaps ``bi``; the calls in blocks of rows (a capture can make a
+    cuKernelGetName call per launch)."""
     gs, ge = d.gap_start_ns[bi], d.gap_end_ns[bi]
     init_ns = np.zeros(len(bi))
     for sl in blockwise.blocks(len(api), _common.CALL_BLOCK):
         rows = sl.start + np.flatnonzero(is_init[api.name_code[sl]] & _on_threads(api.tid[sl], d.launch_tids))
+        rows = np.union1d(rows, first_free[(first_free >= sl.start) & (first_free < sl.stop)])
+        rows = rows[_on_threads(api.tid[rows], d.launch_tids)]
         g, _, ov = SM.overlap_by_name(gs, ge, api.start_ns[rows], api.end_ns[rows])
         init_ns += np.bincount(g, weights=ov, minlength=len(bi))  # integer ns: the float sums are exact
     return init_ns
+
+
+def _first_calls(api: HostCalls, named: np.ndarray) -> np.ndarray:
+    """Rows of each thread's first call (earliest start) among the names ``named``, in row order."""
+    rows = np.concatenate([sl.start + np.flatnonzero(named[api.name_code[sl]])
+                           for sl in blockwise.blocks(len(api), _common.CALL_BLOCK)] or [np.zeros(0, np.int64)])
+    if not len(rows):
+        return rows.astype(np.int64)
+    order = rows[np.lexsort((api.start_ns[rows], api.tid[rows]))]
+    firsts = order[np.concatenate(([True], api.tid[order][1:] != api.tid[order][:-1]))]
+    return np.sort(firsts).astype(np.int64)
 
 
 @dataclass
@@ -86,12 +105,12 @@ class _Idle:
         return self.idle_ns / self.active_ns if self.active_ns > 0 else 0.0
 
 
-def _idle_of(d: SM.DeviceGaps, api: HostCalls, is_init: np.ndarray, t: Thresholds) -> _Idle:
+def _idle_of(d: SM.DeviceGaps, api: HostCalls, is_init: np.ndarray, first_free: np.ndarray, t: Thresholds) -> _Idle:
     """The gaps long enough to count (a launch-bound loop has a short gap per kernel, never looked at);
     of those, gaps the launching threads spend mostly in start-up calls are warm-up, not idleness."""
     bi = np.flatnonzero(d.gap_ns >= float(t["min_gap_us"]) * 1e3)
     gap_ns = d.gap_end_ns[bi] - d.gap_start_ns[bi]
-    init_gap = _init_ns(api, is_init, d, bi) >= t["init_gap_share"] * gap_ns
+    init_gap = _init_ns(api, is_init, first_free, d, bi) >= t["init_gap_share"] * gap_ns
     big = bi[~init_gap]
     init_ns = float(gap_ns[init_gap].sum())
     return _Idle(gs=d.gap_start_ns[big], ge=d.gap_end_ns[big], active_ns=d.active_ns - init_ns,
@@ -106,11 +125,12 @@ def gpu_idle(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
     """Idle gaps on a device inside its active window, and where the host was meanwhile."""
     api = ctx.table.api
     is_init = np.array([str(n).startswith(INIT_API_PREFIXES) for n in api.names], dtype=bool)
+    first_free = _first_calls(api, np.array([bool(CONTEXT_FREE.match(str(n))) for n in api.names], dtype=bool))
     out = []
     for d in ctx.devices:
         if d.active_ns <= 0:
             continue
-        idle = _idle_of(d, api, is_init, t)
+        idle = _idle_of(d, api, is_init, first_free, t)
         if idle.fraction >= t["min_idle_fraction"] and len(idle.gs):
             out.append(_finding(ctx, d, idle, t))
     return out

@@ -23,6 +23,8 @@ LAUNCH_MIN_SAVING_PCT = 10.0
 """... and a CUDA graph estimated to save at least this share of the wall time."""
 GRAPH_NODE_OVERHEAD_US = 1.0
 """Assumed GPU-side cost per kernel node of a replayed CUDA graph, for the saving estimate."""
+LAUNCH_MAX_OTHER_CALL_SHARE = 0.5
+"""... and less than this share of the wall time in CUDA calls that neither launch, copy nor synchronise."""
 LAUNCH_HIGH_SAVING_PCT, LAUNCH_MEDIUM_SAVING_PCT = 50.0, 25.0
 """Severity bands: high from this estimated saving (share of the wall time) on, medium from that."""
 
@@ -35,6 +37,7 @@ TRT_LAUNCH_ADVICE = (
     "max_busy_fraction": LAUNCH_MAX_BUSY_FRACTION, "min_launches_per_instance": LAUNCH_MIN_LAUNCHES,
     "max_kernel_to_launch_ratio": LAUNCH_MAX_KERNEL_TO_CALL, "min_saving_pct": LAUNCH_MIN_SAVING_PCT,
     "graph_node_overhead_us": GRAPH_NODE_OVERHEAD_US, "max_findings": MAX_FINDINGS_PER_RULE,
+    "max_other_call_share": LAUNCH_MAX_OTHER_CALL_SHARE,
     "high_saving_pct": LAUNCH_HIGH_SAVING_PCT, "medium_saving_pct": LAUNCH_MEDIUM_SAVING_PCT})
 def launch_overhead(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
     """Ranges paced by launching many short kernels rather than by GPU work."""
@@ -65,8 +68,12 @@ def launch_overhead(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
         wall_med_ms = r["wall_ms"]["median"]
         busy_med_ms = r["gpu_busy_ms"]["median"]
         launches = r["launches_per_instance"]
+        # CUDA calls that neither launch nor wait (allocation, frees, events) stay when the work is replayed
+        kept_api_ms = _kept_api_ms(inst)
+        if kept_api_ms >= t["max_other_call_share"] * wall_med_ms:
+            continue  # paced by other CUDA calls (allocations in the loop): gpu_idle names them
         graphed_ms = max(busy_med_ms + launches * t["graph_node_overhead_us"] / 1e3,
-                         (med_call_us / 1e3) if np.isfinite(med_call_us) else 0.0)
+                         (med_call_us / 1e3) if np.isfinite(med_call_us) else 0.0, kept_api_ms)
         saving_ms = max(wall_med_ms - graphed_ms, 0.0)
         saving_pct = 100.0 * saving_ms / wall_med_ms if wall_med_ms > 0 else 0.0
         if saving_pct < t["min_saving_pct"]:
@@ -86,9 +93,11 @@ def launch_overhead(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
             "graph_saving_ms_per_instance": saving_ms,
             "graph_saving_pct": saving_pct,
             "graph_saving_ms_total": saving_ms * r["count"],
+            "other_cuda_calls_ms_per_instance": kept_api_ms,
             "graph_saving_method": (
                 "replayed as one CUDA graph, an instance would take about its GPU busy time plus "
-                f"{t['graph_node_overhead_us']:g} us per kernel node (or one launch call, if longer); "
+                f"{t['graph_node_overhead_us']:g} us per kernel node (or one launch call, or its CUDA calls "
+                "that neither launch, copy nor synchronise, such as allocations, if longer); "
                 "saving = median wall - that estimate. At least the launch-call time per instance is removed "
                 "from the host (launch_call_ms_per_instance)"),
         }))
@@ -110,6 +119,14 @@ def launch_overhead(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
                 "carries more work."),
         ))
     return out
+
+
+def _kept_api_ms(inst) -> float:
+    """Median time per instance (ms) in top-level CUDA calls that neither launch, copy nor synchronise
+    (allocations, frees, event and stream management): a replayed graph does not remove them."""
+    other = (inst["api_ns"].to_numpy() - inst["launch_api_ns"].to_numpy() - inst["sync_ns"].to_numpy()
+             - inst["memcpy_api_ns"].to_numpy())
+    return float(np.median(np.maximum(other, 0))) / 1e6 if len(other) else 0.0
 
 
 def _is_launch_call(api: S.HostCalls, rows: np.ndarray) -> np.ndarray:
