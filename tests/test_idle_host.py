@@ -141,3 +141,27 @@ def _gaps_of(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """The ten gaps between the eleven kernels (each gap's end is the next kernel's start)."""
     k = trace.kernels.sort_values("start_ns")
     return k["end_ns"].to_numpy()[:-1], k["start_ns"].to_numpy()[1:]
+
+
+def test_the_threads_a_gap_waited_for_are_all_that_launched_work_starting_at_its_end():
+    """The review's ties: another device's row at the same nanosecond, two streams starting together, and
+    an empty row (which the gap sweep skips) must neither hide nor replace a launching thread."""
+    from types import SimpleNamespace
+
+    from profiler.capture.summary import DeviceGaps
+    from profiler.rules.capture._idle_host import _GapThreads
+
+    start = np.array([100, 100, 200, 200, 300, 300, 400])
+    act = SimpleNamespace(start_ns=start, end_ns=start + np.array([5, 5, 5, 5, 0, 5, 5]),
+                          device_id=np.array([1, 0, 0, 0, 0, 0, 0]), api_tid=np.array([9, 6, 5, 6, 7, 5, -1]))
+    d = DeviceGaps(device_id=0, active_start_ns=0, active_end_ns=500, busy_ns=0, gap_start_ns=np.zeros(0),
+                   gap_end_ns=np.zeros(0), launch_tids=np.array([5, 6, 7]))
+    waited = _GapThreads(act, d, np.array([100, 200, 300, 400, 450]))
+    g = np.repeat(np.arange(5), 3)
+    tid = np.tile([5, 6, 7], 5)
+    assert waited.mine(g, tid).reshape(5, 3).tolist() == [
+        [False, True, False],   # device 1's row at 100 is not this device's: thread 6 ended the gap
+        [True, True, False],    # two streams start at 200: both threads
+        [True, False, False],   # the empty row of thread 7 ends nothing
+        [True, True, True],     # the work at 400 has no known launching thread: every thread counts
+        [True, True, True]]     # nothing starts at 450: every thread counts
