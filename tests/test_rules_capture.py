@@ -452,3 +452,47 @@ def test_a_capture_without_a_unit_says_why_and_names_a_nested_candidate():
     assert inf["why"].startswith("no repeated outermost NVTX range; nested ones repeat, e.g. trtprof:")
     assert "/iter x" in inf["why"] and "--unit NAME" in inf["why"]
     assert sample("no_nvtx").to_json()["inference"]["why"] == "no NVTX ranges"
+
+
+def test_sync_cost_is_at_most_the_time_the_host_blocks_in_the_syncs():
+    """64 tiny pageable copies per request on the H200, each followed by a sync: the GPU idles from each
+    sync's return to the next copy, but that time is the host's own work, which stays without the syncs.
+    The sync finding was priced at 83% of the steady state while the host blocked in syncs 16% of it."""
+    nv, krows, arows, corr = [], [], [], 1
+    for i in range(20):
+        t = i * 1000 * T
+        nv.append(("request", t, t + 900 * T, 5))
+        for j in range(10):  # 10 steps: a 2 us kernel, a 10 us sync, then 70 us of host code
+            c = t + j * 85 * T
+            krows.append((c + 3 * T, c + 5 * T, 5, c + T, corr))
+            arows += [("cudaLaunchKernel", c + T, c + 3 * T, 5, "launch"),
+                      ("cudaStreamSynchronize", c + 4 * T, c + 14 * T, 5, "sync")]
+            corr += 1
+    res = analyze(Trace(kernels=kernels(*krows), api=api(*arows), nvtx=ranges(*nv)))
+    [f] = fired(res, "sync_api")
+    blocked_ms = f.evidence["sync_ms_per_instance"] * f.evidence["instances"]
+    assert f.evidence["gpu_idle_during_sync_ms"] > 5 * blocked_ms  # the relaunch gaps: the host's own work
+    assert f.impact["ms_total"] == pytest.approx(blocked_ms)
+
+
+def _copy_then_compute(copy_stream: int):
+    """Each step copies 100 us (HtoD, pinned) and then computes 30 us; the host waits for the copy first."""
+    nv, krows, copies = [], [], []
+    for i in range(20):
+        t = i * 200 * T
+        nv.append(("step", t, t + 160 * T, 5))
+        copies.append({"start_ns": t + 10 * T, "end_ns": t + 110 * T, "api_tid": 5, "api_start_ns": t + 5 * T,
+                       "correlation_id": 1000 + i, "device_id": 0, "stream_id": copy_stream, "pid": 1,
+                       "bytes": 1 << 26, "copy_kind": "HtoD", "src_kind": "pinned", "dst_kind": "device"})
+        krows.append((t + 120 * T, t + 150 * T, 5, t + 115 * T, i + 1))
+    return Trace(kernels=kernels(*krows), memcpy=pd.DataFrame(copies), nvtx=ranges(*nv))
+
+
+def test_copies_on_their_own_stream_that_overlap_nothing_are_called_serialised():
+    """An H200 loop copied on a stream of its own but synchronised the host on it before computing: the
+    advice to overlap on another stream was what it already did."""
+    [own] = [f for f in analyze(_copy_then_compute(9)).findings if f.rule == "transfer_bound"]
+    assert own.evidence["copies_on_own_streams"] is True
+    assert own.recommendation.startswith("The copies already run on a stream of their own")
+    [same] = [f for f in analyze(_copy_then_compute(7)).findings if f.rule == "transfer_bound"]
+    assert same.evidence["copies_on_own_streams"] is False and "stream of their own" not in same.recommendation

@@ -3,7 +3,7 @@
 Each finding gets ``impact = {ms_per_instance, share}``: the time the problem costs over the judged
 period (the steady state by default) per inference and as a share of that period, from the evidence
 its rule measured (the launch-overhead saving, idle time, the outliers' excess, the GPU idle time a
-sync causes, the pinned-copy saving, the copy time not hidden behind compute). Severity follows the
+sync causes up to the time the host blocks in it, the pinned-copy saving, the copy time not hidden behind compute). Severity follows the
 share, not the rule; negligible findings and weak ones on one-instance series are dropped.
 """
 
@@ -37,7 +37,7 @@ def _cost_ms(f: Finding) -> float | None:
         # other gaps are
         "gpu_idle": ev.get("idle_ms") - ev.get("largest_gap_ms", 0.0) if ev.get("one_time_pause") else ev.get("idle_ms"),
         "jitter": ev.get("excess_ms_total"),
-        "sync_api": ev.get("gpu_idle_during_sync_ms"),
+        "sync_api": ev.get("sync_cost_ms", ev.get("gpu_idle_during_sync_ms")),
         "pageable_memcpy": ev.get("estimated_saving_ms"),
         "transfer_bound": ev.get("exposed_copy_ms_total"),
     }.get(f.rule)

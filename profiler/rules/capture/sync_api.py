@@ -67,6 +67,9 @@ def sync_api(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
             "gpu_idle_during_sync_ms": idle_ns / 1e6,
             "gpu_idle_method": ("GPU idle time while each sync blocks plus the idle gap from its return to the "
                                 "next GPU work (the relaunch it delays)"),
+            # without the syncs an instance still takes the host's other time: removing them saves at most
+            # the time blocked in them (on a host-bound loop the relaunch gaps are the host's own work)
+            "sync_cost_ms": min(idle_ns, sync) / 1e6,
             "instances": r["count"], "calls": calls,
         }))
     out = []

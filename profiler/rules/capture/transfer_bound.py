@@ -28,6 +28,15 @@ TRANSFER_MIN_UNIT_COMPUTE_SHARE = 0.5
 copies to count per inference (TensorRT apps launch all of it inside the enqueue ranges, copies outside)."""
 
 
+SERIALISED_OVERLAP = 0.05
+"""Copies on streams of their own that overlap compute for less than this share of their time are serialised."""
+SERIALISED_COPY_ADVICE = (
+    "The copies already run on a stream of their own but overlap almost no compute: something serialises them "
+    "(a host-side synchronize on the copy stream before the compute is queued). Record an event after each copy "
+    "and make the compute stream wait on it (cudaStreamWaitEvent, torch.cuda.Stream.wait_event) instead of "
+    "synchronising the host, and queue the next batch's copy before this batch's compute. ")
+
+
 def transfer_advice(tensorrt: bool, pageable_copies: int, pageable_share: float, directions: list[str]) -> str:
     """What to do about copies that bound the work: pinned memory first only where pageable copies take at
     least half the copy time (``pageable_share``; pinned copies already run at the link's rate and pinning
@@ -174,6 +183,8 @@ def _inference_transfer_bound(ctx: CaptureContext, t: Thresholds) -> list[Findin
         return []
     k = m & (act.kind != S.MEMCPY)
     overlap_ms = intervals.overlap_length(act.start_ns[c], act.end_ns[c], act.start_ns[k], act.end_ns[k]) / 1e6
+    # copies on streams of their own that still overlap no compute: something serialises them
+    own_stream = not np.isin(np.unique(act.stream_id[c]), np.unique(act.stream_id[k])).any()
     n = ctx.steady_instances
     rows = np.flatnonzero(c)  # the steady state's copies: all per-copy arrays below are theirs only
     dur = act.end_ns[rows] - act.start_ns[rows]
@@ -194,6 +205,7 @@ def _inference_transfer_bound(ctx: CaptureContext, t: Thresholds) -> list[Findin
           "overlap_ms_per_instance": overlap_ms / n, "exposed_copy_ms_total": max(copy_ms - overlap_ms, 0.0),
           "by_direction": dirs, "instances": n, "pageable_copies": int(pageable.sum()),
           "pageable_share_of_copy_time": pageable_ns / all_ns if all_ns > 0 else 0.0,
+          "copies_on_own_streams": own_stream,
           "wall_ms_median": float(np.median(unit.host_ns[unit.steady])) / 1e6 if unit.count > unit.warmup else None}
     names = " + ".join(bound)
     each = "; ".join(f"{d}: {_copies_text(dirs.get(d))}" for d in bound) if len(bound) > 1 else \
@@ -205,5 +217,6 @@ def _inference_transfer_bound(ctx: CaptureContext, t: Thresholds) -> list[Findin
                f"{100 * overlap_ms / copy_ms:.0f}% of copy time overlaps compute"),
         evidence=ev,
         threshold=t.pick("min_copy_to_compute", "min_copy_fraction"),
-        recommendation=transfer_advice(ctx.tensorrt, ev["pageable_copies"], ev["pageable_share_of_copy_time"], bound),
+        recommendation=(SERIALISED_COPY_ADVICE if own_stream and overlap_ms < SERIALISED_OVERLAP * copy_ms else "")
+        + transfer_advice(ctx.tensorrt, ev["pageable_copies"], ev["pageable_share_of_copy_time"], bound),
     )]
