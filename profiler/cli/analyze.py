@@ -54,14 +54,14 @@ def summary_lines(data: dict[str, Any], max_ranges: int = MAX_RANGES_SHOWN) -> l
         lines.append(f"warning: {w}")
     ranges = tree_order(data["ranges"])
     if ranges:
-        name_w = min(max(len(_label(r)) + 2 * (r.get("depth") or 0) for r in ranges[:max_ranges]), 48)
+        name_w = min(max(len(_shown(r)) + 2 * (r.get("depth") or 0) for r in ranges[:max_ranges]), 48)
         lines.append("")
         lines.append(f"{'range':<{name_w}} {'count':>7} {'median ms':>10} {'p99 ms':>10} {'CoV %':>7} "
                      f"{'GPU busy':>8} {'launches':>8} {'outliers':>8}")
         for r in ranges[:max_ranges]:
             w = r["wall_ms"]
             frac = r.get("gpu_busy_fraction")
-            name = "  " * min(int(r.get("depth") or 0), 4) + _label(r)
+            name = "  " * min(int(r.get("depth") or 0), 4) + _shown(r)
             lines.append(f"{name[:name_w]:<{name_w}} {r['count']:>7} {_fmt(w.get('median')):>10} "
                          f"{_fmt(w.get('p99')):>10} {_fmt(w.get('cov_pct'), '.1f'):>7} "
                          f"{_fmt(frac * 100 if isinstance(frac, (int, float)) else None, '.1f') + '%':>8} "
@@ -221,6 +221,12 @@ def tree_order(ranges: list[dict[str, Any]]) -> list[dict[str, Any]]:
         stack.extend(reversed(kids.get(_label(r), [])))
     out += [r for r in ranges if _label(r) not in seen]  # cycles (recursive names): as given
     return out
+
+
+def _shown(r: dict[str, Any]) -> str:
+    """A range's label as the range table shows it: the name may begin the line, where a carriage return
+    would pass the terminal guard as a redrawn progress line, so it is written ``\\r``."""
+    return _label(r).replace("\r", "\\r")
 
 
 def _label(r: dict[str, Any]) -> str:

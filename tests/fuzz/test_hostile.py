@@ -169,3 +169,24 @@ def test_any_nvtx_and_kernel_name_analyses_cleanly(tmp_path, capsys, nvtx_name, 
     data = json.loads((d / "out.json").read_text())
     assert not impossible_numbers(data)
     assert data["ranges"] and all(isinstance(r["name"], str) for r in data["ranges"])
+
+
+def test_a_range_named_by_a_carriage_return_cannot_redraw_the_range_table(tmp_path, capsys):
+    """Hypothesis found it: the range table's lines begin with the range's name, and a carriage return that
+    begins a write passes the terminal guard as a redrawn progress line."""
+    import shutil
+    import sqlite3
+
+    from tests.fuzz.hostile import BASE
+
+    path = tmp_path / "cap.sqlite"
+    shutil.copy(BASE, path)
+    path.chmod(0o644)
+    con = sqlite3.connect(path)
+    con.execute("UPDATE NVTX_EVENTS SET text = CAST(? AS TEXT) WHERE text IS NOT NULL", (b"\r",))
+    con.commit()
+    con.close()
+    code, out, err = _run(["analyze", str(path), "--no-store", "--no-cache"], capsys)
+    assert code == 0, err
+    assert "\r" not in out.replace("\r\n", "\n")
+    assert any(line.startswith("\\r ") for line in out.splitlines())  # the range table row, escaped
