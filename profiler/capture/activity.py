@@ -5,7 +5,7 @@ nested in another call of their thread marked."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -57,9 +57,8 @@ def _distinct_ids(pid: np.ndarray, corr: np.ndarray) -> bool:
     constant column) whose ids rise row after row, as one stream's launches do."""
     if not (pid.strides == (0,) or (pid == pid[0]).all()):
         return False
-    for first in range(0, len(corr) - 1, ROW_CHUNK):  # each row below the next, a chunk of rows at a time
-        stop = min(first + ROW_CHUNK, len(corr) - 1)
-        if not (corr[first + 1:stop + 1] > corr[first:stop]).all():
+    for sl in blocks(len(corr) - 1, ROW_CHUNK):  # each row below the next, a block of rows at a time
+        if not (corr[sl.start + 1:sl.stop + 1] > corr[sl]).all():
             return False
     return True
 
@@ -135,19 +134,18 @@ class HostCalls:
         """Synchronisation calls that block the host (``*Synchronize``); ``cudaStreamWaitEvent`` and
         queries are GPU-side dependencies or polls, not host waits."""
         if self._blocking is None:
-            names = np.array(["Synchronize" in str(n) for n in self.names], dtype=bool)
+            names = self.sync_names()
             self._blocking = (self.category == ApiCategory.sync) & (names[self.name_code] if len(self.name_code) else
                                                      np.zeros(0, dtype=bool))
         return self._blocking
 
+    def sync_names(self) -> np.ndarray:
+        """Per distinct name (``names``), whether a sync-category call of that name blocks the host."""
+        return np.array(["Synchronize" in str(n) for n in self.names], dtype=bool)
+
     def named_prefix(self, prefixes: tuple[str, ...]) -> np.ndarray:
         """Boolean mask of the calls whose name starts with one of ``prefixes``."""
         wanted = np.array([str(n).startswith(prefixes) for n in self.names], dtype=bool)
-        return wanted[self.name_code] if len(self.name_code) else np.zeros(0, dtype=bool)
-
-    def named(self, names: Iterable[str]) -> np.ndarray:
-        """Boolean mask of the calls whose name is in ``names``."""
-        wanted = np.isin(self.names, list(names))
         return wanted[self.name_code] if len(self.name_code) else np.zeros(0, dtype=bool)
 
 

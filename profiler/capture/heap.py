@@ -54,9 +54,11 @@ def _set_threshold(n_bytes: int) -> None:
 
 def release_memory() -> None:
     """Hand freed heap memory back to the OS now (``malloc_trim``): the loader calls it between frames and
-    the analysis between its large stages, which also helps a process whose mmap threshold glibc still
-    adjusts itself. On the H200, `trtprof analyze` of the 10x export (103 M rows) peaked at 4.03 GB with a
-    trim after each large stage against 4.28 GB without (50-53 s either way)."""
+    the analysis after the steady-state cut, the device gaps and the rules, which also helps a process
+    whose mmap threshold glibc still adjusts itself. On the H200, `trtprof analyze` of the 10x export
+    (103 M rows) peaked at 4.03 GB with a trim after each of eight stages (those three among them) against
+    4.28 GB without, 50-53 s either way; with these three and the session's other changes it peaked at
+    4.13 GB."""
     trim = _libc("malloc_trim")
     if trim is not None:
         trim(0)

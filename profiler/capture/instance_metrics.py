@@ -100,7 +100,7 @@ def _nested_unions(act: Activity, srt: Sorted, lo: np.ndarray, hi: np.ndarray
 
 
 def host_metrics(inst: pd.DataFrame, api: HostCalls, api_srt: Sorted, osrt: HostCalls, osrt_srt: Sorted) -> None:
-    sync_name = np.array(["Synchronize" in str(n) for n in api.names], dtype=bool)  # as HostCalls.blocking_sync
+    sync_name = api.sync_names()  # per name code, as HostCalls.blocking_sync
     device_sync_name = np.isin(api.names, list(DEVICE_SYNC_NAMES))
 
     def calls(first: int, stop: int) -> list[np.ndarray]:  # rows in (thread, start) order

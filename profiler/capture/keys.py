@@ -113,17 +113,6 @@ class Sorted:
         """``take(values)[first:stop]`` without the whole gather (a view when ``identity``)."""
         return values[first:stop] if self._order is None else values[self._order[first:stop]]
 
-    def take_length(self, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-        """``end - start`` per row, in sorted order, gathered ``ROW_CHUNK`` rows at a time: always a new
-        array (the caller may write into it)."""
-        if self._order is None:
-            return end - start
-        out = np.empty(self.n, dtype=np.int64)
-        for sl in blocks(self.n):
-            rows = self._order[sl]
-            np.subtract(end[rows], start[rows], out=out[sl])
-        return out
-
     def window(self, qkey_lo: np.ndarray, qkey_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Positions [lo, hi) of the rows whose key lies in [qkey_lo, qkey_hi]."""
         return (np.searchsorted(self.key, qkey_lo, "left"), np.searchsorted(self.key, qkey_hi, "right"))

@@ -420,8 +420,7 @@ def build_series(trace: Any) -> SeriesTable:
     # one table at a time: sorted, its calls' nesting marked, the instances' windows found, then its
     # keys let go, so only one table's keys are held
     act_sorted = sort_by_thread(keys, act_tid, act_t)
-    del act_tid
-    del act_t
+    del act_tid, act_t
     _windows(inst, "act", act_sorted, qlo, qhi, len(act))
     api_sorted = sort_by_thread(keys, api.tid, api.start_ns, later_first=api.end_ns)
     mark_top_level(api, api_sorted, keys)
