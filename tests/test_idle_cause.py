@@ -203,7 +203,43 @@ def test_a_sleeping_launch_thread_gets_advice_for_paced_requests_and_for_stray_s
     sleep = advice(Cause("os_runtime", "in clock_nanosleep (622 of 671 ms)", "clock_nanosleep"), False)
     assert sleep.startswith("The launching thread sleeps (clock_nanosleep)") and "capacity to spare" in sleep
     lock = advice(Cause("os_runtime", "in pthread_mutex_lock (9 of 10 ms)", "pthread_mutex_lock"), False)
-    assert lock.startswith("The launching thread sleeps, waits on a lock or does I/O") and "capacity" not in lock
+    assert lock.startswith("The launching thread waits on a lock (pthread_mutex_lock)") and "capacity" not in lock
+    io = advice(Cause("os_runtime", "in fread (9 of 10 ms)", "fread"), False)
+    assert io.startswith("The launching thread is in fread (I/O") and "capacity" not in io
+
+
+@pytest.mark.parametrize("call", ["sem_wait", "sem_clockwait", "pthread_cond_timedwait", "epoll_wait", "recvfrom"])
+def test_a_thread_waiting_for_its_next_input_is_told_apart_from_a_lock_or_io(call):
+    """H200 captures: a server taking requests off a queue (bursts, then 30 ms without requests) and a loop fed by
+    a DataLoader's worker processes both left the GPU idle while the launching thread sat in sem_wait or
+    sem_clockwait between inferences, and were told to move 'that work' off the thread: there is no work to move,
+    the thread waits for its input, either a producer slower than the GPU or no request yet."""
+    f = _idle(analyze(_wait_loop(call)))
+    assert f.evidence["host_cause"] == "os_runtime" and f"mostly in {call}" in f.title
+    assert f.recommendation.startswith(f"The launching thread waits for its next input ({call}:")
+    assert "more loader workers" in f.recommendation and "capacity to spare" in f.recommendation
+    assert "move that work off" not in f.recommendation
+
+
+def test_os_call_kinds():
+    from profiler.rules.capture._idle_cause import os_call_kind
+
+    kinds = {n: os_call_kind(n) for n in ("nanosleep", "usleep", "sem_wait", "poll", "pthread_mutex_lock",
+                                          "pthread_rwlock_wrlock", "read", "ioctl", "semaphore_helper")}
+    assert kinds == {"nanosleep": "sleep", "usleep": "sleep", "sem_wait": "input", "poll": "input",
+                     "pthread_mutex_lock": "lock", "pthread_rwlock_wrlock": "lock", "read": "other",
+                     "ioctl": "other", "semaphore_helper": "other"}
+
+
+def _wait_loop(call: str):
+    """20 kernels of 20 us, 200 us apart; the launching thread (5) waits in ``call`` through each gap."""
+    krows, os_calls = [], []
+    t = 0
+    for i in range(20):
+        krows.append((t, t + 20 * T, 5, t - 2 * T, i + 1))
+        os_calls.append({"name": call, "start_ns": t + 25 * T, "end_ns": t + 215 * T, "global_tid": 5, "pid": 1, "tid": 5})
+        t += 220 * T
+    return Trace(kernels=kernels(*krows), osrt=pd.DataFrame(os_calls))
 
 
 def test_malloc_and_free_in_the_loop_are_one_cause_not_their_driver_ioctl():

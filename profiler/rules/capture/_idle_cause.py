@@ -95,19 +95,31 @@ def dominant_cause(ctx: CaptureContext, host: dict, ranges_ns: np.ndarray, idle_
 
 SLEEP_CALLS = ("clock_nanosleep", "nanosleep", "usleep", "sleep")
 """OS runtime calls that only wait for time to pass (a loop pacing itself, or polling for work)."""
+WAIT_CALLS = ("sem_wait", "sem_timedwait", "sem_clockwait", "pthread_cond_wait", "pthread_cond_timedwait",
+              "pthread_cond_clockwait", "epoll_wait", "epoll_pwait", "poll", "ppoll", "select", "pselect",
+              "recv", "recvfrom", "recvmsg", "accept", "msgrcv", "mq_receive", "mq_timedreceive")
+"""OS runtime calls that wait for another thread, process or peer to hand over work: a queue's get, a data
+loader's batch, an incoming request."""
+LOCK_CALLS = ("pthread_mutex_lock", "pthread_mutex_timedlock", "pthread_rwlock_", "pthread_spin_lock", "flock",
+              "lockf")
+"""OS runtime calls that wait for a lock another thread holds."""
+
+
+def os_call_kind(name: str) -> str:
+    """'sleep', 'input' (waits for work handed over), 'lock' or 'other' (I/O and the rest) for an OS runtime
+    call's name (nsys names them as libc does)."""
+    if name.startswith(SLEEP_CALLS):
+        return "sleep"
+    if name in WAIT_CALLS:
+        return "input"
+    return "lock" if name.startswith(LOCK_CALLS) else "other"
 
 
 def advice(cause: Cause, tensorrt: bool) -> str:
     """The recommendation for ``cause`` (TensorRT-aware where the capture is TensorRT's)."""
     n = cause.name
-    if cause.kind == "os_runtime" and n.startswith(SLEEP_CALLS):
-        return (f"The launching thread sleeps ({n}) while the GPU has nothing queued. If the sleep paces "
-                "requests that arrive no faster (a server at low load), the GPU has capacity to spare: batch "
-                "requests, or serve more load from this GPU. Otherwise remove the sleep or polling from the "
-                "thread that feeds the GPU, or queue the next batch's work before it.")
     if cause.kind == "os_runtime":
-        return ("The launching thread sleeps, waits on a lock or does I/O while the GPU has nothing queued: move "
-                "that work off the thread that feeds the GPU, or queue the next batch's work before it.")
+        return _os_advice(n)
     if cause.kind == "sync":
         return ("The host waits for the GPU and only then issues more work: queue the next iteration before "
                 "synchronising (double buffering, a second stream), or replace the host-side wait with "
@@ -127,6 +139,26 @@ def advice(cause: Cause, tensorrt: bool) -> str:
     return ("The host runs its own code between GPU work (pre/post-processing, the framework, or waits the "
             "capture did not trace): overlap it with GPU work (a producer thread, a second stream), batch "
             "requests, or capture the GPU part as a CUDA graph.")
+
+
+def _os_advice(n: str) -> str:
+    kind = os_call_kind(n)
+    if kind == "sleep":
+        return (f"The launching thread sleeps ({n}) while the GPU has nothing queued. If the sleep paces "
+                "requests that arrive no faster (a server at low load), the GPU has capacity to spare: batch "
+                "requests, or serve more load from this GPU. Otherwise remove the sleep or polling from the "
+                "thread that feeds the GPU, or queue the next batch's work before it.")
+    if kind == "input":
+        return (f"The launching thread waits for its next input ({n}: a queue, a data loader's workers, incoming "
+                "requests) while the GPU has nothing queued. If the producer is slower than the GPU (data loading "
+                "or preprocessing), speed it up or run more of it in parallel (more loader workers, prefetching, "
+                "batches ready ahead in pinned memory); if no input was waiting (a server at low load), the GPU "
+                "has capacity to spare: batch requests or serve more load from this GPU.")
+    if kind == "lock":
+        return (f"The launching thread waits on a lock ({n}) while the GPU has nothing queued: shorten what other "
+                "threads do while holding it, or keep the thread that feeds the GPU out of that lock.")
+    return (f"The launching thread is in {n} (I/O or another system call) while the GPU has nothing queued: move "
+            "that work off the thread that feeds the GPU, or queue the next batch's work before it.")
 
 
 def _call_kind(ctx: CaptureContext, kind: str, name: str) -> str:
