@@ -356,6 +356,13 @@ def test_tensor_core_labels_say_unknown_when_the_name_says_neither():
     assert uses_tensor_cores("ampere_sgemm_128x64_nn") is False
     assert uses_tensor_cores("void cudnn::engines_precompiled::nchwToNhwcKernel<__half, __half, float>") is False
     assert uses_tensor_cores("void at::native::<unnamed>::adaptive_average_pool<float>") is False
+    # cuBLASLt's separate bias/activation epilogue after an FP32 sgemm (an H200 capture of torch Linear layers):
+    # no MMA, so the layer reads "no Tensor Cores", not "unknown"; a CUTLASS tensor-op GEMM with a fused
+    # epilogue in its template arguments still says it uses them
+    assert uses_tensor_cores("void cublasLt::epilogue::impl::globalKernel<(int)8, (int)32, float, float, float, "
+                             "(bool)1, (bool)1, (int)1>(int, int, long, T3 *, cublasLtEpilogue_t, int, T4 *)") is False
+    assert uses_tensor_cores("cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4> "
+                             "cutlass::epilogue::thread::LinearCombination") is True
     assert gpu_tensor_cores([{"compute_major": 6, "compute_minor": 1}]) is False
     assert gpu_tensor_cores([{"compute_major": 9}, {"compute_major": 9}]) is True
     assert gpu_tensor_cores([{"name": None, "compute_major": None}]) is None

@@ -38,11 +38,12 @@ GRAPH_NOTE_OTHER = ("The inference replays a CUDA graph: NVTX ranges inside it (
 
 NO_TENSOR_CORE_KERNEL = re.compile(
     r"(sgemm|scudnn|_simt_|ffma|gemv|elementwise|pointwise|pool|reduce|reduction|softmax|memcpy|memset|fill_|"
-    r"tonhwc|tonchw|transpose)",
+    r"tonhwc|tonchw|transpose|epilogue::impl::globalkernel)",
     re.IGNORECASE)
 """Kernel names that say they do not: FP32 SIMT GEMM/convolution kernels (sgemm, scudnn, CUTLASS simt,
 FFMA), GEMV, and element-wise, pooling, reduction, softmax, copy and layout-transform (nchwToNhwc, transpose)
-kernels (no matrix multiply-accumulate)."""
+kernels and cuBLASLt's separate epilogue kernel (bias and activation after a GEMM), which do no matrix
+multiply-accumulate."""
 TENSOR_CORE_MIN_MAJOR = 7
 """GPUs of compute capability below 7.0 (Pascal and older) have no Tensor Cores."""
 
