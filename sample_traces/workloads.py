@@ -249,6 +249,92 @@ def transfer_bound(iterations: int = 40, size_bytes: int = 32 << 20) -> dict[str
     return {"ranges": {"transfer_bound.step": iterations}, "copy_bytes": size_bytes}
 
 
+def pipeline(iterations: int = 160, sync_every: int = 16, batch: int = 512) -> dict[str, Any]:
+    """A healthy double-buffered loop: the next batch's pinned H2D copy runs on a copy stream while this
+    batch computes; the host runs ahead and synchronises every ``sync_every``-th iteration, where it waits
+    for the GPU work queued by the earlier ones (a saturated GPU, not jitter)."""
+    model = torch.nn.Sequential(*[torch.nn.Linear(4096, 4096) for _ in range(6)]).to(DEV).eval()
+    host = [torch.randn(batch, 4096).pin_memory() for _ in range(2)]
+    buf = [torch.empty(batch, 4096, device=DEV) for _ in range(2)]
+    copy, main = torch.cuda.Stream(), torch.cuda.current_stream()
+    ready = [torch.cuda.Event() for _ in range(2)]
+    synced = [i for i in range(iterations) if i % sync_every == sync_every - 1]
+    with torch.no_grad():
+        for _ in range(3):
+            model(buf[0])
+        torch.cuda.synchronize()
+        with torch.cuda.stream(copy):
+            buf[0].copy_(host[0], non_blocking=True)
+            ready[0].record(copy)
+        for i in range(iterations):
+            _push("pipeline.infer")
+            cur, nxt = i % 2, (i + 1) % 2
+            main.wait_event(ready[cur])
+            with torch.cuda.stream(copy):
+                copy.wait_stream(main)  # buf[nxt] is free once the work queued so far has run
+                buf[nxt].copy_(host[nxt], non_blocking=True)
+                ready[nxt].record(copy)
+            model(buf[cur])
+            if i in synced:
+                torch.cuda.synchronize()
+            _pop()
+    torch.cuda.synchronize()
+    return {"ranges": {"pipeline.infer": iterations}, "synchronised_indices": synced, "batch": batch}
+
+
+def varbatch(iterations: int = 150, batches: tuple[int, ...] = (1, 8, 64)) -> dict[str, Any]:
+    """Requests with batch sizes drawn from ``batches`` (a fixed pseudo-random sequence) through a small CNN,
+    each ending with its result copied to the host: latency follows the work each request brings."""
+    import random
+
+    rng = random.Random(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(64, 64, 3, padding=1), torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(64, 10)).to(DEV).eval()
+    inputs = {b: torch.randn(b, 3, 128, 128, device=DEV) for b in batches}
+    sizes = [rng.choice(batches) for _ in range(iterations)]
+    with torch.no_grad():
+        for b in batches:
+            model(inputs[b]).cpu()
+        for b in sizes:
+            _push("varbatch.request")
+            model(inputs[b]).cpu()
+            _pop()
+    torch.cuda.synchronize()
+    return {"ranges": {"varbatch.request": iterations}, "batch_sizes": sizes}
+
+
+def queue_wait(bursts: int = 12, per_burst: int = 10, pause_ms: float = 30.0) -> dict[str, Any]:
+    """A server at low load: a producer thread puts ``per_burst`` requests on a queue, then sleeps
+    ``pause_ms``; the serving thread takes each off the queue (``sem_wait`` between requests) and infers."""
+    import queue
+    import threading
+
+    model = torch.nn.Sequential(*[torch.nn.Linear(1024, 1024) for _ in range(8)]).to(DEV).eval()
+    x = torch.randn(32, 1024, device=DEV)
+    requests: queue.Queue = queue.Queue()
+
+    def produce() -> None:
+        for _ in range(bursts):
+            for r in range(per_burst):
+                requests.put(r)
+            time.sleep(pause_ms / 1000.0)
+        requests.put(None)
+
+    with torch.no_grad():
+        for _ in range(3):
+            model(x).cpu()
+        threading.Thread(target=produce, daemon=True).start()
+        served = 0
+        while requests.get() is not None:
+            _push("queue_wait.request")
+            model(x).argmax(-1).cpu()
+            _pop()
+            served += 1
+    torch.cuda.synchronize()
+    return {"ranges": {"queue_wait.request": served}, "bursts": bursts, "per_burst": per_burst, "pause_ms": pause_ms}
+
+
 WORKLOADS: dict[str, Callable[..., dict[str, Any]]] = {
     "launch_bound": launch_bound,
     "graph": graph,
@@ -259,6 +345,9 @@ WORKLOADS: dict[str, Callable[..., dict[str, Any]]] = {
     "no_nvtx": no_nvtx,
     "sync_heavy": sync_heavy,
     "transfer_bound": transfer_bound,
+    "pipeline": pipeline,
+    "varbatch": varbatch,
+    "queue_wait": queue_wait,
 }
 
 
