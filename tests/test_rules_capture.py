@@ -496,3 +496,109 @@ def test_copies_on_their_own_stream_that_overlap_nothing_are_called_serialised()
     assert own.recommendation.startswith("The copies already run on a stream of their own")
     [same] = [f for f in analyze(_copy_then_compute(7)).findings if f.rule == "transfer_bound"]
     assert same.evidence["copies_on_own_streams"] is False and "stream of their own" not in same.recommendation
+
+
+# ----------------------------------------------------------------------------- jitter that is no instability
+
+def _pipeline(n: int = 64, every: int = 8, kernel_us: int = 400, extra_wait_us: int = 0) -> Trace:
+    """A host that runs ahead: each 'infer' enqueues one kernel in 100 us; every ``every``-th instance
+    synchronises the device, waiting for the kernels queued so far (and ``extra_wait_us`` more, for
+    something else)."""
+    nv, krows, arows = [], [], []
+    t = gpu_free = 0
+    for i in range(n):
+        k_start = max(gpu_free, t + 10 * T)
+        gpu_free = k_start + kernel_us * T
+        krows.append((k_start, gpu_free, 5, t + 5 * T, i + 1))
+        end = t + 100 * T
+        if i % every == every - 1:
+            done = gpu_free + extra_wait_us * T
+            arows.append(("cudaDeviceSynchronize", t + 50 * T, done, 5, "sync"))
+            end = done + 10 * T
+        nv.append(("infer", t, end, 5))
+        t = end + 10 * T
+    return Trace(kernels=kernels(*krows), api=api(*arows), nvtx=ranges(*nv))
+
+
+def test_syncs_that_drain_the_gpu_backlog_are_not_priced_as_jitter():
+    """Every 8th instance waits for the kernels it and the 7 before it queued (the host ran ahead): the
+    cause is the backlog, the waits cost nothing a fix saves, and no HIGH jitter is reported."""
+    res = analyze(_pipeline())
+    assert not [f for f in res.findings if f.rule == "jitter" and f.severity in ("high", "medium")]
+    spec = get_rule("capture", "jitter")
+    [f] = spec.run(res.context, spec.defaults)
+    ev = f.evidence
+    assert ev["outlier_causes"] == {"gpu_backlog": 8}
+    o = ev["outliers"][1]  # instance 15: it and 7 earlier ones queued 8 x 400 us; 7 x 110 us of host time passed
+    assert o["index"] == 15 and o["instances_queued"] == 7
+    assert o["backlog_ms"] == pytest.approx(8 * 0.4 - (7 * 0.11 + 0.01), abs=0.02)
+    assert o["call_ms"] <= o["backlog_ms"] * 1.2
+    assert ev["backlog_wait_ms"] == pytest.approx(ev["outlier_excess_ms"])
+    assert ev["excess_ms_total"] < 0.05 * ev["backlog_wait_ms"] and f.severity == "low"
+    assert f.title.startswith("Wall time is host enqueue time plus waits for the GPU backlog")
+    assert "GPU latency" in f.recommendation
+
+
+def test_a_sync_that_waits_beyond_the_backlog_stays_jitter():
+    """The same loop whose syncs wait 5 ms after the GPU finished (for another stream or process): that is
+    synchronisation jitter, priced in full."""
+    res = analyze(_pipeline(extra_wait_us=5000))
+    [f] = fired(res, "jitter")
+    assert f.evidence["outlier_causes"] == {"synchronization": 8} and "backlog_wait_ms" not in f.evidence
+    assert f.severity == "high" and "other streams or processes" in f.recommendation
+
+
+def _requests(kernels_of: list[int], kernel_us: list[int] | None = None, host_us: list[int] | None = None) -> Trace:
+    """Requests that launch ``kernels_of[i]`` kernels of 300 us (``kernel_us[i]`` each when given) after
+    ``host_us[i]`` (50 us) of host work and wait for them with a stream sync."""
+    nv, krows, arows = [], [], []
+    t = 0
+    for i, k in enumerate(kernels_of):
+        dur = (kernel_us[i] if kernel_us else 300) * T
+        host = (host_us[i] if host_us else 50 + i % 3) * T  # a microsecond or two of host noise
+        gpu = t + host
+        for j in range(k):
+            krows.append((gpu + j * dur, gpu + (j + 1) * dur, 5, t + (j + 1) * T, len(krows) + 1))
+        done = gpu + k * dur
+        arows.append(("cudaStreamSynchronize", t + 10 * T, done, 5, "sync"))
+        nv.append(("request", t, done + 5 * T, 5))
+        t = done + 20 * T
+    return Trace(kernels=kernels(*krows), api=api(*arows), nvtx=ranges(*nv))
+
+
+SIZES = [1, 3, 2, 1, 1, 3, 1, 1, 2, 1, 1, 3, 2, 3, 1, 1, 1, 3, 1, 2] * 3  # most requests are small
+
+
+def test_latency_that_follows_the_work_of_each_request_is_not_instability():
+    """Requests of three sizes (1, 2 or 3 kernels): the wall time follows the GPU work, and within one size
+    it is steady. The finding says so, with the sizes, and prices only the variation within a size."""
+    res = analyze(_requests(SIZES))
+    assert not [f for f in res.findings if f.rule == "jitter" and f.severity in ("high", "medium")]
+    spec = get_rule("capture", "jitter")
+    [f] = spec.run(res.context, spec.defaults)
+    w = f.evidence["by_work"]
+    assert [s["kernels"] for s in w["sizes"]] == [1, 2, 3]
+    assert [s["instances"] for s in w["sizes"]] == [SIZES.count(k) for k in (1, 2, 3)]
+    assert [s["gpu_busy_ms_median"] for s in w["sizes"]] == pytest.approx([0.3, 0.6, 0.9])
+    assert [s["wall_ms_median"] for s in w["sizes"]] == pytest.approx([0.356, 0.656, 0.956], abs=0.002)
+    assert f.evidence["cov_pct"] > 25 and w["cov_pct_max"] < 1
+    # the median instance has 1 kernel: those of 2 take 0.3 ms longer, those of 3 0.6 ms, all of it explained
+    above = 0.3 * SIZES.count(2) + 0.6 * SIZES.count(3)
+    assert w["above_median_ms"] == pytest.approx(above, rel=0.02) and w["explained_ms"] > 0.99 * above
+    assert f.evidence["excess_ms_total"] < 0.01 * above
+    assert f.severity == "low" and f.title.startswith("Latency follows the GPU work each instance brings: 3 work sizes")
+    assert "per input size" in f.recommendation
+
+
+@pytest.mark.parametrize("case", ["same_work_slower", "host_differs"])
+def test_variation_the_work_does_not_explain_stays_jitter(case: str):
+    """Slower kernels for the same work (throttling, a neighbour on the GPU), or sizes whose wall times
+    differ by host work, not GPU work: unstable latency, priced in full."""
+    n = len(SIZES)
+    if case == "same_work_slower":
+        trace = _requests([2] * n, kernel_us=[300 if k != 3 else 900 for k in SIZES])
+    else:
+        trace = _requests(SIZES, kernel_us=[10] * n, host_us=[1000 if k == 3 else 50 for k in SIZES])
+    [f] = fired(analyze(trace), "jitter")
+    assert "by_work" not in f.evidence and f.title.startswith("Unstable latency")
+    assert f.severity == "high"

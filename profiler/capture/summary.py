@@ -275,12 +275,17 @@ CAUSES = {
     "slow_gpu": "a slower GPU phase (more kernel time than usual)",
     "memory_copy": "a memory copy that took longer than usual",
     "synchronization": "a synchronisation call that blocked longer than the GPU work explains",
+    "gpu_backlog": ("a synchronisation call that waited for the GPU work queued by earlier instances "
+                    "(the host ran ahead of the GPU)"),
     "cuda_api": "CUDA API calls other than copies and synchronisation (lazy module loading, allocation, launches)",
     "host_code": "host code outside CUDA and OS runtime calls",
     "unknown": "nothing in the capture accounts for it",
 }
 CAUSE_MIN_SHARE = 0.3
 """A component explains an outlier when it grew by at least this share of the wall-time excess."""
+BACKLOG_SLACK = 1.2
+"""A synchronisation outlier waited for the GPU backlog when it blocked at most this multiple of the GPU work
+still queued at its start (the estimate leaves out work of two instances that overlapped on the GPU)."""
 
 
 def explain_outliers(table: SeriesTable, min_share: float = CAUSE_MIN_SHARE) -> pd.DataFrame:
@@ -290,7 +295,9 @@ def explain_outliers(table: SeriesTable, min_share: float = CAUSE_MIN_SHARE) -> 
     (``memory_copy``: GPU copy union or memcpy API time, whichever is larger), synchronisation time
     beyond what slower GPU work or copies explain (``synchronization``), other CUDA API time
     (``cuda_api``: lazy module loading on first use, allocation) and the rest of the host time outside
-    any CUDA or OS runtime call (``host_code``). The detail names the largest call.
+    any CUDA or OS runtime call (``host_code``). The detail names the largest call. A synchronisation
+    outlier that blocked no longer than the GPU work still queued by the earlier instances since the
+    series last synchronised is ``gpu_backlog``: the host ran ahead and the sync drained the queue.
     """
     inst = table.instances
     cols = ["series_id", "idx", "wall_ms", "excess_ms", "cause", "detail"]
@@ -315,11 +322,44 @@ def explain_outliers(table: SeriesTable, min_share: float = CAUSE_MIN_SHARE) -> 
     best_val = cand.max(axis=1).to_numpy()
     wall_exc = e["wall"].to_numpy()
     cause = np.where(best_val >= min_share * np.maximum(wall_exc, 1), best, "unknown")
+    rows = np.flatnonzero(out_mask)
+    backlog_ns, earlier = gpu_backlog(table, rows)
+    sync_now = inst["sync_ns"].to_numpy()[rows]
+    drained = (cause == "synchronization") & (earlier > 0) & (backlog_ns > 0) & (sync_now <= BACKLOG_SLACK * backlog_ns)
+    cause = np.where(drained, "gpu_backlog", cause)
     sub = inst[out_mask].reset_index(drop=True)
     details = _cause_details(table, sub, cause, exc[out_mask].reset_index(drop=True), med[out_mask].reset_index(drop=True))
+    for i in np.flatnonzero(drained):
+        details[i].update(backlog_ms=backlog_ns[i] / 1e6, instances_queued=int(earlier[i]))
     return pd.DataFrame({"series_id": sub["series_id"].to_numpy(), "idx": sub["idx"].to_numpy(),
                          "wall_ms": ms(sub["wall_ns"].to_numpy()), "excess_ms": wall_exc / 1e6,
                          "cause": cause, "detail": details})
+
+
+def gpu_backlog(table: SeriesTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For instance rows of the table: the GPU work (ns) their series still had queued when each started, and
+    how many earlier instances queued it, counted since the series' last instance that synchronised.
+
+    The queue is the GPU busy time of those instances and of the instance itself, less the time the host
+    spent since that synchronisation (the GPU worked through the queue meanwhile; it drained it at the
+    sync): an estimate that assumes the GPU kept busy, as it does while the host runs ahead.
+    """
+    inst = table.instances
+    rows = np.asarray(rows, dtype=np.int64)
+    if not len(rows):
+        return np.zeros(0), np.zeros(0, np.int64)
+    first = table.series["first_row"].to_numpy()[inst["series_id"].to_numpy()[rows]]
+    synced = np.flatnonzero(inst["sync_count"].to_numpy() > 0)
+    k = np.searchsorted(synced, rows, "left") - 1
+    prev = np.where(k >= 0, synced[np.maximum(k, 0)], -1) if len(synced) else np.full(len(rows), -1)
+    prev = np.where(prev >= first, prev, -1)  # the last one synchronising before, in the same series
+    seg = np.where(prev >= 0, prev + 1, first)
+    start, end = inst["start_ns"].to_numpy(), inst["end_ns"].to_numpy()
+    since_ns = np.where(prev >= 0, start[rows] - end[np.maximum(prev, 0)], start[rows] - start[first])
+    busy = inst["gpu_busy_ns"].to_numpy()
+    cum = np.concatenate([[0], np.cumsum(busy, dtype=np.float64)])
+    queued = cum[rows + 1] - cum[seg]
+    return np.maximum(queued - since_ns, 0.0), rows - seg
 
 
 def _largest_call(table: SeriesTable, sub: pd.DataFrame, which: str, mask_rows: np.ndarray | None = None,
@@ -377,7 +417,7 @@ def _cause_details(table: SeriesTable, sub: pd.DataFrame, cause: np.ndarray, exc
         elif c == "memory_copy":
             d.update(call=copy_name[i], call_ms=copy_dur[i] / 1e6, copy_ms=float(exc["copy"].iat[i] + med["copy"].iat[i]) / 1e6,
                      typical_copy_ms=med["copy"].iat[i] / 1e6, copy_bytes=int(sub["copy_bytes"].iat[i]))
-        elif c == "synchronization":
+        elif c in ("synchronization", "gpu_backlog"):
             d.update(call=sync_name[i], call_ms=sync_dur[i] / 1e6, sync_ms=sub["sync_ns"].iat[i] / 1e6,
                      typical_sync_ms=med["sync"].iat[i] / 1e6)
         elif c == "cuda_api":

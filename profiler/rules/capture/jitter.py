@@ -1,8 +1,17 @@
 """jitter: unstable latency of a served range (CoV, p99 over the median), with its outlier instances
-and their causes."""
+and their causes.
+
+Two kinds of variation are no instability and are not priced as one: waits for the GPU backlog (the host
+runs ahead and synchronises now and then: those instances' wall time is the queue draining) and latency
+that follows the work each instance brings (requests of a few input sizes: within one size it is steady).
+"""
 
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
+
+from profiler import stats
 from profiler.findings import Finding
 from profiler.rules import Thresholds, rule
 from profiler.rules.capture._common import MAX_FINDINGS_PER_RULE, band, outermost, ranges_of, worse
@@ -22,6 +31,18 @@ JITTER_MEDIUM_TAIL_RATIO, JITTER_MEDIUM_COV_PCT = 2.0, 25.0
 """Severity bands: high when the tail ratio or the CoV reaches the high band, medium the medium one."""
 JITTER_LISTED_OUTLIERS = 20
 """The costliest outlier instances a finding lists."""
+WORK_KEYS = ("kernels", "activities", "copy_bytes")
+"""What tells one instance's GPU work from another's: its kernel and activity counts and copied bytes."""
+WORK_MIN_SHARE, WORK_MIN_INSTANCES = 0.05, 3
+"""A work size counts when this share of the instances (and at least this many) brings it ..."""
+WORK_MIN_COVER = 0.9
+"""... and the sizes that count cover this share of the instances."""
+WORK_MAX_HOST_SPREAD = 0.5
+"""The sizes' median wall times differ by their GPU work: the spread of their medians of wall minus GPU busy
+time is at most this share of the spread of their median wall times."""
+WORK_MAX_UNEXPLAINED = 0.5
+"""Variation follows the work when the time above each size's median is at most this share of the time above
+the range's median (both summed over the instances)."""
 
 
 @rule("jitter", scope="capture", defaults={
@@ -52,36 +73,124 @@ def jitter(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
         excess = float(o["excess_ms"].sum()) if len(o) else 0.0
         listed = o.nlargest(JITTER_LISTED_OUTLIERS, "excess_ms").sort_values("idx") if len(o) else o
         cost_ms = max(excess, (w["mean"] - med) * r["count"])
-        cands.append((cost_ms, r, {
+        ev = {
             "count": r["count"], "excess_ms_total": cost_ms, "median_ms": med, "p90_ms": w["p90"], "p99_ms": w["p99"], "max_ms": w["max"],
             "cov_pct": cov, "p99_over_median": tail, "max_over_median": w["max"] / med,
             "outlier_count": int(len(o)), "outlier_excess_ms": excess, "outlier_causes": causes,
             "outliers": [{"index": int(x.idx), "wall_ms": float(x.wall_ms), "excess_ms": float(x.excess_ms),
                           "cause": x.cause, **{k: v for k, v in x.detail.items() if k != "description"}}
                          for x in listed.itertuples(index=False)],
-        }))
+        }
+        backlog_ms = float(o["excess_ms"].to_numpy()[o["cause"].to_numpy() == "gpu_backlog"].sum()) if len(o) else 0.0
+        if backlog_ms > 0:  # waits for the GPU work queued by earlier instances cost nothing a fix saves
+            ev.update(excess_ms_total=max(cost_ms - backlog_ms, 0.0), backlog_wait_ms=backlog_ms)
+        elif (by_work := _by_work(ctx.table.instances_of(r["series_id"]))) is not None:
+            ev.update(excess_ms_total=by_work.pop("unexplained_ms"), by_work=by_work)
+        cands.append((ev["excess_ms_total"], r, ev))
     out = []
     for _, r, ev in outermost(ctx, cands, int(t["max_findings"])):
         tail, cov = ev["p99_over_median"], ev["cov_pct"]
+        if "by_work" in ev:  # judged within one work size
+            tail, cov = ev["by_work"]["p99_over_median_max"], ev["by_work"]["cov_pct_max"]
         sev = worse(band(tail, t["high_tail_ratio"], t["medium_tail_ratio"]),
-                     band(cov, t["high_cov_pct"], t["medium_cov_pct"]))
+                    band(cov, t["high_cov_pct"], t["medium_cov_pct"]))
         main = max(ev["outlier_causes"].items(), key=lambda kv: kv[1])[0] if ev["outlier_causes"] else None
-        busiest = _busiest_device(ctx) if main == "cuda_api" else 0.0
+        busiest = _busiest_device(ctx) if main in ("cuda_api", "gpu_backlog") else 0.0
         if main == "cuda_api" and _launch_queue_full(ev["outliers"], busiest):
             main = "launch_queue"
             ev["gpu_busy_fraction_max"] = busiest
-        idx = [o["index"] for o in ev["outliers"]]
-        shown = ", ".join(map(str, idx[:10])) + (" ..." if len(idx) > 10 else "")
-        title = f"Unstable latency: CoV {cov:.1f}%, p99 {tail:.2f}x the median"
-        if idx:
-            words = "launch calls waiting on a full launch queue" if main == "launch_queue" else str(main).replace("_", " ")
-            title += f"; outlier instances {shown}" + (f" (mostly {words})" if main else "")
+        if main == "gpu_backlog":
+            ev["gpu_busy_fraction_max"] = busiest
+            sev = "low"  # the rest of the excess is priced by the impact
+            title = _backlog_title(ev, busiest)
+        elif "by_work" in ev and main is None:
+            main = "work"
+            title = _work_title(ev["by_work"])
+        else:
+            title = _title(ev, main)
         out.append(Finding(
             rule="jitter", severity=sev, range=ctx.label(r["series_id"]), title=title, evidence=ev,
             threshold=t.pick("min_count", "min_median_us", "max_cov_pct", "max_tail_ratio"),
             recommendation=_jitter_advice(main),
         ))
     return out
+
+
+def _shown(idx: list[int]) -> str:
+    return ", ".join(map(str, idx[:10])) + (" ..." if len(idx) > 10 else "")
+
+
+def _title(ev: dict, main: str | None) -> str:
+    title = f"Unstable latency: CoV {ev['cov_pct']:.1f}%, p99 {ev['p99_over_median']:.2f}x the median"
+    idx = [o["index"] for o in ev["outliers"]]
+    if idx:
+        words = "launch calls waiting on a full launch queue" if main == "launch_queue" else str(main).replace("_", " ")
+        title += f"; outlier instances {_shown(idx)}" + (f" (mostly {words})" if main else "")
+    return title
+
+
+def _backlog_title(ev: dict, busiest: float) -> str:
+    """What the wall time of a range whose syncs drain the GPU backlog is: enqueue time and those waits."""
+    waits = [o for o in ev["outliers"] if o["cause"] == "gpu_backlog"]
+    wait_ms = float(np.median([o["call_ms"] for o in waits]))
+    queued = int(np.median([o["instances_queued"] for o in waits]))
+    n = ev["outlier_causes"].get("gpu_backlog", len(waits))
+    return (f"Wall time is host enqueue time plus waits for the GPU backlog, not unstable latency: {n} instances "
+            f"({_shown([o['index'] for o in waits])}) synchronise and wait {wait_ms:.3g} ms (median) for the GPU work "
+            f"queued by them and the {queued} instances before them (GPU busy {100 * busiest:.1f}%); the median instance takes "
+            f"{ev['median_ms']:.3g} ms")
+
+
+def _work_title(w: dict) -> str:
+    sizes = w["sizes"]
+    gpu = " / ".join(f"{s['gpu_busy_ms_median']:.3g}" for s in sizes)
+    wall = " / ".join(f"{s['wall_ms_median']:.3g}" for s in sizes)
+    return (f"Latency follows the GPU work each instance brings: {len(sizes)} work sizes, GPU {gpu} ms and wall "
+            f"{wall} ms (medians); within one size CoV at most {w['cov_pct_max']:.1f}%, p99 at most "
+            f"{w['p99_over_median_max']:.2f}x its median")
+
+
+def _by_work(inst: pd.DataFrame) -> dict | None:
+    """The range's wall time per work size (instances with the same ``WORK_KEYS``), when the sizes explain
+    its variation: a few common sizes whose median wall times differ by their GPU work, each steady enough
+    that the time above each size's median is at most ``WORK_MAX_UNEXPLAINED`` of the time above the
+    range's median (instances of rare sizes count against the range's median): ``explained_ms`` of the
+    ``above_median_ms``. ``unexplained_ms`` prices what is left as the range's cost is priced (the mean
+    over the median, per size). None otherwise."""
+    n = len(inst)
+    if n == 0 or all(inst[k].nunique() < 2 for k in WORK_KEYS):
+        return None
+    size = inst.groupby(list(WORK_KEYS), sort=False).ngroup().to_numpy()
+    counts = np.bincount(size)
+    common = np.flatnonzero(counts >= max(WORK_MIN_INSTANCES, WORK_MIN_SHARE * n))
+    if len(common) < 2 or counts[common].sum() < WORK_MIN_COVER * n:
+        return None
+    wall_ms = inst["wall_ns"].to_numpy(np.float64) / 1e6
+    gpu_ms = inst["gpu_busy_ns"].to_numpy(np.float64) / 1e6
+    sizes, unexplained, above_size = [], 0.0, 0.0
+    for g in common:
+        m = size == g
+        ws = stats.summarize(wall_ms[m])
+        above_size += float(np.clip(wall_ms[m] - ws["median"], 0, None).sum())
+        first = int(np.flatnonzero(m)[0])
+        sizes.append({"instances": int(counts[g]), **{k: int(inst[k].iat[first]) for k in WORK_KEYS},
+                      "gpu_busy_ms_median": float(np.median(gpu_ms[m])), "wall_ms_median": ws["median"],
+                      "wall_ms_p99": ws["p99"], "cov_pct": ws["cov_pct"],
+                      "p99_over_median": ws["p99"] / ws["median"] if ws["median"] else 0.0})
+        unexplained += max(ws["mean"] - ws["median"], 0.0) * ws["count"]
+    rare = ~np.isin(size, common)
+    rare_ms = float(np.clip(wall_ms[rare] - np.median(wall_ms), 0, None).sum())
+    unexplained += rare_ms
+    above = float(np.clip(wall_ms - np.median(wall_ms), 0, None).sum())
+    walls = np.array([s["wall_ms_median"] for s in sizes])
+    host = walls - np.array([s["gpu_busy_ms_median"] for s in sizes])
+    if np.ptp(host) > WORK_MAX_HOST_SPREAD * np.ptp(walls) or above_size + rare_ms > WORK_MAX_UNEXPLAINED * above:
+        return None
+    sizes.sort(key=lambda s: s["gpu_busy_ms_median"])
+    return {"sizes": sizes, "instances_of_rare_sizes": int(rare.sum()), "unexplained_ms": unexplained,
+            "above_median_ms": above, "explained_ms": above - above_size - rare_ms,
+            "cov_pct_max": max(s["cov_pct"] for s in sizes),
+            "p99_over_median_max": max(s["p99_over_median"] for s in sizes)}
 
 
 LAUNCH_QUEUE_BUSY = 0.8
@@ -103,6 +212,18 @@ def _launch_queue_full(outliers: list[dict], busiest: float) -> bool:
 
 def _jitter_advice(cause: str | None) -> str:
     return {
+        "gpu_backlog": ("The host runs ahead of the GPU and synchronises now and then: this range's wall time is the "
+                        "host's enqueue time, and where it synchronises, the wait for the GPU work the earlier "
+                        "instances queued. Those waits are the backlog draining, not unstable latency, and removing "
+                        "them would not make the GPU finish sooner. Judge each inference by its GPU latency (the "
+                        "inference line); to go faster, shorten the GPU work (the compute and copy findings say "
+                        "which). To measure a request's latency on the host, record CUDA events on its stream."),
+        "work": ("Latency follows the work each request brings (its kernels and copies differ: input sizes or "
+                 "shapes), and within one work size it varies far less: the spread is the workload, not "
+                 "instability. Report "
+                 "and judge latency per input size (bucket requests by batch size or shape, one target per "
+                 "bucket); to narrow the spread, batch or pad requests to a few fixed sizes (one TensorRT "
+                 "optimisation profile or CUDA graph per size)."),
         "launch_queue": ("Outliers block in launch calls while the GPU is busy almost all the time: the launch "
                          "queue is full because the host runs far ahead of a backlogged GPU, so the latency is "
                          "the GPU's backlog, not the launch. Shorten the GPU work queued in front (the copy or "
