@@ -322,10 +322,13 @@ def explain_outliers(table: SeriesTable, min_share: float = CAUSE_MIN_SHARE) -> 
     best_val = cand.max(axis=1).to_numpy()
     wall_exc = e["wall"].to_numpy()
     cause = np.where(best_val >= min_share * np.maximum(wall_exc, 1), best, "unknown")
-    rows = np.flatnonzero(out_mask)
-    backlog_ns, earlier = gpu_backlog(table, rows)
-    sync_now = inst["sync_ns"].to_numpy()[rows]
-    drained = (cause == "synchronization") & (earlier > 0) & (backlog_ns > 0) & (sync_now <= BACKLOG_SLACK * backlog_ns)
+    synced = np.flatnonzero(cause == "synchronization")
+    rows = np.flatnonzero(out_mask)[synced]
+    backlog_ns, earlier = np.zeros(len(cause)), np.zeros(len(cause), np.int64)
+    backlog_ns[synced], earlier[synced] = gpu_backlog(table, rows)
+    sync_now = np.zeros(len(cause))
+    sync_now[synced] = inst["sync_ns"].to_numpy()[rows]
+    drained = (earlier > 0) & (backlog_ns > 0) & (sync_now <= BACKLOG_SLACK * backlog_ns)
     cause = np.where(drained, "gpu_backlog", cause)
     sub = inst[out_mask].reset_index(drop=True)
     details = _cause_details(table, sub, cause, exc[out_mask].reset_index(drop=True), med[out_mask].reset_index(drop=True))
@@ -337,8 +340,9 @@ def explain_outliers(table: SeriesTable, min_share: float = CAUSE_MIN_SHARE) -> 
 
 
 def gpu_backlog(table: SeriesTable, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For instance rows of the table: the GPU work (ns) their series still had queued when each started, and
-    how many earlier instances queued it, counted since the series' last instance that synchronised.
+    """For instance rows of the table: the GPU work (ns) their series still had queued on their thread when
+    each started, and how many earlier instances queued it, counted since the last instance of the series
+    on that thread that synchronised.
 
     The queue is the GPU busy time of those instances and of the instance itself, less the time the host
     spent since that synchronisation (the GPU worked through the queue meanwhile; it drained it at the
@@ -348,18 +352,27 @@ def gpu_backlog(table: SeriesTable, rows: np.ndarray) -> tuple[np.ndarray, np.nd
     rows = np.asarray(rows, dtype=np.int64)
     if not len(rows):
         return np.zeros(0), np.zeros(0, np.int64)
-    first = table.series["first_row"].to_numpy()[inst["series_id"].to_numpy()[rows]]
-    synced = np.flatnonzero(inst["sync_count"].to_numpy() > 0)
-    k = np.searchsorted(synced, rows, "left") - 1
-    prev = np.where(k >= 0, synced[np.maximum(k, 0)], -1) if len(synced) else np.full(len(rows), -1)
-    prev = np.where(prev >= first, prev, -1)  # the last one synchronising before, in the same series
-    seg = np.where(prev >= 0, prev + 1, first)
-    start, end = inst["start_ns"].to_numpy(), inst["end_ns"].to_numpy()
-    since_ns = np.where(prev >= 0, start[rows] - end[np.maximum(prev, 0)], start[rows] - start[first])
-    busy = inst["gpu_busy_ns"].to_numpy()
-    cum = np.concatenate([[0], np.cumsum(busy, dtype=np.float64)])
-    queued = cum[rows + 1] - cum[seg]
-    return np.maximum(queued - since_ns, 0.0), rows - seg
+    sid = inst["series_id"].to_numpy()
+    first, count = table.series["first_row"].to_numpy(), table.series["count"].to_numpy()
+    member = np.concatenate([np.arange(first[s], first[s] + count[s]) for s in np.unique(sid[rows])])
+    tid, start = inst["tid"].to_numpy()[member], inst["start_ns"].to_numpy()[member]
+    member = member[np.lexsort((start, tid, sid[member]))]  # each series' instances per thread, in start order
+    tid, start, end = (inst[c].to_numpy()[member] for c in ("tid", "start_ns", "end_ns"))
+    n, pos = len(member), np.arange(len(member))
+    head = np.ones(n, dtype=bool)
+    head[1:] = (sid[member][1:] != sid[member][:-1]) | (tid[1:] != tid[:-1])
+    group_first = np.maximum.accumulate(np.where(head, pos, 0))
+    synced = np.maximum.accumulate(np.where(inst["sync_count"].to_numpy()[member] > 0, pos, -1))
+    prev = np.concatenate([[-1], synced[:-1]])
+    prev = np.where(prev >= group_first, prev, -1)  # the last one synchronising before, same series and thread
+    seg = np.where(prev >= 0, prev + 1, group_first)
+    since_ns = np.maximum(np.where(prev >= 0, start - end[np.maximum(prev, 0)], start - start[group_first]), 0)
+    cum = np.concatenate([[0.0], np.cumsum(inst["gpu_busy_ns"].to_numpy()[member], dtype=np.float64)])
+    backlog = np.maximum(cum[pos + 1] - cum[seg] - since_ns, 0.0)
+    where = np.full(len(inst), -1, dtype=np.int64)
+    where[member] = pos
+    at = where[rows]
+    return backlog[at], at - seg[at]
 
 
 def _largest_call(table: SeriesTable, sub: pd.DataFrame, which: str, mask_rows: np.ndarray | None = None,
