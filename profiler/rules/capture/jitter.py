@@ -85,7 +85,7 @@ def jitter(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
         if backlog_ms > 0:  # waits for the GPU work queued by earlier instances cost nothing a fix saves
             ev.update(excess_ms_total=max(cost_ms - backlog_ms, 0.0), backlog_wait_ms=backlog_ms)
         elif (by_work := _by_work(ctx.table.instances_of(r["series_id"]))) is not None:
-            ev.update(excess_ms_total=by_work.pop("unexplained_ms"), by_work=by_work)
+            ev.update(excess_ms_total=by_work.pop("unexplained_ms"), work_sizes=by_work.pop("sizes"), by_work=by_work)
         cands.append((ev["excess_ms_total"], r, ev))
     out = []
     for _, r, ev in outermost(ctx, cands, int(t["max_findings"])):
@@ -103,15 +103,17 @@ def jitter(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
             ev["gpu_busy_fraction_max"] = busiest
             sev = "low"  # the rest of the excess is priced by the impact
             title = _backlog_title(ev, busiest)
-        elif "by_work" in ev and main is None:
-            main = "work"
-            title = _work_title(ev["by_work"])
+        elif "by_work" in ev:
+            title = _work_title(ev["work_sizes"], ev["by_work"])
+            if ev["outliers"]:
+                title += "; " + _title(ev, main).split("; ", 1)[1]
+            main = "work" if main is None else f"work+{main}"
         else:
             title = _title(ev, main)
         out.append(Finding(
             rule="jitter", severity=sev, range=ctx.label(r["series_id"]), title=title, evidence=ev,
             threshold=t.pick("min_count", "min_median_us", "max_cov_pct", "max_tail_ratio"),
-            recommendation=_jitter_advice(main),
+            recommendation=" ".join(_jitter_advice(m) for m in str(main).split("+")) if main else _jitter_advice(main),
         ))
     return out
 
@@ -135,18 +137,17 @@ def _backlog_title(ev: dict, busiest: float) -> str:
     wait_ms = float(np.median([o["call_ms"] for o in waits]))
     queued = int(np.median([o["instances_queued"] for o in waits]))
     n = ev["outlier_causes"].get("gpu_backlog", len(waits))
-    return (f"Wall time is host enqueue time plus waits for the GPU backlog, not unstable latency: {n} instances "
-            f"({_shown([o['index'] for o in waits])}) synchronise and wait {wait_ms:.3g} ms (median) for the GPU work "
-            f"queued by them and the {queued} instances before them (GPU busy {100 * busiest:.1f}%); the median instance takes "
-            f"{ev['median_ms']:.3g} ms")
+    return (f"Enqueue time plus GPU backlog waits, not unstable latency: the host runs ahead (GPU busy "
+            f"{100 * busiest:.1f}%); {n} syncs wait {wait_ms:.3g} ms (median) for the work queued by the {queued} "
+            f"instances before them and their own; the others take {ev['median_ms']:.3g} ms (median; instances "
+            f"{_shown([o['index'] for o in waits])})")
 
 
-def _work_title(w: dict) -> str:
-    sizes = w["sizes"]
+def _work_title(sizes: list[dict], w: dict) -> str:
     gpu = " / ".join(f"{s['gpu_busy_ms_median']:.3g}" for s in sizes)
     wall = " / ".join(f"{s['wall_ms_median']:.3g}" for s in sizes)
-    return (f"Latency follows the GPU work each instance brings: {len(sizes)} work sizes, GPU {gpu} ms and wall "
-            f"{wall} ms (medians); within one size CoV at most {w['cov_pct_max']:.1f}%, p99 at most "
+    return (f"Latency follows the GPU work of each instance, not instability: {len(sizes)} work sizes, GPU {gpu} ms, "
+            f"wall {wall} ms (medians); within one size CoV at most {w['cov_pct_max']:.1f}%, p99 at most "
             f"{w['p99_over_median_max']:.2f}x its median")
 
 
