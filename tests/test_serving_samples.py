@@ -78,3 +78,51 @@ def test_queue_wait_the_server_waits_for_requests_not_for_work_to_move():
     assert "move that work off" not in g.recommendation
     for rule in ("launch_overhead", "pageable_memcpy", "sync_api", "transfer_bound"):
         assert not _fired(res, rule), rule
+
+
+def _jitter_as_the_rule_sees_it(res) -> list:
+    """The jitter rule's own findings, before the impact drops those too cheap to report."""
+    from profiler.rules import get_rule
+
+    spec = get_rule("capture", "jitter")
+    return spec.run(res.context, spec.defaults)
+
+
+def test_pipeline_syncs_wait_for_the_gpu_backlog_not_jitter():
+    """The host runs ahead of a GPU busy ~99% of the time and synchronises every 16th iteration: those
+    instances wait for the GPU work queued by the 15 before them. No high or medium jitter; the rule names
+    the backlog at exactly the synchronising instances and prices none of those waits."""
+    res = _analysis("pipeline")
+    info = json.loads((SAMPLE_TRACES / "pipeline.json").read_text())
+    assert not [f for f in _fired(res, "jitter") if f.severity in ("high", "medium")]
+    [f] = _jitter_as_the_rule_sees_it(res)
+    ev = f.evidence
+    waits = [o for o in ev["outliers"] if o["cause"] == "gpu_backlog"]
+    assert [o["index"] for o in waits] == info["synchronised_indices"]
+    assert all(o["instances_queued"] == 15 or o["index"] == 15 for o in waits)  # the first counts from instance 1
+    assert all(o["call"] == "cudaDeviceSynchronize" and o["call_ms"] <= 1.2 * o["backlog_ms"] for o in waits)
+    assert ev["gpu_busy_fraction_max"] > 0.95
+    steady_ms = res.context.steady_ns / 1e6
+    assert ev["backlog_wait_ms"] > 0.8 * steady_ms  # the waits were ~85% of the steady state ...
+    assert ev["excess_ms_total"] < 0.01 * steady_ms  # ... and none of it is jitter to remove
+    assert f.title.startswith("Enqueue time plus GPU backlog waits, not unstable latency")
+    assert "other streams or processes" not in f.recommendation and "GPU latency" in f.recommendation
+
+
+def test_varbatch_latency_follows_each_request_s_batch():
+    """Requests of batch 1, 8 or 64: three work sizes, one per batch size, with as many instances as the
+    manifest has requests of that size; wall times rise with their GPU work. No high or medium jitter, no
+    advice to lock clocks or warm up."""
+    res = _analysis("varbatch")
+    info = json.loads((SAMPLE_TRACES / "varbatch.json").read_text())
+    assert not [f for f in _fired(res, "jitter") if f.severity in ("high", "medium")]
+    [f] = _jitter_as_the_rule_sees_it(res)
+    sizes = f.evidence["work_sizes"]
+    steady = info["batch_sizes"][-f.evidence["count"]:]  # the first request is warm-up
+    assert [s["instances"] for s in sizes] == [steady.count(b) for b in (1, 8, 64)]
+    assert [s["copy_bytes"] for s in sizes] == [b * 10 * 4 for b in (1, 8, 64)]  # ten fp32 logits per image
+    gpu, wall = [s["gpu_busy_ms_median"] for s in sizes], [s["wall_ms_median"] for s in sizes]
+    assert gpu == sorted(gpu) and wall == sorted(wall) and gpu[2] > 20 * gpu[0]
+    assert f.evidence["by_work"]["explained_ms"] > 0.9 * f.evidence["by_work"]["above_median_ms"]
+    assert f.title.startswith("Latency follows the GPU work of each instance, not instability: 3 work sizes")
+    assert "lock" not in f.recommendation and "warm up" not in f.recommendation
