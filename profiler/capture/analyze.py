@@ -40,6 +40,12 @@ statistics, GPU busy projection, idle gaps, then the capture rules with each fin
 ``ranges`` (and the rules) cover the steady state unless ``AnalysisOptions.include_setup``; each range
 has ``parent`` (the enclosing series' 'domain:name', or null) and ``depth``; ``gpu_busy_fraction`` is
 busy time over the longer of the wall time and the span of the range's GPU work, so it is in [0, 1].
+``inference.bound_by`` is 'host' when the GPU waits on the host longer than the host waits on the GPU:
+the GPU idles at least a tenth of the steady state and longer than the host blocks in CUDA synchronisation
+calls (``sync_summary``), or it is busy under half of the steady state; otherwise the kind of GPU work with
+the most steady-state time (``phases.steady.gpu_ms_by_kind``). ``launches_per_instance`` counts the kernel
+and graph launches of the GPU work a range holds, by whichever thread launched it (the cross-thread
+attribution note in ``capture.warnings`` says when threads without ranges count in).
 ``instances.start_ms`` is relative to the capture start; ``idx`` numbers stay those of the whole capture. Per-instance arrays are limited to
 ``AnalysisOptions.max_instances`` per series (``instances_truncated`` says when).
 """
@@ -192,7 +198,7 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
     if unrecorded:
         capture["kernel_launches_without_records"] = unrecorded
         _forget_gpu_time(extra, ranges)
-    extra["inference"]["bound_by"] = None if unrecorded else _bound_by(extra["phases"]["steady"])
+    extra["inference"]["bound_by"] = None if unrecorded else _bound_by(extra["phases"]["steady"], extra["sync_summary"])
     if options.layer_info:
         extra["layer_info"] = layer_table.join_layer_info(extra["layers"], options.layer_info)
     extra["phases"]["included_in_statistics"] = "steady state" if trimmed else "whole capture"
@@ -248,20 +254,34 @@ def _trims(full: S.SeriesTable, ph: Any) -> bool:
 
 
 HOST_BOUND_BUSY_FRACTION = 0.5
-"""Below this GPU busy share of the steady state the GPU waits on the host more than it works: 'host'
-bounds the inference (the launch and idle findings say how), not the kind of GPU work with the most time."""
+"""Below this GPU busy share of the steady state the GPU waits more than it works: 'host' bounds it whatever
+the host waits on (the launch and idle findings say how), not the kind of GPU work with the most time."""
+HOST_BOUND_MIN_IDLE_FRACTION = 0.1
+"""Above half busy, the GPU must idle at least this share of the steady state (gpu_idle's least idle share)
+before the host can bound it: below, the GPU is saturated and its top kind of work bounds the steady state."""
 
 
-def _bound_by(steady: dict[str, Any]) -> str | None:
-    """What bounds the steady state: 'host' when the GPU is busy under half of it, else the kind of GPU
-    work with the most time ('compute', 'HtoD', 'DtoH', ...; copy directions within 1.5x of each other
-    together, 'HtoD + DtoH')."""
+def _bound_by(steady: dict[str, Any], syncs: list[dict[str, Any]] | None = None) -> str | None:
+    """What bounds the steady state: 'host' when the GPU waits on the host longer than the host waits on the
+    GPU, else the kind of GPU work with the most time ('compute', 'HtoD', 'DtoH', ...; copy directions within
+    1.5x of each other together, 'HtoD + DtoH').
+
+    The GPU waits on the host while it idles (1 - busy share); the host waits on the GPU while it blocks in
+    CUDA synchronisation calls (``syncs``: :func:`sync_summary` of the steady state). A training loop that
+    never synchronises and keeps the GPU 61% busy is bound by its host, though compute is the top GPU work;
+    a loop that syncs on every step and idles the GPU 30% of the time around occasional host stalls is bound
+    by its compute. A GPU busy under half the time is host-bound; one idle under a tenth of it is not."""
     by_kind = steady.get("gpu_ms_by_kind") or {}
     if not by_kind or max(by_kind.values()) <= 0:
         return None
     busy = steady.get("gpu_busy_fraction")
     if busy is not None and busy < HOST_BOUND_BUSY_FRACTION:
         return "host"
+    duration_ms = steady.get("duration_ms") or 0.0
+    if busy is not None and 1.0 - busy >= HOST_BOUND_MIN_IDLE_FRACTION and duration_ms > 0:
+        sync_share = sum(float(s.get("total_ms") or 0.0) for s in syncs or []) / duration_ms
+        if 1.0 - busy > sync_share:
+            return "host"
     top = max(by_kind, key=by_kind.get)
     if top == "compute":
         return top

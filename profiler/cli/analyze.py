@@ -73,7 +73,7 @@ def summary_lines(data: dict[str, Any], max_ranges: int = MAX_RANGES_SHOWN) -> l
     return lines
 
 
-BOUND_WORDS = {"host": "the host (GPU busy under half the time)", "compute": "compute"}
+BOUND_WORDS = {"host": "the host (the GPU waits on it longer than it waits on the GPU)", "compute": "compute"}
 
 
 def _busy_text(steady: dict[str, Any]) -> str:

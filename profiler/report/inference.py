@@ -12,7 +12,8 @@ from profiler.report.fmt import fmt_pct
 
 SOURCES = {"tensorrt": "TensorRT's ExecutionContext enqueue/execute ranges",
            "nvtx": "the outermost repeated NVTX range", "window": "the whole capture (no repeated NVTX range)"}
-BOUND = {"host": "the host (GPU idle over half the time)", "compute": "compute", "HtoD": "host-to-device copies", "DtoH": "device-to-host copies",
+BOUND = {"host": "the host", "compute": "compute",
+         "HtoD": "host-to-device copies", "DtoH": "device-to-host copies",
          "DtoD": "device-to-device copies", "other_copy": "other copies"}
 MAX_LAYERS = 60
 
@@ -31,7 +32,8 @@ def inference_cards(doc: AnalysisDocument) -> list[dict]:
                                                                     f"steady of {inf.get('count')}"),
                  card("host ms", stat(inf.get("host_ms"), "median"), sub="median enqueue time")]
     if inf.get("bound_by"):
-        cards.append(card("bound by", BOUND.get(inf["bound_by"], f"{inf['bound_by']} copies"), sub="steady state"))
+        why = ": the GPU waits on the host longer than the host on the GPU" if inf["bound_by"] == "host" else ""
+        cards.append(card("bound by", BOUND.get(inf["bound_by"], f"{inf['bound_by']} copies"), sub="steady state" + why))
     ph = doc.get("phases") or {}
     if ph.get("time_to_first_inference_ms") is not None:
         cards.append(card("time to first inference ms", ph["time_to_first_inference_ms"]))

@@ -4,7 +4,9 @@ Each finding gets ``impact = {ms_per_instance, share}``: the time the problem co
 period (the steady state by default) per inference and as a share of that period, from the evidence
 its rule measured (the launch-overhead saving, idle time, the outliers' excess, the GPU idle time a
 sync causes up to the time the host blocks in it, the pinned-copy saving, the copy time not hidden behind compute). Severity follows the
-share, not the rule; negligible findings and weak ones on one-instance series are dropped.
+share, not the rule; negligible findings and weak ones on one-instance series are dropped. Time two findings
+see is priced once: GPU idle time inside a launch-overhead range, or inside jitter's outlier instances, is
+that finding's cost, and the gpu_idle finding says so (``impact.included_in``).
 """
 
 from __future__ import annotations
@@ -98,6 +100,7 @@ def calibrate(ctx: CaptureContext, findings: list[Finding]) -> list[Finding]:
         out.append(f)
     out = _without_nested_repeats(ctx, out)
     _same_cause(out)
+    _idle_in_outliers(ctx, out, steady_ms)
     rank = {"high": 0, "medium": 1, "low": 2, "info": 3}
     return sorted(out, key=lambda f: (-(f.impact["share"] if f.impact["share"] is not None else -1.0),
                                       rank[f.severity], f.rule, f.range or ""))
@@ -116,6 +119,76 @@ def _same_cause(findings: list[Finding]) -> None:
         if same:
             f.impact["included_in"] = f.evidence["impact"]["included_in"] = f"launch_overhead [{same[0].range}]"
             f.severity = "low"
+
+
+def _idle_in_outliers(ctx: CaptureContext, findings: list[Finding], steady_ms: float) -> None:
+    """GPU idle time inside jitter's outlier instances is one cost seen twice: a pause of the host (garbage
+    collection, a stall) idles the GPU and stretches the instance it falls in. Jitter keeps that time (it
+    names the instances and their cause); the gpu_idle finding is priced by the idle time beyond it and says
+    which finding holds the rest (``impact.included_in``, ``included_ms``), so the shares add up once. Per
+    outlier, the shared time is the idle time it holds in the gaps the gpu_idle finding counts beyond what
+    the series' median instance holds, at most its excess over the median."""
+    jitters = [f for f in findings if f.rule == "jitter" and f.range is not None]
+    if not jitters:
+        return
+    ids = {ctx.label(i): i for i in range(len(ctx.ranges))}
+    for f in findings:
+        if f.rule != "gpu_idle" or f.impact.get("included_in") or f.impact.get("ms_total") is None:
+            continue
+        gaps = _counted_gaps(ctx, f)
+        shared = {j.range: _shared_ms(ctx, ids[j.range], gaps) for j in jitters if j.range in ids}
+        shared = {name: ms for name, ms in shared.items() if ms > 0}
+        if not shared:
+            continue
+        cost = f.impact["ms_total"]
+        included = min(sum(shared.values()), cost)
+        rest = cost - included
+        n_inf = f.impact["instances"]
+        f.impact.update({
+            "ms_total": rest, "share": min(max(rest / steady_ms, 0.0), 1.0) if steady_ms > 0 else None,
+            "ms_per_instance": rest / n_inf if f.impact["ms_per_instance"] is not None and n_inf else
+            f.impact["ms_per_instance"],
+            "included_in": ", ".join(f"jitter [{name}]" for name in shared), "included_ms": included})
+        f.evidence["impact"] = dict(f.impact)
+        share = f.impact["share"]
+        f.severity = _severity(share) if share is not None and steady_ms >= MIN_JUDGED_MS else "low"
+
+
+def _counted_gaps(ctx: CaptureContext, f: Finding) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The gaps (sorted starts, ends; ns) a gpu_idle finding prices, and the threads that launch work on its
+    device: its device's gaps of at least its ``min_gap_us``, without the largest when that one is a
+    one-time pause its cost leaves out."""
+    dev = next((d for d in ctx.devices if d.device_id == f.evidence.get("device_id")), None)
+    if dev is None:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    keep = dev.gap_ns >= float(f.threshold.get("min_gap_us", 0.0)) * 1e3
+    gs, ge = dev.gap_start_ns[keep], dev.gap_end_ns[keep]
+    if f.evidence.get("one_time_pause") and len(gs):
+        drop = int(np.argmax(ge - gs))
+        gs, ge = np.delete(gs, drop), np.delete(ge, drop)
+    return gs, ge, np.asarray(dev.launch_tids)
+
+
+def _shared_ms(ctx: CaptureContext, series_id: int, gaps: tuple[np.ndarray, np.ndarray, np.ndarray]) -> float:
+    """Over the outlier instances of a series on threads that launch work on the gaps' device: the idle time
+    each holds in the gaps beyond the series' median instance's, at most its excess over the median (ms)."""
+    from profiler.capture.intervals import covered_before
+
+    gs, ge, tids = gaps
+    outl = ctx.outliers
+    if not len(gs) or not len(outl):
+        return 0.0
+    mine = outl["series_id"].to_numpy() == series_id
+    if not mine.any():
+        return 0.0
+    inst = ctx.table.instances_of(series_id)
+    s, e = inst["start_ns"].to_numpy(), inst["end_ns"].to_numpy()
+    idle_ns = covered_before(gs, ge, e) - covered_before(gs, ge, s)
+    pos = np.searchsorted(inst["idx"].to_numpy(), outl["idx"].to_numpy()[mine])
+    on_device = np.isin(inst["tid"].to_numpy()[pos], tids) if len(tids) else np.ones(len(pos), dtype=bool)
+    beyond_ms = np.maximum(idle_ns[pos] - np.median(idle_ns), 0) / 1e6
+    excess_ms = np.maximum(outl["excess_ms"].to_numpy()[mine], 0.0)
+    return float(np.minimum(beyond_ms, excess_ms)[on_device].sum())
 
 
 def _without_nested_repeats(ctx: CaptureContext, findings: list[Finding]) -> list[Finding]:

@@ -1,0 +1,132 @@
+"""What bounds the steady state (``inference.bound_by``) against the findings beside it, and one cost priced
+once when gpu_idle and jitter see the same host pauses; synthetic loops shaped like the H200 captures
+(a PyTorch training step that never synchronises, a request loop whose garbage collector pauses the host)."""
+
+from __future__ import annotations
+
+import pytest
+
+from profiler.capture.analyze import _bound_by, analyze
+from profiler.capture.trace import Trace
+from tests.capture_builders import T, api, kernels, ranges
+
+
+def _loop(n: int = 40, busy_us: int = 120, period_us: int = 200, sync: bool = False):
+    """Steps of ``period_us`` on thread 5, each launching one kernel that keeps the GPU busy ``busy_us``
+    (GPU idle in between: 80 us gaps). With ``sync`` the host blocks in cudaStreamSynchronize until the
+    kernel ends, then runs its own code; without, it never waits on the GPU."""
+    nv, krows, arows = [], [], []
+    for i in range(n):
+        t = i * period_us * T
+        nv.append(("step", t, t + period_us * T, 5))
+        krows.append((t + 10 * T, t + (10 + busy_us) * T, 5, t + 2 * T, i + 1))
+        arows.append(("cudaLaunchKernel", t + 2 * T, t + 4 * T, 5, "launch"))
+        if sync:
+            arows.append(("cudaStreamSynchronize", t + 5 * T, t + (11 + busy_us) * T, 5, "sync"))
+    return Trace(kernels=kernels(*krows), nvtx=ranges(*nv), api=api(*arows))
+
+
+def test_a_loop_that_never_waits_on_its_gpu_is_bound_by_its_host():
+    """The H200 training step: GPU busy 61% of the steady state, the host never synchronising (1.3 ms of host
+    per 0.8 ms of GPU), read 'bound by compute' beside a HIGH gpu_idle finding. Busy over half the time,
+    the GPU still waits on the host (40% idle) and the host never on the GPU: the host bounds it."""
+    data = analyze(_loop()).to_json()
+    assert data["phases"]["steady"]["gpu_busy_fraction"] == pytest.approx(0.6, abs=0.01)
+    assert data["inference"]["bound_by"] == "host"
+    [idle] = [f for f in data["findings"] if f["rule"] == "gpu_idle"]
+    assert idle["severity"] == "high" and idle["evidence"]["idle_fraction"] == pytest.approx(0.4, abs=0.01)
+
+
+def test_the_same_busy_share_with_the_host_waiting_on_each_step_is_compute_bound():
+    """The same 60% busy loop, but the host blocks in a sync for each kernel (62% of the steady state) and
+    runs its own code after: the GPU waits on the host less than the host waits on it."""
+    data = analyze(_loop(sync=True)).to_json()
+    assert data["phases"]["steady"]["gpu_busy_fraction"] == pytest.approx(0.6, abs=0.01)
+    assert sum(s["total_ms"] for s in data["sync_summary"]) / data["phases"]["steady"]["duration_ms"] \
+        == pytest.approx(0.62, abs=0.02)
+    assert data["inference"]["bound_by"] == "compute"
+
+
+def _steady(busy: float, by_kind: dict[str, float] | None = None, duration_ms: float = 100.0) -> dict:
+    return {"gpu_busy_fraction": busy, "duration_ms": duration_ms,
+            "gpu_ms_by_kind": by_kind or {"compute": busy * duration_ms, "HtoD": 0.0}}
+
+
+@pytest.mark.parametrize("busy,sync_ms,bound", [
+    (0.99, 0.0, "compute"),   # saturated (trtexec): its top kind, whatever the host does
+    (0.92, 0.0, "compute"),   # idle under a tenth: saturated still
+    (0.85, 0.0, "host"),      # idle 15% and the host never waits: host
+    (0.85, 20.0, "compute"),  # idle 15%, the host blocked 20%: the GPU
+    (0.70, 29.0, "host"),     # idle 30% against 29% blocked
+    (0.70, 31.0, "compute"),
+    (0.40, 90.0, "host"),     # busy under half: host, however long the host blocks
+])
+def test_bound_by_weighs_the_gpus_wait_against_the_hosts(busy, sync_ms, bound):
+    syncs = [{"name": "cudaStreamSynchronize", "count": 10, "total_ms": sync_ms, "max_ms": 1.0}] if sync_ms else []
+    assert _bound_by(_steady(busy), syncs) == bound
+
+
+def test_a_busy_copy_bound_steady_state_keeps_its_direction():
+    by_kind = {"compute": 10.0, "HtoD": 60.0, "DtoH": 25.0}
+    assert _bound_by(_steady(0.95, by_kind), []) == "HtoD"
+    assert _bound_by(_steady(0.80, by_kind), [{"total_ms": 50.0}]) == "HtoD"
+    assert _bound_by(_steady(0.80, by_kind), []) == "host"
+    assert _bound_by(_steady(0.80, {"compute": 0.0}), []) is None  # no GPU work: no verdict
+
+
+def test_terminal_and_report_say_what_host_bound_means():
+    from profiler.cli.analyze import inference_lines
+    from profiler.documents import AnalysisDocument
+    from profiler.report.inference import inference_cards
+
+    data = analyze(_loop()).to_json()
+    [line] = [x for x in inference_lines(data) if x.startswith("inference:")]
+    assert line.endswith("steady state bound by the host (the GPU waits on it longer than it waits on the GPU)")
+    [card] = [c for c in inference_cards(AnalysisDocument(data)) if c["label"] == "bound by"]
+    assert card["value"] == "the host" and card["sub"] == ("steady state: the GPU waits on the host longer than the "
+                                                           "host on the GPU")
+
+
+def _gc_loop(n: int = 60, every: int = 10, pause_us: int = 20_000):
+    """Requests of 100 us on thread 5 (a 40 us kernel each, then a sync), every ``every``-th one stretched by
+    a ``pause_us`` host pause (the garbage collector) before its launch: the GPU idles through each pause."""
+    nv, krows, arows = [], [], []
+    t = 0
+    for i in range(n):
+        pause = pause_us * T if i % every == every - 1 else 0
+        launch = t + 10 * T + pause
+        nv.append(("request", t, launch + 90 * T, 5))
+        krows.append((launch + 5 * T, launch + 45 * T, 5, launch, i + 1))
+        arows.append(("cudaLaunchKernel", launch, launch + 3 * T, 5, "launch"))
+        arows.append(("cudaStreamSynchronize", launch + 4 * T, launch + 46 * T, 5, "sync"))
+        t = launch + 100 * T
+    return Trace(kernels=kernels(*krows), nvtx=ranges(*nv), api=api(*arows))
+
+
+def test_gc_pauses_are_priced_once_by_jitter_not_again_by_gpu_idle():
+    """The H200 gc capture priced its garbage-collection pauses twice: jitter 98.9% and gpu_idle 91% of the
+    steady state. The pauses' idle time is inside the outlier instances: jitter keeps it, gpu_idle keeps
+    only the idle time beyond it and names jitter; its evidence still says how idle the GPU was."""
+    res = analyze(_gc_loop())
+    [jit] = [f for f in res.findings if f.rule == "jitter"]
+    [idle] = [f for f in res.findings if f.rule == "gpu_idle"]
+    steady_ms = jit.impact["steady_ms"]
+    assert jit.impact["ms_total"] == pytest.approx(6 * 20.0, rel=0.01)  # six pauses of 20 ms
+    assert jit.severity == "high"
+    assert idle.evidence["idle_ms"] > 6 * 20.0  # measured: the pauses and the gaps between requests
+    shared = idle.impact["included_ms"]
+    assert shared == pytest.approx(6 * 20.0, rel=0.01)
+    assert idle.impact["included_in"] == "jitter [request]"
+    assert idle.impact["ms_total"] == pytest.approx(idle.evidence["idle_ms"] - shared)
+    assert jit.impact["share"] + idle.impact["share"] <= 1.0
+    assert idle.impact["share"] == pytest.approx(idle.impact["ms_total"] / steady_ms)
+    assert idle.evidence["impact"] == idle.impact
+
+
+def test_idle_outside_the_outliers_stays_gpu_idles_cost():
+    """Without pauses the same loop idles its GPU between requests: no jitter, gpu_idle keeps all of it."""
+    res = analyze(_gc_loop(pause_us=0))
+    assert not [f for f in res.findings if f.rule == "jitter"]
+    [idle] = [f for f in res.findings if f.rule == "gpu_idle"]  # 60 us gaps after each 40 us kernel
+    assert "included_in" not in idle.impact
+    assert idle.impact["ms_total"] == pytest.approx(idle.evidence["idle_ms"])
