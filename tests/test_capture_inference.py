@@ -474,15 +474,21 @@ def test_testcuda_is_copy_bound_in_its_work_window(nsys_fixtures):
     assert f["impact"]["share"] == pytest.approx(91.65 / 118.43, rel=1e-3)
 
 
-def _step_loop(helper_tid: int = 9, second_ranged_thread: bool = False):
+def _step_loop(helper_tid: int = 9, second_ranged_thread: bool = False, helper_kernels: int = 1):
     """Training-shaped steps on thread 5: each 'step' range launches a 20 us forward kernel itself while a
-    helper thread (PyTorch's autograd thread) launches a 60 us backward kernel inside the range."""
+    helper thread (PyTorch's autograd thread) launches the backward inside the range: ``helper_kernels``
+    kernels of 60 us in all."""
     nv, krows = [], []
+    corr = 1
     for i in range(10):
         t = i * 200 * T
         nv.append(("step", t, t + 150 * T, 5))
-        krows.append((t + 10 * T, t + 30 * T, 5, t + 2 * T, 2 * i + 1))  # forward, launched by the range's thread
-        krows.append((t + 40 * T, t + 100 * T, helper_tid, t + 35 * T, 2 * i + 2))  # backward, by the helper
+        krows.append((t + 10 * T, t + 30 * T, 5, t + 2 * T, corr))  # forward, launched by the range's thread
+        each = 60 // helper_kernels
+        for j in range(helper_kernels):  # backward, by the helper
+            krows.append((t + (40 + j * each) * T, t + (40 + (j + 1) * each) * T, helper_tid, t + (35 + j) * T,
+                          corr + 1 + j))
+        corr += 1 + helper_kernels
     if second_ranged_thread:
         nv.append(("other", 0, 5 * T, 7))
     return Trace(kernels=kernels(*krows), nvtx=ranges(*nv))
@@ -496,6 +502,22 @@ def test_gpu_work_of_a_thread_without_ranges_counts_in_the_one_ranged_threads_ra
     assert step["gpu_busy_ms"]["median"] == pytest.approx(0.080)  # 20 us forward + 60 us backward
     assert step["kernels_per_instance"] == 2
     assert any("open no NVTX range" in w for w in data["capture"]["warnings"])
+
+
+def test_the_cross_thread_note_says_how_many_of_a_ranges_launches_its_own_thread_made():
+    """The H200 train capture's range table counted 23 launches per step, its own thread's 14 calls and the
+    autograd thread's 9: the note says which part is whose, in the range table's terms."""
+    from profiler.cli.analyze import summary_lines
+
+    data = analyze(_step_loop(helper_kernels=3)).to_json()
+    [step] = [r for r in data["ranges"] if r["name"] == "step"]
+    assert step["launches_per_instance"] == 4 and step["kernels_per_instance"] == 4
+    [note] = [w for w in data["capture"]["warnings"] if "open no NVTX range" in w]
+    assert note.endswith("; of the launches per instance in the range table they make 3 of step's 4 (its own "
+                         "thread 1) in the median instance")
+    assert note.startswith("30 GPU activities launched by 1 thread(s)")
+    assert any(x.endswith("launches: the kernel and graph launches of that work per instance)")
+               for x in summary_lines(data))
     # two threads open ranges: whose range the helper served is unknown, so its work stays out
     both = analyze(_step_loop(second_ranged_thread=True)).to_json()
     [step] = [r for r in both["ranges"] if r["name"] == "step"]

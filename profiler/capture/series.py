@@ -412,14 +412,14 @@ def build_series(trace: Any) -> SeriesTable:
     istart, iend = inst["start_ns"].to_numpy(), inst["end_ns"].to_numpy()
     act_t = np.where(act.api_start_ns == np.iinfo(np.int64).min, 0, act.api_start_ns)
     act_tid, helpers = _attribution_threads(act.api_tid, itid, window)
-    if helpers:
-        notes.append(helpers)
+    helper_at = len(notes)  # the note goes here once the launches it names are counted
     keys = ThreadKeys([act_tid, api.tid, osrt.tid, itid],
                       [act_t, api.start_ns, api.end_ns, osrt.start_ns, istart, iend])
     qlo, qhi = keys.key(itid, istart), keys.key(itid, iend)
     # one table at a time: sorted, its calls' nesting marked, the instances' windows found, then its
     # keys let go, so only one table's keys are held
     act_sorted = sort_by_thread(keys, act_tid, act_t)
+    act_tid_helper = act_tid != act.api_tid if helpers else None  # launched by a thread without ranges
     del act_tid, act_t
     _windows(inst, "act", act_sorted, qlo, qhi, len(act))
     api_sorted = sort_by_thread(keys, api.tid, api.start_ns, later_first=api.end_ns)
@@ -435,6 +435,8 @@ def build_series(trace: Any) -> SeriesTable:
                      "attributed to no NVTX range")
     inst["depth"], inst["parent"] = nesting(keys, itid, istart, iend)
     activity_metrics(inst, act, act_sorted, unknown)
+    if helpers:
+        notes.insert(helper_at, helpers + _helper_launches(inst, series, act, act_sorted, act_tid_helper))
     host_metrics(inst, api, api_sorted, osrt, osrt_sorted)
     inst["outlier"] = mark_outliers(inst)
     return SeriesTable(series=series, instances=inst, activity=act, api=api, osrt=osrt,
@@ -466,6 +468,28 @@ def _attribution_threads(api_tid: np.ndarray, range_tid: np.ndarray, window: boo
             "(PyTorch's autograd thread, a GPU worker) count in the ranges of the one thread of their process "
             "that opens ranges, where one is open at their launch")
     return np.where(helper, owner, api_tid), note
+
+
+HELPER_LAUNCH_RANGES = 3
+"""The ranges the cross-thread note names with the launches threads without ranges made in them."""
+
+
+def _helper_launches(inst: pd.DataFrame, series: pd.DataFrame, act: Activity, srt: Sorted,
+                     helper: np.ndarray) -> str:
+    """What the cross-thread note adds: per range (most first), how many of the launches per instance its
+    range table counts (the median instance's; ``launches`` holds every thread's) threads without ranges
+    made, so a reader knows how many the range's own thread made."""
+    mine = WindowSums(inst["act_lo"].to_numpy(), inst["act_hi"].to_numpy(), len(srt))(
+        srt.take(act.is_launch & helper).astype(np.int64))
+    frame = pd.DataFrame({"s": inst["series_id"].to_numpy(), "helper": mine, "all": inst["launches"].to_numpy()})
+    med = frame.groupby("s")[["helper", "all"]].median()
+    med = med[med["helper"] > 0].sort_values("helper", ascending=False, kind="stable")[:HELPER_LAUNCH_RANGES]
+    if med.empty:
+        return ""
+    dom, name = series["domain"].to_numpy(), series["name"].to_numpy()
+    parts = [f"{r.helper:g} of {dom[sid] + ':' if dom[sid] else ''}{name[sid]}'s {r.all:g} (its own thread "
+             f"{r.all - r.helper:g})" for sid, r in zip(med.index, med.itertuples(index=False))]
+    return "; of the launches per instance in the range table they make " + ", ".join(parts) + " in the median instance"
 
 
 def _windows(inst: pd.DataFrame, prefix: str, srt: Sorted, qlo: np.ndarray, qhi: np.ndarray, n: int) -> None:

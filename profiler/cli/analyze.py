@@ -69,7 +69,7 @@ def summary_lines(data: dict[str, Any], max_ranges: int = MAX_RANGES_SHOWN) -> l
         if len(ranges) > max_ranges:
             lines.append(f"... {len(ranges) - max_ranges} more range series (by total wall time) in --json")
         lines.append("(GPU busy: GPU busy time of the work a range launched, over the longer of its wall time and "
-                     "the span of that work)")
+                     "the span of that work; launches: the kernel and graph launches of that work per instance)")
     return lines
 
 
