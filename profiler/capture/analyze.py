@@ -41,8 +41,8 @@ statistics, GPU busy projection, idle gaps, then the capture rules with each fin
 has ``parent`` (the enclosing series' 'domain:name', or null) and ``depth``; ``gpu_busy_fraction`` is
 busy time over the longer of the wall time and the span of the range's GPU work, so it is in [0, 1].
 ``inference.bound_by`` is 'host' when the GPU waits on the host longer than the host waits on the GPU:
-the GPU idles at least a tenth of the steady state and longer than the host blocks in CUDA synchronisation
-calls (``sync_summary``), or it is busy under half of the steady state; otherwise the kind of GPU work with
+the GPU idles at least a tenth of the steady state and longer than the host's threads block in CUDA
+synchronisation calls in it, or it is busy under half of the steady state; otherwise the kind of GPU work with
 the most steady-state time (``phases.steady.gpu_ms_by_kind``). ``launches_per_instance`` counts the kernel
 and graph launches of the GPU work a range holds, by whichever thread launched it (the cross-thread
 attribution note in ``capture.warnings`` says when threads without ranges count in).
@@ -198,7 +198,8 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
     if unrecorded:
         capture["kernel_launches_without_records"] = unrecorded
         _forget_gpu_time(extra, ranges)
-    extra["inference"]["bound_by"] = None if unrecorded else _bound_by(extra["phases"]["steady"], extra["sync_summary"])
+    extra["inference"]["bound_by"] = None if unrecorded else _bound_by(
+        extra["phases"]["steady"], blocked_in_sync_ms(table, ph.steady_start_ns, ph.steady_end_ns))
     if options.layer_info:
         extra["layer_info"] = layer_table.join_layer_info(extra["layers"], options.layer_info)
     extra["phases"]["included_in_statistics"] = "steady state" if trimmed else "whole capture"
@@ -261,13 +262,25 @@ HOST_BOUND_MIN_IDLE_FRACTION = 0.1
 before the host can bound it: below, the GPU is saturated and its top kind of work bounds the steady state."""
 
 
-def _bound_by(steady: dict[str, Any], syncs: list[dict[str, Any]] | None = None) -> str | None:
+def blocked_in_sync_ms(table: S.SeriesTable, lo_ns: int, hi_ns: int) -> float:
+    """Time (ms) the host's threads spend in blocking CUDA synchronisation calls within [lo_ns, hi_ns), summed
+    over threads."""
+    api = table.api
+    rows = np.flatnonzero(api.blocking_sync)  # a few calls among millions
+    if not len(rows):
+        return 0.0
+    start, end = np.maximum(api.start_ns[rows], lo_ns), np.minimum(api.end_ns[rows], hi_ns)
+    return float(np.maximum(end - start, 0).sum()) / 1e6
+
+
+def _bound_by(steady: dict[str, Any], sync_ms: float = 0.0) -> str | None:
     """What bounds the steady state: 'host' when the GPU waits on the host longer than the host waits on the
     GPU, else the kind of GPU work with the most time ('compute', 'HtoD', 'DtoH', ...; copy directions within
     1.5x of each other together, 'HtoD + DtoH').
 
     The GPU waits on the host while it idles (1 - busy share); the host waits on the GPU while it blocks in
-    CUDA synchronisation calls (``syncs``: :func:`sync_summary` of the steady state). A training loop that
+    CUDA synchronisation calls (``sync_ms``: :func:`blocked_in_sync_ms` over the steady state; a host that
+    waits by polling events or in synchronous copies is not seen waiting). A training loop that
     never synchronises and keeps the GPU 61% busy is bound by its host, though compute is the top GPU work;
     a loop that syncs on every step and idles the GPU 30% of the time around occasional host stalls is bound
     by its compute. A GPU busy under half the time is host-bound; one idle under a tenth of it is not."""
@@ -279,8 +292,7 @@ def _bound_by(steady: dict[str, Any], syncs: list[dict[str, Any]] | None = None)
         return "host"
     duration_ms = steady.get("duration_ms") or 0.0
     if busy is not None and 1.0 - busy >= HOST_BOUND_MIN_IDLE_FRACTION and duration_ms > 0:
-        sync_share = sum(float(s.get("total_ms") or 0.0) for s in syncs or []) / duration_ms
-        if 1.0 - busy > sync_share:
+        if 1.0 - busy > sync_ms / duration_ms:
             return "host"
     top = max(by_kind, key=by_kind.get)
     if top == "compute":

@@ -33,7 +33,8 @@ def inference_cards(doc: AnalysisDocument) -> list[dict]:
                  card("host ms", stat(inf.get("host_ms"), "median"), sub="median enqueue time")]
     if inf.get("bound_by"):
         why = ": the GPU waits on the host longer than the host on the GPU" if inf["bound_by"] == "host" else ""
-        cards.append(card("bound by", BOUND.get(inf["bound_by"], f"{inf['bound_by']} copies"), sub="steady state" + why))
+        what = BOUND.get(inf["bound_by"], f"{inf['bound_by']} copies")
+        cards.append(card("bound by", what, sub="steady state" + why))
     ph = doc.get("phases") or {}
     if ph.get("time_to_first_inference_ms") is not None:
         cards.append(card("time to first inference ms", ph["time_to_first_inference_ms"]))
