@@ -42,10 +42,11 @@ has ``parent`` (the enclosing series' 'domain:name', or null) and ``depth``; ``g
 busy time over the longer of the wall time and the span of the range's GPU work, so it is in [0, 1].
 ``inference.bound_by`` is 'host' when the GPU waits on the host longer than the host waits on the GPU:
 the GPU idles at least a tenth of the steady state and longer than the host's threads block in CUDA
-synchronisation calls in it, or it is busy under half of the steady state; otherwise the kind of GPU work with
-the most steady-state time (``phases.steady.gpu_ms_by_kind``). ``launches_per_instance`` counts the kernel
-and graph launches of the GPU work a range holds, by whichever thread launched it (the cross-thread
-attribution note in ``capture.warnings`` says when threads without ranges count in).
+synchronisation and copy calls while it works, or it is busy under half of the steady state; otherwise
+the kind of GPU work with the most steady-state time (``phases.steady.gpu_ms_by_kind``).
+``launches_per_instance`` counts the kernel and graph launches of the GPU work a range holds, by whichever
+thread launched it (the cross-thread attribution note in ``capture.warnings`` says when threads without
+ranges count in).
 ``instances.start_ms`` is relative to the capture start; ``idx`` numbers stay those of the whole capture. Per-instance arrays are limited to
 ``AnalysisOptions.max_instances`` per series (``instances_truncated`` says when).
 """
@@ -199,7 +200,7 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
         capture["kernel_launches_without_records"] = unrecorded
         _forget_gpu_time(extra, ranges)
     extra["inference"]["bound_by"] = None if unrecorded else _bound_by(
-        extra["phases"]["steady"], blocked_in_sync_ms(table, ph.steady_start_ns, ph.steady_end_ns))
+        extra["phases"]["steady"], host_waits_on_gpu_ms(table, ctx.devices, ph.steady_start_ns, ph.steady_end_ns))
     if options.layer_info:
         extra["layer_info"] = layer_table.join_layer_info(extra["layers"], options.layer_info)
     extra["phases"]["included_in_statistics"] = "steady state" if trimmed else "whole capture"
@@ -262,25 +263,39 @@ HOST_BOUND_MIN_IDLE_FRACTION = 0.1
 before the host can bound it: below, the GPU is saturated and its top kind of work bounds the steady state."""
 
 
-def blocked_in_sync_ms(table: S.SeriesTable, lo_ns: int, hi_ns: int) -> float:
-    """Time (ms) the host's threads spend in blocking CUDA synchronisation calls within [lo_ns, hi_ns), summed
-    over threads."""
+def host_waits_on_gpu_ms(table: S.SeriesTable, devices: list[Any], lo_ns: int, hi_ns: int) -> float:
+    """Time (ms) the host's threads spend blocked in CUDA synchronisation calls and copy calls (``.cpu()``,
+    ``.item()``: a synchronous copy waits for the work before it) while a GPU works, within [lo_ns, hi_ns):
+    summed over threads, on the device where it is longest. A copy call's time while the GPU idles (a
+    pageable copy's staging on the host) is the host's own work."""
     api = table.api
-    rows = np.flatnonzero(api.blocking_sync)  # a few calls among millions
+    if not len(api) or not devices:
+        return 0.0
+    rows = np.flatnonzero(api.blocking_sync | ((api.category == S.ApiCategory.memcpy) & api.top_level))
     if not len(rows):
         return 0.0
-    start, end = np.maximum(api.start_ns[rows], lo_ns), np.minimum(api.end_ns[rows], hi_ns)
-    return float(np.maximum(end - start, 0).sum()) / 1e6
+    from profiler.capture.intervals import covered_before
+
+    start, end = api.start_ns[rows], api.end_ns[rows]
+    best = 0
+    for d in devices:  # blocked time inside the device's active window, less its idle gaps
+        s = np.clip(start, max(lo_ns, d.active_start_ns), min(hi_ns, d.active_end_ns))
+        e = np.clip(end, max(lo_ns, d.active_start_ns), min(hi_ns, d.active_end_ns))
+        e = np.maximum(e, s)
+        idle = covered_before(d.gap_start_ns, d.gap_end_ns, e) - covered_before(d.gap_start_ns, d.gap_end_ns, s)
+        busy = (e - s) - idle
+        best = max(best, int(busy.sum()))
+    return best / 1e6
 
 
-def _bound_by(steady: dict[str, Any], sync_ms: float = 0.0) -> str | None:
+def _bound_by(steady: dict[str, Any], host_wait_ms: float = 0.0) -> str | None:
     """What bounds the steady state: 'host' when the GPU waits on the host longer than the host waits on the
     GPU, else the kind of GPU work with the most time ('compute', 'HtoD', 'DtoH', ...; copy directions within
     1.5x of each other together, 'HtoD + DtoH').
 
     The GPU waits on the host while it idles (1 - busy share); the host waits on the GPU while it blocks in
-    CUDA synchronisation calls (``sync_ms``: :func:`blocked_in_sync_ms` over the steady state; a host that
-    waits by polling events or in synchronous copies is not seen waiting). A training loop that
+    CUDA synchronisation and copy calls as the GPU works (``host_wait_ms``: :func:`host_waits_on_gpu_ms` over the
+    steady state; a host that waits by polling events is not seen waiting). A training loop that
     never synchronises and keeps the GPU 61% busy is bound by its host, though compute is the top GPU work;
     a loop that syncs on every step and idles the GPU 30% of the time around occasional host stalls is bound
     by its compute. A GPU busy under half the time is host-bound; one idle under a tenth of it is not."""
@@ -292,7 +307,7 @@ def _bound_by(steady: dict[str, Any], sync_ms: float = 0.0) -> str | None:
         return "host"
     duration_ms = steady.get("duration_ms") or 0.0
     if busy is not None and 1.0 - busy >= HOST_BOUND_MIN_IDLE_FRACTION and duration_ms > 0:
-        if 1.0 - busy > sync_ms / duration_ms:
+        if 1.0 - busy > host_wait_ms / duration_ms:
             return "host"
     top = max(by_kind, key=by_kind.get)
     if top == "compute":

@@ -6,7 +6,7 @@ its rule measured (the launch-overhead saving, idle time, the outliers' excess, 
 sync causes up to the time the host blocks in it, the pinned-copy saving, the copy time not hidden behind compute). Severity follows the
 share, not the rule; negligible findings and weak ones on one-instance series are dropped. Time two findings
 see is priced once: GPU idle time inside a launch-overhead range, or inside jitter's outlier instances, is
-that finding's cost, and the gpu_idle finding says so (``impact.included_in``).
+that finding's cost, and the gpu_idle finding says so (``impact.included_in``, ``shared_with``).
 """
 
 from __future__ import annotations
@@ -125,7 +125,8 @@ def _idle_in_outliers(ctx: CaptureContext, findings: list[Finding], steady_ms: f
     """GPU idle time inside jitter's outlier instances is one cost seen twice: a pause of the host (garbage
     collection, a stall) idles the GPU and stretches the instance it falls in. Jitter keeps that time (it
     names the instances and their cause); the gpu_idle finding is priced by the idle time beyond it and says
-    which finding holds the rest (``impact.included_in``, ``included_ms``), so the shares add up once. Per
+    which finding holds the rest (``impact.shared_with``, ``shared_ms``; ``included_in`` as well when nothing
+    of its own is left, under ``IMPACT_MIN_SHARE``), so the shares add up once. Per
     outlier, the shared time is the idle time it holds in the gaps the gpu_idle finding counts beyond what
     the series' median instance holds, at most its excess over the median."""
     jitters = [f for f in findings if f.rule == "jitter" and f.range is not None]
@@ -144,13 +145,16 @@ def _idle_in_outliers(ctx: CaptureContext, findings: list[Finding], steady_ms: f
         included = min(sum(shared.values()), cost)
         rest = cost - included
         n_inf = f.impact["instances"]
+        share = min(max(rest / steady_ms, 0.0), 1.0) if steady_ms > 0 else None
+        names = ", ".join(f"jitter [{name}]" for name in shared)
         f.impact.update({
-            "ms_total": rest, "share": min(max(rest / steady_ms, 0.0), 1.0) if steady_ms > 0 else None,
+            "ms_total": rest, "share": share,
             "ms_per_instance": rest / n_inf if f.impact["ms_per_instance"] is not None and n_inf else
             f.impact["ms_per_instance"],
-            "included_in": ", ".join(f"jitter [{name}]" for name in shared), "included_ms": included})
+            "shared_with": names, "shared_ms": included})
+        if share is None or share < IMPACT_MIN_SHARE:  # nothing of its own left: all of it is that time
+            f.impact["included_in"] = names
         f.evidence["impact"] = dict(f.impact)
-        share = f.impact["share"]
         f.severity = _severity(share) if share is not None and steady_ms >= MIN_JUDGED_MS else "low"
 
 
