@@ -214,3 +214,21 @@ def test_idle_that_is_all_in_the_outliers_is_the_same_time_as_jitter():
     part = analyze(_gc_loop())  # 20 ms pauses leave 3% of gaps of its own: no 'same time' said of them
     [idle] = [f for f in part.findings if f.rule == "gpu_idle"]
     assert "same time" not in impact(idle.to_dict())["text"]
+
+
+def test_gpu_idle_gives_jitter_no_more_than_jitter_prices():
+    """Jitter prices less than its outliers' excess where the work explains it or the GPU was backlogged:
+    gpu_idle then keeps the idle time jitter does not price."""
+    from profiler.rules.impact import _idle_in_outliers
+
+    res = analyze(_gc_loop())
+    [jit] = [f for f in res.findings if f.rule == "jitter"]
+    [idle] = [f for f in res.findings if f.rule == "gpu_idle"]
+    idle_ms = idle.evidence["idle_ms"]
+    for key in ("shared_ms", "shared_with", "included_in"):  # as priced before the shared time is taken out
+        idle.impact.pop(key, None)
+    idle.impact.update(ms_total=idle_ms, share=idle_ms / idle.impact["steady_ms"])
+    jit.impact["ms_total"] = 30.0  # a quarter of its outliers' 120 ms
+    _idle_in_outliers(res.context, [jit, idle], idle.impact["steady_ms"])
+    assert idle.impact["shared_ms"] == pytest.approx(30.0)
+    assert idle.impact["ms_total"] == pytest.approx(idle_ms - 30.0)

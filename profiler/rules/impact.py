@@ -137,7 +137,9 @@ def _idle_in_outliers(ctx: CaptureContext, findings: list[Finding], steady_ms: f
         if f.rule != "gpu_idle" or f.impact.get("included_in") or f.impact.get("ms_total") is None:
             continue
         gaps = _counted_gaps(ctx, f)
-        shared = {j.range: _shared_ms(ctx, ids[j.range], gaps) for j in jitters if j.range in ids}
+        # never more than the jitter finding prices (it leaves out what a GPU backlog or the work explains)
+        shared = {j.range: min(_shared_ms(ctx, ids[j.range], gaps), j.impact.get("ms_total") or 0.0)
+                  for j in jitters if j.range in ids}
         shared = {name: ms for name, ms in shared.items() if ms > 0}
         if not shared:
             continue
