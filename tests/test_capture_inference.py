@@ -199,6 +199,41 @@ def test_one_instance_and_negligible_findings_are_dropped_and_severity_follows_i
     assert calibrate(ctx1, [mk("jitter", {"excess_ms_total": 0.1 * ctx1.steady_ns / 1e6}, "once")]) == []
 
 
+def test_an_unpriced_finding_is_medium_only_when_what_it_is_known_to_take_is_large():
+    """H200: 16 MB inputs copied with .to(device, non_blocking=True) from pageable memory took 291 of 755 ms of the
+    steady state's GPU time. With no pinned copy in the capture to compare with, the saving is unknown, and the
+    finding was low under a 'no problem worth acting on' headline. Copies that take a quarter of the GPU time or
+    more are worth pinning: medium, with what they take said and the share still unknown (never high)."""
+    from profiler.findings import Finding
+    from profiler.rules.impact import IMPACT_HIGH_SHARE, calibrate
+
+    ctx = analyze(trt_app()).context
+    steady_ms = ctx.steady_ns / 1e6
+    mk = lambda sev, gpu_share: Finding(rule="pageable_memcpy", severity=sev, title="t", evidence={  # noqa: E731
+        "estimated_saving_ms": None, "gpu_ms": gpu_share * steady_ms})
+    big, small, rule_low = calibrate(ctx, [mk("high", 0.386), mk("high", 0.9 * IMPACT_HIGH_SHARE), mk("low", 0.5)])
+    assert (big.severity, small.severity, rule_low.severity) == ("medium", "low", "low")
+    assert big.impact["share"] is None and big.impact["exposure_share"] == pytest.approx(0.386)
+    assert big.impact["text"].endswith("38.6% of the steady state's GPU time; the saving is not measured")
+    assert "exposure_share" not in rule_low.impact  # the rule's own low stands
+
+
+def test_explained_jitter_stays_as_information_when_what_is_left_is_negligible():
+    """A range whose spread is waits for the GPU's backlog (or the work each instance brings) costs almost
+    nothing once those are set apart; dropping the finding left the range table's CoV of 330% unexplained."""
+    from profiler.findings import Finding
+    from profiler.rules.impact import calibrate
+
+    ctx = analyze(trt_app()).context
+    left = 0.001 * ctx.steady_ns / 1e6
+    rng = "TensorRT:ExecutionContext::enqueue"
+    mk = lambda **ev: Finding(rule="jitter", severity="low", title="t", range=rng, evidence=ev)  # noqa: E731
+    for explained in ({"backlog_wait_ms": 30.0}, {"launch_queue_wait_ms": 30.0}, {"by_work": {"cov_pct_max": 5.0}}):
+        [f] = calibrate(ctx, [mk(excess_ms_total=left, **explained)])
+        assert f.severity == "info" and f.impact["share"] == pytest.approx(0.001)
+    assert calibrate(ctx, [mk(excess_ms_total=left)]) == []  # unexplained and negligible: dropped as before
+
+
 def test_a_capture_too_short_to_judge_gets_low_findings_only():
     from profiler.findings import Finding
     from profiler.rules.impact import MIN_JUDGED_MS, calibrate

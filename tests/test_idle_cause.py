@@ -140,9 +140,15 @@ def test_blocking_launches_on_a_busy_gpu_are_a_full_launch_queue_not_lazy_loadin
 
 
 def test_h100_launch_outliers_wait_on_the_backlog():
+    """The ranges' outliers block in launch calls while the GPUs are 99% busy: the host ran ahead and waits for
+    room in the launch queue. That is the GPU's backlog, which no fix of the range saves: it is said so, and
+    not priced (they were medium jitter at 20-23% of the steady state)."""
     res = analyze_path(capture_or_skip(NSYS_FIXTURES / "v2026.2.1_nsysai_h100_2gpu_1s_nvtx.sqlite"))
     jit = [f for f in res.findings if f.rule == "jitter"]
-    assert jit and all("full launch queue" in f.title for f in jit)
+    assert jit and all(f.title.startswith("Enqueue time plus waits for room in the launch queue") for f in jit)
+    assert all(f.severity in ("low", "info") and f.evidence["launch_queue_wait_ms"] > 0 for f in jit)
+    assert all(f.evidence["excess_ms_total"] < f.evidence["outlier_excess_ms"] for f in jit)
+    assert all(f.impact["share"] < 0.05 for f in jit)
     assert all(f.evidence["gpu_busy_fraction_max"] >= 0.8 and "backlog" in f.recommendation for f in jit)
     assert not any("CUDA_MODULE_LOADING" in f.recommendation for f in jit)
 

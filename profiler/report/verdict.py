@@ -85,6 +85,8 @@ def impact(f: dict[str, Any]) -> dict[str, Any]:
         parts.append(f"CoV {cov:.3g}%")
     if given.get("included_in"):  # the same time another finding already prices
         parts.append(f"the same time as {given['included_in']}")
+    elif given.get("shared_with") and _num(given.get("shared_ms")) is not None:  # priced beyond what another holds
+        parts.append(f"beyond the {fmt_ms(_num(given['shared_ms']))} that {given['shared_with']} prices")
     return {"ms": ms, "share": share, "cov": cov, "text": given.get("text") or ", ".join(parts)}
 
 

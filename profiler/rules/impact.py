@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from profiler.findings import Finding
+from profiler.report.fmt import fmt_num
 from profiler.rules.context import CaptureContext
 
 IMPACT_HIGH_SHARE = 0.25
@@ -60,6 +61,36 @@ def _severity(share: float) -> str:
     return "high" if share >= IMPACT_HIGH_SHARE else "medium" if share >= IMPACT_MEDIUM_SHARE else "low"
 
 
+EXPLAINED_JITTER = ("backlog_wait_ms", "launch_queue_wait_ms", "by_work")
+"""Evidence of a jitter finding whose spread is explained (waits for the GPU's backlog, the work each instance
+brings): when what is left costs under ``IMPACT_MIN_SHARE`` it stays as an ``info`` finding, so the range
+table's CoV and outliers are not left unexplained."""
+
+
+def _exposure_ms(f: Finding) -> float | None:
+    """What a finding whose cost is unknown is known to take (ms): pageable copies without a pinned twin to
+    compare with take their GPU copy time, of which pinned memory would save an unmeasured part."""
+    value = {"pageable_memcpy": f.evidence.get("gpu_ms")}.get(f.rule)
+    return float(value) if isinstance(value, (int, float)) and np.isfinite(value) else None
+
+
+def _unpriced_severity(f: Finding, period_ms: float) -> str:
+    """A finding with no measured cost is at most medium: medium when what it is known to take
+    (:func:`_exposure_ms`) is at least ``IMPACT_HIGH_SHARE`` of the judged period and the rule itself said
+    medium or high, else low."""
+    if f.severity not in ("high", "medium"):
+        return f.severity
+    exposure = _exposure_ms(f)
+    if exposure is None or period_ms <= 0:
+        return "low"
+    share = min(exposure / period_ms, 1.0)
+    text = (f"{fmt_num(exposure, 4)} ms of GPU copy time, {fmt_num(100 * share, 3)}% of the steady state's GPU time; "
+            "the saving is not measured")
+    for d in (f.impact, f.evidence["impact"]):
+        d.update(exposure_ms=exposure, exposure_share=share, text=text)
+    return "medium" if share >= IMPACT_HIGH_SHARE else "low"
+
+
 def calibrate(ctx: CaptureContext, findings: list[Finding]) -> list[Finding]:
     """Give every finding its impact ``{ms_per_instance, share}`` of the steady state; severity follows the
     impact; negligible findings and weak findings on one-instance series are dropped; costliest first."""
@@ -90,9 +121,12 @@ def calibrate(ctx: CaptureContext, findings: list[Finding]) -> list[Finding]:
             bound = f.evidence.get("cost_upper_bound_ms")  # the most it can cost, when the cost is unknown
             if isinstance(bound, (int, float)) and steady_ms > 0 and bound / steady_ms < IMPACT_MIN_SHARE:
                 continue
-            f.severity = "low" if f.severity in ("high", "medium") else f.severity
+            f.severity = _unpriced_severity(f, period)
         else:
             if share < IMPACT_MIN_SHARE:
+                if f.rule == "jitter" and any(k in f.evidence for k in EXPLAINED_JITTER):
+                    f.severity = "info"  # what explains the range table's spread stays, as information
+                    out.append(f)
                 continue
             if f.range is not None and counts.get(f.range, 2) < 2 and share < ONE_INSTANCE_MIN_SHARE:
                 continue

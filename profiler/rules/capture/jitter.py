@@ -84,6 +84,8 @@ def jitter(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
         backlog_ms = float(o["excess_ms"].to_numpy()[o["cause"].to_numpy() == "gpu_backlog"].sum()) if len(o) else 0.0
         if backlog_ms > 0:  # waits for the GPU work queued by earlier instances cost nothing a fix saves
             ev.update(excess_ms_total=max(cost_ms - backlog_ms, 0.0), backlog_wait_ms=backlog_ms)
+        elif (queue_ms := _launch_queue_wait_ms(ctx, o, ev)) > 0:  # the same backlog, met in launch calls
+            ev.update(excess_ms_total=max(cost_ms - queue_ms, 0.0), launch_queue_wait_ms=queue_ms)
         elif (by_work := _by_work(ctx.table.instances_of(r["series_id"]))) is not None:
             ev.update(excess_ms_total=by_work.pop("unexplained_ms"), work_sizes=by_work.pop("sizes"), by_work=by_work)
         cands.append((ev["excess_ms_total"], r, ev))
@@ -103,6 +105,9 @@ def jitter(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
             ev["gpu_busy_fraction_max"] = busiest
             sev = "low"  # the rest of the excess is priced by the impact
             title = _backlog_title(ev, busiest)
+        elif main == "launch_queue":
+            sev = "low"
+            title = _launch_queue_title(ev, busiest)
         elif "by_work" in ev:
             title = _work_title(ev["work_sizes"], ev["by_work"])
             if ev["outliers"]:
@@ -203,10 +208,38 @@ def _busiest_device(ctx: CaptureContext) -> float:
     return max((d.busy_ns / d.active_ns for d in ctx.devices if d.active_ns > 0), default=0.0)
 
 
+LAUNCH_PREFIXES = ("cudaLaunch", "cuLaunch")
+
+
+def _launch_queue_wait_ms(ctx: CaptureContext, o: pd.DataFrame, ev: dict) -> float:
+    """The excess (ms) of a range's outliers that block in a launch call while the launch queue is full (their
+    cause is CUDA API time, the launches are not a kernel's first use, a GPU is busy ``LAUNCH_QUEUE_BUSY`` of the
+    time): the GPU's backlog met in the launch call, which no fix of the range saves. 0 when that is not the
+    range's main cause."""
+    causes = ev["outlier_causes"]
+    if not causes or max(causes.items(), key=lambda kv: kv[1])[0] != "cuda_api":
+        return 0.0
+    if not _launch_queue_full(ev["outliers"], _busiest_device(ctx)):
+        return 0.0
+    blocked = [float(x.excess_ms) for x in o.itertuples(index=False) if x.cause == "cuda_api" and x.idx >= 2
+               and str(x.detail.get("call", "")).startswith(LAUNCH_PREFIXES)]
+    return float(sum(blocked))
+
+
+def _launch_queue_title(ev: dict, busiest: float) -> str:
+    """What the wall time of a range whose launches wait for room in a full launch queue is."""
+    waits = [o for o in ev["outliers"] if str(o.get("call", "")).startswith(LAUNCH_PREFIXES) and o["index"] >= 2]
+    wait_ms = float(np.median([o["wall_ms"] for o in waits]))
+    return (f"Enqueue time plus waits for room in the launch queue, not unstable latency: the host runs ahead "
+            f"(GPU busy {100 * busiest:.1f}%) and {ev['outlier_causes'].get('cuda_api', len(waits))} instances "
+            f"block in launch calls until the GPU drains the queue ({wait_ms:.3g} ms median wall time); the others "
+            f"take {ev['median_ms']:.3g} ms (median; instances {_shown([o['index'] for o in waits])})")
+
+
 def _launch_queue_full(outliers: list[dict], busiest: float) -> bool:
     """Most listed outliers block in a launch call, not only the first instances (a first use loads the
     module), while a GPU is busy (``busiest``: the busiest device's share) most of the time."""
-    launches = [o for o in outliers if str(o.get("call", "")).startswith(("cudaLaunch", "cuLaunch"))]
+    launches = [o for o in outliers if str(o.get("call", "")).startswith(LAUNCH_PREFIXES)]
     later = [o for o in launches if o["index"] >= 2]
     return 2 * len(launches) > len(outliers) and len(later) > 0 and busiest >= LAUNCH_QUEUE_BUSY
 
