@@ -624,3 +624,19 @@ def test_work_of_another_process_or_beside_a_ranged_thread_that_launches_nothing
     [batch] = [r for r in loader["ranges"] if r["name"] == "load_batch"]
     assert batch["kernels_per_instance"] == 0
     assert not any("open no NVTX range" in w for w in loader["capture"]["warnings"])
+
+
+def test_an_inference_without_gpu_work_says_so_instead_of_a_zero_gpu_time():
+    """ONNX Runtime on the CPU provider under nsys (H200 host): NVTX ranges and no GPU work at all. The line read
+    'GPU 0.000 ms median (p99 0.000), GPU latency - ms, queue - ms'; an inference with one kernel keeps its GPU
+    figures."""
+    from profiler.cli.analyze import inference_lines
+
+    cpu_only = Trace(nvtx=ranges(*[("infer", i * 100 * T, (i * 100 + 40) * T, 5) for i in range(12)]))
+    [line] = [x for x in inference_lines(analyze(cpu_only).to_json()) if x.startswith("inference:")]
+    assert "no GPU work in any instance, host 0.040 ms" in line and "GPU latency" not in line
+    one = Trace(kernels=kernels(*[(i * 100 * T + 5 * T, i * 100 * T + 25 * T, 5, i * 100 * T + T, i + 1)
+                                  for i in range(12)]),
+                nvtx=ranges(*[("infer", i * 100 * T, (i * 100 + 40) * T, 5) for i in range(12)]))
+    [line] = [x for x in inference_lines(analyze(one).to_json()) if x.startswith("inference:")]
+    assert "GPU 0.020 ms median" in line and "no GPU work" not in line

@@ -123,10 +123,11 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
                  f"host {_fmt(st(inf['host_ms']))} ms{bound_txt}"]
     else:
         n_inst = inf.get("count")
+        gpu = (f"GPU {_fmt(st(inf['gpu_ms']))} ms median (p99 {_fmt(st(inf['gpu_ms'], 'p99'))}), GPU latency "
+               f"{_fmt(st(inf['gpu_latency_ms']))} ms, queue {_fmt(st(inf['queue_ms']))} ms{_behind(inf)}"
+               if (inf.get("gpu_latency_ms") or {}).get("count") != 0 else "no GPU work in any instance")
         lines = [f"inference: {inf.get('series')} ({what}), {n_inst} instance{'' if n_inst == 1 else 's'} "
-                 f"({inf.get('steady_count')} steady): GPU {_fmt(st(inf['gpu_ms']))} ms median "
-                 f"(p99 {_fmt(st(inf['gpu_ms'], 'p99'))}), GPU latency {_fmt(st(inf['gpu_latency_ms']))} ms, "
-                 f"queue {_fmt(st(inf['queue_ms']))} ms{_behind(inf)}, host {_fmt(st(inf['host_ms']))} ms"
+                 f"({inf.get('steady_count')} steady): {gpu}, host {_fmt(st(inf['host_ms']))} ms"
                  f"{_outside(inf)}{bound_txt}"]
     layers = data.get("layers") or []
     total = data.get("layer_total") or {}
