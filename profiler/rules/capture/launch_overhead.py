@@ -3,7 +3,11 @@ saving a replayed CUDA graph would bring."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
+import pandas as pd
 
 from profiler.capture import series as S
 from profiler.findings import Finding
@@ -31,6 +35,11 @@ LAUNCH_HIGH_SAVING_PCT, LAUNCH_MEDIUM_SAVING_PCT = 50.0, 25.0
 TRT_LAUNCH_ADVICE = (
     "TensorRT: replay the enqueue as a CUDA graph (trtexec --useCudaGraph, or capture enqueueV3 with "
     "cudaStreamBeginCapture and replay with cudaGraphLaunch); larger batches give each layer's kernels more work.")
+LAUNCH_ADVICE = (
+    "Capture the range's work once as a CUDA graph and replay it (torch.cuda.CUDAGraph / "
+    "torch.compile mode='reduce-overhead', cudaStreamBeginCapture + cudaGraphLaunch, TensorRT "
+    "with --useCudaGraph); or fuse the short kernels (larger batch, fused ops) so each launch "
+    "carries more work.")
 
 
 @rule("launch_overhead", scope="capture", defaults={
@@ -41,84 +50,99 @@ TRT_LAUNCH_ADVICE = (
     "high_saving_pct": LAUNCH_HIGH_SAVING_PCT, "medium_saving_pct": LAUNCH_MEDIUM_SAVING_PCT})
 def launch_overhead(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
     """Ranges paced by launching many short kernels rather than by GPU work."""
-    table = ctx.table
-    cands = []
-    for r in ranges_of(ctx):
-        busy = r["gpu_busy_fraction"]
-        if not (busy < t["max_busy_fraction"]) or r["launches_per_instance"] < t["min_launches_per_instance"]:
-            continue
-        inst = table.instances_of(r["series_id"])
-        # kernels and top-level launch calls the instances hold, as often as they hold them (nested ranges
-        # hold the same kernels many times), gathered in blocks: only their durations are kept
-        act, api = table.activity, table.api
-        kernel_ns, kernel_n = member_values(table, inst, "activity", lambda rows: act.kind[rows] == S.KERNEL,
-                                            lambda rows: act.end_ns[rows] - act.start_ns[rows])
-        n_kernels = len(kernel_ns)
-        med_kernel_us = median_of(kernel_ns, kernel_n) / 1e3
-        del kernel_ns, kernel_n
-        call_ns, call_n = member_values(table, inst, "api", lambda rows: _is_launch_call(api, rows),
-                                        lambda rows: api.end_ns[rows] - api.start_ns[rows])
-        n_calls = len(call_ns)
-        med_call_us = median_of(call_ns, call_n) / 1e3
-        del call_ns, call_n
-        if n_calls and n_kernels and med_kernel_us > t["max_kernel_to_launch_ratio"] * med_call_us:
-            continue
-        if not n_kernels:
-            continue
-        wall_med_ms = r["wall_ms"]["median"]
-        busy_med_ms = r["gpu_busy_ms"]["median"]
-        launches = r["launches_per_instance"]
-        # CUDA calls that neither launch nor wait (allocation, frees, events) stay when the work is replayed
-        kept_api_ms = _kept_api_ms(inst)
-        if kept_api_ms >= t["max_other_call_share"] * wall_med_ms:
-            continue  # paced by other CUDA calls (allocations in the loop): gpu_idle names them
-        graphed_ms = max(busy_med_ms + launches * t["graph_node_overhead_us"] / 1e3,
-                         (med_call_us / 1e3) if np.isfinite(med_call_us) else 0.0, kept_api_ms)
-        saving_ms = max(wall_med_ms - graphed_ms, 0.0)
-        saving_pct = 100.0 * saving_ms / wall_med_ms if wall_med_ms > 0 else 0.0
-        if saving_pct < t["min_saving_pct"]:
-            continue
-        launch_api_ms = float(inst["launch_api_ns"].sum()) / 1e6 / len(inst)
-        cands.append((saving_ms * r["count"], r, {
-            "gpu_busy_fraction": busy,
-            "launches_per_instance": launches,
-            "kernels_per_instance": r["kernels_per_instance"],
-            "median_kernel_us": med_kernel_us,
-            "median_launch_call_us": med_call_us,
-            "launch_call_ms_per_instance": launch_api_ms,
-            "wall_ms_median": wall_med_ms,
-            "gpu_busy_ms_median": busy_med_ms,
-            "instances": r["count"],
-            "graph_wall_ms_estimate": graphed_ms,
-            "graph_saving_ms_per_instance": saving_ms,
-            "graph_saving_pct": saving_pct,
-            "graph_saving_ms_total": saving_ms * r["count"],
-            "other_cuda_calls_ms_per_instance": kept_api_ms,
-            "graph_saving_method": (
-                "replayed as one CUDA graph, an instance would take about its GPU busy time plus "
-                f"{t['graph_node_overhead_us']:g} us per kernel node (or one launch call, or its CUDA calls "
-                "that neither launch, copy nor synchronise, such as allocations, if longer); "
-                "saving = median wall - that estimate. At least the launch-call time per instance is removed "
-                "from the host (launch_call_ms_per_instance)"),
-        }))
-    out = []
-    for _, r, ev in outermost(ctx, cands, int(t["max_findings"])):
-        sev = band(ev["graph_saving_pct"], t["high_saving_pct"], t["medium_saving_pct"])
-        out.append(Finding(
-            rule="launch_overhead", severity=sev, range=ctx.label(r["series_id"]),
-            title=(f"Launch-bound: the GPU is busy {pct(ev['gpu_busy_fraction'])}% of the "
-                   + (f"capture while the host issues {ev['launches_per_instance']:.0f} launches in it" if ctx.table.window
-                      else f"range while the host issues {ev['launches_per_instance']:.0f} launches per instance")),
-            evidence=ev,
-            threshold=t.pick("max_busy_fraction", "min_launches_per_instance", "max_kernel_to_launch_ratio",
-                             "min_saving_pct", "graph_node_overhead_us"),
-            recommendation=TRT_LAUNCH_ADVICE if ctx.tensorrt else (
-                "Capture the range's work once as a CUDA graph and replay it (torch.cuda.CUDAGraph / "
-                "torch.compile mode='reduce-overhead', cudaStreamBeginCapture + cudaGraphLaunch, TensorRT "
-                "with --useCudaGraph); or fuse the short kernels (larger batch, fused ops) so each launch "
-                "carries more work."),
-        ))
-    return out
+    cands = [c for c in (_candidate(ctx, r, t) for r in ranges_of(ctx)) if c is not None]
+    return [_finding(ctx, r, ev, t) for _, r, ev in outermost(ctx, cands, int(t["max_findings"]))]
+
+
+def _candidate(ctx: CaptureContext, r: dict[str, Any], t: Thresholds) -> tuple[float, dict, dict] | None:
+    """(total saving in ms, range, evidence) for a launch-bound range where a CUDA graph would save enough,
+    else None: the GPU busy for a small share of it, many launches, kernels not much longer than their
+    launch calls, and no other CUDA calls (allocations in the loop) pacing it."""
+    if not (r["gpu_busy_fraction"] < t["max_busy_fraction"]) \
+            or r["launches_per_instance"] < t["min_launches_per_instance"]:
+        return None
+    inst = ctx.table.instances_of(r["series_id"])
+    n_kernels, med_kernel_us = _median_duration_us(ctx.table, inst, "activity", _is_kernel)
+    n_calls, med_call_us = _median_duration_us(ctx.table, inst, "api", _is_launch_call)
+    if n_calls and n_kernels and med_kernel_us > t["max_kernel_to_launch_ratio"] * med_call_us:
+        return None
+    if not n_kernels:
+        return None
+    # CUDA calls that neither launch nor wait (allocation, frees, events) stay when the work is replayed
+    kept_api_ms = _kept_api_ms(inst)
+    if kept_api_ms >= t["max_other_call_share"] * r["wall_ms"]["median"]:
+        return None  # paced by other CUDA calls (allocations in the loop): gpu_idle names them
+    graphed_ms = _graph_wall_ms(r["gpu_busy_ms"]["median"], r["launches_per_instance"], med_call_us, kept_api_ms,
+                                t["graph_node_overhead_us"])
+    ev = _evidence(r, inst, med_kernel_us, med_call_us, kept_api_ms, graphed_ms, t["graph_node_overhead_us"])
+    if ev["graph_saving_pct"] < t["min_saving_pct"]:
+        return None
+    return ev["graph_saving_ms_total"], r, ev
+
+
+def _median_duration_us(table: S.SeriesTable, inst: pd.DataFrame, which: str,
+                        keep: Callable[[Any, np.ndarray], np.ndarray]) -> tuple[int, float]:
+    """How many member rows of ``which`` ("activity" or "api") of the instances ``inst`` ``keep`` selects,
+    and their median duration (us; NaN when none). The rows count as often as the instances hold them
+    (nested ranges hold the same kernels many times); gathered in blocks, only their durations kept."""
+    calls = getattr(table, which)
+    dur_ns, counts = member_values(table, inst, which, lambda rows: keep(calls, rows),
+                                   lambda rows: calls.end_ns[rows] - calls.start_ns[rows])
+    return len(dur_ns), median_of(dur_ns, counts) / 1e3
+
+
+def _graph_wall_ms(busy_ms: float, launches: float, med_call_us: float, kept_api_ms: float,
+                   node_overhead_us: float) -> float:
+    """An instance's wall time (ms) replayed as one CUDA graph: its GPU busy time plus ``node_overhead_us``
+    per launch, or one launch call (``med_call_us``; NaN when none), or the CUDA calls a graph keeps
+    (``kept_api_ms``), whichever is longest."""
+    return max(busy_ms + launches * node_overhead_us / 1e3,
+               (med_call_us / 1e3) if np.isfinite(med_call_us) else 0.0, kept_api_ms)
+
+
+def _evidence(r: dict[str, Any], inst: pd.DataFrame, med_kernel_us: float, med_call_us: float,
+              kept_api_ms: float, graphed_ms: float, node_overhead_us: float) -> dict[str, Any]:
+    """The numbers behind a launch-bound range, the CUDA graph's estimated saving among them."""
+    wall_med_ms = r["wall_ms"]["median"]
+    saving_ms = max(wall_med_ms - graphed_ms, 0.0)
+    return {
+        "gpu_busy_fraction": r["gpu_busy_fraction"],
+        "launches_per_instance": r["launches_per_instance"],
+        "kernels_per_instance": r["kernels_per_instance"],
+        "median_kernel_us": med_kernel_us,
+        "median_launch_call_us": med_call_us,
+        "launch_call_ms_per_instance": float(inst["launch_api_ns"].sum()) / 1e6 / len(inst),
+        "wall_ms_median": wall_med_ms,
+        "gpu_busy_ms_median": r["gpu_busy_ms"]["median"],
+        "instances": r["count"],
+        "graph_wall_ms_estimate": graphed_ms,
+        "graph_saving_ms_per_instance": saving_ms,
+        "graph_saving_pct": 100.0 * saving_ms / wall_med_ms if wall_med_ms > 0 else 0.0,
+        "graph_saving_ms_total": saving_ms * r["count"],
+        "other_cuda_calls_ms_per_instance": kept_api_ms,
+        "graph_saving_method": (
+            "replayed as one CUDA graph, an instance would take about its GPU busy time plus "
+            f"{node_overhead_us:g} us per kernel node (or one launch call, or its CUDA calls "
+            "that neither launch, copy nor synchronise, such as allocations, if longer); "
+            "saving = median wall - that estimate. At least the launch-call time per instance is removed "
+            "from the host (launch_call_ms_per_instance)"),
+    }
+
+
+def _finding(ctx: CaptureContext, r: dict[str, Any], ev: dict[str, Any], t: Thresholds) -> Finding:
+    """The finding of one launch-bound range: severity by the estimated saving."""
+    launches = f"{ev['launches_per_instance']:.0f} launches"
+    where = f"capture while the host issues {launches} in it" if ctx.table.window \
+        else f"range while the host issues {launches} per instance"
+    return Finding(
+        rule="launch_overhead", severity=band(ev["graph_saving_pct"], t["high_saving_pct"], t["medium_saving_pct"]),
+        range=ctx.label(r["series_id"]),
+        title=f"Launch-bound: the GPU is busy {pct(ev['gpu_busy_fraction'])}% of the {where}",
+        evidence=ev,
+        threshold=t.pick("max_busy_fraction", "min_launches_per_instance", "max_kernel_to_launch_ratio",
+                         "min_saving_pct", "graph_node_overhead_us"),
+        recommendation=TRT_LAUNCH_ADVICE if ctx.tensorrt else LAUNCH_ADVICE,
+    )
 
 
 def _kept_api_ms(inst) -> float:
@@ -127,6 +151,11 @@ def _kept_api_ms(inst) -> float:
     other = (inst["api_ns"].to_numpy() - inst["launch_api_ns"].to_numpy() - inst["sync_ns"].to_numpy()
              - inst["memcpy_api_ns"].to_numpy())
     return float(np.median(np.maximum(other, 0))) / 1e6 if len(other) else 0.0
+
+
+def _is_kernel(act: S.Activity, rows: np.ndarray) -> np.ndarray:
+    """Which of the activity ``rows`` are kernels."""
+    return act.kind[rows] == S.KERNEL
 
 
 def _is_launch_call(api: S.HostCalls, rows: np.ndarray) -> np.ndarray:
