@@ -198,6 +198,17 @@ def test_pageable_memcpy_compares_with_pinned_copies_of_the_same_size():
     assert f.evidence["pinned_comparison"] == [] and "no pinned copy" in f.title
 
 
+def test_pageable_severity_by_share_unless_pinned_twins_run_much_faster():
+    from profiler.rules import Thresholds
+    from profiler.rules.capture.pageable_memcpy import _severity
+    t = Thresholds("pageable_memcpy", get_rule("capture", "pageable_memcpy").defaults)  # high 10%, medium 1%, 2x
+    assert [_severity(s, [], t) for s in (0.005, 0.01, 0.099, 0.1)] == ["low", "medium", "medium", "high"]
+    # a 1% share is high when pinned copies of some size run at least 2x faster, whichever size it is
+    assert _severity(0.01, [{"pinned_speedup": 1.5}, {"pinned_speedup": 2.0}], t) == "high"
+    assert _severity(0.01, [{"pinned_speedup": 1.9}], t) == "medium"
+    assert _severity(0.001, [{"pinned_speedup": float("nan")}], t) == "low"  # no rate to compare
+
+
 def test_jitter_reports_the_outermost_jittery_range_only():
     nv, t = [], 0
     for i in range(30):

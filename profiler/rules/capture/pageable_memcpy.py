@@ -24,6 +24,10 @@ PAGEABLE_HIGH_PINNED_SPEEDUP = 2.0
 """... or pinned copies of the same size run this many times faster; ..."""
 PAGEABLE_MEDIUM_SHARE = 0.01
 """... medium from this share."""
+PAGEABLE_ADVICE = (
+    "Allocate host buffers as pinned memory (cudaHostAlloc / cudaMallocHost, tensor.pin_memory(), "
+    "cudaHostRegister for existing buffers) and copy with cudaMemcpyAsync on a stream: pageable copies are "
+    "staged through a driver buffer, run slower and block the host even when asynchronous.")
 
 
 @rule("pageable_memcpy", scope="capture", defaults={
@@ -33,29 +37,16 @@ PAGEABLE_MEDIUM_SHARE = 0.01
 def pageable_memcpy(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
     """Copies from or to pageable host memory, against pinned copies of the same size."""
     act = ctx.table.activity
-    copies = np.flatnonzero(act.kind == S.MEMCPY)  # the per-row arrays below are the copies' only
-    pageable = act.pageable[copies]
-    pg = copies[pageable]
-    dur = act.end_ns[copies] - act.start_ns[copies]
-    total_ns = float(dur[pageable].sum())
+    copies = np.flatnonzero(act.kind == S.MEMCPY)
+    pg = copies[act.pageable[copies]]
+    total_ns = float((act.end_ns[pg] - act.start_ns[pg]).sum())
     if not len(pg) or total_ns < t["min_total_us"] * 1e3:
         return []
     memcpy = getattr(ctx.trace, "memcpy", None)
-    pinned_side = np.zeros(len(copies), dtype=bool)
-    if memcpy is not None and len(memcpy):
-        pin = S.is_value(memcpy, "src_kind", "pinned") | S.is_value(memcpy, "dst_kind", "pinned")
-        pinned_side = pin[act.row[copies]]
-    df = pd.DataFrame({"dir": np.asarray(S.COPY_KINDS, dtype=object)[act.copy_kind[copies]], "bytes": act.bytes[copies],
-                       "ns": dur, "pg": pageable, "pin": pinned_side & ~pageable})
-    by_dir, compare, saving_ns = _against_pinned(df)
-    active = sum(d.active_ns for d in ctx.devices) or 1
-    share = total_ns / active
+    by_dir, compare, saving_ns = _against_pinned(_copy_frame(act, memcpy, copies))
+    share = total_ns / (sum(d.active_ns for d in ctx.devices) or 1)
     api_ms, big_api_ms, n_async = _host_cost(act, memcpy, pg, t["staged_min_bytes"])
     per_range, top_range = _holding_ranges(ctx, len(pg))
-    slow = max((c["pinned_speedup"] for c in compare), default=float("nan"))
-    sev = band(share, t["high_share"], t["medium_share"])
-    if slow >= t["high_pinned_speedup"] and np.isfinite(slow):  # NaN: no pinned copy of the same size
-        sev = "high"
     evidence = {
         "copies": len(pg), "bytes": int(act.bytes[pg].sum()), "gpu_ms": total_ns / 1e6,
         "share_of_active_gpu_time": share, "by_direction": by_dir, "api_ms": api_ms,
@@ -66,22 +57,46 @@ def pageable_memcpy(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
         # (small copies cost their API call whatever the memory: only large ones' host time counts)
         "cost_upper_bound_ms": total_ns / 1e6 + big_api_ms,
     }
+    return [Finding(
+        rule="pageable_memcpy", severity=_severity(share, compare, t), range=top_range,
+        title=_title(len(pg), total_ns, compare),
+        evidence=evidence,
+        threshold=t.pick("min_total_us", "high_share"),
+        recommendation=PAGEABLE_ADVICE,
+    )]
+
+
+def _copy_frame(act: S.Activity, memcpy: pd.DataFrame | None, copies: np.ndarray) -> pd.DataFrame:
+    """One row per copy (the activity rows ``copies``): direction, bytes, duration (ns), whether it touches
+    pageable memory (pg), and whether it is pinned on its host side without touching pageable memory (pin)."""
+    pageable = act.pageable[copies]
+    pinned_side = np.zeros(len(copies), dtype=bool)
+    if memcpy is not None and len(memcpy):
+        pin = S.is_value(memcpy, "src_kind", "pinned") | S.is_value(memcpy, "dst_kind", "pinned")
+        pinned_side = pin[act.row[copies]]
+    return pd.DataFrame({"dir": np.asarray(S.COPY_KINDS, dtype=object)[act.copy_kind[copies]],
+                         "bytes": act.bytes[copies], "ns": act.end_ns[copies] - act.start_ns[copies],
+                         "pg": pageable, "pin": pinned_side & ~pageable})
+
+
+def _severity(share: float, compare: list[dict], t: Thresholds) -> str:
+    """By the pageable copies' share of the active GPU window, high too when pinned copies of some size
+    run ``high_pinned_speedup`` times faster (no pinned copy of a size to compare with says nothing)."""
+    slow = max((c["pinned_speedup"] for c in compare), default=float("nan"))
+    if slow >= t["high_pinned_speedup"] and np.isfinite(slow):
+        return "high"
+    return band(share, t["high_share"], t["medium_share"])
+
+
+def _title(copies: int, total_ns: float, compare: list[dict]) -> str:
+    """The finding's title: how many copies, their GPU time, and the rates of the size moving most data."""
     if compare:
         c = compare[0]
         cmp = (f"; {c['bytes']:,} B {c['direction']} copies run at {c['pageable_gbps']:.1f} GB/s from pageable "
                f"memory against {c['pinned_gbps']:.1f} GB/s pinned")
     else:
         cmp = "; no pinned copy of the same size in the capture to compare with"
-    return [Finding(
-        rule="pageable_memcpy", severity=sev, range=top_range,
-        title=f"{len(pg)} copies touch pageable host memory ({fmt_num(total_ns / 1e6, 3)} ms of GPU copy time){cmp}",
-        evidence=evidence,
-        threshold=t.pick("min_total_us", "high_share"),
-        recommendation=("Allocate host buffers as pinned memory (cudaHostAlloc / cudaMallocHost, "
-                        "tensor.pin_memory(), cudaHostRegister for existing buffers) and copy with "
-                        "cudaMemcpyAsync on a stream: pageable copies are staged through a driver buffer, "
-                        "run slower and block the host even when asynchronous."),
-    )]
+    return f"{copies} copies touch pageable host memory ({fmt_num(total_ns / 1e6, 3)} ms of GPU copy time){cmp}"
 
 
 def _against_pinned(df: pd.DataFrame) -> tuple[dict[str, dict], list[dict], float]:
@@ -113,9 +128,9 @@ def _against_pinned(df: pd.DataFrame) -> tuple[dict[str, dict], list[dict], floa
 
 def _host_cost(act: Any, memcpy: pd.DataFrame | None, pg: np.ndarray, staged_min_bytes: int,
                ) -> tuple[float | None, float, int | None]:
-    """(API time of the pageable copies ``pg`` (activity rows) in ms, None without API times; that of the copies large enough to
-    be staged through the driver's buffer; how many were asynchronous calls made synchronous): async
-    copies from pageable memory block the host."""
+    """(API time of the pageable copies ``pg`` (activity rows) in ms, None without API times; that of the
+    copies large enough to be staged through the driver's buffer; how many were asynchronous calls made
+    synchronous): async copies from pageable memory block the host."""
     api_ms = None
     big_api_ms = 0.0
     n_async = None
