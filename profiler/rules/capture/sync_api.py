@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.capture import intervals
+from profiler.capture.series import HostCalls
 from profiler.findings import Finding
 from profiler.rules import Thresholds, rule
 from profiler.rules.capture._common import MAX_FINDINGS_PER_RULE, band, milder, outermost, pct, ranges_of
@@ -31,6 +32,10 @@ TRT_SYNC_ADVICE = (
     "that stream (execute_v2 is synchronous by design: it waits for every inference); keep a second execution "
     "context on a second stream so one batch's copies and the host's work overlap the other's inference; replay "
     "the enqueue as a CUDA graph (trtexec --useCudaGraph) once shapes are fixed.")
+SYNC_ADVICE = (
+    "Synchronise once per iteration, on the stream (or an event) that produces the result, not the whole device; "
+    "replace intermediate syncs with cudaStreamWaitEvent between streams, and avoid implicit ones (.item(), "
+    ".cpu(), pageable copies, cudaMalloc/cudaFree in the loop).")
 
 
 @rule("sync_api", scope="capture", defaults={
@@ -40,59 +45,78 @@ TRT_SYNC_ADVICE = (
     "medium_fraction": SYNC_MEDIUM_FRACTION})
 def sync_api(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
     """Synchronisation calls that block the host inside hot ranges."""
+    cands = [c for c in (_candidate(ctx, r, t) for r in ranges_of(ctx)) if c is not None]
+    return [_finding(ctx, r, ev, t) for _, r, ev in outermost(ctx, cands, int(t["max_findings"]))]
+
+
+def _candidate(ctx: CaptureContext, r: dict[str, Any], t: Thresholds) -> tuple[float, dict, dict] | None:
+    """(time blocked in syncs in ns, range, evidence) for a range whose host blocks in syncs long enough, more
+    often than once per instance (or device-wide), while the GPU idles; else None."""
+    tot = r["_totals"]
+    wall, sync = float(tot["wall_ns"]), float(tot["sync_ns"])
+    if wall <= 0 or not tot["sync_count"]:
+        return None
+    frac = sync / wall
+    per = tot["sync_count"] / r["count"]
+    dev = tot["device_sync_count"] / r["count"]
+    if frac < t["min_fraction"] or (per <= t["max_syncs_per_instance"] and dev == 0):
+        return None
     table = ctx.table
-    cands = []
-    for r in ranges_of(ctx):
-        tot = r["_totals"]
-        wall, sync = float(tot["wall_ns"]), float(tot["sync_ns"])
-        if wall <= 0 or not tot["sync_count"]:
-            continue
-        frac = sync / wall
-        per = tot["sync_count"] / r["count"]
-        dev = tot["device_sync_count"] / r["count"]
-        if frac < t["min_fraction"] or (per <= t["max_syncs_per_instance"] and dev == 0):
-            continue
-        inst = table.instances_of(r["series_id"])
-        # (instance, call) pairs of the blocking syncs only: nested ranges repeat every API call per level
-        q, rows = table.members_where(inst, "api", table.api.top_level & table.api.blocking_sync)
-        idle_ns = _gpu_idle_from_sync(table, rows, q)
-        if idle_ns < t["min_gpu_idle_share"] * wall:
-            continue  # the host waits while the GPU works and refeeds it at once: the GPU sets the pace
-        df = pd.DataFrame({"n": table.api.name_of(rows), "d": table.api.end_ns[rows] - table.api.start_ns[rows]})
-        calls = {str(n): {"count": int(g.size), "total_ms": float(g.sum()) / 1e6, "median_us": float(g.median()) / 1e3}
-                 for n, g in df.groupby("n")["d"]}
-        cands.append((sync, r, {
-            "sync_fraction": frac, "sync_calls_per_instance": per, "device_syncs_per_instance": dev,
-            "sync_ms_per_instance": sync / 1e6 / len(inst), "wall_ms_median": r["wall_ms"]["median"],
-            "gpu_idle_during_sync_ms": idle_ns / 1e6,
-            "gpu_idle_method": ("GPU idle time while each sync blocks plus the idle gap from its return to the "
-                                "next GPU work (the relaunch it delays)"),
-            # without the syncs an instance still takes the host's other time: removing them saves at most
-            # the time blocked in them (on a host-bound loop the relaunch gaps are the host's own work)
-            "sync_cost_ms": min(idle_ns, sync) / 1e6,
-            "instances": r["count"], "calls": calls,
-        }))
-    out = []
-    for _, r, ev in outermost(ctx, cands, int(t["max_findings"])):
-        frac, per, dev = ev["sync_fraction"], ev["sync_calls_per_instance"], ev["device_syncs_per_instance"]
-        sev = band(frac, t["high_fraction"], t["medium_fraction"])
-        if per < t["high_syncs_per_instance"] and dev == 0:
-            sev = milder(sev, "medium")  # high only with many syncs or a device-wide one
-        names = ", ".join(sorted(ev["calls"], key=lambda n: -ev["calls"][n]["total_ms"]))
-        out.append(Finding(
-            rule="sync_api", severity=sev, range=ctx.label(r["series_id"]),
-            title=(f"The host blocks in synchronisation {pct(frac)}% of the capture's GPU work window ({per:.0f} "
-                   f"calls{f', {dev:.0f} device-wide' if dev else ''}: {names})" if ctx.table.window else
-                   f"The host blocks in synchronisation {pct(frac)}% of the range ({per:.1f} calls per instance"
-                   f"{f', {dev:.1f} device-wide' if dev else ''}: {names})"),
-            evidence=ev,
-            threshold=t.pick("min_fraction", "max_syncs_per_instance", "min_gpu_idle_share"),
-            recommendation=TRT_SYNC_ADVICE if ctx.tensorrt else (
-                "Synchronise once per iteration, on the stream (or an event) that produces the result, not the "
-                "whole device; replace intermediate syncs with cudaStreamWaitEvent between streams, and avoid "
-                "implicit ones (.item(), .cpu(), pageable copies, cudaMalloc/cudaFree in the loop)."),
-        ))
-    return out
+    inst = table.instances_of(r["series_id"])
+    # (instance, call) pairs of the blocking syncs only: nested ranges repeat every API call per level
+    q, rows = table.members_where(inst, "api", table.api.top_level & table.api.blocking_sync)
+    idle_ns = _gpu_idle_from_sync(table, rows, q)
+    if idle_ns < t["min_gpu_idle_share"] * wall:
+        return None  # the host waits while the GPU works and refeeds it at once: the GPU sets the pace
+    return sync, r, {
+        "sync_fraction": frac, "sync_calls_per_instance": per, "device_syncs_per_instance": dev,
+        "sync_ms_per_instance": sync / 1e6 / len(inst), "wall_ms_median": r["wall_ms"]["median"],
+        "gpu_idle_during_sync_ms": idle_ns / 1e6,
+        "gpu_idle_method": ("GPU idle time while each sync blocks plus the idle gap from its return to the "
+                            "next GPU work (the relaunch it delays)"),
+        # without the syncs an instance still takes the host's other time: removing them saves at most
+        # the time blocked in them (on a host-bound loop the relaunch gaps are the host's own work)
+        "sync_cost_ms": min(idle_ns, sync) / 1e6,
+        "instances": r["count"], "calls": _calls_by_name(table.api, rows),
+    }
+
+
+def _calls_by_name(api: HostCalls, rows: np.ndarray) -> dict[str, dict[str, float]]:
+    """Per sync call name, how many of the calls ``rows`` have it, their total (ms) and median (us) time."""
+    df = pd.DataFrame({"n": api.name_of(rows), "d": api.end_ns[rows] - api.start_ns[rows]})
+    return {str(n): {"count": int(g.size), "total_ms": float(g.sum()) / 1e6, "median_us": float(g.median()) / 1e3}
+            for n, g in df.groupby("n")["d"]}
+
+
+def _severity(ev: dict[str, Any], t: Thresholds) -> str:
+    """By the share of the range blocked in syncs; high only with many syncs per instance or a device-wide one."""
+    sev = band(ev["sync_fraction"], t["high_fraction"], t["medium_fraction"])
+    if ev["sync_calls_per_instance"] < t["high_syncs_per_instance"] and ev["device_syncs_per_instance"] == 0:
+        return milder(sev, "medium")
+    return sev
+
+
+def _title(ev: dict[str, Any], window: bool) -> str:
+    """The share blocked, the syncs per instance (in the window, without NVTX ranges) and their names,
+    the costliest first."""
+    frac, per, dev = ev["sync_fraction"], ev["sync_calls_per_instance"], ev["device_syncs_per_instance"]
+    names = ", ".join(sorted(ev["calls"], key=lambda n: -ev["calls"][n]["total_ms"]))
+    if window:
+        return (f"The host blocks in synchronisation {pct(frac)}% of the capture's GPU work window ({per:.0f} "
+                f"calls{f', {dev:.0f} device-wide' if dev else ''}: {names})")
+    return (f"The host blocks in synchronisation {pct(frac)}% of the range ({per:.1f} calls per instance"
+            f"{f', {dev:.1f} device-wide' if dev else ''}: {names})")
+
+
+def _finding(ctx: CaptureContext, r: dict[str, Any], ev: dict[str, Any], t: Thresholds) -> Finding:
+    """The finding of one range whose host blocks in syncs."""
+    return Finding(
+        rule="sync_api", severity=_severity(ev, t), range=ctx.label(r["series_id"]),
+        title=_title(ev, ctx.table.window),
+        evidence=ev,
+        threshold=t.pick("min_fraction", "max_syncs_per_instance", "min_gpu_idle_share"),
+        recommendation=TRT_SYNC_ADVICE if ctx.tensorrt else SYNC_ADVICE,
+    )
 
 
 def _gpu_idle_from_sync(table: Any, rows: np.ndarray, q: np.ndarray) -> float:
