@@ -403,6 +403,24 @@ def test_transfer_bound_pinned_copies_at_the_link_rate_get_no_pinning_advice():
     assert "Use pinned" not in f.recommendation
 
 
+def test_copies_by_direction_counts_a_copy_as_often_as_the_instances_hold_it():
+    from types import SimpleNamespace
+    from profiler.capture.frames import CopyKind
+    from profiler.rules.capture.transfer_bound import _copies_by_direction, _pageable_share
+    # four copies: two HtoD (one held by two nested instances), one DtoH taking no GPU time, one DtoD
+    act = SimpleNamespace(copy_kind=np.array([1, 2, 1, 3]), start_ns=np.array([0, 10, 20, 30]),
+                          end_ns=np.array([4, 10, 28, 31]), bytes=np.array([400, 50, 1600, 7]),
+                          pageable=np.array([True, False, False, False]))
+    rows, times = np.array([0, 1, 2]), np.array([2, 1, 1])
+    d = _copies_by_direction(act, rows, times, 4, [CopyKind.DtoD, CopyKind.DtoH, CopyKind.HtoD])
+    assert list(d) == ["DtoH", "HtoD"]  # in the order asked for; DtoD is not among the rows
+    assert d["HtoD"] == {"copies_per_instance": 3 / 4, "bytes_per_instance": (2 * 400 + 1600) / 4,
+                         "gpu_ms_per_instance": (2 * 4 + 8) / 1e6 / 4, "gbps": (2 * 400 + 1600) / (2 * 4 + 8)}
+    assert d["DtoH"]["gbps"] is None and d["DtoH"]["copies_per_instance"] == 1 / 4
+    assert _pageable_share(act, rows, times) == (2 * 4) / (2 * 4 + 0 + 8)
+    assert _pageable_share(act, np.array([1]), np.array([3])) == 0.0  # no copy time
+
+
 def test_transfer_advice_leads_with_pinning_only_when_pageable_copies_take_the_copy_time():
     from profiler.rules.capture.transfer_bound import transfer_advice
 
