@@ -7,6 +7,7 @@ few blocks of ``BLOCK_ROWS`` rows instead and give exactly what the whole-array 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Callable
 
 import numpy as np
@@ -22,9 +23,12 @@ DISTINCT_BLOCK_ROWS = 1 << 16
 """Rows per block of :func:`distinct` (its hash table is sized by the block)."""
 
 
-def blocks(n: int, rows: int | None = None) -> list[slice]:
-    """:func:`profiler.capture.keys.blocks` with this module's ``BLOCK_ROWS`` by default."""
-    return keys.blocks(n, rows or BLOCK_ROWS)
+def blocks(n: int, rows: int | None = None) -> Iterator[slice]:
+    """``[0, n)`` as consecutive slices of at most ``rows`` (default ``BLOCK_ROWS``, read at the call) rows,
+    in order, made as they are walked: :func:`profiler.capture.keys.blocks` lists them, every caller of this
+    one walks them once."""
+    step = rows or BLOCK_ROWS
+    return (slice(lo, min(lo + step, n)) for lo in range(0, n, step))
 
 
 NO_REACH = np.iinfo(np.int64).min
