@@ -53,74 +53,87 @@ the range's median (both summed over the instances)."""
     "medium_cov_pct": JITTER_MEDIUM_COV_PCT})
 def jitter(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
     """Unstable latency: CoV and tail ratios, with the outlier instances and their causes."""
+    cands = [c for r in ranges_of(ctx, int(t["min_count"])) if (c := _candidate(ctx, r, t)) is not None]
+    return [_finding(ctx, r, ev, t) for _, r, ev in outermost(ctx, cands, int(t["max_findings"]))]
+
+
+def _candidate(ctx: CaptureContext, r: dict, t: Thresholds) -> tuple[float, dict, dict] | None:
+    """(cost ms, range, evidence) of a served range whose latency spreads past the thresholds, else None."""
+    w = r["wall_ms"]
+    med = w["median"]
+    if not med or med * 1e3 < t["min_median_us"]:
+        return None
+    if r["top_level_share"] < t["min_top_level_share"] and r["launches_per_instance"] == 0 and r["total_gpu_busy_ms"] == 0:
+        return None  # a nested host-only helper, not a latency anyone serves
+    if r.get("parent_id", -1) >= 0:
+        return None  # a child range (a layer): its variability belongs to the parent's layer table
+    tail = w["p99"] / med
+    cov = w["cov_pct"]
+    if cov < t["max_cov_pct"] and tail < t["max_tail_ratio"]:
+        return None
     outl = ctx.outliers
-    cands = []
-    for r in ranges_of(ctx, int(t["min_count"])):
-        w = r["wall_ms"]
-        med = w["median"]
-        if not med or med * 1e3 < t["min_median_us"]:
-            continue
-        if r["top_level_share"] < t["min_top_level_share"] and r["launches_per_instance"] == 0 and r["total_gpu_busy_ms"] == 0:
-            continue  # a nested host-only helper, not a latency anyone serves
-        if r.get("parent_id", -1) >= 0:
-            continue  # a child range (a layer): its variability belongs to the parent's layer table
-        tail = w["p99"] / med
-        cov = w["cov_pct"]
-        if cov < t["max_cov_pct"] and tail < t["max_tail_ratio"]:
-            continue
-        o = outl[outl["series_id"].to_numpy() == r["series_id"]] if len(outl) else outl
-        causes = o["cause"].value_counts().to_dict() if len(o) else {}
-        excess = float(o["excess_ms"].sum()) if len(o) else 0.0
-        listed = o.nlargest(JITTER_LISTED_OUTLIERS, "excess_ms").sort_values("idx") if len(o) else o
-        cost_ms = max(excess, (w["mean"] - med) * r["count"])
-        ev = {
-            "count": r["count"], "excess_ms_total": cost_ms, "median_ms": med, "p90_ms": w["p90"], "p99_ms": w["p99"], "max_ms": w["max"],
-            "cov_pct": cov, "p99_over_median": tail, "max_over_median": w["max"] / med,
-            "outlier_count": int(len(o)), "outlier_excess_ms": excess, "outlier_causes": causes,
-            "outliers": [{"index": int(x.idx), "wall_ms": float(x.wall_ms), "excess_ms": float(x.excess_ms),
-                          "cause": x.cause, **{k: v for k, v in x.detail.items() if k != "description"}}
-                         for x in listed.itertuples(index=False)],
-        }
-        backlog_ms = float(o["excess_ms"].to_numpy()[o["cause"].to_numpy() == "gpu_backlog"].sum()) if len(o) else 0.0
-        if backlog_ms > 0:  # waits for the GPU work queued by earlier instances cost nothing a fix saves
-            ev.update(excess_ms_total=max(cost_ms - backlog_ms, 0.0), backlog_wait_ms=backlog_ms)
-        elif (queue_ms := _launch_queue_wait_ms(ctx, o, ev)) > 0:  # the same backlog, met in launch calls
-            ev.update(excess_ms_total=max(cost_ms - queue_ms, 0.0), launch_queue_wait_ms=queue_ms)
-        elif (by_work := _by_work(ctx.table.instances_of(r["series_id"]))) is not None:
-            ev.update(excess_ms_total=by_work.pop("unexplained_ms"), work_sizes=by_work.pop("sizes"), by_work=by_work)
-        cands.append((ev["excess_ms_total"], r, ev))
-    out = []
-    for _, r, ev in outermost(ctx, cands, int(t["max_findings"])):
-        tail, cov = ev["p99_over_median"], ev["cov_pct"]
-        if "by_work" in ev:  # judged within one work size
-            tail, cov = ev["by_work"]["p99_over_median_max"], ev["by_work"]["cov_pct_max"]
-        sev = worse(band(tail, t["high_tail_ratio"], t["medium_tail_ratio"]),
-                    band(cov, t["high_cov_pct"], t["medium_cov_pct"]))
-        main = max(ev["outlier_causes"].items(), key=lambda kv: kv[1])[0] if ev["outlier_causes"] else None
-        busiest = _busiest_device(ctx) if main in ("cuda_api", "gpu_backlog") else 0.0
-        if main == "cuda_api" and _launch_queue_full(ev["outliers"], busiest):
-            main = "launch_queue"
-            ev["gpu_busy_fraction_max"] = busiest
-        if main == "gpu_backlog":
-            ev["gpu_busy_fraction_max"] = busiest
-            sev = "low"  # the rest of the excess is priced by the impact
-            title = _backlog_title(ev, busiest)
-        elif main == "launch_queue":
-            sev = "low"
-            title = _launch_queue_title(ev, busiest)
-        elif "by_work" in ev:
-            title = _work_title(ev["work_sizes"], ev["by_work"])
-            if ev["outliers"]:
-                title += "; " + _title(ev, main).split("; ", 1)[1]
-            main = "work" if main is None else f"work+{main}"
-        else:
-            title = _title(ev, main)
-        out.append(Finding(
-            rule="jitter", severity=sev, range=ctx.label(r["series_id"]), title=title, evidence=ev,
-            threshold=t.pick("min_count", "min_median_us", "max_cov_pct", "max_tail_ratio"),
-            recommendation=" ".join(_jitter_advice(m) for m in str(main).split("+")) if main else _jitter_advice(main),
-        ))
-    return out
+    o = outl[outl["series_id"].to_numpy() == r["series_id"]] if len(outl) else outl
+    excess = float(o["excess_ms"].sum()) if len(o) else 0.0
+    listed = o.nlargest(JITTER_LISTED_OUTLIERS, "excess_ms").sort_values("idx") if len(o) else o
+    ev = {
+        "count": r["count"], "excess_ms_total": max(excess, (w["mean"] - med) * r["count"]), "median_ms": med,
+        "p90_ms": w["p90"], "p99_ms": w["p99"], "max_ms": w["max"],
+        "cov_pct": cov, "p99_over_median": tail, "max_over_median": w["max"] / med,
+        "outlier_count": int(len(o)), "outlier_excess_ms": excess,
+        "outlier_causes": o["cause"].value_counts().to_dict() if len(o) else {},
+        "outliers": [{"index": int(x.idx), "wall_ms": float(x.wall_ms), "excess_ms": float(x.excess_ms),
+                      "cause": x.cause, **{k: v for k, v in x.detail.items() if k != "description"}}
+                     for x in listed.itertuples(index=False)],
+    }
+    _set_explained_apart(ctx, r, o, ev)
+    return ev["excess_ms_total"], r, ev
+
+
+def _set_explained_apart(ctx: CaptureContext, r: dict, o: pd.DataFrame, ev: dict) -> None:
+    """Take out of the cost what is not instability: waits for the GPU work queued by earlier instances (met in a
+    sync or in a launch call; no fix of the range saves them), or the spread between work sizes."""
+    cost_ms = ev["excess_ms_total"]
+    backlog_ms = float(o["excess_ms"].to_numpy()[o["cause"].to_numpy() == "gpu_backlog"].sum()) if len(o) else 0.0
+    if backlog_ms > 0:
+        ev.update(excess_ms_total=max(cost_ms - backlog_ms, 0.0), backlog_wait_ms=backlog_ms)
+    elif (queue_ms := _launch_queue_wait_ms(ctx, o, ev)) > 0:
+        ev.update(excess_ms_total=max(cost_ms - queue_ms, 0.0), launch_queue_wait_ms=queue_ms)
+    elif (by_work := _by_work(ctx.table.instances_of(r["series_id"]))) is not None:
+        ev.update(excess_ms_total=by_work.pop("unexplained_ms"), work_sizes=by_work.pop("sizes"), by_work=by_work)
+
+
+def _finding(ctx: CaptureContext, r: dict, ev: dict, t: Thresholds) -> Finding:
+    """The finding of a candidate range: severity from the spread (within one work size where sizes explain
+    it), and the title and advice of its main cause."""
+    tail, cov = ev["p99_over_median"], ev["cov_pct"]
+    if "by_work" in ev:  # judged within one work size
+        tail, cov = ev["by_work"]["p99_over_median_max"], ev["by_work"]["cov_pct_max"]
+    sev = worse(band(tail, t["high_tail_ratio"], t["medium_tail_ratio"]),
+                band(cov, t["high_cov_pct"], t["medium_cov_pct"]))
+    main = max(ev["outlier_causes"].items(), key=lambda kv: kv[1])[0] if ev["outlier_causes"] else None
+    busiest = _busiest_device(ctx) if main in ("cuda_api", "gpu_backlog") else 0.0
+    if main == "cuda_api" and _launch_queue_full(ev["outliers"], busiest):
+        main = "launch_queue"
+        ev["gpu_busy_fraction_max"] = busiest
+    if main == "gpu_backlog":
+        ev["gpu_busy_fraction_max"] = busiest
+        sev = "low"  # the rest of the excess is priced by the impact
+        title = _backlog_title(ev, busiest)
+    elif main == "launch_queue":
+        sev = "low"
+        title = _launch_queue_title(ev, busiest)
+    elif "by_work" in ev:
+        title = _work_title(ev["work_sizes"], ev["by_work"])
+        if ev["outliers"]:
+            title += "; " + _title(ev, main).split("; ", 1)[1]
+        main = "work" if main is None else f"work+{main}"
+    else:
+        title = _title(ev, main)
+    return Finding(
+        rule="jitter", severity=sev, range=ctx.label(r["series_id"]), title=title, evidence=ev,
+        threshold=t.pick("min_count", "min_median_us", "max_cov_pct", "max_tail_ratio"),
+        recommendation=" ".join(_jitter_advice(m) for m in str(main).split("+")) if main else _jitter_advice(main),
+    )
 
 
 def _shown(idx: list[int]) -> str:
