@@ -114,6 +114,54 @@ def test_a_long_first_allocation_is_the_start_up_seen_in_the_capture():
     assert analyze(with_first_call(1.0)).to_json()["phases"]["startup_in_capture"] is False
 
 
+def _begun_mid_run(first_calls) -> Trace:
+    """trt_app captured from the middle of its run, its capture opening with ``first_calls`` (api rows)."""
+    tr = trt_app(n=20, warm_us=3000)
+    shift = 100_000 * T
+    moved = {c: tr.kernels[c] + shift for c in ("start_ns", "end_ns", "api_start_ns", "api_end_ns")}
+    return Trace(kernels=tr.kernels.assign(**moved),
+                 nvtx=tr.nvtx.assign(start_ns=tr.nvtx["start_ns"] + shift, end_ns=tr.nvtx["end_ns"] + shift),
+                 api=pd.concat([api(*first_calls), tr.api.assign(start_ns=tr.api["start_ns"] + shift,
+                                                                 end_ns=tr.api["end_ns"] + shift)], ignore_index=True))
+
+
+def test_a_kernels_lazy_module_load_after_the_first_launch_is_no_start_up():
+    """A capture range opened by cudaProfilerStart after the warm-up (seen on the H200: torch's relu kernel
+    loaded its module, 25.6 ms, at its first use inside the capture) holds no start-up, and neither does a
+    capture whose long module load follows a launch; the same load before any launch is the start-up."""
+    lazy = ("cuLibraryLoadData", 10 * T, 10 * T + 25_000_000, 5, "other")
+    launch = ("cudaLaunchKernel", 2 * T, 4 * T, 5, "launch")
+    for first in ([("cuProfilerStart", 0, T, 5, "other"), launch, lazy], [launch, lazy]):
+        ph = analyze(_begun_mid_run(first)).to_json()["phases"]
+        assert ph["startup_in_capture"] is False and ph["time_to_first_inference_ms"] is None, first
+    ph = analyze(_begun_mid_run([("cuLibraryLoadData", 0, 25_000_000, 5, "other")])).to_json()["phases"]
+    assert ph["startup_in_capture"] is True and ph["time_to_first_inference_ms"] > 100
+
+
+def test_a_few_requests_after_a_long_unranged_warm_up_are_the_inference():
+    """Four ranged requests (0.1 ms of GPU work each) after 30 ms of warm-up GPU work outside any range
+    (first-call autotuning): under a quarter of the capture's GPU work, but nearly all of it in their span.
+    A repeated range that launches nothing (a sync point) is never the unit."""
+    krows = [(i * 10_000 * T, (i + 1) * 10_000 * T - T, 5, i * 10_000 * T) for i in range(3)]  # warm-up
+    nv, t = [], 40_000 * T
+    for i in range(4):
+        nv.append(("request", t, t + 300 * T, 5))
+        krows.append((t + 20 * T, t + 120 * T, 5, t + 10 * T))
+        nv.append(("sync", t + 250 * T, t + 260 * T, 5))
+        t += 1_000 * T
+    data = analyze(Trace(kernels=kernels(*krows), nvtx=ranges(*nv))).to_json()
+    inf = data["inference"]
+    assert inf["source"] == "nvtx" and inf["series"] == "request" and inf["count"] == 4
+    assert inf["gpu_ms"]["median"] == pytest.approx(0.1)
+    # the same requests beside about five times their GPU work in their own span, launched outside them
+    # (the last one after the span): not the unit
+    for i in range(4):
+        t0 = 40_000 * T + i * 1_000 * T + 310 * T
+        krows.append((t0, t0 + 650 * T, 5, t0 - 5 * T))
+    data = analyze(Trace(kernels=kernels(*krows), nvtx=ranges(*nv))).to_json()
+    assert data["inference"]["source"] == "window"
+
+
 @pytest.mark.parametrize("name", ["v2026.1.1_testcuda_rtx4060ti_report1.sqlite", "v2023.2.3_clue_t4_report3.sqlite"])
 def test_real_captures_that_begin_with_the_cuda_start_up_say_so(nsys_fixtures, name):
     """testcuda begins with cuModuleGetLoadingMode and a 341 ms cudaHostAlloc, clue with a 216 ms

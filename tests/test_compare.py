@@ -98,6 +98,20 @@ def _store_run(store, label, samples, *, driver="580.1", cosine=0.9999, passed=T
     return rid
 
 
+def test_nothing_compared_is_inconclusive_never_no_change(db_url):
+    """One sample a side (a capture without repeated ranges) compares nothing: a gate must not read it as
+    no change. With two samples a side the same runs compare."""
+    store = Store.open(db_url)
+    _store_run(store, "one-a", np.array([1.0]))
+    _store_run(store, "one-b", np.array([1.0]))
+    out = compare_runs(store, "one-a", "one-b")
+    assert [v["verdict"] for v in out["variants"]] == ["missing"]
+    assert out["verdict"] == "inconclusive"
+    _store_run(store, "two-a", np.array([1.0, 1.001, 0.999]))
+    _store_run(store, "two-b", np.array([1.0, 1.001, 0.999]))
+    assert compare_runs(store, "two-a", "two-b")["verdict"] == "no_change"
+
+
 def test_compare_stored_runs(db_url):
     store = Store.open(db_url)
     rng = np.random.default_rng(5)

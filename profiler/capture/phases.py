@@ -29,6 +29,9 @@ ALLOC_PREFIXES = ("cudaMalloc", "cuMemAlloc", "cudaHostAlloc", "cuMemHostAlloc",
 COPY_KIND_ORDER = ("compute", "HtoD", "DtoH", "DtoD", "other_copy")
 RUNTIME_INIT_PREFIXES = ("cuInit", "cuModuleGetLoadingMode")
 """Calls the CUDA runtime makes once, while it initialises (the lazy-loading query comes first)."""
+PROFILER_START_PREFIXES = ("cuProfilerStart", "cudaProfilerStart")
+WORK_PREFIXES = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cuGraphLaunch", "cudaMemcpy", "cuMemcpy",
+                 "cudaMemset", "cuMemset")
 STARTUP_FIRST_CALLS = 20
 """How many of the capture's first CUDA calls may show a start-up ..."""
 STARTUP_CALL_MIN_MS = 20.0
@@ -99,6 +102,12 @@ def startup_seen(api: S.HostCalls) -> bool:
     first = first[api.top_level[first]]
     if api.named_prefix(RUNTIME_INIT_PREFIXES)[first].any():
         return True
+    if api.named_prefix(PROFILER_START_PREFIXES)[first[:1]].any():  # a cudaProfilerStart capture range
+        return False
+    # a start-up's one-off calls come before the first launch or copy; after one, a long module load is a
+    # kernel's lazy loading at its first use, wherever the capture began
+    work = np.flatnonzero(api.named_prefix(WORK_PREFIXES)[first])
+    first = first[:work[0]] if len(work) else first
     once = api.named_prefix(ALLOC_PREFIXES + CONTEXT_PREFIXES + MODULE_LOAD_PREFIXES)[first]
     dur_ms = (api.end_ns[first] - api.start_ns[first]) / 1e6
     return bool((once & (dur_ms >= STARTUP_CALL_MIN_MS)).any())
@@ -255,12 +264,14 @@ def phases_json(ph: Phases, act: S.Activity) -> dict[str, Any]:
 
 
 def startup_in_capture(ph: Phases) -> bool:
-    """Whether the capture holds the process's CUDA start-up: context creation or module loading in its
-    setup, or its first CUDA calls are the runtime's start-up (:func:`startup_seen`).
+    """Whether the capture holds the process's CUDA start-up: context creation in its setup, or its first
+    CUDA calls are the runtime's start-up (:func:`startup_seen`). Module loading alone is not: with lazy
+    loading (CUDA's default since 11.7) a kernel's module loads at its first use, wherever the capture
+    began.
 
     A capture started late (``nsys --delay``, a cudaProfilerStart capture range, an attach) begins in the
     middle of the run: its first event is no start, so a "time to first inference" from it would be
     the time to the first inference *in the capture* (2 ms on a capture that began 73 s into training).
     """
     w = ph.what or {}
-    return ph.startup_calls or any((w.get(k) or 0) > 0 for k in ("context_creation_ms", "module_loading_ms"))
+    return ph.startup_calls or (w.get("context_creation_ms") or 0) > 0

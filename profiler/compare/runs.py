@@ -252,8 +252,11 @@ def compare_runs(store: Store, baseline_ref: int | str, candidate_ref: int | str
     latency_regressions = [v["key"] for v in variants if v.get("verdict") == "regression"]
     accuracy_regressions = [v["key"] for v in variants if v.get("accuracy_verdict") == "regression"]
     inconclusive = [v["key"] for v in variants if v.get("verdict") == "inconclusive"]
+    # nothing compared (no variant on both sides, or too few samples in each) decides nothing: no_change
+    # would let a CI gate pass on two runs it could not tell apart
+    compared = [v for v in variants if v.get("verdict") != "missing"]
     summary_verdict = "regression" if latency_regressions or accuracy_regressions else (
-        "inconclusive" if inconclusive else
+        "inconclusive" if inconclusive or not compared else
         "improvement" if any(v.get("verdict") == "improvement" for v in variants) else "no_change")
     return {
         "kind": "compare",

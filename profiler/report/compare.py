@@ -96,7 +96,9 @@ def verdict_summary(data: dict) -> dict[str, Any]:
     elif not variants:
         cls, head = "warn", "No variants matched between the two runs"
     elif by["missing"] and not imp and len(by["missing"]) == n:
-        cls, head = "warn", "No variant of the baseline is in the candidate"
+        few = all(str(v.get("reason") or "").startswith("fewer than two samples") for v in by["missing"])
+        cls, head = "warn", ("Nothing to compare: every variant has fewer than two samples on one side"
+                             if few else "No variant of the baseline is in the candidate")
     elif by["inconclusive"]:
         from profiler.compare.noise import INCONCLUSIVE_CAUSES, inconclusive_cause
 
