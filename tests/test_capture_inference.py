@@ -446,6 +446,12 @@ def test_tensor_core_labels_say_unknown_when_the_name_says_neither():
                              "(bool)1, (bool)1, (int)1>(int, int, long, T3 *, cublasLtEpilogue_t, int, T4 *)") is False
     assert uses_tensor_cores("cutlass::Kernel2<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4> "
                              "cutlass::epilogue::thread::LinearCombination") is True
+    # an xmma kernel doing FP32 FMA on the CUDA cores (the multistream TensorRT captures' convolution), read
+    # as the import rule reads the same tactic name
+    from profiler.rules.layers import tensor_core_kind
+
+    ffma = "sm80_xmma_fprop_implicit_gemm_f32f32_f32f32_f32_nchwkcrs_nchw_tilesize32x32x8_stage1_warpsize1x2x1_g1_ffma_t1r1s1"
+    assert uses_tensor_cores(ffma) is False and tensor_core_kind(ffma) == "no-tensor-core"
     assert gpu_tensor_cores([{"compute_major": 6, "compute_minor": 1}]) is False
     assert gpu_tensor_cores([{"compute_major": 9}, {"compute_major": 9}]) is True
     assert gpu_tensor_cores([{"name": None, "compute_major": None}]) is None

@@ -44,6 +44,10 @@ NO_TENSOR_CORE_KERNEL = re.compile(
 FFMA), GEMV, and element-wise, pooling, reduction, softmax, copy and layout-transform (nchwToNhwc, transpose)
 kernels and cuBLASLt's separate epilogue kernel (bias and activation after a GEMM), which do no matrix
 multiply-accumulate."""
+CUDA_CORE_MATH = re.compile(r"(ffma|_simt_)", re.IGNORECASE)
+"""Names that say which instructions do the math, FP32 FMA on the CUDA cores: decisive even in a kernel
+family that has Tensor Core members too (``sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_..._ffma``), as the
+import rule for trtexec tactics reads them."""
 TENSOR_CORE_MIN_MAJOR = 7
 """GPUs of compute capability below 7.0 (Pascal and older) have no Tensor Cores."""
 
@@ -51,6 +55,8 @@ TENSOR_CORE_MIN_MAJOR = 7
 def uses_tensor_cores(name: str) -> bool | None:
     """True when the kernel's name says it runs on Tensor Cores, False when it says it does not, None when
     the name says neither (a custom kernel such as ``flash::flash_fwd_kernel`` may well use them)."""
+    if CUDA_CORE_MATH.search(name):  # the instruction is named: an xmma kernel with FFMA runs on CUDA cores
+        return False
     if TENSOR_CORE_KERNEL.search(name):
         return True
     return False if NO_TENSOR_CORE_KERNEL.search(name) else None

@@ -130,7 +130,8 @@ def calibrate(ctx: CaptureContext, findings: list[Finding]) -> list[Finding]:
                 continue
             if f.range is not None and counts.get(f.range, 2) < 2 and share < ONE_INSTANCE_MIN_SHARE:
                 continue
-            f.severity = _severity(share) if steady_ms >= MIN_JUDGED_MS else "low"
+            f.severity = _severity(share) if steady_ms >= MIN_JUDGED_MS and not f.evidence.get("one_time_cost") \
+                else "low"  # a one-time cost (first launches) is priced, but no steady-state problem
         out.append(f)
     out = _without_nested_repeats(ctx, out)
     _same_cause(out)

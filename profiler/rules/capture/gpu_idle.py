@@ -144,6 +144,11 @@ def _finding(ctx: CaptureContext, d: SM.DeviceGaps, idle: _Idle, t: Thresholds) 
     host, per_gap, ranges_ns = host_during(ctx, d, gs, ge, detail=top)
     cause = dominant_cause(ctx, host, ranges_ns, idle.idle_ns / 1e6)
     sev, what, one_off = _headline(ctx, d, idle, top, t)
+    first_uses = cause.majority and cause.kind == "lazy_load"
+    if first_uses:
+        # most of the idle time is kernels' first launches loading their modules: a one-time cost however
+        # much of a short capture it fills (a capture of first uses has no steady state to judge)
+        sev, what = "low", what + " (kernels' first launches: a one-time cost)"
     largest = float((ge - gs).max())
     return Finding(
         rule="gpu_idle", severity=sev, range=None,
@@ -154,6 +159,7 @@ def _finding(ctx: CaptureContext, d: SM.DeviceGaps, idle: _Idle, t: Thresholds) 
             "idle_ms": idle.idle_ns / 1e6, "idle_fraction": idle.fraction, "gaps": len(gs),
             "largest_gap_ms": largest / 1e6, "median_gap_us": float(np.median(ge - gs)) / 1e3,
             "largest_gap_share": largest / idle.idle_ns, "one_time_pause": one_off, "host_cause": cause.kind,
+            **({"one_time_cost": True} if first_uses else {}),
             "host_cause_range": cause.name if cause.kind == "range" else None,
             "host_during_gaps_ms": host, "top_gaps": _top_gaps(ctx, gs, ge, top, per_gap),
         },
