@@ -138,6 +138,26 @@ def test_a_kernels_lazy_module_load_after_the_first_launch_is_no_start_up():
     assert ph["startup_in_capture"] is True and ph["time_to_first_inference_ms"] > 100
 
 
+def test_the_steady_state_ends_with_the_work_the_loop_launched_not_the_programs_next_phase():
+    """A busy loop of 20 requests, then an unranged pass of 50 small kernels over 25 ms (a sweep's per-layer
+    pass after its timed loop, seen on harness_cls_streams: 44% busy and 'bound by the host' for a loop the
+    GPU ran 98% busy). The last request's kernel, still running after its range ends, stays in."""
+    krows, nv, t = [], [], 0
+    for i in range(20):
+        nv.append(("request", t, t + 100 * T, 5))
+        krows.append((t + 10 * T, t + 190 * T, 5, t + 5 * T))  # runs on past the range: async
+        t += 200 * T
+    loop_end = krows[-1][1]
+    for j in range(50):  # the next phase: launched after the loop
+        s0 = t + 500 * T + j * 500 * T
+        krows.append((s0, s0 + 10 * T, 5, s0 - 5 * T))
+    data = analyze(Trace(kernels=kernels(*krows), nvtx=ranges(*nv))).to_json()
+    steady = data["phases"]["steady"]
+    assert steady["end_ms"] == pytest.approx(loop_end / 1e6)
+    assert steady["gpu_busy_fraction"] > 0.85 and data["inference"]["bound_by"] == "compute"
+    assert not [f for f in data["findings"] if f["rule"] == "gpu_idle"]
+
+
 def test_a_few_requests_after_a_long_unranged_warm_up_are_the_inference():
     """Four ranged requests (0.1 ms of GPU work each) after 30 ms of warm-up GPU work outside any range
     (first-call autotuning): under a quarter of the capture's GPU work, but nearly all of it in their span.

@@ -62,11 +62,12 @@ def split(table: S.SeriesTable, unit: Unit, capture_start_ns: int) -> Phases:
     act_end = int(act.end_ns.max()) if len(act) else capture_start_ns
     if unit.source != "window" and unit.count > unit.warmup:
         # from the first steady inference (for user ranges, or the first instance of another repeated
-        # top-level range: a capture comparing two loops keeps both) to the end of the last GPU work
-        others = _other_repeated_starts(table, unit) if unit.source == "nvtx" else []
-        start = min([int(unit.start_ns[unit.warmup])] + others)
-        end = int(max(unit.gpu_end_ns[unit.warmup:].max(), (unit.start_ns + unit.host_ns)[unit.warmup:].max(),
-                      act_end))
+        # top-level range: a capture comparing two loops keeps both) to the end of the GPU work launched
+        # by the end of the last one
+        others = _other_repeated(table, unit) if unit.source == "nvtx" else []
+        start = min([int(unit.start_ns[unit.warmup])] + [lo for lo, _ in others])
+        last = int(max([(unit.start_ns + unit.host_ns)[unit.warmup:].max()] + [hi for _, hi in others]))
+        end = max(int(unit.gpu_end_ns[unit.warmup:].max()), _end_of_work_launched_by(act, last))
         first_end = int(unit.gpu_end_ns[0])
     elif table.window and len(act):
         # no NVTX: the steady state is the GPU work's window (first launch to last GPU end), so the start-up
@@ -125,10 +126,25 @@ def _earliest(start_ns: np.ndarray, k: int) -> np.ndarray:
     return rows[np.lexsort((rows, start_ns[rows]))][:k]
 
 
-def _other_repeated_starts(table: S.SeriesTable, unit: Unit) -> list[int]:
-    """Start of the first steady instance of each repeated top-level series other than the unit: its
-    leading instances that cost several times its typical one are its warm-up, as the unit's are (a second
-    worker thread's first batch creates its cuBLAS handle), and belong to the setup too."""
+def _end_of_work_launched_by(act: Any, last_ns: int) -> int:
+    """The end of the GPU work launched (or, its launch unknown, started) at or before ``last_ns``, and
+    ``last_ns`` itself when later: what the inference loops queued runs to its end, and what the program
+    launches after them (teardown, a per-layer pass, the next phase) is not their steady state."""
+    end = last_ns
+    unknown = np.iinfo(np.int64).min
+    for sl in blockwise.blocks(len(act)):
+        launched = act.api_start_ns[sl]
+        by = np.where(launched == unknown, act.start_ns[sl], launched) <= last_ns
+        if by.any():
+            end = max(end, int(act.end_ns[sl][by].max()))
+    return end
+
+
+def _other_repeated(table: S.SeriesTable, unit: Unit) -> list[tuple[int, int]]:
+    """(start of the first steady instance, end of the last instance) of each repeated top-level series
+    other than the unit: its leading instances that cost several times its typical one are its warm-up, as
+    the unit's are (a second worker thread's first batch creates its cuBLAS handle), and belong to the
+    setup too."""
     inst = table.instances
     if table.window or inst.empty:
         return []
@@ -140,7 +156,7 @@ def _other_repeated_starts(table: S.SeriesTable, unit: Unit) -> list[int]:
         series = series.sort_values("start_ns", kind="stable")
         wall = series["wall_ns"].to_numpy()
         warm = warmup_count(wall, np.zeros(len(wall), np.int64))
-        out.append(int(series["start_ns"].iat[warm]))
+        out.append((int(series["start_ns"].iat[warm]), int(series["end_ns"].max())))
     return out
 
 
