@@ -61,8 +61,10 @@ def test_threshold_overrides_are_validated_and_reported():
 
 # ----------------------------------------------------------------------------- synthetic traces
 
-def _eager_loop(kernel_us: float, launch_us: float, iterations: int = 20, per_iter: int = 50):
-    """An eager loop: each launch call takes launch_us on thread 5, its kernel kernel_us on the GPU."""
+def _eager_loop(kernel_us: float, launch_us: float, iterations: int = 20, per_iter: int = 50,
+                blocking: bool = False):
+    """An eager loop: each launch call takes launch_us on thread 5, its kernel kernel_us on the GPU, starting
+    after the call returns, or (``blocking``: CUDA_LAUNCH_BLOCKING=1) inside it, the call returning after."""
     krows, arows, nv = [], [], []
     t, corr = 0, 1
     for _ in range(iterations):
@@ -70,7 +72,7 @@ def _eager_loop(kernel_us: float, launch_us: float, iterations: int = 20, per_it
         gpu_free = t
         for _ in range(per_iter):
             arows.append(("cudaLaunchKernel", t, t + int(launch_us * T), 5, "launch"))
-            ks = max(t + int(launch_us * T), gpu_free)
+            ks = max(t + int((launch_us - kernel_us - 1 if blocking else launch_us) * T), gpu_free)
             krows.append((ks, ks + int(kernel_us * T), 5, t, corr))
             gpu_free = ks + int(kernel_us * T)
             t += int(launch_us * T) + 1 * T
@@ -94,6 +96,18 @@ def test_launch_overhead_fires_on_short_kernels_behind_long_launch_calls():
     assert ev["graph_wall_ms_estimate"] == pytest.approx(0.1, rel=0.01)
     assert ev["graph_saving_ms_per_instance"] == pytest.approx(ev["wall_ms_median"] - 0.1, rel=0.01)
     assert f.threshold["max_busy_fraction"] == 0.5
+
+
+def test_launches_that_wait_for_their_kernel_are_named_before_a_cuda_graph():
+    """CUDA_LAUNCH_BLOCKING=1 on the H200 (torch MLP): every kernel ended before its launch call returned,
+    against 0.1-0.4% of them on asynchronous launch-bound loops; the advice was a CUDA graph."""
+    blocking = fired(analyze(_eager_loop(kernel_us=2, launch_us=10, blocking=True)), "launch_overhead")[0]
+    assert blocking.evidence["blocking_launch_share"] == 1.0
+    assert blocking.title.startswith("Launch-bound, each launch waiting for its kernel")
+    assert "CUDA_LAUNCH_BLOCKING" in blocking.recommendation
+    usual = fired(analyze(_eager_loop(kernel_us=2, launch_us=10)), "launch_overhead")[0]
+    assert usual.evidence["blocking_launch_share"] == 0.0
+    assert "CUDA_LAUNCH_BLOCKING" not in usual.recommendation and "CUDA graph" in usual.recommendation
 
 
 def test_launch_overhead_silent_when_kernels_dominate_or_thresholds_raised():
