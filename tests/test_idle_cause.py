@@ -267,3 +267,31 @@ def test_malloc_and_free_in_the_loop_are_one_cause_not_their_driver_ioctl():
     # the first cudaFree is the customary context init (its gap is warm-up); the 18 after it free in the loop
     assert "in allocation calls (cudaFree 1.8, cudaMalloc 1.26 ms: 3.06 of 3.6 ms)" in f.title
     assert "allocate buffers once before the loop" in f.recommendation
+
+
+def _round_trips(kernels_per_request: int) -> Trace:
+    """300 requests on thread 5, each: its kernels (1 us each, 5 us launch calls), then a 6 us wait."""
+    krows, arows, nv, t = [], [], [], 0
+    for _ in range(300):
+        start = t
+        for _ in range(kernels_per_request):
+            arows.append(("cuLaunchKernel", t, t + 5 * T, 5, "launch"))
+            krows.append((t + 6 * T, t + 7 * T, 5, t))
+            t += 6 * T
+        arows.append(("cuStreamSynchronize", t, t + 6 * T, 5, "sync"))
+        t += 8 * T
+        nv.append(("request", start, t, 5))
+        t += 2 * T
+    return Trace(kernels=kernels(*krows), api=api(*arows), nvtx=ranges(*nv))
+
+
+def test_an_idle_gpu_between_requests_of_one_kernel_is_found_in_short_gaps():
+    """One 1 us kernel and a wait per request (cuda-python on the H200: GPU busy 6.3%, 2996 gaps of 10-20
+    us, none of 50 us): PASS before, as no gap was long enough and launch_overhead needs 10 launches. A
+    launch-bound request of 12 kernels stays launch_overhead's, without a second finding of its gaps."""
+    f = _idle(analyze(_round_trips(1)))
+    assert "short gaps" in f.title and f.severity == "high" and f.evidence["idle_fraction"] > 0.8
+    assert f.evidence["gaps"] >= 290 and f.evidence["median_gap_us"] < 50
+    assert "batch requests" in f.recommendation
+    res = analyze(_round_trips(12))
+    assert [x.rule for x in res.findings if x.rule == "gpu_idle"] == []

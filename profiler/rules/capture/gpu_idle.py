@@ -40,6 +40,14 @@ CONTEXT_FREE = re.compile(r"^cudaFree(_v\d+)?$")
 """... and so is a thread's first cudaFree (``cudaFree(0)``, the customary context init); its later ones free
 memory in the loop, which is idleness like any other call."""
 
+SHORT_GAPS_MIN = 100
+SHORT_GAPS_MAX_LAUNCHES = 10
+"""With an inference of fewer launches than this (launch_overhead's minimum) and at least SHORT_GAPS_MIN gaps,
+idleness in gaps of any length counts once it reaches ``high_idle_fraction`` of the active window."""
+SHORT_GAPS_ADVICE = (
+    "Each inference is a few short kernels between host round trips (launch, wait, the host's own code): the "
+    "host's per-inference cost, not the GPU, sets the rate. Give each launch more work (batch requests), keep "
+    "several inferences in flight instead of waiting on each one, or move the per-request path off Python.")
 TRT_IDLE_ADVICE = (
     " With TensorRT: keep the next inference queued before waiting on this one (enqueueV3 on a second execution "
     "context with its own stream), and replay the enqueue as a CUDA graph (--useCudaGraph) so the host feeds the "
@@ -105,10 +113,12 @@ class _Idle:
         return self.idle_ns / self.active_ns if self.active_ns > 0 else 0.0
 
 
-def _idle_of(d: SM.DeviceGaps, api: HostCalls, is_init: np.ndarray, first_free: np.ndarray, t: Thresholds) -> _Idle:
-    """The gaps long enough to count (a launch-bound loop has a short gap per kernel, never looked at);
-    of those, gaps the launching threads spend mostly in start-up calls are warm-up, not idleness."""
-    bi = np.flatnonzero(d.gap_ns >= float(t["min_gap_us"]) * 1e3)
+def _idle_of(d: SM.DeviceGaps, api: HostCalls, is_init: np.ndarray, first_free: np.ndarray, t: Thresholds,
+             min_gap_us: float | None = None) -> _Idle:
+    """The gaps long enough to count (``min_gap_us``, the threshold's unless given: a launch-bound loop has a
+    short gap per kernel, never looked at); of those, gaps the launching threads spend mostly in start-up
+    calls are warm-up, not idleness."""
+    bi = np.flatnonzero(d.gap_ns >= float(t["min_gap_us"] if min_gap_us is None else min_gap_us) * 1e3)
     gap_ns = d.gap_end_ns[bi] - d.gap_start_ns[bi]
     init_gap = _init_ns(api, is_init, first_free, d, bi) >= t["init_gap_share"] * gap_ns
     big = bi[~init_gap]
@@ -133,17 +143,33 @@ def gpu_idle(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
         idle = _idle_of(d, api, is_init, first_free, t)
         if idle.fraction >= t["min_idle_fraction"] and len(idle.gs):
             out.append(_finding(ctx, d, idle, t))
+        elif _few_launches(ctx):
+            idle = _idle_of(d, api, is_init, first_free, t, min_gap_us=0.0)
+            if idle.fraction >= t["high_idle_fraction"] and len(idle.gs) >= SHORT_GAPS_MIN:
+                out.append(_finding(ctx, d, idle, t, short=True))
     return out
 
 
-def _finding(ctx: CaptureContext, d: SM.DeviceGaps, idle: _Idle, t: Thresholds) -> Finding:
-    """The finding for one device idle for at least ``min_idle_fraction`` of its active window: the host's
+def _few_launches(ctx: CaptureContext) -> bool:
+    """Whether the inference launches too few kernels for launch_overhead to judge it (a request of one
+    short kernel and a wait): then the GPU idling between requests in gaps too short to count one by one
+    is this rule's to report."""
+    unit = getattr(ctx, "unit", None)
+    if unit is None or unit.source == "window" or unit.series_id is None:
+        return False
+    r = next((r for r in ctx.ranges if r["series_id"] == unit.series_id), None)
+    return r is not None and r["launches_per_instance"] < SHORT_GAPS_MAX_LAUNCHES
+
+
+def _finding(ctx: CaptureContext, d: SM.DeviceGaps, idle: _Idle, t: Thresholds, short: bool = False) -> Finding:
+    """The finding for one device idle for at least ``min_idle_fraction`` of its active window (``short``:
+    at least ``high_idle_fraction`` in gaps of any length, around an inference of few launches): the host's
     whereabouts during the gaps name the cause and the advice."""
     gs, ge = idle.gs, idle.ge
     top = np.argsort(-(ge - gs), kind="stable")[: int(t["top_gaps"])]
     host, per_gap, ranges_ns = host_during(ctx, d, gs, ge, detail=top)
     cause = dominant_cause(ctx, host, ranges_ns, idle.idle_ns / 1e6)
-    sev, what, one_off = _headline(ctx, d, idle, top, t)
+    sev, what, one_off = _short_headline(ctx, d, idle) if short else _headline(ctx, d, idle, top, t)
     first_uses = cause.majority and cause.kind == "lazy_load"
     if first_uses:
         # most of the idle time is kernels' first launches loading their modules: a one-time cost however
@@ -164,8 +190,18 @@ def _finding(ctx: CaptureContext, d: SM.DeviceGaps, idle: _Idle, t: Thresholds) 
             "host_during_gaps_ms": host, "top_gaps": _top_gaps(ctx, gs, ge, top, per_gap),
         },
         threshold=t.pick("min_gap_us", "min_idle_fraction"),
-        recommendation=advice(cause, ctx.tensorrt) + (TRT_IDLE_ADVICE if ctx.tensorrt and cause.kind != "range" else ""),
+        recommendation=(SHORT_GAPS_ADVICE if short else advice(cause, ctx.tensorrt))
+        + (TRT_IDLE_ADVICE if ctx.tensorrt and cause.kind != "range" else ""),
     )
+
+
+def _short_headline(ctx: CaptureContext, d: SM.DeviceGaps, idle: _Idle) -> tuple[str, str, bool]:
+    """(severity, what the title says, False) for a device idle most of its window in short gaps."""
+    names = ctx.gpu_names()
+    dev_label = f"GPU {d.device_id}" + (f" ({names[d.device_id]})" if names.get(d.device_id) else "")
+    med_us = float(np.median(idle.ge - idle.gs)) / 1e3
+    return "high", (f"{dev_label} idle {pct(idle.fraction)}% of its active window in {len(idle.gs)} short gaps "
+                    f"(median {med_us:.3g} us) between inferences of a few kernels each"), False
 
 
 def _top_gaps(ctx: CaptureContext, gs: np.ndarray, ge: np.ndarray, top: np.ndarray, per_gap: dict[int, dict],
