@@ -268,6 +268,21 @@ def test_graph_replay_is_not_launch_bound(name: str):
         assert 0.9 < r["gpu_busy_fraction"] <= 1
 
 
+def test_outliers_waiting_on_a_hand_over_are_not_told_to_avoid_locks():
+    """The host_stall sample's 5 ms sleeps renamed sem_wait: the range's thread waits for another to hand over
+    (a serving pool's future on the H200: 'mostly host stall', advice about locks and core pinning)."""
+    trace = sample("host_stall").trace()
+    osrt = trace.osrt.copy()
+    osrt["name"] = osrt["name"].astype(str).replace("clock_nanosleep", "sem_wait")
+    res = analyze(Trace(**{**{k: getattr(trace, k) for k in ("kernels", "memcpy", "memset", "api", "nvtx")},
+                           "osrt": osrt, "meta": trace.meta}))
+    [f] = fired(res, "jitter", "host_stall.query")
+    assert "(mostly waiting on another thread or process)" in f.title
+    assert "hand-over" in f.recommendation and "pin the thread" not in f.recommendation
+    [g] = fired(sample("host_stall"), "jitter", "host_stall.query")
+    assert "(mostly host stall)" in g.title and "pin the thread" in g.recommendation
+
+
 def test_host_stall_sample():
     res = sample("host_stall")
     stalled = [7, 17, 27, 37, 47, 57, 67, 77, 87, 97]

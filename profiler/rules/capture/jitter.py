@@ -15,6 +15,7 @@ from profiler import stats
 from profiler.findings import Finding
 from profiler.rules import Thresholds, rule
 from profiler.rules.capture._common import MAX_FINDINGS_PER_RULE, band, outermost, ranges_of, worse
+from profiler.rules.capture._idle_cause import os_call_kind
 from profiler.rules.context import CaptureContext
 
 JITTER_MIN_COUNT = 10
@@ -115,6 +116,8 @@ def _finding(ctx: CaptureContext, r: dict, ev: dict, t: Thresholds) -> Finding:
     if main == "cuda_api" and _launch_queue_full(ev["outliers"], busiest):
         main = "launch_queue"
         ev["gpu_busy_fraction_max"] = busiest
+    if main == "host_stall" and _waits_on_handover(ev["outliers"]):
+        main = "handover"
     if main == "gpu_backlog":
         ev["gpu_busy_fraction_max"] = busiest
         sev = "low"  # the rest of the excess is priced by the impact
@@ -144,7 +147,8 @@ def _title(ev: dict, main: str | None) -> str:
     title = f"Unstable latency: CoV {ev['cov_pct']:.1f}%, p99 {ev['p99_over_median']:.2f}x the median"
     idx = [o["index"] for o in ev["outliers"]]
     if idx:
-        words = "launch calls waiting on a full launch queue" if main == "launch_queue" else str(main).replace("_", " ")
+        words = {"launch_queue": "launch calls waiting on a full launch queue",
+                 "handover": "waiting on another thread or process"}.get(str(main), str(main).replace("_", " "))
         title += f"; outlier instances {_shown(idx)}" + (f" (mostly {words})" if main else "")
     return title
 
@@ -249,6 +253,14 @@ def _launch_queue_title(ev: dict, busiest: float) -> str:
             f"take {ev['median_ms']:.3g} ms (median; instances {_shown([o['index'] for o in waits])})")
 
 
+def _waits_on_handover(outliers: list[dict]) -> bool:
+    """Most of the host-stall outliers' longest OS runtime call waits for another thread or process to hand
+    over (sem_wait, pthread_cond_wait, a queue's get): the range's thread is idle, the time is the other's."""
+    stalls = [o for o in outliers if o["cause"] == "host_stall"]
+    waits = [o for o in stalls if os_call_kind(str(o.get("call", ""))) == "input"]
+    return 2 * len(waits) > len(stalls)
+
+
 def _launch_queue_full(outliers: list[dict], busiest: float) -> bool:
     """Most listed outliers block in a launch call, not only the first instances (a first use loads the
     module), while a GPU is busy (``busiest``: the busiest device's share) most of the time."""
@@ -278,6 +290,10 @@ def _jitter_advice(cause: str | None) -> str:
                          "every few iterations) so each request's latency reflects its own work."),
         "host_stall": ("Outliers coincide with OS runtime calls (sleep, locks, I/O) inside the range: keep them off "
                        "the serving thread, avoid contended locks, pin the thread to a core."),
+        "handover": ("Outliers wait longer in a hand-over (sem_wait, pthread_cond_wait, a queue's get): the range's "
+                     "thread is idle while another thread or process does the work, so the spread is that one's. "
+                     "Look at the thread this one waits on (a worker that launches the range's GPU work, the "
+                     "producer of its input) in the outlier instances: its CUDA calls, GPU work and OS calls."),
         "slow_gpu": ("Outliers are slower GPU phases: lock GPU clocks for measurement (nvidia-smi -lgc), check for "
                      "other work sharing the GPU, thermal or power throttling, and input-dependent kernels."),
         "memory_copy": ("Outliers are slower copies: use pinned host buffers, avoid pageable memory and "
