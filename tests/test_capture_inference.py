@@ -440,6 +440,68 @@ def test_training_capture_copies_are_not_charged_per_inference_and_gpu_time_shar
     assert to["impact"]["gpus"] == 2 and 0.3 < to["impact"]["share"] < 1.0  # 1041 ms of copies / (2 x 969 ms)
 
 
+def _trt_app_copying_every_other(unknown_launch: bool = False) -> Trace:
+    """trt_app's loop where inferences 2, 4, ..., 20 copy, as TensorRT's samples do, outside the enqueue: an
+    88 us HtoD copy launched 30 us before the enqueue and a 40 us DtoH copy launched after it; the other
+    inferences only enqueue (40 us of kernels each). ``unknown_launch``: one copy's launch call is not in the
+    capture."""
+    tr = trt_app(n=21)
+    rows = []
+    for i in range(2, 21, 2):
+        t = i * 200 * T
+        for kind, api_ns, start, end in (("HtoD", t - 30 * T, t - 40 * T, t + 48 * T),
+                                          ("DtoH", t + 25 * T, t + 92 * T, t + 132 * T)):
+            rows.append({"start_ns": start, "end_ns": end, "api_tid": 5, "api_start_ns": api_ns, "bytes": 1 << 20,
+                         "copy_kind": kind, "src_kind": "pinned", "dst_kind": "pinned", "device_id": 0,
+                         "correlation_id": 10_000 + len(rows), "stream_id": 7, "pid": 1})
+    if unknown_launch:
+        rows[0]["api_tid"] = -1
+    tr.memcpy = pd.DataFrame(rows)
+    return tr
+
+
+def test_steady_copy_figures_are_per_inference_that_copies():
+    """Half the steady inferences copy: each that does copies 88 us in, 2.2x its 40 us of compute (not 44 us
+    "on average" in "0.5 copies per inference", 1.1x); the cost stays all of the steady state's exposed copy time."""
+    [f] = [f for f in analyze(_trt_app_copying_every_other()).findings if f.rule == "transfer_bound"]
+    ev = f.evidence
+    assert ev["bound_by"] == "HtoD" and ev["instances"] == 20 and ev["instances_with_copies"] == 10
+    assert ev["by_direction"]["HtoD"]["instances"] == 10 and ev["by_direction"]["HtoD"]["copies_per_instance"] == 1
+    assert ev["by_direction"]["HtoD"]["gpu_ms_per_instance"] == pytest.approx(0.088)
+    assert ev["compute_ms_per_instance"] == pytest.approx(0.040)
+    assert ev["copy_to_compute"] == pytest.approx(2.2)
+    assert f.title.startswith("HtoD-bound: HtoD copies take 0.088 ms of GPU time per inference in the 10 of 20 "
+                              "inferences that copy (1 copy per inference of 1 MiB")
+    assert "against 0.04 ms of compute (2.20x)" in f.title
+    copy_ms = ev["gpu_ms_by_kind"]["HtoD"] + ev["gpu_ms_by_kind"]["DtoH"]  # no copy overlaps a kernel
+    assert ev["exposed_copy_ms_total"] == pytest.approx(copy_ms) == pytest.approx(f.impact["ms_total"])
+    # a copy whose launch call is not in the capture: which inferences copy is unknown, all are taken to
+    [g] = [g for g in analyze(_trt_app_copying_every_other(True)).findings if g.rule == "transfer_bound"]
+    assert g.evidence["instances_with_copies"] == 20 and "per inference on average" in g.title
+    assert g.evidence["exposed_copy_ms_total"] == pytest.approx(ev["exposed_copy_ms_total"])
+
+
+def test_training_capture_transfer_cost_is_every_copy_on_both_gpus(nsys_fixtures):
+    """The nsysai H100 capture (FSDP, 2 GPUs, one stream each): per GPU 223 pinned HtoD copies (~921 ms) and
+    225 DtoD, against ~22 ms of kernels. The aten::to ranges hold 1041 ms of the copies; most of the rest were
+    launched by threads the capture does not show. The cost is all the copies' exposed time on both GPUs
+    (~97% of their GPU time, none hidden behind compute), and the title says how much aten::to holds."""
+    data = analyze_path(nsys_fixtures / "v2026.2.1_nsysai_h100_2gpu_1s_nvtx.sqlite").to_json()  # as `analyze` shows it
+    [f] = [f for f in data["findings"] if f["rule"] == "transfer_bound"]
+    ev, st, ov = f["evidence"], f["evidence"]["steady_state"], data["copy_compute_overlap"]  # per GPU, summed
+    assert f["range"] == "aten::to" and st["gpus"] == 2 and st["bound_by"] == "HtoD" and f["severity"] == "high"
+    assert ev["exposed_copy_ms_total"] == pytest.approx(ov["copy_ms"] - ov["overlap_ms"]) == f["impact"]["ms_total"]
+    assert st["copy_ms"] == pytest.approx(sum(s["copy_ms"] for s in data["streams"]))  # one stream per GPU
+    assert f["impact"]["share"] == pytest.approx(ov["copy_ms"] / (2 * data["phases"]["steady"]["duration_ms"]))
+    assert f["impact"]["share"] > 0.95 and f["impact"]["gpus"] == 2
+    assert st["range_exposed_copy_ms_total"] == pytest.approx(1041.0, abs=0.5)  # 1190 x 0.875 ms
+    assert 800 < st["unknown_launch_copy_ms"] < st["copy_ms"] - st["range_exposed_copy_ms_total"]
+    assert f["title"].startswith("HtoD-bound steady state: copies take 1875 ms of the 1939 ms of GPU time on 2 GPUs "
+                                 "(96.7%), 41.8x the 44.9 ms of compute; 0% of copy time overlaps compute. "
+                                 "aten::to holds 1041 ms of the copies (0.875 ms per instance")
+    assert "815.3 ms were launched by threads the capture does not show" in f["title"]
+
+
 @pytest.fixture(scope="module")
 def tensorrt_dtoh() -> dict:
     """The TensorRT cookbook's DtoH-bound capture as `trtprof analyze` shows it (steady state)."""

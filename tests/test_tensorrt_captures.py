@@ -73,6 +73,27 @@ def test_what_bounds_the_steady_state(analysed, which, bound):
         assert f["title"].startswith(f"{bound}-bound: {bound} copies take")
 
 
+@pytest.mark.parametrize("which,bound,lo,hi", [("htod", "HtoD", 5.0, 6.0), ("dtoh", "DtoH", 2.5, 3.2)])
+def test_per_inference_copy_figures_are_those_of_the_inferences_that_copy(analysed, which, bound, lo, hi):
+    """60 of the 120 steady inferences copy (30 + 30 iterations of H2D + enqueue + D2H; the other 60 only
+    enqueue): one 128 MiB copy each (11-13 ms on the GTX 1070), 5-6x the HtoD capture's ~2.1 ms convolution
+    and ~2.8x the DtoH capture's ~4.3 ms; the cost stays the whole steady state's exposed copy time."""
+    f = next(f for f in analysed[which]["findings"] if f["rule"] == "transfer_bound")
+    ev, inf = f["evidence"], analysed[which]["inference"]
+    d, k = ev["by_direction"][bound], ev["instances_with_copies"]
+    assert ev["instances"] == inf["steady_count"] == 120 and k == d["instances"] == 60
+    assert d["copies_per_instance"] == 1 and d["bytes_per_instance"] == 128 * 2**20
+    assert d["gpu_ms_per_instance"] * k == pytest.approx(analysed[which]["phases"]["steady"]["gpu_ms_by_kind"][bound])
+    assert 10.0 < d["gpu_ms_per_instance"] < 13.0
+    # the compute of the inferences that copy is their convolution
+    assert ev["compute_ms_per_instance"] == pytest.approx(inf["gpu_ms"]["median"], rel=0.05)
+    assert ev["copy_to_compute"] == pytest.approx(d["gpu_ms_per_instance"] / ev["compute_ms_per_instance"])
+    assert lo < ev["copy_to_compute"] < hi
+    assert "per inference in the 60 of 120 inferences that copy (1 copy per inference of 128 MiB" in f["title"]
+    assert f["impact"]["ms_total"] == pytest.approx(k * (ev["copy_ms_per_instance"] - ev["overlap_ms_per_instance"]))
+    assert f["impact"]["ms_per_instance"] == pytest.approx(f["impact"]["ms_total"] / 120)
+
+
 @pytest.mark.parametrize("which,copy", [("htod", "the next batch's input copy"), ("dtoh", "this batch's output copy")])
 def test_transfer_advice_speaks_of_the_bounding_direction_and_pinning(analysed, which, copy):
     """run1's buffers are pageable numpy arrays (60 pageable copies in the steady state): pinning leads; the

@@ -10,6 +10,7 @@ import numpy as np
 from profiler.capture import intervals
 from profiler.capture import series as S
 from profiler.capture.phases import bounding_copy_directions, steady_breakdown
+from profiler.capture.unit import NO_INT
 from profiler.findings import Finding
 from profiler.report.fmt import fmt_num
 from profiler.rules import Thresholds, rule
@@ -24,6 +25,9 @@ of the GPU work it launched)."""
 TRANSFER_HIGH_COPY_TO_COMPUTE, TRANSFER_HIGH_COPY_FRACTION = 2.0, 0.5
 TRANSFER_MEDIUM_COPY_TO_COMPUTE, TRANSFER_MEDIUM_COPY_FRACTION = 1.0, 0.25
 """Severity bands of a range: high when both its ratio and its share reach the high band, medium the medium."""
+DIRECTION_CODES = {"HtoD": [S.CopyKind.HtoD], "DtoH": [S.CopyKind.DtoH], "DtoD": [S.CopyKind.DtoD],
+                   "other_copy": [S.CopyKind.other, S.CopyKind.HtoH, S.CopyKind.PtoP]}
+"""The ``Activity.copy_kind`` codes of each direction of :func:`~profiler.capture.phases.steady_breakdown`."""
 TRANSFER_MIN_UNIT_COMPUTE_SHARE = 0.5
 """Share of the steady state's compute the inference unit must have launched for the steady state's
 copies to count per inference (TensorRT apps launch all of it inside the enqueue ranges, copies outside)."""
@@ -83,7 +87,8 @@ def transfer_bound(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
     out = _inference_transfer_bound(ctx, t)
     if out:
         cands = [c for c in cands if ctx.label(c[1]["series_id"]) != out[0].range]
-    return out + [_range_finding(ctx, r, ev, t) for _, r, ev in outermost(ctx, cands, int(t["max_findings"]))]
+    found = [_range_finding(ctx, r, ev, t) for _, r, ev in outermost(ctx, cands, int(t["max_findings"]))]
+    return out + (found if out or not found else _with_steady_copies(ctx, found, t))
 
 
 def _candidate(ctx: CaptureContext, r: dict[str, Any], t: Thresholds) -> tuple[float, dict, dict] | None:
@@ -124,10 +129,11 @@ def _pageable_share(act: S.Activity, rows: np.ndarray, times: np.ndarray) -> flo
 
 
 def _copies_by_direction(act: S.Activity, rows: np.ndarray, times: np.ndarray, instances: int,
-                         codes: Iterable[int]) -> dict[str, dict[str, float | None]]:
+                         codes: Iterable[int], owners: np.ndarray | None = None) -> dict[str, dict[str, float | None]]:
     """Per copy direction among ``codes`` (``Activity.copy_kind`` codes, in that order) that the copies
     ``rows`` (each counted ``times`` times) hold: copies, bytes and GPU time (ms) per instance (of
-    ``instances``) and the rate (GB/s: bytes per ns; None without GPU time)."""
+    ``instances``) and the rate (GB/s: bytes per ns; None without GPU time). With ``owners`` (the instance
+    each copy belongs to, :func:`_copy_owners`), per instance that owns a copy of the direction, and how many do."""
     kind = act.copy_kind[rows]
     out = {}
     for code in codes:
@@ -137,9 +143,12 @@ def _copies_by_direction(act: S.Activity, rows: np.ndarray, times: np.ndarray, i
         rr, w = rows[sel], times[sel]
         ns = float(((act.end_ns[rr] - act.start_ns[rr]) * w).sum())
         b = float((act.bytes[rr] * w).sum())
-        out[S.COPY_KINDS[code]] = {"copies_per_instance": int(w.sum()) / instances,
-                                   "bytes_per_instance": b / instances,
-                                   "gpu_ms_per_instance": ns / 1e6 / instances, "gbps": b / ns if ns > 0 else None}
+        own = None if owners is None else _owners_of(owners, kind, [code])
+        n = instances if own is None else len(own)
+        out[S.COPY_KINDS[code]] = {"copies_per_instance": int(w.sum()) / n, "bytes_per_instance": b / n,
+                                   "gpu_ms_per_instance": ns / 1e6 / n, "gbps": b / ns if ns > 0 else None}
+        if owners is not None:
+            out[S.COPY_KINDS[code]]["instances"] = n
     return out
 
 
@@ -168,6 +177,70 @@ def _range_title(ev: dict[str, Any], ratio: float, window: bool) -> str:
                 f"{fmt_num(ev['wall_ms_median'], 3)} ms window of GPU work")
     return (f"Transfer-bound: copies take {copy} ms per instance, {ratio:.2f}x its {compute} ms of compute "
             f"(median wall {fmt_num(ev['wall_ms_median'], 3)} ms)")
+
+
+def _with_steady_copies(ctx: CaptureContext, found: list[Finding], t: Thresholds) -> list[Finding]:
+    """Range findings where no inference owns the steady state's copies (a training step's parameter
+    uploads): the ranges hold only the copies launched inside them, not those launched elsewhere or by threads
+    the capture does not show. When the steady state's copies on all GPUs bound it, the range finding with the
+    most copy time (``found[0]``) is priced by their exposed time on all GPUs and says how much of it its
+    range holds; the other range findings, parts of that cost, are named in its evidence."""
+    ph, act = ctx.phases, ctx.table.activity
+    if ph is None or ctx.table.window or ctx.steady_ns <= 0:
+        return found
+    m = (act.start_ns >= ctx.judged_start_ns) & (act.start_ns <= ph.steady_end_ns)
+    gpu = _per_gpu_ms(act, m)
+    gpus = len(np.unique(act.device_id[m]))
+    if gpu["copy"] <= 0 or gpu["compute"] <= 0 or gpu["copy"] < t["min_copy_to_compute"] * gpu["compute"] \
+            or gpu["copy"] < t["min_copy_fraction"] * ctx.steady_ns / 1e6 * gpus:
+        return found
+    f = found[0]
+    ev = f.evidence
+    unknown = m & (act.kind == S.MEMCPY) & (act.api_start_ns == NO_INT)
+    ev["steady_state"] = {
+        "bound_by": " + ".join(bounding_copy_directions({k: gpu[k] for k in ("compute", *DIRECTION_CODES)})),
+        "gpus": gpus, "gpu_ms_by_kind": {k: gpu[k] for k in ("compute", *DIRECTION_CODES)},
+        "copy_ms": gpu["copy"], "overlap_ms": gpu["overlap"], "copy_to_compute": gpu["copy"] / gpu["compute"],
+        "copy_fraction_of_gpu_time": gpu["copy"] / (ctx.steady_ns / 1e6 * gpus),
+        "unknown_launch_copy_ms": _per_gpu_ms(act, unknown)["copy"],
+        "range_exposed_copy_ms_total": ev["exposed_copy_ms_total"], "other_ranges": [g.range for g in found[1:]]}
+    ev["exposed_copy_ms_total"] = max(gpu["copy"] - gpu["overlap"], 0.0)
+    f.title = _steady_copies_title(ev, f.range)
+    return [f]
+
+
+def _per_gpu_ms(act: S.Activity, rows: np.ndarray) -> dict[str, float]:
+    """GPU time (ms) of the activity ``rows`` (a mask): compute, each copy direction, all copies and the
+    copies' overlap with compute, each the busy union on one GPU summed over the GPUs."""
+    out = dict.fromkeys(("compute", *DIRECTION_CODES, "copy", "overlap"), 0.0)
+    for dev in np.unique(act.device_id[rows]):
+        on = rows & (act.device_id == dev)
+        copy, compute = on & (act.kind == S.MEMCPY), on & (act.kind != S.MEMCPY)
+        for key, sel in (("compute", compute), ("copy", copy),
+                         *((d, copy & np.isin(act.copy_kind, codes)) for d, codes in DIRECTION_CODES.items())):
+            out[key] += intervals.union_length(act.start_ns[sel], act.end_ns[sel]) / 1e6
+        out["overlap"] += intervals.overlap_length(act.start_ns[copy], act.end_ns[copy],
+                                                   act.start_ns[compute], act.end_ns[compute]) / 1e6
+    return out
+
+
+def _steady_copies_title(ev: dict[str, Any], label: str | None) -> str:
+    """'HtoD-bound steady state: copies take 1875 ms of the 1939 ms of GPU time on 2 GPUs (96.7%), 41.8x the
+    44.9 ms of compute; 0% of copy time overlaps compute. aten::to holds 1041 ms of the copies (...); 815 ms
+    were launched by threads the capture does not show'."""
+    st = ev["steady_state"]
+    gpus = f"{st['gpus']} GPUs" if st["gpus"] > 1 else "the GPU"
+    gpu_time_ms = st["copy_ms"] / st["copy_fraction_of_gpu_time"]
+    unknown = st["unknown_launch_copy_ms"]
+    rest = f"; {fmt_num(unknown, 4)} ms were launched by threads the capture does not show" if unknown > 0 else ""
+    return (f"{st['bound_by']}-bound steady state: copies take {fmt_num(st['copy_ms'], 4)} ms of the "
+            f"{fmt_num(gpu_time_ms, 4)} ms of GPU time on {gpus} ({100 * st['copy_fraction_of_gpu_time']:.1f}%), "
+            f"{st['copy_to_compute']:.1f}x the "
+            f"{fmt_num(st['gpu_ms_by_kind']['compute'], 3)} ms of compute; "
+            f"{100 * st['overlap_ms'] / st['copy_ms']:.0f}% of copy time overlaps compute. {label} holds "
+            f"{fmt_num(st['range_exposed_copy_ms_total'], 4)} ms of the copies "
+            f"({fmt_num(ev['copy_ms_per_instance'], 3)} ms per instance, {ev['copy_to_compute']:.0f}x its "
+            f"{fmt_num(ev['compute_ms_per_instance'], 3)} ms of compute){rest}")
 
 
 def _copies_text(d: dict[str, Any] | None) -> str:
@@ -235,30 +308,89 @@ def _overlap_with_compute(act: S.Activity, copies: np.ndarray, compute: np.ndarr
 
 def _steady_evidence(ctx: CaptureContext, rows: np.ndarray, by_kind: dict[str, float], compute_ms: float,
                      copy_ms: float, overlap_ms: float, own_stream: bool, bound: list[str]) -> dict[str, Any]:
-    """The steady state's copy numbers per inference: ``rows`` are its copies, ``by_kind`` the GPU time (ms)
-    of each copy direction, the rest as :func:`_overlap_with_compute` and ``bound`` the directions that bound it."""
+    """The steady state's copy numbers per inference that copies: ``rows`` are its copies, ``by_kind`` the GPU
+    time (ms) of each copy direction, the rest as :func:`_overlap_with_compute` and ``bound`` the directions
+    that bound it. The exposed copy time is the whole steady state's."""
     act, n, unit = ctx.table.activity, ctx.steady_instances, ctx.unit
     once = np.ones(len(rows), dtype=np.int64)
+    owners = _copy_owners(ctx, rows)
+    copying = _owners_of(owners, act.copy_kind[rows], [c for d in bound for c in DIRECTION_CODES[d]])
+    k = n if copying is None else len(copying)
+    copying_compute_ms = _compute_of_copying_ms(ctx, copying, compute_ms, n)
     bound_ms = sum(by_kind[d] for d in bound)
+    codes = (S.CopyKind.HtoD, S.CopyKind.DtoH, S.CopyKind.DtoD)
     return {
         "bound_by": " + ".join(bound), "gpu_ms_by_kind": {"compute": compute_ms, **by_kind},
-        "copy_ms_per_instance": copy_ms / n, "compute_ms_per_instance": compute_ms / n,
-        "copy_to_compute": bound_ms / compute_ms, "copy_fraction_of_steady_state": copy_ms / (ctx.steady_ns / 1e6),
-        "overlap_ms_per_instance": overlap_ms / n, "exposed_copy_ms_total": max(copy_ms - overlap_ms, 0.0),
-        "by_direction": _copies_by_direction(act, rows, once, n, (S.CopyKind.HtoD, S.CopyKind.DtoH, S.CopyKind.DtoD)),
-        "instances": n, "pageable_copies": int(act.pageable[rows].sum()),
+        "copy_ms_per_instance": copy_ms / k, "compute_ms_per_instance": copying_compute_ms / k,
+        "copy_to_compute": bound_ms / copying_compute_ms,
+        "copy_fraction_of_steady_state": copy_ms / (ctx.steady_ns / 1e6),
+        "overlap_ms_per_instance": overlap_ms / k, "exposed_copy_ms_total": max(copy_ms - overlap_ms, 0.0),
+        "by_direction": _copies_by_direction(act, rows, once, n, codes, owners),
+        "instances": n, "instances_with_copies": k, "pageable_copies": int(act.pageable[rows].sum()),
         "pageable_share_of_copy_time": _pageable_share(act, rows, once),
         "copies_on_own_streams": own_stream,
         "wall_ms_median": float(np.median(unit.host_ns[unit.steady])) / 1e6 if unit.count > unit.warmup else None,
     }
 
 
+def _launch_slots(ctx: CaptureContext, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """For the activity ``rows``: the judged inference (its index among them) last started when the launch
+    call started (-1 before the first), whether that call ran inside its range, and how many inferences
+    are judged. A launch call not in the capture gets -2."""
+    unit, act = ctx.unit, ctx.table.activity
+    first = 0 if ctx.include_setup else min(unit.warmup, unit.count - 1)
+    start_ns = unit.start_ns[first:]
+    end_ns = start_ns + unit.host_ns[first:]
+    launch_ns = act.api_start_ns[rows]
+    prev = np.searchsorted(start_ns, launch_ns, "right") - 1
+    inside = (prev >= 0) & (launch_ns <= end_ns[np.maximum(prev, 0)])
+    return np.where(launch_ns == NO_INT, -2, prev), inside, len(start_ns)
+
+
+def _copy_owners(ctx: CaptureContext, rows: np.ndarray) -> np.ndarray:
+    """The judged inference each copy of ``rows`` belongs to, by its launch call: inside an inference's
+    range, that inference's; outside them an HtoD copy feeds the next inference (its input) and any other
+    copy follows the last one (its output). -1 where the launch call is not in the capture."""
+    prev, inside, n = _launch_slots(ctx, rows)
+    feeds_next = (ctx.table.activity.copy_kind[rows] == S.CopyKind.HtoD) & ~inside
+    return np.where(prev == -2, -1, np.clip(prev + feeds_next, 0, n - 1))
+
+
+def _owners_of(owners: np.ndarray, kinds: np.ndarray, codes: list[int]) -> np.ndarray | None:
+    """The judged inferences (sorted indices) that own a copy whose direction code (``kinds``) is among
+    ``codes``; None when there is none or one of those copies has no known launch call (which inferences
+    copy is then unknown: all of them are taken to)."""
+    own = owners[np.isin(kinds, codes)]
+    return None if not len(own) or (own < 0).any() else np.unique(own)
+
+
+def _compute_of_copying_ms(ctx: CaptureContext, copying: np.ndarray | None, compute_ms: float, n: int) -> float:
+    """The compute of the judged inferences that copy (``copying``, of ``n``; None: all of them): the steady
+    state's ``compute_ms`` times the share of the compute launched inside the inferences that those launched
+    (an even share when no compute is launched inside them)."""
+    k = n if copying is None else len(copying)
+    if k == n:
+        return compute_ms
+    act = ctx.table.activity
+    m = (act.start_ns >= ctx.judged_start_ns) & (act.start_ns <= ctx.phases.steady_end_ns) & (act.kind != S.MEMCPY)
+    rows = np.flatnonzero(m)
+    prev, inside, _ = _launch_slots(ctx, rows)
+    rows, prev = rows[inside], prev[inside]
+    all_ns = intervals.union_length(act.start_ns[rows], act.end_ns[rows])
+    if all_ns <= 0:
+        return compute_ms * k / n
+    mine = rows[np.isin(prev, copying)]
+    return compute_ms * intervals.union_length(act.start_ns[mine], act.end_ns[mine]) / all_ns
+
+
 def _inference_title(ev: dict[str, Any], bound: list[str], bound_ms: float, overlap_pct: float) -> str:
     """'HtoD-bound: HtoD copies take 2.1 ms of GPU time per inference on average (...) against 1 ms of
-    compute (2.10x); 3% of copy time overlaps compute', each bounding direction's copies in the brackets."""
-    names, n, dirs = ev["bound_by"], ev["instances"], ev["by_direction"]
+    compute (2.10x); 3% of copy time overlaps compute', each bounding direction's copies in the brackets;
+    'per inference in the 60 of 120 inferences that copy' when only some inferences copy."""
+    names, n, k, dirs = ev["bound_by"], ev["instances"], ev["instances_with_copies"], ev["by_direction"]
     each = "; ".join(f"{d}: {_copies_text(dirs.get(d))}" for d in bound) if len(bound) > 1 else \
         _copies_text(dirs.get(bound[0]))
-    return (f"{names}-bound: {names} copies take {fmt_num(bound_ms / n, 3)} ms of GPU time per inference on average "
+    which = "on average" if k == n else f"in the {k} of {n} inferences that copy"
+    return (f"{names}-bound: {names} copies take {fmt_num(bound_ms / k, 3)} ms of GPU time per inference {which} "
             f"({each}) against {fmt_num(ev['compute_ms_per_instance'], 3)} ms of compute "
             f"({ev['copy_to_compute']:.2f}x); {overlap_pct:.0f}% of copy time overlaps compute")
