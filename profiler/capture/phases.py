@@ -67,7 +67,8 @@ def split(table: S.SeriesTable, unit: Unit, capture_start_ns: int) -> Phases:
         others = _other_repeated(table, unit) if unit.source == "nvtx" else []
         start = min([int(unit.start_ns[unit.warmup])] + [lo for lo, _ in others])
         last = int(max([(unit.start_ns + unit.host_ns)[unit.warmup:].max()] + [hi for _, hi in others]))
-        end = max(int(unit.gpu_end_ns[unit.warmup:].max()), _end_of_work_launched_by(act, last))
+        end = max(int(unit.gpu_end_ns[unit.warmup:].max()), last,
+                  _end_of_work_launched_by(act, max(last, _unit_loop_end(unit))))
         first_end = int(unit.gpu_end_ns[0])
     elif table.window and len(act):
         # no NVTX: the steady state is the GPU work's window (first launch to last GPU end), so the start-up
@@ -126,11 +127,20 @@ def _earliest(start_ns: np.ndarray, k: int) -> np.ndarray:
     return rows[np.lexsort((rows, start_ns[rows]))][:k]
 
 
+def _unit_loop_end(unit: Unit) -> int:
+    """The end of the unit's last steady inference plus its median pause between inferences: an inference's
+    work issued just after its range (a TensorRT enqueue's output copy) belongs to it; what the program starts
+    after a longer pause does not."""
+    starts, ends = unit.start_ns[unit.warmup:], (unit.start_ns + unit.host_ns)[unit.warmup:]
+    pause = int(max(np.median(starts[1:] - ends[:-1]), 0)) if len(starts) > 1 else 0
+    return int(ends.max()) + pause
+
+
 def _end_of_work_launched_by(act: Any, last_ns: int) -> int:
-    """The end of the GPU work launched (or, its launch unknown, started) at or before ``last_ns``, and
-    ``last_ns`` itself when later: what the inference loops queued runs to its end, and what the program
-    launches after them (teardown, a per-layer pass, the next phase) is not their steady state."""
-    end = last_ns
+    """The end of the GPU work launched (or, its launch unknown, started) at or before ``last_ns`` (0 when
+    none): what the inference loops queued runs to its end, and what the program launches after them
+    (teardown, a per-layer pass, the next phase) is not their steady state."""
+    end = 0
     unknown = np.iinfo(np.int64).min
     for sl in blockwise.blocks(len(act)):
         launched = act.api_start_ns[sl]
