@@ -12,7 +12,7 @@ import pytest
 
 from profiler.cli import main
 from profiler.distributed import pools
-from profiler.distributed.captures import task_names, top_series, unit_series
+from profiler.distributed.captures import index_fields, task_names, top_series, unit_series
 from profiler.distributed.index import build_index
 from tests.conftest import ROOT, SAMPLE_TRACES, nsys_fixture_files
 from tests.distributed_helpers import double_or_die, probe_device
@@ -76,19 +76,22 @@ def test_unit_is_the_analysis_inference_unit_else_the_top_series():
     assert unit_series({"inference": {"series": None, "source": "window"}, "ranges": [outer, loop]}) == (outer, "top series")
 
 
-def test_index_compares_each_capture_with_its_peers():
-    def row(name, series, median):
+def test_index_compares_each_capture_with_its_peers_on_gpu_latency():
+    def row(name, series, latency, wall=0.02):
         return {"capture": f"/c/{name}.sqlite", "name": name, "status": "ok", "unit": series,
-                "unit_median_ms": median, "top_findings": []}
+                "unit_gpu_latency_ms": latency, "unit_wall_ms": wall, "top_findings": []}
     windows = [{**row(n, "(capture)", m), "unit_source": "window"} for n, m in (("w1", 10.0), ("w2", 20.0), ("w3", 90.0))]
-    rows = [row("a", "infer", 1.0), row("b", "infer", 1.2), row("c", "infer", 3.0), row("d", "other", 5.0),
-            {"capture": "/c/e.sqlite", "name": "e", "status": "failed", "error": "bad"}, *windows]
+    # the host wall times run the other way: an enqueue time says nothing of how long the inference takes
+    rows = [row("a", "infer", 1.0, 0.9), row("b", "infer", 1.2, 0.5), row("c", "infer", 3.0, 0.1),
+            row("d", "other", 5.0), {"capture": "/c/e.sqlite", "name": "e", "status": "failed", "error": "bad"},
+            *windows, *[row(n, "loop", None, w) for n, w in (("t1", 1.0), ("t2", 2.0), ("t3", 9.0))]]
     index = build_index(rows, wall_s=1.0, mode="test")
     vs = {r["name"]: r["vs_peers"] for r in index["captures"]}
     assert vs["c"] == pytest.approx(3.0 / 1.2) and vs["a"] == pytest.approx(1.0 / 1.2)
     assert vs["d"] is None and vs["e"] is None  # one capture of its series; a failed capture
     assert vs["w3"] is None  # whole-capture windows measure capture length, not an inference
-    assert index["counts"] == {"total": 8, "ok": 7, "failed": 1}
+    assert vs["t3"] is None  # no inference unit, so no GPU latency: host wall times are not compared
+    assert index["counts"] == {"total": 11, "ok": 10, "failed": 1}
     assert index["failed"] == [{"capture": "/c/e.sqlite", "error": "bad"}]
 
 
@@ -115,11 +118,54 @@ def test_cli_analyze_many_jobs_stores_each_and_names_the_failure(tmp_path, capsy
     assert json.loads((tmp_path / "o" / "launch_bound" / "analysis.json").read_text()) == serial
     row = index["captures"][0]
     unit, source = unit_series(serial)
-    assert row["unit_median_ms"] == unit["wall_ms"]["median"] and row["unit_source"] == source
+    assert row["unit_wall_ms"] == unit["wall_ms"]["median"] and row["unit_source"] == source
+    assert row["unit_gpu_latency_ms"] == serial["inference"]["gpu_latency_ms"]["median"]
     assert [f["rule"] for f in row["top_findings"]] == [f["rule"] for f in serial["findings"][:3]]
     html = (tmp_path / "o" / "index.html").read_text()
     assert 'href="launch_bound/report.html"' in html and (tmp_path / "o" / "launch_bound" / "report.html").is_file()
     assert "broken.sqlite" in out and "FAILED" in out
+
+
+def test_index_latency_is_the_inference_gpu_latency_not_the_enqueue_time():
+    """trt_graph enqueues a CUDA graph: its enqueueV3 range lasts 0.02 ms on the host while each inference runs
+    0.18 ms on the GPU. The index shows the latency the capture's own analysis reports."""
+    from profiler.capture.analyze import analyze_path
+
+    data = analyze_path(SAMPLE_TRACES / "trt_graph.sqlite").to_json()
+    row = index_fields(data)
+    latency = data["inference"]["gpu_latency_ms"]
+    assert (row["unit_gpu_latency_ms"], row["unit_gpu_latency_p99_ms"]) == (latency["median"], latency["p99"])
+    assert row["unit_gpu_latency_ms"] > 5 * row["unit_wall_ms"]  # the host wall time is the enqueue alone
+
+
+@pytest.mark.parametrize("capture", ["no_nvtx", "harness_cls"])
+def test_index_has_no_latency_without_an_inference_unit(capture):
+    """No NVTX (a whole-capture window) or no repeated outermost range (the top series stands in): the
+    analysis' GPU latency then spans the whole capture, which is no inference's latency."""
+    from profiler.capture.analyze import analyze_path
+
+    row = index_fields(analyze_path(SAMPLE_TRACES / f"{capture}.sqlite").to_json())
+    assert row["unit_gpu_latency_ms"] is None and row["unit_wall_ms"] > 0
+
+
+def test_index_table_names_its_columns_and_shows_the_latency():
+    from profiler.distributed.cli import index_lines
+
+    row = {"capture": "/c/g.sqlite", "name": "g", "status": "ok", "unit": "iter", "unit_gpu_latency_ms": 0.18,
+           "unit_wall_ms": 0.02, "finding_counts": {"high": 1}, "top_findings": []}
+    lines = index_lines(build_index([row], wall_s=1.0, mode="test"))
+    assert lines[0].split()[2:7] == ["GPU", "latency", "ms", "host", "wall"]
+    assert lines[1].split()[:4] == ["g", "ok", "0.180", "0.020"]
+    assert any("as 'trtprof analyze'" in line for line in lines[2:])
+
+
+@pytest.mark.parametrize("store, said", [(["--no-store"], "the others are analysed and in the index"),
+                                         ([], "the others are analysed, stored and in the index")])
+def test_cli_analyze_many_failure_says_stored_only_when_stored(tmp_path, capsys, store, said):
+    db = [] if store else ["--db", str(tmp_path / "t.db")]
+    code, _, err = _cli(["analyze", str(SAMPLE_TRACES / "graph.sqlite"), str(tmp_path / "none.sqlite"), *store, *db,
+                         "--out", str(tmp_path / "o")], capsys)
+    assert code == 3 and said in err
 
 
 def test_capture_over_its_memory_limit_fails_alone_with_the_reason(tmp_path):
@@ -348,7 +394,7 @@ def test_index_page_sorts_by_a_clicked_column(tmp_path):
 
     def row(name, median):
         return {"capture": f"/c/{name}.sqlite", "name": name, "status": "ok", "unit": "iter",
-                "unit_median_ms": median, "top_findings": [], "report": str(tmp_path / name / "report.html")}
+                "unit_gpu_latency_ms": median, "top_findings": [], "report": str(tmp_path / name / "report.html")}
     rows = [row("a", 2.0), row("b", 10.0), row("c", 0.5), {"capture": "/c/d.sqlite", "name": "d", "status": "failed",
                                                             "error": "<script>alert(1)</script>"}]
     _, html = write_index(build_index(rows, wall_s=1.0, mode="test"), tmp_path)
@@ -362,9 +408,9 @@ def test_index_page_sorts_by_a_clicked_column(tmp_path):
             page.goto(html.as_uri())
             names = lambda: page.eval_on_selector_all(  # noqa: E731
                 "#captures tbody tr", "rows => rows.map(r => r.cells[0].getAttribute('data-v'))")
-            page.click("text=median ms")
+            page.click("text=GPU latency ms")
             asc = names()
-            page.click("text=median ms")
+            page.click("text=GPU latency ms")
             desc = names()
             assert page.get_attribute('a[href="a/report.html"]', "href") == "a/report.html"
         finally:

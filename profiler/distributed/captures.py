@@ -139,22 +139,31 @@ def unit_series(data: dict[str, Any]) -> tuple[dict[str, Any], str]:
     return top_series(ranges), "top series"
 
 
+def unit_latency(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """The inference's GPU latency statistics (first GPU start to last GPU end, the latency ``trtprof analyze``
+    prints on its inference line), or {} when the unit is no inference (a whole-capture window, the top series)."""
+    if source in ("window", "top series"):
+        return {}
+    return (data.get("inference") or {}).get("gpu_latency_ms") or {}
+
+
 def index_fields(data: dict[str, Any]) -> dict[str, Any]:
     """What the index shows of one analysis: the capture, its inference unit (``unit_series``) with its
-    time per inference, and its most severe findings."""
+    GPU latency and host wall time per inference, and its most severe findings."""
     cap = data.get("capture") or {}
     gpus = sorted({str(g.get("name")) for g in cap.get("gpus") or [] if isinstance(g, dict) and g.get("name")})
     ranges = data.get("ranges") or []
     top, source = unit_series(data)
     wall = top.get("wall_ms") or {}
+    latency = unit_latency(data, source)
     inference = data.get("inference") or {}
     findings = data.get("findings") or []
     counts = {s: sum(f.get("severity") == s for f in findings) for s in ("high", "medium", "low", "info")}
     return {
         "gpus": gpus, "nsys_version": cap.get("nsys_version"), "duration_ms": cap.get("duration_ms"),
-        "series_count": len(ranges), "unit": _label(top), "unit_source": source,
-        "unit_count": top.get("count"), "unit_median_ms": wall.get("median"),
-        "unit_p99_ms": wall.get("p99"), "unit_cov_pct": wall.get("cov_pct"),
+        "series_count": len(ranges), "unit": _label(top), "unit_source": source, "unit_count": top.get("count"),
+        "unit_gpu_latency_ms": latency.get("median"), "unit_gpu_latency_p99_ms": latency.get("p99"),
+        "unit_wall_ms": wall.get("median"), "unit_wall_p99_ms": wall.get("p99"), "unit_wall_cov_pct": wall.get("cov_pct"),
         "unit_gpu_busy_fraction": top.get("gpu_busy_fraction"),
         "bound_by": inference.get("bound_by") if source != "top series" else None,
         "finding_counts": counts,

@@ -100,8 +100,9 @@ def analyze_batch(ctx: click.Context, captures: tuple[str, ...], *, jobs: int | 
     failed = index["failed"]
     if failed:
         names = ", ".join(Path(f["capture"]).name for f in failed[:5]) + (" ..." if len(failed) > 5 else "")
+        done = "analysed and in the index" if no_store else "analysed, stored and in the index"
         raise InputError(f"{len(failed)} of {index['counts']['total']} capture(s) could not be analysed ({names}); "
-                         "the others are analysed, stored and in the index")
+                         f"the others are {done}")
 
 
 def _same(a: str, b: str) -> bool:
@@ -129,19 +130,32 @@ def _memory_limit(text: str | None, jobs: int) -> int | None:
     return max(1 << 30, int(total * 0.9) // max(1, jobs))
 
 
+INDEX_NOTE = (
+    "GPU latency: median per inference, from its first GPU work starting to its last ending, as 'trtprof analyze'",
+    "  reports it ('-': no inference unit identified). host wall: median wall time of the unit's range on the host;",
+    "  for an asynchronous loop only the time to enqueue the work; with no inference unit, that of the biggest",
+    "  repeated range or of the whole capture. vs peers: GPU latency over the median of the captures whose unit has",
+    "  the same name ({min_peers} or more).")
+
+
+def _cell(value: Any, spec: str, suffix: str = "") -> str:
+    return format(value, spec) + suffix if isinstance(value, (int, float)) else "-"
+
+
 def index_lines(index: dict[str, Any]) -> list[str]:
-    """The terminal table of an index: one line per capture."""
+    """The terminal table of an index: one line per capture, then what its columns are."""
     rows = index["captures"]
     w = min(max([len(r["name"]) for r in rows] + [7]), 40)
-    lines = [f"{'capture':<{w}} {'status':<6} {'inference median ms':>20} {'vs peers':>8} {'findings H/M/L':>14}"]
+    lines = [f"{'capture':<{w}} {'status':<6} {'GPU latency ms':>14} {'host wall ms':>12} {'vs peers':>8} "
+             f"{'findings H/M/L':>14}"]
     for r in rows:
         c = r.get("finding_counts") or {}
-        med = r.get("unit_median_ms")
-        vs = r.get("vs_peers")
         lines.append(f"{r['name'][:w]:<{w}} {('ok' if r['status'] == 'ok' else 'FAILED'):<6} "
-                     f"{(f'{med:.3f}' if isinstance(med, (int, float)) else '-'):>20} "
-                     f"{(f'{vs:.2f}x' if isinstance(vs, (int, float)) else '-'):>8} "
+                     f"{_cell(r.get('unit_gpu_latency_ms'), '.3f'):>14} {_cell(r.get('unit_wall_ms'), '.3f'):>12} "
+                     f"{_cell(r.get('vs_peers'), '.2f', 'x'):>8} "
                      f"{'/'.join(str(c.get(s, 0)) for s in ('high', 'medium', 'low')) if c else '-':>14}")
+    if any(r["status"] == "ok" for r in rows):
+        lines += [line.format(min_peers=index.get("min_peers")) for line in INDEX_NOTE]
     for f in index["failed"]:
         lines.append(f"failed: {f['capture']}: {f['error']}")
     return lines

@@ -1,8 +1,10 @@
 """The index of a many-capture analysis: one row per capture, as data (index.json) and as a sortable page.
 
 An engineer triaging a fleet looks for the capture that is unlike the others: each row carries its
-inference unit's median against the median of every capture whose unit has the same name
-(``vs_peers``, when at least ``MIN_PEERS`` captures share it), so the slow host sorts to the top.
+inference's median GPU latency against the median of every capture whose unit has the same name
+(``vs_peers``, when at least ``MIN_PEERS`` captures share it), so the slow host sorts to the top. The
+host wall time of the unit's range is shown beside it but not compared: for an asynchronous loop (CUDA
+graphs, TensorRT's enqueueV3) it is only the time to enqueue the work.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-MIN_PEERS = 3  # captures sharing a top series before a peer median means anything
+MIN_PEERS = 3  # captures sharing an inference unit before a peer median means anything
+COMPARED = "unit_gpu_latency_ms"  # what peers are compared on: the inference's median GPU latency
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3, None: 4}
 
 
@@ -21,14 +24,14 @@ def build_index(rows: list[dict[str, Any]], *, wall_s: float, mode: str) -> dict
     """index.json: the rows (input order) with peer ratios added, the failed captures, the totals."""
     peers: dict[str, list[float]] = {}
     for r in rows:
-        if r.get("status") == "ok" and isinstance(r.get("unit_median_ms"), (int, float)) and _comparable(r):
-            peers.setdefault(str(r.get("unit")), []).append(float(r["unit_median_ms"]))
+        if r.get("status") == "ok" and isinstance(r.get(COMPARED), (int, float)) and _comparable(r):
+            peers.setdefault(str(r.get("unit")), []).append(float(r[COMPARED]))
     out_rows = []
     for r in rows:
         r = dict(r)
         group = (peers.get(str(r.get("unit"))) or []) if _comparable(r) else []
         median = statistics.median(group) if len(group) >= MIN_PEERS else None
-        value = r.get("unit_median_ms")
+        value = r.get(COMPARED)
         r["peer_count"] = len(group) if r.get("status") == "ok" else 0
         r["vs_peers"] = (float(value) / median) if median and isinstance(value, (int, float)) else None
         worst = next((f.get("severity") for f in r.get("top_findings") or []), None)
@@ -75,8 +78,9 @@ def page_rows(index: dict[str, Any], base: Path) -> list[dict[str, Any]]:
             "duration": _num(r.get("duration_ms"), 1) + ("num",),
             "series": (r.get("unit") or "-", r.get("unit") or "", "mono", r.get("unit_source"), r.get("bound_by")),
             "count": _num(r.get("unit_count"), 0) + ("num",),
-            "median": _num(r.get("unit_median_ms")) + ("num",),
-            "p99": _num(r.get("unit_p99_ms")) + ("num",),
+            "latency": _num(r.get("unit_gpu_latency_ms")) + ("num",),
+            "p99": _num(r.get("unit_gpu_latency_p99_ms")) + ("num",),
+            "wall": _num(r.get("unit_wall_ms")) + ("num",),
             "busy": (_num(busy * 100 if isinstance(busy, (int, float)) else None, 1)) + ("num",),
             "vs": (_num(vs, 2)[0] + ("x" if vs is not None else ""), _num(vs, 2)[1],
                    "num " + ("bad" if vs is not None and vs >= 1.2 else "")),
