@@ -232,3 +232,35 @@ def test_gpu_idle_gives_jitter_no_more_than_jitter_prices():
     _idle_in_outliers(res.context, [jit, idle], idle.impact["steady_ms"])
     assert idle.impact["shared_ms"] == pytest.approx(30.0)
     assert idle.impact["ms_total"] == pytest.approx(idle_ms - 30.0)
+
+
+def test_and_list_joins_names_as_a_sentence_does():
+    from profiler.rules.impact import and_list
+
+    assert [and_list(["a"]), and_list(["a", "b"]), and_list(["a", "b", "c"])] == ["a", "a and b", "a, b and c"]
+
+
+def test_idle_in_the_outliers_of_two_jitter_findings_names_both_in_one_phrase():
+    """mfu after: the idle time sits in the outliers of two jitter findings; the names read 'X and Y'."""
+    from profiler.capture.analyze import analyze_path
+    from tests.conftest import NSYS_FIXTURES
+
+    res = analyze_path(capture_or_skip(NSYS_FIXTURES / "v2026.2.1_nsysai_mfu_2gpu_after.sqlite"))
+    [idle] = [f for f in res.findings if f.rule == "gpu_idle" and f.impact.get("shared_with")]
+    assert idle.impact["shared_with"] == "jitter [aten::layer_norm] and jitter [aten::linear]"
+
+
+def test_queue_wait_headline_says_the_shared_idle_time_per_inference_like_the_cost(sample_analysis):
+    """queue_wait: gpu_idle costs 2.376 ms per inference beyond the idle time in jitter's outliers (3.9 ms in
+    all): the headline gives that time per inference too, not the total beside a per-inference cost."""
+    from profiler.report.fmt import fmt_ms
+    from profiler.report.verdict import analysis_verdict
+
+    data = sample_analysis("queue_wait.sqlite")
+    [idle] = [f for f in data["findings"] if f["rule"] == "gpu_idle"]
+    given = idle["impact"]
+    head = analysis_verdict(data)["headline"]
+    per = fmt_ms(given["shared_ms"] / given["instances"])
+    assert head.endswith(f"{fmt_ms(given['ms_per_instance'])} per inference, {given['share'] * 100:.3g}% of the "
+                         f"steady state, not counting {per} per inference of idle time in the outliers of "
+                         "jitter [queue_wait.request]")

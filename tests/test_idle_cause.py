@@ -295,3 +295,20 @@ def test_an_idle_gpu_between_requests_of_one_kernel_is_found_in_short_gaps():
     assert "batch requests" in f.recommendation
     res = analyze(_round_trips(12))
     assert [x.rule for x in res.findings if x.rule == "gpu_idle"] == []
+
+
+def test_idle_title_gives_the_busy_share_of_the_same_window_to_read_against_the_summary():
+    """harness_cls: the GPU is busy 6.1% of the 2090 ms steady state and its gaps of 50 us or more idle it
+    35.5% of its 918 ms active window (its many shorter gaps are not counted). The title says how busy it is
+    over that same window, so 'idle 35.5%' does not read as the rest of a 6.1% busy GPU."""
+    from profiler.report.fmt import fmt_num
+    from profiler.rules.capture._common import pct
+
+    res = analyze_path(capture_or_skip(SAMPLE_TRACES / "harness_cls.sqlite"))
+    f = _idle(res)
+    ev, steady = f.evidence, res.to_json()["phases"]["steady"]
+    busy = ev["busy_ms"] / ev["active_window_ms"]
+    assert f.title.startswith(f"GPU 0 (NVIDIA H200) busy {pct(busy)}% of its {fmt_num(ev['active_window_ms'])} ms "
+                              f"active window, idle {pct(ev['idle_fraction'])}% of it in {ev['gaps']} gaps of 50 us")
+    assert busy + ev["idle_fraction"] < 0.6  # the rest of the window is gaps under 50 us
+    assert ev["busy_ms"] == pytest.approx(steady["gpu_busy_ms"], abs=0.1)  # the busy time the summary shares out

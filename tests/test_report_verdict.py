@@ -220,3 +220,13 @@ def test_variant_colours_are_the_same_in_every_chart(tmp_path):
     assert acc and all(box[k] == c for k, c in acc.items())
     assert len(set(box.values())) == len(box)  # no two variants share a colour
     json.dumps(figs)
+
+
+@pytest.mark.parametrize("given, said", [
+    ({"ms_per_instance": 2.0, "instances": 100, "shared_ms": 3.0, "shared_with": "jitter [a] and jitter [b]"},
+     "2 ms per inference, not counting 0.03 ms per inference of idle time in the outliers of jitter [a] and jitter [b]"),
+    ({"ms_total": 200.0, "shared_ms": 3.0, "shared_with": "jitter [a]"},
+     "200 ms over the steady state, not counting 3 ms of idle time in the outliers of jitter [a]"),
+])
+def test_idle_left_to_jitter_is_said_in_the_unit_of_the_cost_beside_it(given, said):
+    assert impact({"rule": "gpu_idle", "impact": given})["text"] == said

@@ -86,8 +86,16 @@ def impact(f: dict[str, Any]) -> dict[str, Any]:
     if given.get("included_in"):  # the same time another finding already prices
         parts.append(f"the same time as {given['included_in']}")
     elif given.get("shared_with") and _num(given.get("shared_ms")) is not None:  # priced beyond what another holds
-        parts.append(f"beyond the {fmt_ms(_num(given['shared_ms']))} that {given['shared_with']} prices")
+        parts.append(_not_counting(given, per is not None))
     return {"ms": ms, "share": share, "cov": cov, "text": given.get("text") or ", ".join(parts)}
+
+
+def _not_counting(given: dict[str, Any], per_inference: bool) -> str:
+    """The idle time a gpu_idle finding leaves to the jitter findings whose outliers hold it, in the unit of
+    the finding's own cost (per inference beside a per-inference cost, else over the steady state)."""
+    ms, n = _num(given["shared_ms"]), _num(given.get("instances"))
+    amount = f"{fmt_ms(ms / n)} per inference" if per_inference and n else fmt_ms(ms)
+    return f"not counting {amount} of idle time in the outliers of {given['shared_with']}"
 
 
 def where(f: dict[str, Any]) -> str:

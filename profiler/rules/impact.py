@@ -183,7 +183,7 @@ def _idle_in_outliers(ctx: CaptureContext, findings: list[Finding], steady_ms: f
         rest = cost - included
         n_inf = f.impact["instances"]
         share = min(max(rest / steady_ms, 0.0), 1.0) if steady_ms > 0 else None
-        names = ", ".join(f"jitter [{name}]" for name in shared)
+        names = and_list([f"jitter [{name}]" for name in shared])
         f.impact.update({
             "ms_total": rest, "share": share,
             "ms_per_instance": rest / n_inf if f.impact["ms_per_instance"] is not None and n_inf else
@@ -193,6 +193,11 @@ def _idle_in_outliers(ctx: CaptureContext, findings: list[Finding], steady_ms: f
             f.impact["included_in"] = names
         f.evidence["impact"] = dict(f.impact)
         f.severity = _severity(share) if share is not None and steady_ms >= MIN_JUDGED_MS else "low"
+
+
+def and_list(items: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
 def _counted_gaps(ctx: CaptureContext, f: Finding) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

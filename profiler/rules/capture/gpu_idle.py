@@ -13,6 +13,7 @@ from profiler.capture import blockwise
 from profiler.capture import summary as SM
 from profiler.capture.series import HostCalls
 from profiler.findings import Finding
+from profiler.report.fmt import fmt_num
 from profiler.rules import Thresholds, rule
 from profiler.rules.capture import _common
 from profiler.rules.capture._common import band, pct
@@ -226,14 +227,15 @@ def _headline(ctx: CaptureContext, d: SM.DeviceGaps, idle: _Idle, top: np.ndarra
     largest = float((idle.ge - idle.gs).max())
     one_off = n_gaps > 1 and largest >= t["one_off_gap_share"] * idle_ns and \
         (idle_ns - largest) / active_ns < t["min_idle_fraction"]
+    window = (f"{dev_label} busy {pct(d.busy_ns / active_ns)}% of its {fmt_num(active_ns / 1e6, 4)} ms active "
+              f"window, idle {pct(frac)}% of it")  # the busy share of this window reads against the summary's
     if one_off:
-        what = (f"{dev_label} idle {pct(frac)}% of its active window, {pct(largest / idle_ns)}% of it in one "
+        what = (f"{window}, {pct(largest / idle_ns)}% of that in one "
                 f"gap of {largest / 1e6:.3g} ms at {(idle.gs[top[0]] - ctx.capture_start_ns) / 1e6:.6g} ms (a "
                 f"one-time pause; the other {n_gaps - 1} {_plural(n_gaps - 1, 'gap')} idle "
                 f"{pct((idle_ns - largest) / active_ns)}%)")
         return "low", what, True
-    what = (f"{dev_label} idle {pct(frac)}% of its active window in {n_gaps} {_plural(n_gaps, 'gap')} of "
-            f"{t['min_gap_us']:g} us or more")
+    what = f"{window} in {n_gaps} {_plural(n_gaps, 'gap')} of {t['min_gap_us']:g} us or more"
     return band(frac, t["high_idle_fraction"], t["medium_idle_fraction"]), what, False
 
 
