@@ -201,7 +201,8 @@ def _short_headline(ctx: CaptureContext, d: SM.DeviceGaps, idle: _Idle) -> tuple
     names = ctx.gpu_names()
     dev_label = f"GPU {d.device_id}" + (f" ({names[d.device_id]})" if names.get(d.device_id) else "")
     med_us = float(np.median(idle.ge - idle.gs)) / 1e3
-    return "high", (f"{dev_label} idle {pct(idle.fraction)}% of its active window in {len(idle.gs)} short gaps "
+    return "high", (f"{dev_label} busy {pct(d.busy_ns / idle.active_ns)}% of its {fmt_num(idle.active_ns / 1e6, 4)} "
+                    f"ms active window, idle {pct(idle.fraction)}% of it in {len(idle.gs)} short gaps "
                     f"(median {med_us:.3g} us) between inferences of a few kernels each"), False
 
 
