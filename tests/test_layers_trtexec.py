@@ -269,3 +269,24 @@ def test_ort_profile_frame(tmp_path):
     assert len(f) > 20 and set(f["count"]) == {4} and "Conv" in set(f["type"])
     assert f["share_pct"].sum() == pytest.approx(100.0) and (f["variant"] == "ort-cpu").all()
     assert set(f["tactic"]) == {"CPUExecutionProvider"} and lf.precision_mix(f).get("fp32", 0) > 50
+
+
+def test_layer_info_names_the_network_io_each_layer_touches(tmp_path):
+    """``Bindings`` lists I/O tensors without a direction: one a layer writes is an output (even when
+    another layer reads it too), any other an input; without ``Bindings`` nothing is guessed."""
+    def t(name):
+        return {"Name": name, "Dimensions": [1, 8], "Format/Datatype": "Row major linear FP32"}
+
+    layers = [{"Name": "q", "LayerType": "Reformat", "Inputs": [t("x")], "Outputs": [t("a")]},
+              {"Name": "mm", "LayerType": "CaskGemm", "Inputs": [t("a")], "Outputs": [t("y")]},
+              {"Name": "tail", "LayerType": "Reformat", "Inputs": [t("y")], "Outputs": [t("z")]}]
+    path = tmp_path / "e.graph.json"
+    path.write_text(json.dumps({"Layers": layers, "Bindings": ["x", "y", "z"]}))
+    info, _, _ = tx.parse_layer_info(path)
+    io = info.set_index("name")[["network_inputs", "network_outputs"]].to_dict("index")
+    assert io == {"q": {"network_inputs": ["x"], "network_outputs": []},
+                  "mm": {"network_inputs": [], "network_outputs": ["y"]},
+                  "tail": {"network_inputs": [], "network_outputs": ["z"]}}
+    path.write_text(json.dumps({"Layers": layers}))
+    info, _, _ = tx.parse_layer_info(path)
+    assert not any(info["network_inputs"].map(len)) and not any(info["network_outputs"].map(len))

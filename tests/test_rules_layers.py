@@ -14,6 +14,7 @@ from profiler.rules.context import LayerContext
 
 SETS = {"a100-fp32": "pytorch/resnet/A100/fp32", "a100-fp16": "pytorch/resnet/A100/fp16",
         "a100-qat": "pytorch/resnet/A100/qat", "a100-qgap": "pytorch/resnet/A100/qat-residual-qgap",
+        "a100-qres": "pytorch/resnet/A100/qat-residual",
         "3090-fp32": "tensorflow/resnet/RTX-3090/fp32", "mobilenet-qat": "tests/inputs/mobilenet.qat",
         "mobilenet-v2-qat": "tests/inputs/mobilenet_v2_residuals.qat"}
 
@@ -68,6 +69,63 @@ def test_a100_qat(findings):
 def test_qat_residual_qgap_has_fewest_reformats(findings):
     assert findings["a100-qgap"]["unfused_reformat"].evidence["costly_layers"] == 1
     assert "precision_fallback" not in findings["a100-qgap"]
+
+
+def test_input_quantisation_gets_io_format_advice(findings):
+    """qgap's one costly Q/DQ layer quantises the FP32 engine input 'input.1': no Q/DQ placement fuses it,
+    only an INT8 input does. Its 14% is worth a finding, rated one band lower, with I/O-format advice."""
+    f = findings["a100-qgap"]["unfused_reformat"]
+    (x,) = f.evidence["io_layers"]
+    assert (x["name"], x["direction"], x["binding"]) == ("QuantizeLinear_2", "input", "input.1")
+    assert x["trtexec_flag"] == "--inputIOFormats=int8:chw" and x["format_to"] == "Row major Int8 format"
+    assert f.severity == "medium" and f.evidence["placement_share_pct"] == 0.0
+    assert f.evidence["io_share_pct"] == pytest.approx(f.evidence["share_pct"]) and f.evidence["share_pct"] > 10
+    assert "put Q/DQ pairs" not in f.recommendation and "accept the cost" in f.recommendation
+    assert "'input.1'" in f.recommendation and "--inputIOFormats=int8:chw " in f.recommendation
+    assert "all converting network I/O (input.1)" in f.title
+
+
+def test_qat_residual_splits_placement_from_io(findings):
+    """qat-residual: 13% is the input's QuantizeLinear, 2.8% Q/DQ layers inside the network: medium, not
+    high, and both remedies are given."""
+    f = findings["a100-qres"]["unfused_reformat"]
+    ev = f.evidence
+    assert [x["name"] for x in ev["io_layers"]] == ["QuantizeLinear_2"] and ev["costly_layers"] == 3
+    assert ev["io_share_pct"] == pytest.approx(13.03, abs=0.01)
+    assert ev["placement_share_pct"] == pytest.approx(2.80, abs=0.01)
+    assert f.severity == "medium"
+    assert "Inside the network (2.8% of layer time): " in f.recommendation and "put Q/DQ pairs" in f.recommendation
+    assert "--inputIOFormats=int8:chw" in f.recommendation and "1 of them (13.0%) converts" in f.title
+
+
+def test_qat_input_quantisation_in_vectorised_int8(findings):
+    """A100 qat quantises its input into CHW4 int8: the flag names that layout; the 19.8% left inside
+    the network keeps the finding high."""
+    f = findings["a100-qat"]["unfused_reformat"]
+    (x,) = f.evidence["io_layers"]
+    assert x["binding"] == "input.1" and x["trtexec_flag"] == "--inputIOFormats=int8:chw4"
+    assert f.severity == "high" and f.evidence["placement_share_pct"] == pytest.approx(19.81, abs=0.01)
+
+
+def test_fp16_io_reformats(findings):
+    """A100 fp16: both costly reformats convert the engine's I/O (FP32 input to FP16, FP16 to the FP32
+    output): I/O-format advice for each direction, and low (8.7% of I/O only)."""
+    f = findings["a100-fp16"]["unfused_reformat"]
+    by_dir = {x["direction"]: x for x in f.evidence["io_layers"]}
+    assert by_dir["input"]["binding"] == "input.1" and by_dir["output"]["binding"] == "191"
+    assert by_dir["output"]["trtexec_flag"] == "--outputIOFormats=fp16:chw" and not by_dir["output"]["caveat"]
+    # the first conv reads TensorRT's own 'channel % 4' layout: fp16 in linear layout, saying so
+    assert by_dir["input"]["trtexec_flag"] == "--inputIOFormats=fp16:chw" and "% 4" in by_dir["input"]["caveat"]
+    assert f.severity == "low" and "put Q/DQ pairs" not in f.recommendation
+
+
+def test_reformats_inside_the_network_unchanged(findings):
+    """No reformat of the RTX 3090 exports touches a binding (the TensorFlow input goes through a
+    transpose first): the placement advice alone."""
+    for key in ("3090-fp32",):
+        f = findings[key]["unfused_reformat"]
+        assert f.evidence["io_layers"] == [] and "put Q/DQ pairs" in f.recommendation
+        assert f.evidence["placement_share_pct"] == f.evidence["share_pct"]
 
 
 def test_3090_fp32_tensor_core_heuristic(findings):
@@ -154,3 +212,64 @@ def test_trtexecs_jitter_threshold_is_one_mapping_for_every_scope():
         assert (f.threshold["cov_pct"], f.threshold["why"]) == jitter_cov_limit(version)
         assert jitter_threshold_pct({"name": "tensorrt", "version": version}) == jitter_cov_limit(version)
     assert "before 8.6" in jitter_cov_limit("8.4.1")[1] and "unknown" in jitter_cov_limit(None)[1]
+
+
+def _reformat(name, t_ms, fmt_in, fmt_out, net_in=(), net_out=(), dims=(8, 3, 32, 32)):
+    return {"name": name, "type": "Reformat", "time_avg_ms": t_ms, "time_total_ms": t_ms, "formats_in": [fmt_in],
+            "formats_out": [fmt_out], "dims_in": [list(dims)], "dims_out": [list(dims)],
+            "network_inputs": list(net_in), "network_outputs": list(net_out)}
+
+
+def _conv(t_ms):
+    return {"name": "conv", "type": "CaskConvolution", "time_avg_ms": t_ms, "time_total_ms": t_ms}
+
+
+def _unfused(rows, **thresholds):
+    [f] = run("unfused_reformat", LayerContext("v", lf.make_frame(rows)), **thresholds)
+    return f
+
+
+def test_io_reformat_severity_one_band_lower():
+    fp32, int8 = "Row major linear FP32", "Thirty-two wide channel vectorized row major Int8 format"
+    q_in = _reformat("QuantizeLinear_0", 20.0, fp32, int8, net_in=["x"])
+    # 20% at the input alone: medium (high before); 12% inside the network keeps high
+    assert _unfused([q_in, _conv(80.0)]).severity == "medium"
+    assert _unfused([q_in, _reformat("DequantizeLinear_5", 12.0, int8, fp32), _conv(68.0)]).severity == "high"
+    assert _unfused([_reformat("QuantizeLinear_0", 5.0, fp32, int8, net_in=["x"]), _conv(95.0)]).severity == "low"
+    assert _unfused([q_in, _conv(80.0)], io_medium_share_pct=25.0).severity == "low"  # the band is a threshold
+
+
+def test_io_reformat_advice_per_direction():
+    fp32, int8 = "Row major linear FP32", "Row major Int8 format"
+    f = _unfused([_reformat("QuantizeLinear_0", 4.0, fp32, "Four wide channel vectorized row major Int8 format",
+                            net_in=["x"]),
+                  _reformat("DequantizeLinear_9", 2.0, int8, fp32, net_out=["y"]), _conv(94.0)])
+    q, dq = f.evidence["io_layers"]
+    assert (q["binding"], q["trtexec_flag"]) == ("x", "--inputIOFormats=int8:chw4")
+    assert (dq["direction"], dq["binding"], dq["trtexec_flag"]) == ("output", "y", "--outputIOFormats=int8:chw")
+    assert "drop this QuantizeLinear" in f.recommendation and "drop this DequantizeLinear" in f.recommendation
+    assert "host-to-device copy also shrinks 4x" in f.recommendation and "put Q/DQ pairs" not in f.recommendation
+    assert "one spec per input" not in f.recommendation
+
+
+def test_io_reformat_two_inputs_and_same_format_copy():
+    fp32, fp16 = "Row major linear FP32", "Channel major FP16 format where channel % 8 == 0"
+    rows = [_reformat("Reformatting CopyNode for Input Tensor 0 to conv", 4.0, fp32, fp16, net_in=["a"]),
+            {**_conv(90.0), "network_inputs": ["b"]},
+            _reformat("copied_squeeze", 6.0, fp32, fp32, net_out=["y"])]  # a copy onto the output: no format change
+    f = _unfused(rows)
+    (x,) = f.evidence["io_layers"]
+    assert x["trtexec_flag"] == "--inputIOFormats=fp16:hwc8" and not x["caveat"]
+    assert "(one spec per input, in binding order)" in f.recommendation and "Pass 'a' as FP16" in f.recommendation
+    assert f.evidence["placement_share_pct"] == pytest.approx(6.0) and "Inside the network (6.0%" in f.recommendation
+
+
+def test_trtexec_format_names():
+    k = rl.trtexec_format
+    assert k("Row major linear FP32") == "fp32:chw" and k("Row major Int8 format") == "int8:chw"
+    assert k("Two wide channel vectorized row major FP16 format") == "fp16:chw2"
+    assert k("Sixteen wide channel vectorized row major FP16 format") == "fp16:chw16"
+    assert k("Channel major FP16 format where channel % 16 == 0") == "fp16:hwc16"
+    assert k("Channel major FP16 format where channel % 4 == 0") is None  # TensorRT's own layout
+    assert k("Channel major FP16 format where channel % 8 == 0", [1, 8, 4, 16, 16]) == "fp16:dhwc8"
+    assert k("Half kHWC8") == "fp16:hwc8" and k(None) is None

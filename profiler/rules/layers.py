@@ -7,8 +7,12 @@ use for the same diagnosis made from their data.
 
 Thresholds (each rule's defaults, severity bands included):
 - ``layer_hotspot``: one layer above 10 % of the summed per-layer time (medium above 25 %).
-- ``unfused_reformat``: reformat / stand-alone Q/DQ layers that cost time (any); high from 10 % of
-  layer time, medium from 3 %.
+- ``unfused_reformat``: reformat / stand-alone Q/DQ layers that cost time (any). Those that convert a
+  network input or output binding (the layer info's ``Bindings``) are told apart: no Q/DQ placement removes
+  them, only feeding/taking the binding in the engine's format (trtexec ``--inputIOFormats`` /
+  ``--outputIOFormats``, the conversion moved into pre-/post-processing), and their advice says so.
+  Severity: the share Q/DQ placement can remove is high from 10 % of layer time, medium from 3 %; the
+  I/O share one band lower (medium from 10 %, else low); the finding takes the higher of the two.
 - ``precision_fallback``: non-reformat layers computing in a higher precision than the build asked
   for (fp16 build: fp32 layers; int8 build: fp16/fp32 layers).
 - ``tiny_layers``: at least 10 layers, and at least 30 % of the timed layers, under 10 us each.
@@ -36,9 +40,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from profiler.findings import Finding, sort_findings
+from profiler.findings import SEVERITIES, Finding, sort_findings
 from profiler.layers import frame as lf
 from profiler.rules import Overrides, Thresholds, rule, run_rules
 from profiler.rules._trtexec import (ENQUEUE_BOUND_RATIO, JITTER_MEDIUM_OVER_LIMIT, TRANSFER_BOUND_RATIO,
@@ -50,6 +55,17 @@ _TC_MARKERS = re.compile(r"xmma|hmma|imma|gmma|h884|h1688|h16816|i8816|i16832|16
                          r"tensorop|_hgemm|wmma", re.I)
 _NON_TC = re.compile(r"scudnn|sgemm|gemv|simt|int8x4_icudnn|icudnn_int8x4|f32f32_f32f32|_fp32_icudnn_int8x4", re.I)
 _GEMM_TYPES = re.compile(r"conv|gemm|matmul|matrixmultiply|fullyconnected", re.I)
+_QUANTISED = {"int8", "uint8", "fp8", "int4", "fp4"}
+# TensorRT's tensor format strings -> trtexec layouts; first match wins; None: a layout trtexec's
+# --inputIOFormats/--outputIOFormats cannot name. The descriptions are TensorRT 8-10's; the enum-style names
+# (kHWC8, LINEAR) are for the separate ``Format`` field of TensorRT 11's inspector (no such export here to check)
+_LAYOUTS = ((r"\btwo wide|\bk?chw2\b", "chw2"), (r"\bfour wide|\bk?chw4\b", "chw4"),
+            (r"\bsixteen wide|\bk?chw16\b", "chw16"), (r"thirty-two wide|\bk?chw32\b", "chw32"),
+            (r"channel % 8 ==|\bk?hwc8\b", "hwc8"), (r"channel % 16 ==|\bk?hwc16\b", "hwc16"),
+            (r"channel % \d+ ==", None), (r"channel major|\bk?hwc\b", "hwc"), (r"row major|\bk?linear\b", "chw"))
+_PLACEMENT_ADVICE = ("Reformats convert layouts/precisions between layers that disagree. For QAT models put Q/DQ "
+                     "pairs on every input of a convolution and of residual adds so TensorRT fuses them; keep "
+                     "adjacent layers in one precision and channel counts aligned.")
 
 
 def _layer_ev(r: dict, digits: int = 2) -> dict[str, Any]:
@@ -91,30 +107,139 @@ def layer_hotspot(v: LayerContext, t: Thresholds) -> list[Finding]:
                        "counts let Tensor Core kernels run.")]
 
 
-@rule("unfused_reformat", scope="layers", defaults={"time_ms": 0.0, "high_share_pct": 10.0, "medium_share_pct": 3.0})
+def _listed(x: Any) -> list:
+    return list(x) if isinstance(x, (list, tuple, np.ndarray)) else []
+
+
+def _first(x: Any) -> Any:
+    xs = _listed(x)
+    return xs[0] if xs else None
+
+
+def _io_binding(r: dict) -> tuple[str, str] | None:
+    """('input' | 'output', binding) of a reformat/Q layer that converts a network input or output (the
+    format changes on the way: a same-format copy onto a binding is no I/O-format matter)."""
+    if _first(r.get("formats_in")) == _first(r.get("formats_out")):
+        return None
+    for direction, key in (("input", "network_inputs"), ("output", "network_outputs")):
+        if _listed(r.get(key)):
+            return direction, str(_listed(r.get(key))[0])
+    return None
+
+
+def trtexec_format(fmt: str | None, dims: Any = None) -> str | None:
+    """trtexec's I/O format spec ('int8:chw4') for a TensorRT tensor format string; None for a layout
+    trtexec cannot request (``channel % 4`` ones are TensorRT's own)."""
+    prec = lf.precision_from_format(fmt)
+    layout = next((name for pat, name in _LAYOUTS if re.search(pat, str(fmt or ""), re.I)), None)
+    if len(_listed(dims)) == 5 and layout:
+        layout = {"hwc8": "dhwc8", "chw32": "cdhw32", "hwc": "dhwc"}.get(layout, layout)
+    return f"{prec}:{layout}" if prec and layout else None
+
+
+def _io_flag(direction: str, fmt: str | None, dims: Any) -> tuple[str, str]:
+    """(trtexec flag, caveat): the spec of ``fmt``, else its precision in linear layout and why."""
+    spec = trtexec_format(fmt, dims)
+    caveat = ""
+    if spec is None:
+        prec = lf.precision_from_format(fmt) or "fp32"
+        spec = f"{prec}:chw"
+        caveat = (f" '{fmt}' is TensorRT's own layout, which trtexec cannot request: a cheaper {prec.upper()} "
+                  "reformat may stay.")
+    return f"--{direction}IOFormats={spec}", caveat
+
+
+def _io_layer(r: dict, direction: str, binding: str) -> dict[str, Any]:
+    """Evidence of one reformat/Q layer at a binding, with the trtexec flag that would remove it."""
+    fmt_in, fmt_out = _first(r.get("formats_in")), _first(r.get("formats_out"))
+    engine_fmt, engine_dims = (fmt_out, r.get("dims_out")) if direction == "input" else (fmt_in, r.get("dims_in"))
+    flag, caveat = _io_flag(direction, engine_fmt, _first(engine_dims))
+    return {**_layer_ev(r), "direction": direction, "binding": binding, "format_from": fmt_in,
+            "format_to": fmt_out, "trtexec_flag": flag, "caveat": caveat}
+
+
+def _io_remedy(x: dict, flag: str) -> str:
+    """The change outside the engine that removes one I/O conversion (``x``: :func:`_io_layer`)."""
+    p_from, p_to = lf.precision_from_format(x["format_from"]), lf.precision_from_format(x["format_to"])
+    if x["direction"] == "input" and p_to in _QUANTISED and p_from not in _QUANTISED:
+        return (f"Quantise in pre-processing instead, fused with normalisation: drop this QuantizeLinear from "
+                f"the model so its DequantizeLinear reads an {p_to.upper()} input, apply its scale when preparing "
+                f"the input, and build with trtexec {flag}")
+    if x["direction"] == "output" and p_from in _QUANTISED and p_to not in _QUANTISED:
+        return (f"Dequantise in post-processing instead: drop this DequantizeLinear from the model so it outputs "
+                f"{p_from.upper()}, apply its scale after the copy, and build with trtexec {flag}")
+    engine = p_to if x["direction"] == "input" else p_from
+    stage = "pre-processing" if x["direction"] == "input" else "post-processing"
+    as_ = f"as {engine.upper()}" if engine else "in the engine's format"
+    return f"Pass '{x['binding']}' {as_}, converted in {stage}: trtexec {flag}"
+
+
+def _io_advice(x: dict, inputs: int) -> str:
+    """Why Q/DQ placement cannot remove one I/O conversion, what can, and the copy it also shrinks."""
+    flag = x["trtexec_flag"] + (" (one spec per input, in binding order)" if x["direction"] == "input"
+                                and inputs > 1 else "")
+    b_from, b_to = (lf.bytes_per_element(lf.precision_from_format(x[k])) for k in ("format_from", "format_to"))
+    copy = "host-to-device" if x["direction"] == "input" else "device-to-host"
+    smaller = b_from and b_to and (b_from / b_to if x["direction"] == "input" else b_to / b_from)
+    gain = f" (the {copy} copy also shrinks {smaller:g}x)" if smaller and smaller > 1 else ""
+    return (f"'{x['name']}' converts network {x['direction']} '{x['binding']}' ({x['format_from']} to "
+            f"{x['format_to']}); no Q/DQ placement removes it. {_io_remedy(x, flag)}{gain}; or accept the "
+            f"cost.{x['caveat']}")
+
+
+def _reformat_severity(placement_pct: float, io_pct: float, t: Thresholds) -> str:
+    """Bands over the share Q/DQ placement can remove; the I/O share rates one band lower (medium at
+    most): only a change outside the engine removes it, and the conversion moves into pre-/post-processing."""
+    placement = ("high" if placement_pct >= t["high_share_pct"] else
+                 "medium" if placement_pct >= t["medium_share_pct"] else "low")
+    io = "medium" if io_pct >= t["io_medium_share_pct"] else "low"
+    return min(placement, io, key=SEVERITIES.index)
+
+
+def _reformat_title(key: str, costly: pd.DataFrame, io: list[dict], io_pct: float) -> str:
+    share = float(costly["share_pct"].sum())
+    title = (f"{key}: {len(costly)} reformat/Q-DQ layer(s) cost {costly['time_avg_ms'].sum():.4f} ms "
+             f"({share:.1f}% of layer time)")
+    if not io:
+        return title
+    names = ", ".join(dict.fromkeys(x["binding"] for x in io))
+    if len(io) == len(costly):
+        return f"{title}, all converting network I/O ({names})"
+    return (f"{title}; {len(io)} of them ({io_pct:.1f}%) convert{'s' if len(io) == 1 else ''} network I/O "
+            f"({names})")
+
+
+@rule("unfused_reformat", scope="layers", defaults={"time_ms": 0.0, "high_share_pct": 10.0, "medium_share_pct": 3.0,
+                                                    "io_medium_share_pct": 10.0})
 def unfused_reformat(v: LayerContext, t: Thresholds) -> list[Finding]:
-    """Reformat, copy and stand-alone Q/DQ layers that cost time."""
+    """Reformat, copy and stand-alone Q/DQ layers that cost time; those converting a network input or
+    output (removable only by I/O formats) are told apart from those Q/DQ placement can remove."""
     f = v.layers
     mask = [lf.is_reformat(name, kind) for name, kind in zip(f["name"], f["type"])]
     ref = f[pd.Series(mask, index=f.index, dtype=bool)]  # bool even when empty (else it selects columns)
     costly = ref[ref["time_avg_ms"].fillna(0) > t["time_ms"]]
     if costly.empty:
         return []
+    recs = costly.sort_values("time_avg_ms", ascending=False).to_dict("records")
+    at_io = [(r, b) for r in recs if (b := _io_binding(r))]
+    io = [_io_layer(r, *b) for r, b in at_io]
     share = float(costly["share_pct"].sum())
+    io_pct = float(sum(_num(r.get("share_pct")) or 0.0 for r, _ in at_io))
+    inputs = len({n for x in f.get("network_inputs", []) for n in _listed(x)})
+    advice = [_io_advice(x, inputs) for x in io[:3]]
+    if len(io) < len(costly):
+        advice.insert(0, f"Inside the network ({share - io_pct:.1f}% of layer time): {_PLACEMENT_ADVICE}"
+                      if io else _PLACEMENT_ADVICE)
     qdq = int(sum(bool(re.match(r"(Quantize|Dequantize|QuantLinear|DequantLinear)", n)) for n in ref["name"]))
-    top = costly.sort_values("time_avg_ms", ascending=False).head(5)
-    sev = "high" if share >= t["high_share_pct"] else "medium" if share >= t["medium_share_pct"] else "low"
     return [Finding(
-        rule="unfused_reformat", severity=sev, variant=v.key,
-        title=f"{v.key}: {len(costly)} reformat/Q-DQ layer(s) cost {costly['time_avg_ms'].sum():.4f} ms "
-              f"({share:.1f}% of layer time)",
+        rule="unfused_reformat", severity=_reformat_severity(share - io_pct, io_pct, t), variant=v.key,
+        title=_reformat_title(v.key, costly, io, io_pct),
         evidence={"reformat_layers": int(len(ref)), "costly_layers": int(len(costly)), "qdq_layers": qdq,
                   "time_ms": float(costly["time_avg_ms"].sum()), "share_pct": share,
-                  "top": [_layer_ev(r) for r in top.to_dict("records")]},
+                  "placement_share_pct": share - io_pct, "io_share_pct": io_pct, "io_layers": io,
+                  "top": [_layer_ev(r) for r in recs[:5]]},
         threshold=t.pick("time_ms"),
-        recommendation="Reformats convert layouts/precisions between layers that disagree. For QAT models "
-                       "put Q/DQ pairs on every input of a convolution and of residual adds so TensorRT fuses "
-                       "them; keep adjacent layers in one precision and channel counts aligned.")]
+        recommendation=" ".join(advice))]
 
 
 @rule("precision_fallback", scope="layers", defaults={"medium_share_pct": 10.0})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -119,12 +120,58 @@ def _tensor_format(t: dict) -> str | None:
     return " ".join(parts) or None
 
 
+def network_io(data: Any) -> tuple[set[str], set[str]]:
+    """(input, output) binding names of a layer-info file. ``Bindings`` lists the engine's I/O tensors
+    without saying which way they go: one some layer writes is a network output, any other a network
+    input. Both empty without ``Bindings`` (nothing is guessed from names); bare layer names (the default
+    verbosity) list no tensors, so no row names a binding."""
+    bindings = data.get("Bindings") if isinstance(data, dict) else None
+    if not isinstance(bindings, list):
+        return set(), set()
+    written = {str(t.get("Name")) for layer in data.get("Layers") or [] if isinstance(layer, dict)
+               for t in layer.get("Outputs", []) if isinstance(t, dict)}
+    names = {str(b) for b in bindings if isinstance(b, str)}
+    return names - written, names & written
+
+
+def _layer_row(layer: dict, idx: int, net_in: set[str], net_out: set[str]) -> dict[str, Any]:
+    """One detailed layer of ``--exportLayerInfo`` as a frame row (``network_inputs`` / ``network_outputs``:
+    the I/O bindings it reads or writes, from :func:`network_io`)."""
+    name = str(layer["Name"])
+    base, prof = _strip_profile(name)
+    ins = [t for t in layer.get("Inputs", []) if isinstance(t, dict)]
+    outs = [t for t in layer.get("Outputs", []) if isinstance(t, dict)]
+    meta = layer.get("Metadata")
+    tb = [_tensor_bytes(t) for t in ins + outs]
+    return {
+        "name": name, "order": idx, "profile": prof, "base_name": base,
+        "type": layer.get("LayerType"),
+        "precision_in": lf.precision_from_format(_tensor_format(ins[0])) if ins else None,
+        "precision_out": lf.precision_from_format(_tensor_format(outs[0])) if outs else None,
+        "tactic": layer.get("TacticName") or None,
+        "tactic_value": layer.get("TacticValue"),
+        "fused_nodes": fused_nodes_from_metadata(meta) if meta else fused_nodes_from_name(name),
+        "nodes_from": "metadata" if meta else "name",
+        "weights_bytes": _weights_bytes(layer),
+        "activation_bytes": float(sum(b for b in tb if b is not None)) if any(b is not None for b in tb) else None,
+        "formats_in": [_tensor_format(t) for t in ins],
+        "formats_out": [_tensor_format(t) for t in outs],
+        "dims_in": [t.get("Dimensions") for t in ins],
+        "dims_out": [t.get("Dimensions") for t in outs],
+        "network_inputs": [str(t.get("Name")) for t in ins if str(t.get("Name")) in net_in],
+        "network_outputs": [str(t.get("Name")) for t in outs if str(t.get("Name")) in net_out],
+        "parameter_type": layer.get("ParameterType"),
+        "out_maps": layer.get("OutMaps"), "groups": layer.get("Groups"),
+        "stream_id": layer.get("StreamId"),
+    }
+
+
 def parse_layer_info(path: str | Path) -> tuple[pd.DataFrame, list[str], bool]:
     """``--exportLayerInfo`` JSON -> (frame, messages, detailed?).
 
     Detailed verbosity gives dict layers (formats, tactic, weights, TensorRT 10 ``Metadata`` and
-    ``StreamId``); the default verbosity gives bare layer names only: the frame then has names and
-    the messages say what to rerun with.
+    ``StreamId``, the I/O bindings each layer touches); the default verbosity gives bare layer names
+    only: the frame then has names and the messages say what to rerun with.
     """
     data = read_json(path)
     layers = data.get("Layers") if isinstance(data, dict) else data if isinstance(data, list) else None
@@ -135,39 +182,14 @@ def parse_layer_info(path: str | Path) -> tuple[pd.DataFrame, list[str], bool]:
     if not detailed:
         messages.append(f"{Path(path).name}: layer info was exported at the default profiling verbosity "
                         f"(layer names only); {DETAILED_HINT}")
+    net_in, net_out = network_io(data)
     for idx, layer in enumerate(layers):
         if isinstance(layer, str):
             base, prof = _strip_profile(layer)
             rows.append({"name": layer, "order": idx, "profile": prof, "base_name": base,
                          "fused_nodes": fused_nodes_from_name(layer), "nodes_from": "name"})
-            continue
-        if not isinstance(layer, dict) or "Name" not in layer:
-            continue
-        name = str(layer["Name"])
-        base, prof = _strip_profile(name)
-        ins = [t for t in layer.get("Inputs", []) if isinstance(t, dict)]
-        outs = [t for t in layer.get("Outputs", []) if isinstance(t, dict)]
-        meta = layer.get("Metadata")
-        nodes = fused_nodes_from_metadata(meta) if meta else fused_nodes_from_name(name)
-        tb = [_tensor_bytes(t) for t in ins + outs]
-        rows.append({
-            "name": name, "order": idx, "profile": prof, "base_name": base,
-            "type": layer.get("LayerType"),
-            "precision_in": lf.precision_from_format(_tensor_format(ins[0])) if ins else None,
-            "precision_out": lf.precision_from_format(_tensor_format(outs[0])) if outs else None,
-            "tactic": layer.get("TacticName") or None,
-            "tactic_value": layer.get("TacticValue"),
-            "fused_nodes": nodes, "nodes_from": "metadata" if meta else "name",
-            "weights_bytes": _weights_bytes(layer),
-            "activation_bytes": float(sum(b for b in tb if b is not None)) if any(b is not None for b in tb) else None,
-            "formats_in": [_tensor_format(t) for t in ins],
-            "formats_out": [_tensor_format(t) for t in outs],
-            "dims_in": [t.get("Dimensions") for t in ins],
-            "dims_out": [t.get("Dimensions") for t in outs],
-            "parameter_type": layer.get("ParameterType"),
-            "out_maps": layer.get("OutMaps"), "groups": layer.get("Groups"),
-            "stream_id": layer.get("StreamId"),
-        })
+        elif isinstance(layer, dict) and "Name" in layer:
+            rows.append(_layer_row(layer, idx, net_in, net_out))
     df = pd.DataFrame(rows)
     if df.empty:
         raise InputError(f"{path} lists no layers")
