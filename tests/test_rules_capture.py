@@ -283,6 +283,36 @@ def test_outliers_waiting_on_a_hand_over_are_not_told_to_avoid_locks():
     assert "(mostly host stall)" in g.title and "pin the thread" in g.recommendation
 
 
+def _two_paths(n: int = 200) -> Trace:
+    """Requests alternating between one 40 us kernel (a replayed graph: one launch) and 16 kernels of 2.5 us,
+    each behind a 20 us launch call (the eager path): the same GPU time, 5x the host time."""
+    krows, arows, nv, t, corr = [], [], [], 0, 1
+    for i in range(n):
+        start = t
+        for _ in range(1 if i % 2 else 16):
+            dur = 40 if i % 2 else 2.5
+            arows.append(("cudaLaunchKernel", t, t + 20 * T, 5, "launch"))
+            krows.append((t + 21 * T, t + 21 * T + int(dur * T), 5, t, corr))
+            t += 21 * T + int(dur * T)
+            corr += 1
+        t += 5 * T
+        nv.append(("request", start, t, 5))
+        t += 10 * T
+    return Trace(kernels=kernels(*krows), api=api(*arows), nvtx=ranges(*nv))
+
+
+def test_latency_from_two_paths_that_differ_on_the_host_says_so():
+    """A graph path beside an eager path (alternating requests on the H200: CoV 79%, p99 3.9x, no outlier
+    stands out) was 'Unstable latency' with advice to trace the OS runtime, which was traced."""
+    [f] = fired(analyze(_two_paths()), "jitter")
+    assert "2 paths that differ on the host, not on the GPU" in f.title
+    paths = f.evidence["host_paths"]
+    assert [p["kernels"] for p in paths] == [1, 16] and paths[0]["instances"] == 100 and paths[1]["instances"] >= 99
+    assert paths[1]["wall_ms_median"] > 4 * paths[0]["wall_ms_median"]
+    assert "fast path" in f.recommendation and "nsys -t osrt" not in f.recommendation
+    assert "work_sizes" not in f.evidence  # not 'latency follows the GPU work': the GPU work is the same
+
+
 def test_host_stall_sample():
     res = sample("host_stall")
     stalled = [7, 17, 27, 37, 47, 57, 67, 77, 87, 97]

@@ -79,7 +79,7 @@ def dominant_cause(ctx: CaptureContext, host: dict, ranges_ns: np.ndarray, idle_
         v = float(ranges_ns[sid]) / 1e6
         cands.append((v, Cause("range", f"inside the NVTX range {label} ({fmt_num(v, 3)}{of}", label)))
     outside = float(host.get("outside_cuda_and_os_calls_ms", 0.0))
-    if _osrt_traced(ctx):
+    if osrt_traced(ctx):
         code = Cause("code", f"running code outside CUDA and OS runtime calls ({fmt_num(outside, 3)}{of}")
     else:
         code = Cause("code", f"outside CUDA calls ({fmt_num(outside, 3)}{of}; OS runtime calls were not traced "
@@ -240,7 +240,7 @@ def _cover(ctx: CaptureContext, start: np.ndarray, end: np.ndarray) -> float:
     return intervals.union_length(s, e) / span
 
 
-def _osrt_traced(ctx: CaptureContext) -> bool:
+def osrt_traced(ctx: CaptureContext) -> bool:
     """Whether the capture traced OS runtime calls (nsys -t osrt) and has any."""
     osrt = getattr(ctx.trace, "osrt", None)
     return osrt is not None and len(osrt) > 0

@@ -15,7 +15,7 @@ from profiler import stats
 from profiler.findings import Finding
 from profiler.rules import Thresholds, rule
 from profiler.rules.capture._common import MAX_FINDINGS_PER_RULE, band, outermost, ranges_of, worse
-from profiler.rules.capture._idle_cause import os_call_kind
+from profiler.rules.capture._idle_cause import osrt_traced, os_call_kind
 from profiler.rules.context import CaptureContext
 
 JITTER_MIN_COUNT = 10
@@ -100,7 +100,10 @@ def _set_explained_apart(ctx: CaptureContext, r: dict, o: pd.DataFrame, ev: dict
     elif (queue_ms := _launch_queue_wait_ms(ctx, o, ev)) > 0:
         ev.update(excess_ms_total=max(cost_ms - queue_ms, 0.0), launch_queue_wait_ms=queue_ms)
     elif (by_work := _by_work(ctx.table.instances_of(r["series_id"]))) is not None:
-        ev.update(excess_ms_total=by_work.pop("unexplained_ms"), work_sizes=by_work.pop("sizes"), by_work=by_work)
+        if by_work.pop("host_paths"):  # the sizes differ on the host: a slower path, a cost a fix saves
+            ev.update(host_paths=by_work.pop("sizes"))
+        else:
+            ev.update(excess_ms_total=by_work.pop("unexplained_ms"), work_sizes=by_work.pop("sizes"), by_work=by_work)
 
 
 def _finding(ctx: CaptureContext, r: dict, ev: dict, t: Thresholds) -> Finding:
@@ -125,6 +128,9 @@ def _finding(ctx: CaptureContext, r: dict, ev: dict, t: Thresholds) -> Finding:
     elif main == "launch_queue":
         sev = "low"
         title = _launch_queue_title(ev, busiest)
+    elif "host_paths" in ev and not ev["outliers"]:
+        title = _paths_title(ev)
+        main = "host_paths"
     elif "by_work" in ev:
         title = _work_title(ev["work_sizes"], ev["by_work"])
         if ev["outliers"]:
@@ -135,7 +141,8 @@ def _finding(ctx: CaptureContext, r: dict, ev: dict, t: Thresholds) -> Finding:
     return Finding(
         rule="jitter", severity=sev, range=ctx.label(r["series_id"]), title=title, evidence=ev,
         threshold=t.pick("min_count", "min_median_us", "max_cov_pct", "max_tail_ratio"),
-        recommendation=" ".join(_jitter_advice(m) for m in str(main).split("+")) if main else _jitter_advice(main),
+        recommendation=" ".join(_jitter_advice(m) for m in str(main).split("+")) if main else _jitter_advice(
+            "osrt_traced" if osrt_traced(ctx) else None),
     )
 
 
@@ -163,6 +170,19 @@ def _backlog_title(ev: dict, busiest: float) -> str:
             f"{100 * busiest:.1f}%); {n} syncs wait {wait_ms:.3g} ms (median) for the work queued by the {queued} "
             f"instances before them and their own; the others take {ev['median_ms']:.3g} ms (median; instances "
             f"{_shown([o['index'] for o in waits])})")
+
+
+def _paths_title(ev: dict) -> str:
+    """The title of a range whose instances take a few paths, told apart by the work they launch, that
+    differ in host time: each path's work and median wall time."""
+    paths = "; ".join(f"{p['instances']} with {p['activities']} GPU {_plural_s(p['activities'], 'activity', 'activities')}"
+                      f" ({p['kernels']} kernels): {p['wall_ms_median']:.3g} ms" for p in ev["host_paths"])
+    return (f"Unstable latency: CoV {ev['cov_pct']:.1f}%, p99 {ev['p99_over_median']:.2f}x the median, from "
+            f"{len(ev['host_paths'])} paths that differ on the host, not on the GPU ({paths}; medians)")
+
+
+def _plural_s(n: int, one: str, many: str) -> str:
+    return one if n == 1 else many
 
 
 def _work_title(sizes: list[dict], w: dict) -> str:
@@ -207,10 +227,11 @@ def _by_work(inst: pd.DataFrame) -> dict | None:
     above = float(np.clip(wall_ms - np.median(wall_ms), 0, None).sum())
     walls = np.array([s["wall_ms_median"] for s in sizes])
     host = walls - np.array([s["gpu_busy_ms_median"] for s in sizes])
-    if np.ptp(host) > WORK_MAX_HOST_SPREAD * np.ptp(walls) or above_size + rare_ms > WORK_MAX_UNEXPLAINED * above:
+    if above_size + rare_ms > WORK_MAX_UNEXPLAINED * above:
         return None
-    sizes.sort(key=lambda s: s["gpu_busy_ms_median"])
-    return {"sizes": sizes, "instances_of_rare_sizes": int(rare.sum()), "unexplained_ms": unexplained,
+    host_paths = bool(np.ptp(host) > WORK_MAX_HOST_SPREAD * np.ptp(walls))
+    sizes.sort(key=lambda s: s["wall_ms_median" if host_paths else "gpu_busy_ms_median"])
+    return {"sizes": sizes, "host_paths": host_paths, "instances_of_rare_sizes": int(rare.sum()), "unexplained_ms": unexplained,
             "above_median_ms": above, "explained_ms": above - above_size - rare_ms,
             "cov_pct_max": max(s["cov_pct"] for s in sizes),
             "p99_over_median_max": max(s["p99_over_median"] for s in sizes)}
@@ -303,7 +324,13 @@ def _jitter_advice(cause: str | None) -> str:
         "cuda_api": ("Outliers spend longer in CUDA API calls such as lazy module loading (first use of a kernel) "
                      "or allocation: warm up every code path before measuring (or set CUDA_MODULE_LOADING=EAGER) "
                      "and preallocate buffers outside the loop."),
+        "host_paths": ("The instances take different paths, told apart by the GPU work they launch, and the "
+                       "slower ones spend the extra time on the host: launching more kernels one by one (an eager "
+                       "path beside a CUDA graph), or other host work on that path. Send every request down the "
+                       "fast path (capture the slow one as a graph too), or serve the paths apart."),
         "host_code": ("Outliers spend longer in host code outside CUDA calls (Python, garbage collection, "
                       "pre/post-processing): profile the host side (py-spy), disable GC in the loop, preallocate."),
+        "osrt_traced": ("Latency varies between instances without outliers that stand out: warm up longer, lock "
+                        "GPU clocks (nvidia-smi -lgc), isolate the process and pin it to cores."),
     }.get(cause or "", "Latency varies between instances: warm up longer, lock clocks, isolate the process, and "
                        "trace the OS runtime (nsys -t osrt) so the capture shows host-side causes.")
