@@ -112,6 +112,25 @@ def test_nothing_compared_is_inconclusive_never_no_change(db_url):
     assert compare_runs(store, "two-a", "two-b")["verdict"] == "no_change"
 
 
+def test_an_async_enqueue_whose_gpu_work_got_slower_is_a_regression(db_url):
+    """TensorRT's enqueue ranges end before their GPU work: comparing their wall time (the enqueue) called an
+    engine whose GPU time doubled 'no change'. Their latency is now until their GPU work ends."""
+    from profiler.capture.analyze import analyze
+    from profiler.capture.record import store_analysis
+    from tests.test_capture_inference import trt_app
+
+    store = Store.open(db_url)
+    for label, layer_us in (("fast", (30, 10)), ("fast-again", (30, 10)), ("slow", (60, 20))):
+        store_analysis(store, analyze(trt_app(n=200, layer_us=layer_us)), source="app.sqlite", label=label)
+    slow = compare_runs(store, "fast", "slow")
+    enqueue = next(v for v in slow["variants"] if v["key"] == "TensorRT/ExecutionContext::enqueue")
+    assert slow["verdict"] == "regression" and enqueue["verdict"] == "regression"
+    assert enqueue["median_ratio"] == pytest.approx((50 + 80) / (50 + 40), rel=0.02)  # enqueue start to GPU end
+    assert compare_runs(store, "fast", "fast-again")["verdict"] == "no_change"
+    frame = store.samples_frame(store.run_dict("slow")["variants"][0]["id"])
+    assert frame["enqueue_ms"].dropna().median() == pytest.approx(0.020)  # the enqueue's own time, kept
+
+
 def test_compare_stored_runs(db_url):
     store = Store.open(db_url)
     rng = np.random.default_rng(5)

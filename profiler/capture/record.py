@@ -12,7 +12,7 @@ def store_analysis(store: Any, result: Any, *, source: str | os.PathLike, label:
                    artifacts: list[tuple[str, str]] | None = None, options: dict[str, Any] | None = None,
                    data: dict[str, Any] | None = None) -> int:
     """Record an analysis (an ``AnalysisResult`` or a ``CachedAnalysis``) as a run of kind 'analyze': one
-    variant (kind 'range') per series with its per-instance samples (wall and GPU busy time), the
+    variant (kind 'range') per series with its per-instance samples (latency, GPU busy time), the
     findings and the artifacts. Returns the run id. ``data``: ``result.to_json()`` when the caller
     already has it. The run's source hash is the one the analysis cache computed, else the file's."""
     from profiler.store import rows

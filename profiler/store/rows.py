@@ -51,12 +51,19 @@ def analysis_run(data: AnalysisDocument, source: str | os.PathLike, label: str |
 def range_rows(r: dict[str, Any], instances: Any, capture_start_ns: int) -> VariantRows:
     """One analysed series (``CaptureContext.ranges`` entry) as a variant of kind 'range', with one sample
     per instance (``instances``: its rows of the series table's instance frame)."""
+    import numpy as np
     import pandas as pd
 
+    from profiler import stats
+
+    wall_ms = instances["wall_ns"].to_numpy() / 1e6
+    latency_ms, latency = completion_ms(instances)
     samples = pd.DataFrame({
         "idx": instances["idx"].to_numpy(),
         "start_ms": (instances["start_ns"].to_numpy() - capture_start_ns) / 1e6,
-        "latency_ms": instances["wall_ns"].to_numpy() / 1e6,
+        "latency_ms": latency_ms,
+        # an async range's own time, its enqueue (NaN, stored as NULL, where the latency is the wall time)
+        "enqueue_ms": np.full(len(wall_ms), np.nan) if latency == "wall" else wall_ms,
         "gpu_busy_ms": instances["gpu_busy_ns"].to_numpy() / 1e6,
         "compute_ms": instances["compute_ns"].to_numpy() / 1e6,
     })
@@ -64,8 +71,25 @@ def range_rows(r: dict[str, Any], instances: Any, capture_start_ns: int) -> Vari
                                                        "outlier_indices") and not k.startswith("_")}
     metrics["count"] = r["count"]
     metrics["outlier_indices"] = r["outlier_indices"][:1000]
+    metrics["latency"] = latency
+    summary = r["wall_ms"] if latency == "wall" else stats.summarize(latency_ms)
     return VariantRows({"kind": "range", "key": r["name"], "domain": r["domain"] or None,
-                        "latency_ms": r["wall_ms"], "metrics": metrics}, samples=samples)
+                        "latency_ms": summary, "metrics": metrics}, samples=samples)
+
+
+def completion_ms(instances: Any) -> tuple[Any, str]:
+    """(per-instance latency in ms, what it is): the range's wall time, or, for a range whose GPU work
+    mostly ends after it (an async enqueue: TensorRT's, a CUDA graph launch), the time from its start to
+    the end of its GPU work or of itself, whichever is later. Comparing two runs on the enqueue's wall time
+    alone would call a GPU twice as slow 'no change'."""
+    import numpy as np
+
+    start, end = instances["start_ns"].to_numpy(), instances["end_ns"].to_numpy()
+    gpu_end = instances["gpu_end_ns"].to_numpy() if "gpu_end_ns" in instances else np.zeros(len(start), np.int64)
+    has = gpu_end > 0
+    if not has.any() or np.median(gpu_end[has] - end[has]) <= 0:
+        return (end - start) / 1e6, "wall"
+    return (np.maximum(end, np.where(has, gpu_end, end)) - start) / 1e6, "until_gpu_done"
 
 
 def analysis_summary(data: AnalysisDocument) -> dict[str, Any]:
