@@ -295,6 +295,37 @@ def test_an_idle_gpu_between_requests_of_one_kernel_is_found_in_short_gaps():
     assert "batch requests" in f.recommendation
     res = analyze(_round_trips(12))
     assert [x.rule for x in res.findings if x.rule == "gpu_idle"] == []
+    # what impact shares out against jitter are the gaps the finding priced, not those of 50 us or more
+    from profiler.rules.impact import _counted_gaps
+
+    res = analyze(_round_trips(1))
+    gs, _, _ = _counted_gaps(res.context, _idle(res))
+    assert len(gs) == _idle(res).evidence["gaps"]
+
+
+def test_a_one_time_cost_stays_low_when_jitter_shares_its_idle_time(monkeypatch):
+    """impact._idle_in_outliers re-rated every gpu_idle finding whose idle time jitter's outliers hold in part;
+    a one-time cost (kernels' first launches) came back high from low."""
+    import types
+
+    from profiler.findings import Finding
+    from profiler.rules import impact as I
+
+    monkeypatch.setattr(I, "_counted_gaps", lambda ctx, f: None)
+    monkeypatch.setattr(I, "_shared_ms", lambda ctx, sid, gaps: 5.0)
+    ctx = types.SimpleNamespace(ranges=[{}], label=lambda i: "request")
+    idle = Finding(rule="gpu_idle", severity="low", range=None, title="idle (a one-time cost)",
+                   evidence={"one_time_cost": True}, threshold={}, recommendation="")
+    idle.impact = {"ms_total": 80.0, "ms_per_instance": 0.8, "instances": 100, "share": 0.8}
+    jit = Finding(rule="jitter", severity="medium", range="request", title="", evidence={}, threshold={},
+                  recommendation="")
+    jit.impact = {"ms_total": 5.0}
+    I._idle_in_outliers(ctx, [idle, jit], steady_ms=100.0)
+    assert idle.impact["shared_ms"] == 5.0 and idle.severity == "low"
+    idle.evidence.pop("one_time_cost")
+    idle.impact = {"ms_total": 80.0, "ms_per_instance": 0.8, "instances": 100, "share": 0.8}
+    I._idle_in_outliers(ctx, [idle, jit], steady_ms=100.0)
+    assert idle.severity == "high"  # any other idle keeps the band of what is left (75%)
 
 
 def test_idle_title_gives_the_busy_share_of_the_same_window_to_read_against_the_summary():

@@ -40,7 +40,7 @@ WARMUP_RATIO = 1.5
 """A leading instance is warm-up when its host + GPU time exceeds this multiple of the typical one."""
 SPAN_CANDIDATES = 8
 """When no repeated range launches that share of the whole capture's GPU work, the ones with the most wall
-time (at most this many) are held to that share of the GPU work in their own span instead."""
+time (at most this many) are held to that share of the GPU work from their first instance on instead."""
 WARMUP_MAX_SHARE = 0.25
 """At most this share of the instances is dropped as warm-up (a slowly settling series stays measured)."""
 NO_INT = np.iinfo(np.int64).min
@@ -109,23 +109,28 @@ def choose_series(table: S.SeriesTable, unit_name: str | None = None) -> tuple[i
                       key=lambda i: (-wall[i], -count[i]))
     outer = [i for i in repeated if busy[i] >= UNIT_MIN_GPU_SHARE * total_busy]
     # else a few requests after a long warm-up outside any range (first-call autotuning, lazy loading):
-    # they launch little of the capture's GPU work but most of the work during their own span
+    # they launch little of the capture's GPU work but a fair share of the work from their first one on
     outer = outer or [i for i in repeated[:SPAN_CANDIDATES]
-                      if busy[i] > 0 and busy[i] >= UNIT_MIN_GPU_SHARE * _span_busy(table, sid, i)]
+                      if busy[i] > 0 and busy[i] >= UNIT_MIN_GPU_SHARE * _busy_from_first(table, sid, i)]
     if outer:
         return outer[0], "nvtx"
     return None, "window"
 
 
-def _span_busy(table: S.SeriesTable, sid: np.ndarray, i: int) -> int:
-    """GPU busy time (ns) of the work starting between series ``i``'s first instance start and its last
-    instance end."""
+def _busy_from_first(table: S.SeriesTable, sid: np.ndarray, i: int) -> int:
+    """GPU busy time (ns) of the work its processes launch (or of unknown launch) starting at or after series
+    ``i``'s first instance: the warm-up before it left out, the rest of the program after it not (two marked
+    iterations of a long loop are no unit), another process's work neither."""
     inst = table.instances
-    rows = np.flatnonzero(sid == i)
-    lo, hi = int(inst["start_ns"].to_numpy()[rows].min()), int(inst["end_ns"].to_numpy()[rows].max())
+    lo = int(inst["start_ns"].to_numpy()[sid == i].min())
+    pids = np.unique(inst["tid"].to_numpy()[sid == i] >> 24)
     act = table.activity
-    return blockwise.union_length(act.start_ns, act.end_ns, lambda sl: (act.start_ns[sl] >= lo) & (act.start_ns[sl] <= hi),
-                                  act.sorted_by_start)
+
+    def mine(sl: slice) -> np.ndarray:
+        tid = act.api_tid[sl]
+        return (act.start_ns[sl] >= lo) & ((tid < 0) | np.isin(tid >> 24, pids))
+
+    return blockwise.union_length(act.start_ns, act.end_ns, mine, act.sorted_by_start)
 
 
 def window_reason(table: S.SeriesTable) -> str:
@@ -146,7 +151,7 @@ def window_reason(table: S.SeriesTable) -> str:
         return (f"no repeated outermost NVTX range; nested ones repeat, e.g. "
                 f"{label_of(table.series['domain'].iat[i], table.series['name'].iat[i])} x{int(count[i])}: "
                 "--unit NAME takes one as the inference")
-    return (f"no repeated outermost NVTX range launches {UNIT_MIN_GPU_SHARE:.0%} of the GPU work in its span "
+    return (f"no repeated outermost NVTX range launches {UNIT_MIN_GPU_SHARE:.0%} of the GPU work from its first instance on "
             "(--unit NAME takes one as the inference)")
 
 

@@ -192,7 +192,8 @@ def _idle_in_outliers(ctx: CaptureContext, findings: list[Finding], steady_ms: f
         if share is None or share < IMPACT_MIN_SHARE:  # nothing of its own left: all of it is that time
             f.impact["included_in"] = names
         f.evidence["impact"] = dict(f.impact)
-        f.severity = _severity(share) if share is not None and steady_ms >= MIN_JUDGED_MS else "low"
+        f.severity = _severity(share) if share is not None and steady_ms >= MIN_JUDGED_MS \
+            and not f.evidence.get("one_time_cost") else "low"
 
 
 def and_list(items: list[str]) -> str:
@@ -207,7 +208,7 @@ def _counted_gaps(ctx: CaptureContext, f: Finding) -> tuple[np.ndarray, np.ndarr
     dev = next((d for d in ctx.devices if d.device_id == f.evidence.get("device_id")), None)
     if dev is None:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
-    keep = dev.gap_ns >= float(f.threshold.get("min_gap_us", 0.0)) * 1e3
+    keep = dev.gap_ns >= float(f.evidence.get("counted_min_gap_us", f.threshold.get("min_gap_us", 0.0))) * 1e3
     gs, ge = dev.gap_start_ns[keep], dev.gap_end_ns[keep]
     if f.evidence.get("one_time_pause") and len(gs):
         drop = int(np.argmax(ge - gs))

@@ -174,6 +174,10 @@ def _io_remedy(x: dict, flag: str) -> str:
     return f"Pass '{x['binding']}' {as_}, converted in {stage}: trtexec {flag}"
 
 
+VECTORISED = re.compile(r"vectori[sz]ed|channel\s*%|hwc\d|chw\d", re.IGNORECASE)
+"""Tensor formats that pad the channels to a vector width (TensorRT's chw4/chw32, hwc8/hwc16 ...)."""
+
+
 def _io_advice(x: dict, inputs: int) -> str:
     """Why Q/DQ placement cannot remove one I/O conversion, what can, and the copy it also shrinks."""
     flag = x["trtexec_flag"] + (" (one spec per input, in binding order)" if x["direction"] == "input"
@@ -181,7 +185,11 @@ def _io_advice(x: dict, inputs: int) -> str:
     b_from, b_to = (lf.bytes_per_element(lf.precision_from_format(x[k])) for k in ("format_from", "format_to"))
     copy = "host-to-device" if x["direction"] == "input" else "device-to-host"
     smaller = b_from and b_to and (b_from / b_to if x["direction"] == "input" else b_to / b_from)
-    gain = f" (the {copy} copy also shrinks {smaller:g}x)" if smaller and smaller > 1 else ""
+    engine_format = x["format_to"] if x["direction"] == "input" else x["format_from"]
+    # a vectorised layout pads the channels to its vector width (3 image channels to 4 or 8): the copy's
+    # size then depends on the channel count, and may even grow, so no ratio is claimed
+    padded = VECTORISED.search(str(engine_format)) is not None
+    gain = f" (the {copy} copy also shrinks {smaller:g}x)" if smaller and smaller > 1 and not padded else ""
     return (f"'{x['name']}' converts network {x['direction']} '{x['binding']}' ({x['format_from']} to "
             f"{x['format_to']}); no Q/DQ placement removes it. {_io_remedy(x, flag)}{gain}; or accept the "
             f"cost.{x['caveat']}")

@@ -187,6 +187,7 @@ def _finding(ctx: CaptureContext, d: SM.DeviceGaps, idle: _Idle, t: Thresholds, 
             "largest_gap_ms": largest / 1e6, "median_gap_us": float(np.median(ge - gs)) / 1e3,
             "largest_gap_share": largest / idle.idle_ns, "one_time_pause": one_off, "host_cause": cause.kind,
             **({"one_time_cost": True} if first_uses else {}),
+            **({"counted_min_gap_us": 0.0} if short else {}),  # gaps of any length: what impact shares out
             "host_cause_range": cause.name if cause.kind == "range" else None,
             "host_during_gaps_ms": host, "top_gaps": _top_gaps(ctx, gs, ge, top, per_gap),
         },

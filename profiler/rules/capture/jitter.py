@@ -176,7 +176,8 @@ def _paths_title(ev: dict) -> str:
     """The title of a range whose instances take a few paths, told apart by the work they launch, that
     differ in host time: each path's work and median wall time."""
     paths = "; ".join(f"{p['instances']} with {p['activities']} GPU {_plural_s(p['activities'], 'activity', 'activities')}"
-                      f" ({p['kernels']} kernels): {p['wall_ms_median']:.3g} ms" for p in ev["host_paths"])
+                      + (f" ({p['kernels']} kernels)" if p["kernels"] else "") + f": {p['wall_ms_median']:.3g} ms"
+                      for p in ev["host_paths"])
     return (f"Unstable latency: CoV {ev['cov_pct']:.1f}%, p99 {ev['p99_over_median']:.2f}x the median, from "
             f"{len(ev['host_paths'])} paths that differ on the host, not on the GPU ({paths}; medians)")
 
