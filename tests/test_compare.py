@@ -131,6 +131,28 @@ def test_an_async_enqueue_whose_gpu_work_got_slower_is_a_regression(db_url):
     assert frame["enqueue_ms"].dropna().median() == pytest.approx(0.020)  # the enqueue's own time, kept
 
 
+def test_tensorrt_inference_ranges_match_across_api_names(db_url):
+    """TensorRT 8's enqueueV2 against TensorRT 10's enqueueV3 range: the same inference, matched (nothing
+    was compared before, and the verdict read no_change); a second unmatched one on a side is left alone."""
+    from profiler.compare.runs import _tensorrt_renamed
+
+    store = Store.open(db_url)
+    rng = np.random.default_rng(3)
+    for label, key, scale in (("trt8", "ExecutionContext::enqueueV2", 1.0), ("trt10", "ExecutionContext::enqueueV3", 1.3)):
+        rid = store.create_run(kind="analyze", source="app.sqlite", label=label)
+        store.add_variant(rid, {"key": key, "domain": "TensorRT"},
+                          samples=[{"idx": i, "latency_ms": float(x)} for i, x in enumerate(rng.normal(scale, 0.01, 200))])
+        store.finish_run(rid)
+    out = compare_runs(store, "trt8", "trt10")
+    [v] = out["variants"]
+    assert v["key"] == "TensorRT/ExecutionContext::enqueueV3"
+    assert v["baseline_key"] == "TensorRT/ExecutionContext::enqueueV2"
+    assert v["median_ratio"] == pytest.approx(1.3, abs=0.02) and v["verdict"] != "missing"
+    two = ["TensorRT/ExecutionContext::enqueue", "TensorRT/ExecutionContext::execute"]
+    assert _tensorrt_renamed(two, ["TensorRT/ExecutionContext::enqueueV3"]) == {}
+    assert _tensorrt_renamed(["TensorRT/layer0"], ["TensorRT/layer1"]) == {}
+
+
 def test_compare_stored_runs(db_url):
     store = Store.open(db_url)
     rng = np.random.default_rng(5)

@@ -100,6 +100,10 @@ def _print(result: dict, *, err: bool = False) -> None:
         verdict = str(v.get("verdict")) + ("+acc" if v.get("accuracy_verdict") == "regression" else "")
         echo(f"{str(v['key'])[:36]:<36} {verdict:<12} {_num(v.get('median_ratio'), '.3f'):>7} "
              f"{ci:>15} {p:>9}  {v.get('reason', '')}")
+    for v in result["variants"]:
+        if v.get("baseline_key"):
+            echo(f"matched: {v['baseline_key']} (baseline) with {v['key']} (candidate), TensorRT's inference "
+                 "range under another API name")
     for e in result["environment_changes"]:
         echo(f"changed: {e['field']}: {e['baseline']} -> {e['candidate']}")
     for f in result["findings_appeared"]:

@@ -1,6 +1,7 @@
 """Compare a candidate run against a baseline run from the store.
 
-Variants are matched by key (NVTX series by domain and name). For each matched variant: the latency
+Variants are matched by key (NVTX series by domain and name; TensorRT's inference range also across its API
+names, enqueueV2 against enqueueV3, when it is the one unmatched on each side). For each matched variant: the latency
 verdict (``profiler.compare.stats.decide`` on the per-iteration samples), the throughput ratio, the
 accuracy deltas per output (and whether a threshold that passed now fails), per-layer time deltas,
 and the trend of the variant's fingerprint across the history. For the run: what changed in the
@@ -10,6 +11,7 @@ nsys capture.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -32,6 +34,18 @@ LAYER_NOISE_FLOOR = 0.10
 
 def _variant_name(v: dict[str, Any]) -> str:
     return f"{v['domain']}/{v['key']}" if v.get("domain") else v["key"]
+
+
+_TENSORRT_INFERENCE = re.compile(r"^TensorRT/ExecutionContext::(enqueue|execute)\w*$")
+"""TensorRT's range around each inference: enqueue, enqueueV2/V3, execute, executeV2 by version and API."""
+
+
+def _tensorrt_renamed(base: list[str], cand: list[str]) -> dict[str, str]:
+    """{candidate key: baseline key} for the TensorRT inference range under another API name (an engine
+    moved from enqueueV2 to enqueueV3 across TensorRT versions): one such range unmatched on each side."""
+    b = [k for k in base if _TENSORRT_INFERENCE.match(k) and k not in cand]
+    c = [k for k in cand if _TENSORRT_INFERENCE.match(k) and k not in base]
+    return {c[0]: b[0]} if len(b) == 1 and len(c) == 1 else {}
 
 
 def _samples(store: Store, variant_id: int) -> np.ndarray:
@@ -200,11 +214,14 @@ def compare_runs(store: Store, baseline_ref: int | str, candidate_ref: int | str
         raise UsageError(f"refusing to compare: {'; '.join(why_not)} (--force compares them anyway)")
     jitter_cov = _jitter_cov_pct(cand)
     bvars = {_variant_name(v): v for v in base["variants"]}
+    renamed = _tensorrt_renamed(list(bvars), [_variant_name(v) for v in cand["variants"]])
     variants = []
     for cv in cand["variants"]:
         name = _variant_name(cv)
-        bv = bvars.pop(name, None)
+        bv = bvars.pop(renamed.get(name, name), None)
         row: dict[str, Any] = {"key": name, "status": cv.get("status")}
+        if name in renamed:
+            row["baseline_key"] = renamed[name]
         if bv is None:
             row.update({"verdict": "missing", "reason": "not in the baseline run"})
             variants.append(row)
