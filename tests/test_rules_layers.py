@@ -278,3 +278,15 @@ def test_trtexec_format_names():
     assert k("Channel major FP16 format where channel % 4 == 0") is None  # TensorRT's own layout
     assert k("Channel major FP16 format where channel % 8 == 0", [1, 8, 4, 16, 16]) == "fp16:dhwc8"
     assert k("Half kHWC8") == "fp16:hwc8" and k(None) is None
+
+
+def test_a_hot_reformat_layer_points_at_unfused_reformat_not_at_its_tactic():
+    """resnet-qat-residual-qgap's hottest layer is the input's QuantizeLinear (14.2%): 'check its precision and
+    tactic' cannot help there; a hot convolution keeps that advice."""
+    fp32, int8 = "Row major linear FP32", "Row major Int8 format"
+    rows = [_reformat("QuantizeLinear_0", 30.0, fp32, int8, net_in=["x"]), _conv(70.0)]
+    [hot] = run("layer_hotspot", LayerContext("v", lf.make_frame(rows)), share_pct=25.0)
+    assert hot.range == "conv" and "precision and tactic" in hot.recommendation
+    [hot] = run("layer_hotspot", LayerContext("v", lf.make_frame([rows[0], _conv(20.0)])))
+    assert hot.range == "QuantizeLinear_0" and "network input 'x'" in hot.recommendation
+    assert "unfused_reformat" in hot.recommendation and "tactic" not in hot.recommendation

@@ -103,8 +103,19 @@ def layer_hotspot(v: LayerContext, t: Thresholds) -> list[Finding]:
               f"{top['share_pct']:.1f}% ({top['time_avg_ms']:.4f} ms)",
         evidence={"layers": recs, "top_share_pct": float(top["share_pct"])},
         threshold={"share_pct": share_pct},
-        recommendation="Start optimising here: check its precision and tactic, and whether its channel "
-                       "counts let Tensor Core kernels run.")]
+        recommendation=_hotspot_advice(top.to_dict()))]
+
+
+def _hotspot_advice(top: dict) -> str:
+    """Where to start: the hottest layer's precision and tactic, unless it is a reformat or Q/DQ layer
+    (unfused_reformat says how to remove it: Q/DQ placement, or I/O formats for a network input/output)."""
+    if lf.is_reformat(top["name"], top.get("type")):
+        io = _io_binding(top)
+        where = f" of network {io[0]} '{io[1]}'" if io else ""
+        return (f"The hottest layer is a reformat or Q/DQ layer{where}, not a computation: see the "
+                "unfused_reformat finding for how to remove it.")
+    return ("Start optimising here: check its precision and tactic, and whether its channel counts let Tensor "
+            "Core kernels run.")
 
 
 def _listed(x: Any) -> list:
