@@ -68,6 +68,9 @@ METRICS = ("max_abs", "mean_abs", "rel_l2", "cosine", "top1_agreement", "exact_m
            "nan_count", "inf_count")
 #: What an output holds; top-1 agreement is computed only for ``classes`` and ``logits`` (along the last axis).
 OUTPUT_KINDS = ("classes", "logits", "boxes", "regression")
+#: What each kind is, in words for the terminal ("regression" alone reads as an accuracy regression there).
+KIND_WORDS = {"classes": "class probabilities", "logits": "logits", "boxes": "boxes",
+              "regression": "continuous values", "integer": "integers"}
 #: The tolerance keys of a precision's limits (not limits themselves: they parameterise the elementwise check).
 TOLERANCE_KEYS = ("atol", "rtol")
 #: Bin edges (absolute error) of the error histogram: 0, then decades from 1e-8 to 1e3, then anything above.

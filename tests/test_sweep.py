@@ -298,6 +298,8 @@ def test_cli_end_to_end_on_the_bundled_default(tmp_path, capsys):
     assert run["kind"] == "sweep" and run["status"] == "ok" and len(run["variants"]) == 16
     assert {a["kind"] for a in run["artifacts"]} >= {"summary"}
     assert "fp16-ws64M-s2" in stdout
+    # what an output was taken to hold, in words ("output 'y': regression (...)" read as an accuracy regression)
+    assert "output 'probs' taken as class probabilities (every row" in stdout + stderr
 
 
 def test_cli_accuracy_gate_exits_1(tmp_path, capsys):

@@ -12,6 +12,7 @@ from typing import Any, Callable
 import numpy as np
 
 from profiler import __version__
+from profiler.accuracy import KIND_WORDS
 from profiler.backends.base import Backend, BuildError, VariantSpec
 from profiler.errors import InputError
 from profiler.findings import Finding, json_safe, sort_findings
@@ -227,7 +228,8 @@ class Sweep:
         for name, m in per_output.items():
             if name not in self._kinds_said and m.get("kind"):
                 self._kinds_said.add(name)
-                line = f"output {name!r}: {m['kind']} ({m.get('kind_reason', '')})"
+                words = KIND_WORDS.get(m["kind"], m["kind"])
+                line = f"output {name!r} taken as {words} ({m.get('kind_reason', '')})"
                 self.say(f"  {line}")
                 if line not in self.notes:
                     self.notes.append(line)
