@@ -212,58 +212,7 @@ def compare_runs(store: Store, baseline_ref: int | str, candidate_ref: int | str
     why_not = incomparable(base, cand)
     if why_not and not force:
         raise UsageError(f"refusing to compare: {'; '.join(why_not)} (--force compares them anyway)")
-    jitter_cov = _jitter_cov_pct(cand)
-    bvars = {_variant_name(v): v for v in base["variants"]}
-    renamed = _tensorrt_renamed(list(bvars), [_variant_name(v) for v in cand["variants"]])
-    variants = []
-    for cv in cand["variants"]:
-        name = _variant_name(cv)
-        bv = bvars.pop(renamed.get(name, name), None)
-        row: dict[str, Any] = {"key": name, "status": cv.get("status")}
-        if name in renamed:
-            row["baseline_key"] = renamed[name]
-        if bv is None:
-            row.update({"verdict": "missing", "reason": "not in the baseline run"})
-            variants.append(row)
-            continue
-        if cv.get("status") != "ok" or bv.get("status") != "ok":
-            row.update({"verdict": "missing",
-                        "reason": f"status baseline={bv.get('status')} candidate={cv.get('status')}"})
-            variants.append(row)
-            continue
-        bs, cs = _samples(store, bv["id"]), _samples(store, cv["id"])
-        verdict = decide(bs, cs, r)
-        row.update(verdict.to_dict())
-        bt, ct = bv.get("throughput_qps"), cv.get("throughput_qps")
-        row["throughput_ratio"] = (ct / bt) if bt and ct else None
-        row["baseline_samples_ms"], row["candidate_samples_ms"] = _thin(bs), _thin(cs)
-        row["accuracy"], newly_failed = _accuracy_deltas(bv.get("accuracy", []), cv.get("accuracy", []))
-        if newly_failed:
-            row["accuracy_verdict"] = "regression"
-        row["fingerprint_changed"] = bv.get("fingerprint") != cv.get("fingerprint")
-        row["trend"] = trend(store, cv.get("fingerprint"))
-        row["host_bound"] = host_bound(bv) or host_bound(cv)
-        row["baseline_repeats_ms"], row["candidate_repeats_ms"] = repeat_medians(bv), repeat_medians(cv)
-        prior = _prior_points(row["trend"], cand["id"])
-        judge(row, bv, cv, [p["median_ms"] for p in prior], r, jitter_cov,
-              prior_shares=[p.get("host_others_share") for p in prior])
-        _judged_layers(row, bv, cv)
-        variants.append(row)
-    for name, bv in bvars.items():
-        variants.append({"key": name, "verdict": "missing", "reason": "not in the candidate run"})
-
-    env = [{"field": f, "baseline": base.get(f), "candidate": cand.get(f)}
-           for f in ENV_FIELDS if base.get(f) != cand.get(f)]
-    be, ce = base.get("environment") or {}, cand.get("environment") or {}
-    env += [{"field": f"environment.{k}", "baseline": be.get(k), "candidate": ce.get(k)}
-            for k in sorted(set(be) | set(ce)) if be.get(k) != ce.get(k)]
-
-    # how the queries were run: a throughput measured with two queries in flight is not one measured with one
-    bc, cc = base.get("config") or {}, cand.get("config") or {}
-    env += [{"field": f"config.{k}", "baseline": bc.get(k, default), "candidate": cc.get(k, default)}
-            for k, default in (("transfers", True), ("overlap", False))
-            if (bc or cc) and bc.get(k, default) != cc.get(k, default)]
-
+    variants = _variant_rows(store, base, cand, r)
     bf = {_finding_key(f): f for f in base["findings"]}
     cf = {_finding_key(f): f for f in cand["findings"]}
     latency_regressions = [v["key"] for v in variants if v.get("verdict") == "regression"]
@@ -286,8 +235,70 @@ def compare_runs(store: Store, baseline_ref: int | str, candidate_ref: int | str
         "baseline": {k: base.get(k) for k in ("id", "label", "kind", "source", "created_at", *ENV_FIELDS)},
         "candidate": {k: cand.get(k) for k in ("id", "label", "kind", "source", "created_at", *ENV_FIELDS)},
         "variants": variants,
-        "environment_changes": env,
+        "environment_changes": _environment_changes(base, cand),
         "findings_appeared": [f for k, f in cf.items() if k not in bf],
         "findings_disappeared": [f for k, f in bf.items() if k not in cf],
         "kernel_deltas": _kernel_deltas(base, cand),
     }
+
+
+def _variant_rows(store: Store, base: dict, cand: dict, r: dict) -> list[dict[str, Any]]:
+    """One row per variant of either run: matched by key (and TensorRT's inference range across its API
+    names), judged where both sides measured it, 'missing' with the reason elsewhere."""
+    jitter_cov = _jitter_cov_pct(cand)
+    bvars = {_variant_name(v): v for v in base["variants"]}
+    renamed = _tensorrt_renamed(list(bvars), [_variant_name(v) for v in cand["variants"]])
+    variants = []
+    for cv in cand["variants"]:
+        name = _variant_name(cv)
+        bv = bvars.pop(renamed.get(name, name), None)
+        row: dict[str, Any] = {"key": name, "status": cv.get("status")}
+        if name in renamed:
+            row["baseline_key"] = renamed[name]
+        if bv is None:
+            row.update({"verdict": "missing", "reason": "not in the baseline run"})
+        elif cv.get("status") != "ok" or bv.get("status") != "ok":
+            row.update({"verdict": "missing",
+                        "reason": f"status baseline={bv.get('status')} candidate={cv.get('status')}"})
+        else:
+            _judged_row(store, row, bv, cv, cand["id"], r, jitter_cov)
+        variants.append(row)
+    for name, bv in bvars.items():
+        variants.append({"key": name, "verdict": "missing", "reason": "not in the candidate run"})
+    return variants
+
+
+def _judged_row(store: Store, row: dict, bv: dict, cv: dict, cand_id: Any, r: dict, jitter_cov: float) -> None:
+    """Fill ``row`` for a variant both runs measured: the latency verdict within and between runs, throughput,
+    accuracy deltas, trend and per-layer deltas."""
+    bs, cs = _samples(store, bv["id"]), _samples(store, cv["id"])
+    row.update(decide(bs, cs, r).to_dict())
+    bt, ct = bv.get("throughput_qps"), cv.get("throughput_qps")
+    row["throughput_ratio"] = (ct / bt) if bt and ct else None
+    row["baseline_samples_ms"], row["candidate_samples_ms"] = _thin(bs), _thin(cs)
+    row["accuracy"], newly_failed = _accuracy_deltas(bv.get("accuracy", []), cv.get("accuracy", []))
+    if newly_failed:
+        row["accuracy_verdict"] = "regression"
+    row["fingerprint_changed"] = bv.get("fingerprint") != cv.get("fingerprint")
+    row["trend"] = trend(store, cv.get("fingerprint"))
+    row["host_bound"] = host_bound(bv) or host_bound(cv)
+    row["baseline_repeats_ms"], row["candidate_repeats_ms"] = repeat_medians(bv), repeat_medians(cv)
+    prior = _prior_points(row["trend"], cand_id)
+    judge(row, bv, cv, [p["median_ms"] for p in prior], r, jitter_cov,
+          prior_shares=[p.get("host_others_share") for p in prior])
+    _judged_layers(row, bv, cv)
+
+
+def _environment_changes(base: dict, cand: dict) -> list[dict[str, Any]]:
+    """What differs between the runs' environments (driver, GPU, versions ...) and how their queries ran."""
+    env = [{"field": f, "baseline": base.get(f), "candidate": cand.get(f)}
+           for f in ENV_FIELDS if base.get(f) != cand.get(f)]
+    be, ce = base.get("environment") or {}, cand.get("environment") or {}
+    env += [{"field": f"environment.{k}", "baseline": be.get(k), "candidate": ce.get(k)}
+            for k in sorted(set(be) | set(ce)) if be.get(k) != ce.get(k)]
+    # how the queries were run: a throughput measured with two queries in flight is not one measured with one
+    bc, cc = base.get("config") or {}, cand.get("config") or {}
+    env += [{"field": f"config.{k}", "baseline": bc.get(k, default), "candidate": cc.get(k, default)}
+            for k, default in (("transfers", True), ("overlap", False))
+            if (bc or cc) and bc.get(k, default) != cc.get(k, default)]
+    return env
