@@ -50,7 +50,7 @@ def activity_metrics(inst: pd.DataFrame, act: Activity, srt: Sorted, unknown: np
         first = intervals.window_extreme(srt.take(act.start_ns), lo, hi, np.minimum)
         last = intervals.window_extreme(srt.take(act.end_ns), lo, hi, np.maximum)
         inst["span_ns"] = np.maximum(inst["wall_ns"].to_numpy(), last - first)
-        inst["gpu_end_ns"] = last
+        inst["gpu_start_ns"], inst["gpu_end_ns"] = first, last
         return
     # Unions need the member rows themselves: expand windows in chunks of whole instances.
     cum = np.concatenate([[0], np.cumsum(np.maximum(hi - lo, 0))])
@@ -82,7 +82,7 @@ def activity_metrics(inst: pd.DataFrame, act: Activity, srt: Sorted, unknown: np
     # launch's work runs after the range closes, so busy time over this (never over the wall time alone)
     # is a fraction in [0, 1] that neither counts the host's queueing nor exceeds 1
     inst["span_ns"] = np.maximum(inst["wall_ns"].to_numpy(), last - first)
-    inst["gpu_end_ns"] = last  # 0 without GPU work
+    inst["gpu_start_ns"], inst["gpu_end_ns"] = first, last  # 0, 0 without GPU work
 
 
 NESTED_RATIO = 20

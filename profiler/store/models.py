@@ -144,7 +144,7 @@ class Sample(Base):
     idx: Mapped[int] = mapped_column(Integer)
     start_ms: Mapped[Optional[float]] = mapped_column(Float)
     latency_ms: Mapped[Optional[float]] = mapped_column(Float)  # h2d + compute + d2h, or a range's wall time
-    # (until its GPU work ends when that work mostly ends after the range: store.rows.completion_ms)
+    # (its GPU work's latency when that work mostly ends after the range: store.rows.range_latency_ms)
     enqueue_ms: Mapped[Optional[float]] = mapped_column(Float)
     h2d_ms: Mapped[Optional[float]] = mapped_column(Float)
     compute_ms: Mapped[Optional[float]] = mapped_column(Float)
