@@ -47,9 +47,9 @@ def test_each_leg_of_the_rule_can_veto():
     floor = decide(tiny, tiny * 1.10)
     assert floor.verdict == "no_change" and "> 5 us" in floor.reason
     assert decide(tiny, tiny * 1.10, {"abs_floor_ms": 0.0005}).verdict == "regression"
-    # large but not significant: two noisy samples of five
-    noisy = decide([1, 2, 3, 1.5, 2.5], [1.2, 2.6, 3.1, 1.4, 2.9])
-    assert noisy.verdict == "no_change" and not noisy.significant
+    # large but not significant: two noisy samples of eight (of five, no p could reach 0.01: inconclusive)
+    noisy = decide([1, 2, 3, 1.5, 2.5, 1.8, 2.2, 2.7], [1.2, 2.6, 3.1, 1.4, 2.9, 1.9, 2.0, 2.8])
+    assert noisy.verdict == "no_change" and not noisy.significant and noisy.median_ratio > 1.05
     assert decide([1.0], [2.0]).verdict == "missing"
 
 
@@ -292,3 +292,22 @@ def test_per_output_findings_and_new_outputs(tmp_path):
     assert [f["evidence"]["output"] for f in out["findings_disappeared"]] == ["boxes"]
     # 'scores' is new in b (no baseline to have passed) and 'boxes' failed in both: no accuracy regression
     assert out["accuracy_regressions"] == []
+
+
+def test_a_change_too_few_samples_can_confirm_is_inconclusive_not_no_change():
+    """tiny vs fewiters (H200 captures of 4 requests each): ratio 1.66 read 'no change beyond noise', exit 0;
+    with 4 samples a side the Mann-Whitney p (normal approximation, continuity corrected) never goes below
+    0.030, nor with 5 below 0.012: too few for p < 0.01, whatever the change."""
+    from profiler.compare.noise import inconclusive_cause, judge
+    from profiler.compare.stats import smallest_p
+
+    assert smallest_p(4, 4) == pytest.approx(mann_whitney_u([0, 1, 2, 3], [4, 5, 6, 7])[1]) and \
+        smallest_p(4, 4) > 0.01 > smallest_p(6, 6)
+    base, cand = [1.0, 1.02, 0.98, 1.01], [1.66, 1.7, 1.62, 1.65]
+    v = decide(base, cand)
+    assert v.verdict == "inconclusive" and "too few for p < 0.01" in v.reason and v.median_ratio > 1.6
+    row = v.to_dict()
+    judge(row, {}, {}, [], {"rel_threshold": 0.05}, 5.0)
+    assert row["verdict"] == "inconclusive" and inconclusive_cause(row) == "few_samples"
+    assert decide(base + [1.0, 0.99], cand + [1.64, 1.67]).verdict == "regression"  # 6 a side can: p 0.005
+    assert decide(base, [1.0, 1.01, 0.99, 1.02]).verdict == "no_change"  # no change of any size to confirm

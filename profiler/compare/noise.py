@@ -224,13 +224,16 @@ INCONCLUSIVE_CAUSES = {
     "host_busy": ("the host was busy with other processes", "rerun both sides on a quiet host"),
     "few_repeats": ("too few repeats to tell it from noise", "rerun both sides with `trtprof sweep --repeat 5`"),
     "unmeasured": ("run-to-run spread unmeasured", "rerun both sides with `trtprof sweep --repeat 5`"),
+    "few_samples": ("too few samples in a run to test it", "measure more iterations (--iterations/--duration, or "
+                    "a longer capture)"),
 }
 
 
 def inconclusive_cause(row: dict[str, Any]) -> str:
     """The key of INCONCLUSIVE_CAUSES for an inconclusive comparison row."""
     ev = row.get("noise") or {}
-    return "host_busy" if ev.get("host_shared") else "few_repeats" if ev.get("weak") else "unmeasured"
+    return "few_samples" if ev.get("few_samples") else "host_busy" if ev.get("host_shared") else \
+        "few_repeats" if ev.get("weak") else "unmeasured"
 
 
 def judge(row: dict[str, Any], base: dict[str, Any], cand: dict[str, Any], prior_medians: Sequence[float],
@@ -240,6 +243,9 @@ def judge(row: dict[str, Any], base: dict[str, Any], cand: dict[str, Any], prior
     within = row.get("verdict")
     row["within_reason"] = row.get("reason")
     row["noise"] = {"source": None, "summary": "not needed: no change within the run"}
+    if within == "inconclusive":  # stats.decide: too few samples to test the change it saw
+        row["noise"] = {"source": None, "few_samples": True, "summary": "not reached: too few samples within the run"}
+        return
     if within not in ("regression", "improvement"):
         return
     direction = 1 if within == "regression" else -1

@@ -104,8 +104,9 @@ def verdict_summary(data: dict) -> dict[str, Any]:
 
         causes = dict.fromkeys(inconclusive_cause(v) for v in by["inconclusive"])
         why = " or ".join(INCONCLUSIVE_CAUSES[c][0] for c in causes)
-        cls, head = "warn", (f"Inconclusive: {len(by['inconclusive'])} of {n} noisy "
-                             f"variant{'s' if n != 1 else ''} changed within one run, {why}")
+        compared = n - len(by["missing"])  # "1 of 7" counted the variants missing from one run too
+        cls, head = "warn", (f"Inconclusive: {len(by['inconclusive'])} of {compared} compared "
+                             f"variant{'s' if compared != 1 else ''} changed within one run, but {why}")
     elif imp:
         cls, head = "ok", f"No regression; {len(imp)} of {n} variant{'s' if n != 1 else ''} faster"
     else:
