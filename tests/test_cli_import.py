@@ -95,3 +95,22 @@ def test_partial_import_warns(a100, tmp_path):
     assert any("without its layer info" in w for w in data["run"]["warnings"])
     assert data["variants"][0]["gpu_compute_ms"]["median"] == pytest.approx(0.862183, abs=5e-7)
     assert data["alignment"] == []
+
+
+def test_imports_of_different_networks_are_refused_unless_forced(trtexec_fixtures, tmp_path):
+    """A PyTorch ResNet on an A100 against a TensorFlow ResNet-50 on an RTX 3090 (input.1 / 191 against
+    input_1 / predictions) was gated as a 6.1x regression, exit 1, without --force; one model's FP32 and FP16
+    imports still compare."""
+    db = f"sqlite:///{tmp_path / 'runs.db'}"
+    runner = CliRunner()
+    for label, path in (("pt32", "pytorch/resnet/A100/fp32"), ("pt16", "pytorch/resnet/A100/fp16"),
+                        ("tf32", "tensorflow/resnet/RTX-3090/fp32")):
+        r = runner.invoke(cli, ["import", str(trtexec_fixtures / path), "--db", db, "--label", label])
+        assert r.exit_code == 0, r.output
+    r = subprocess.run([sys.executable, "-m", "profiler", "compare", "pt32", "tf32", "--db", db],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "different models" in r.stderr and "input.1" in r.stderr and "input_1" in r.stderr
+    forced = runner.invoke(cli, ["compare", "pt32", "tf32", "--db", db, "--force"])
+    assert "FORCED COMPARISON" in forced.output
+    same = runner.invoke(cli, ["compare", "pt32", "pt16", "--db", db])
+    assert same.exit_code == 0 and "verdict: improvement" in same.output

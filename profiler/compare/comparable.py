@@ -43,6 +43,26 @@ def _names(items: list[tuple]) -> str:
     return ", ".join(f"{t[0]}:{t[1]}" + (f"{list(t[2])}" if len(t) > 2 else "") for t in items) or "none"
 
 
+def _bindings(run: dict[str, Any]) -> dict[str, Any] | None:
+    """The network inputs and outputs the run's first variant recorded (trtexec layer info), None if none."""
+    for v in run.get("variants") or []:
+        b = (v.get("metrics") or {}).get("bindings")
+        if b:
+            return b
+    return None
+
+
+def _import_models_differ(base: dict[str, Any], cand: dict[str, Any]) -> list[str]:
+    """Two trtexec imports of different networks (a PyTorch ResNet with input 'input.1' against a TensorFlow
+    ResNet-50 with 'input_1'): their engines' input and output names differ. Unknown bindings decide nothing."""
+    bb, cb = _bindings(base), _bindings(cand)
+    if not bb or not cb or (bb.get("inputs"), bb.get("outputs")) == (cb.get("inputs"), cb.get("outputs")):
+        return []
+    return [f"the runs measured different models ({base.get('model')}: inputs {', '.join(bb.get('inputs') or [])}, "
+            f"outputs {', '.join(bb.get('outputs') or [])}; {cand.get('model')}: inputs "
+            f"{', '.join(cb.get('inputs') or [])}, outputs {', '.join(cb.get('outputs') or [])})"]
+
+
 def incomparable(base: dict[str, Any], cand: dict[str, Any]) -> list[str]:
     """Why the two runs (``Store.run_dict``) cannot be compared; empty when they can."""
     why: list[str] = []
@@ -50,6 +70,8 @@ def incomparable(base: dict[str, Any], cand: dict[str, Any]) -> list[str]:
     if bk != ck:
         why.append(f"run {base.get('id')} is {_a(bk)} run and run {cand.get('id')} is {_a(ck)} run")
         return why
+    if bk == "import":
+        return why + _import_models_differ(base, cand)
     if bk != "sweep":
         return why
     bi, ci = _interface(base), _interface(cand)

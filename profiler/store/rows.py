@@ -125,12 +125,27 @@ def export_rows(v: dict[str, Any], export: Any) -> VariantRows:
 
     vd = {k: val for k, val in v.items() if k not in ("time_by_type",)}
     vd["metrics"] = {k: v.get(k) for k in EXPORT_METRICS}
+    vd["metrics"]["bindings"] = export_bindings(export.layers)
     layers = []
     for r in lf.to_records(export.layers):
         r.pop("variant", None)
         extra = {k: r.pop(k) for k in list(r) if k in LAYER_EXTRA}
         layers.append({**r, "extra": extra} if extra else r)
     return VariantRows(vd, samples=export.samples, layers=layers)
+
+
+def export_bindings(layers: Any) -> dict[str, list[str]] | None:
+    """{"inputs": [...], "outputs": [...]}: the engine's network input and output names its layer info
+    gives (None without: an export with no layer-info file, or one without ``Bindings``). What two imports
+    must share to be one model."""
+    out = {}
+    for key, col in (("inputs", "network_inputs"), ("outputs", "network_outputs")):
+        names = set()
+        for cell in (layers[col] if layers is not None and col in layers else []):
+            if isinstance(cell, (list, tuple)) or hasattr(cell, "tolist"):
+                names.update(str(x) for x in list(cell))
+        out[key] = sorted(names)
+    return out if out["inputs"] or out["outputs"] else None
 
 
 def import_summary(data: ImportDocument) -> dict[str, Any]:
