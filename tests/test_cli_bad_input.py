@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from profiler.cli import main
+from profiler.store import Store
 from tests.conftest import NSYS_FIXTURES, TRTEXEC_FIXTURES, rapidocr_model_path
 
 CAPTURE = NSYS_FIXTURES / "v2026.1.1_testcuda_rtx4060ti_report1.sqlite"  # a small real export with CUDA tables
@@ -380,8 +381,17 @@ def test_store_commands_with_a_bad_db(command, db, words, tmp_path, capsys):
 
 @pytest.mark.parametrize("command", [["show", "7"], ["report", "7"], ["compare", "7", "8"]])
 def test_store_commands_with_an_unknown_run(command, tmp_path, capsys):
+    Store.open(str(tmp_path / "s.db")).close()
     code, _, err = run_cli([*command, "--db", str(tmp_path / "s.db")], capsys)
     assert_one_sentence(err, code, 3, "no run with id or label '7'")
+
+
+@pytest.mark.parametrize("command", [["show", "7"], ["report", "7"], ["compare", "7", "8"]])
+def test_store_commands_on_a_store_that_is_not_there_create_none(command, tmp_path, capsys):
+    """A mistyped --db made an empty store and then found no run in it."""
+    code, _, err = run_cli([*command, "--db", str(tmp_path / "typo.db")], capsys)
+    assert_one_sentence(err, code, 3, "no run store at", "typo.db")
+    assert not (tmp_path / "typo.db").exists()
 
 
 def test_report_of_a_missing_json_file_does_not_touch_the_store(tmp_path, capsys, monkeypatch):
@@ -398,3 +408,14 @@ def test_report_to_an_unwritable_path(tmp_path, capsys):
     (tmp_path / "afile").write_text("x")
     code, _, err = run_cli(["report", str(src), "-o", str(tmp_path / "afile" / "r.html")], capsys)
     assert_one_sentence(err, code, 3, "r.html")
+
+
+@pytest.mark.parametrize("option, words", [
+    (["--alpha", "2"], ["--alpha", "0<x<1"]), (["--threshold-pct", "-50"], ["--threshold-pct", "x>=0"]),
+    (["--floor-us", "-1"], ["--floor-us", "x>=0"]), (["--json", ""], ["--json needs a file name"]),
+])
+def test_compare_options_out_of_range_are_usage_errors(option, words, tmp_path, capsys):
+    """--alpha 2, a negative threshold or floor were taken as given; --json '' wrote nothing, exit 0."""
+    Store.open(str(tmp_path / "s.db")).close()
+    code, _, err = run_cli(["compare", "1", "2", "--db", str(tmp_path / "s.db"), *option], capsys)
+    assert_one_sentence(err, code, 2, *words)

@@ -17,9 +17,12 @@ from profiler.findings import json_safe
 @db_option
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the comparison as JSON ('-' = stdout).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Write the HTML comparison report.")
-@click.option("--alpha", type=float, default=None, help="Significance level of the Mann-Whitney test (default 0.01).")
-@click.option("--threshold-pct", type=float, default=None, help="Relative change that matters, percent (default 5).")
-@click.option("--floor-us", type=float, default=None, help="Absolute change that matters, microseconds (default 5).")
+@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=None,
+              help="Significance level of the Mann-Whitney test (default 0.01).")
+@click.option("--threshold-pct", type=click.FloatRange(min=0), default=None,
+              help="Relative change that matters, percent (default 5).")
+@click.option("--floor-us", type=click.FloatRange(min=0), default=None,
+              help="Absolute change that matters, microseconds (default 5).")
 @click.option("--force", is_flag=True,
               help="Compare runs of different kinds, models or input shapes anyway (the output says it was forced).")
 @click.option("--cdn", is_flag=True, help="Reference plotly.js from a CDN instead of embedding it.")
@@ -48,7 +51,7 @@ def command(ctx, baseline, candidate, db, json_path, report_path, alpha, thresho
         rule["rel_threshold"] = threshold_pct / 100
     if floor_us is not None:
         rule["abs_floor_ms"] = floor_us / 1000
-    store = open_store(ctx, db)
+    store = open_store(ctx, db, must_exist=True)
     result = compare_runs(store, baseline, candidate, rule, force=force)
     # the files first: nothing the terminal summary does can lose them
     if json_path:

@@ -7,6 +7,7 @@ before it (``trtprof --db x.db runs``); the subcommand's value wins, then the gr
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
 import click
@@ -49,8 +50,19 @@ def db_url(ctx: click.Context, db: str | None = None) -> str | None:
     return (root.obj or {}).get("db_url")
 
 
-def open_store(ctx: click.Context, db: str | None = None, *, upgrade: bool = True):
-    """Open (creating or upgrading a fresh database) the run store for a command."""
+def open_store(ctx: click.Context, db: str | None = None, *, upgrade: bool = True, must_exist: bool = False):
+    """Open (creating or upgrading a fresh database) the run store for a command. ``must_exist``: a command that
+    reads given runs (compare, report, show) refuses a SQLite file that is not there, rather than create an
+    empty store and then find no run in it (a mistyped --db); a missing folder fails as any bad URL does."""
+    from profiler.errors import InputError
     from profiler.store import Store
+    from profiler.store.api import resolve_url
 
-    return Store.open(db_url(ctx, db), upgrade=upgrade)
+    url = db_url(ctx, db)
+    if must_exist:
+        resolved = resolve_url(url)
+        path = resolved[len("sqlite:///"):] if resolved.startswith("sqlite:///") else None
+        if path and path != ":memory:" and not Path(path).exists() and Path(path).parent.is_dir():
+            raise InputError(f"no run store at {path} (--db, TRTPROF_DB or ./trtprof.db): analyse, import or "
+                             "sweep with that --db first, or point --db at an existing store")
+    return Store.open(url, upgrade=upgrade)

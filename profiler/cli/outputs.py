@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import click
+
 from profiler.errors import InputError
 from profiler.files import atomic_write_bytes, os_reason as _reason
 
@@ -13,7 +15,10 @@ __all__ = ["check_output_file", "check_output_dir", "write_text", "atomic_write_
 
 
 def check_output_file(path: str | None, option: str) -> None:
-    """Make sure ``path`` (a file to write; '-' is stdout) can be written: parent folders are created."""
+    """Make sure ``path`` (a file to write; '-' is stdout) can be written: parent folders are created. An empty
+    name (``--json ''``) is a usage error, not a silent no-op."""
+    if path == "":
+        raise click.UsageError(f"{option} needs a file name ('-' for standard output)")
     if not path or path == "-":
         return
     p = Path(path)

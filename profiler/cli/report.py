@@ -37,7 +37,7 @@ def command(ctx, run, out_path, cdn, db):
             raise InputError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from exc
         default_name = path.with_suffix(".html").name
     else:
-        store = open_store(ctx, db)
+        store = open_store(ctx, db, must_exist=True)
         rid = store.resolve_run(run)
         data = store.report_data(rid)
         if not data:

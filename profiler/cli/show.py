@@ -17,7 +17,7 @@ from profiler.cli.options import db_option, open_store
 @click.pass_context
 def command(ctx: click.Context, run: str, as_json: bool, db: str | None) -> None:
     """Show RUN (a run id, or a label: its newest run)."""
-    store = open_store(ctx, db)
+    store = open_store(ctx, db, must_exist=True)
     try:
         d = store.run_dict(run)
     finally:
