@@ -109,6 +109,9 @@ def _print(result: dict, *, err: bool = False) -> None:
                  "range under another API name")
     for e in result["environment_changes"]:
         echo(f"changed: {e['field']}: {e['baseline']} -> {e['candidate']}")
+    if result.get("accuracy_unmeasured"):
+        echo("accuracy: measured in neither run (trtexec exports carry none): a faster engine of another "
+             "precision may be a less accurate one; `trtprof sweep` checks its outputs against FP32")
     for f in result["findings_appeared"]:
         echo(f"new finding: [{f['severity']}] {f['rule']}: {f['title']}")
     for f in result["findings_disappeared"]:

@@ -239,6 +239,9 @@ def compare_runs(store: Store, baseline_ref: int | str, candidate_ref: int | str
         "findings_appeared": [f for k, f in cf.items() if k not in bf],
         "findings_disappeared": [f for k, f in bf.items() if k not in cf],
         "kernel_deltas": _kernel_deltas(base, cand),
+        # engines of other precisions compared on speed alone: say that nobody checked their outputs
+        "accuracy_unmeasured": base.get("kind") == "import"
+        and not any(v.get("accuracy") for run in (base, cand) for v in run["variants"]),
     }
 
 
