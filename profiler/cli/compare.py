@@ -109,6 +109,10 @@ def _print(result: dict, *, err: bool = False) -> None:
                  "range under another API name")
     for e in result["environment_changes"]:
         echo(f"changed: {e['field']}: {e['baseline']} -> {e['candidate']}")
+    if (result.get("baseline") or {}).get("kind") == "import" and \
+            all(v.get("verdict") == "missing" for v in result["variants"]):
+        echo("hint: an import names each variant after its export (resnet, resnet-qat ...); to compare two exports "
+             "as one model, import both with the same `--variant NAME`")
     if result.get("accuracy_unmeasured"):
         echo("accuracy: measured in neither run (trtexec exports carry none): a faster engine of another "
              "precision may be a less accurate one; `trtprof sweep` checks its outputs against FP32")
