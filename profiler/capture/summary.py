@@ -129,6 +129,15 @@ class DeviceGaps:
     def gap_ns(self) -> np.ndarray:
         return self.gap_end_ns - self.gap_start_ns
 
+    def gaps_of_at_least(self, min_ns: float) -> np.ndarray:
+        """Indices of the gaps at least ``min_ns`` long, a block of gaps at a time: a launch-bound capture has
+        a gap per kernel, and their lengths are never held at once."""
+        if min_ns <= 0:
+            return np.arange(len(self.gap_start_ns))
+        found = [sl.start + np.flatnonzero(self.gap_end_ns[sl] - self.gap_start_ns[sl] >= min_ns)
+                 for sl in blockwise.blocks(len(self.gap_start_ns))]
+        return np.concatenate(found) if found else np.zeros(0, np.int64)
+
 
 def attributed_activity(table: SeriesTable) -> np.ndarray:
     """Boolean mask over ``table.activity``: launched from inside at least one range instance."""

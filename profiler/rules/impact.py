@@ -208,7 +208,7 @@ def _counted_gaps(ctx: CaptureContext, f: Finding) -> tuple[np.ndarray, np.ndarr
     dev = next((d for d in ctx.devices if d.device_id == f.evidence.get("device_id")), None)
     if dev is None:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
-    keep = dev.gap_ns >= float(f.evidence.get("counted_min_gap_us", f.threshold.get("min_gap_us", 0.0))) * 1e3
+    keep = dev.gaps_of_at_least(float(f.evidence.get("counted_min_gap_us", f.threshold.get("min_gap_us", 0.0))) * 1e3)
     gs, ge = dev.gap_start_ns[keep], dev.gap_end_ns[keep]
     if f.evidence.get("one_time_pause") and len(gs):
         drop = int(np.argmax(ge - gs))

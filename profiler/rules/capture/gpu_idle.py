@@ -119,7 +119,7 @@ def _idle_of(d: SM.DeviceGaps, api: HostCalls, is_init: np.ndarray, first_free: 
     """The gaps long enough to count (``min_gap_us``, the threshold's unless given: a launch-bound loop has a
     short gap per kernel, never looked at); of those, gaps the launching threads spend mostly in start-up
     calls are warm-up, not idleness."""
-    bi = np.flatnonzero(d.gap_ns >= float(t["min_gap_us"] if min_gap_us is None else min_gap_us) * 1e3)
+    bi = d.gaps_of_at_least(float(t["min_gap_us"] if min_gap_us is None else min_gap_us) * 1e3)
     gap_ns = d.gap_end_ns[bi] - d.gap_start_ns[bi]
     init_gap = _init_ns(api, is_init, first_free, d, bi) >= t["init_gap_share"] * gap_ns
     big = bi[~init_gap]
