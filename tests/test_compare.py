@@ -311,3 +311,17 @@ def test_a_change_too_few_samples_can_confirm_is_inconclusive_not_no_change():
     assert row["verdict"] == "inconclusive" and inconclusive_cause(row) == "few_samples"
     assert decide(base + [1.0, 0.99], cand + [1.64, 1.67]).verdict == "regression"  # 6 a side can: p 0.005
     assert decide(base, [1.0, 1.01, 0.99, 1.02]).verdict == "no_change"  # no change of any size to confirm
+
+
+def test_a_noisy_capture_range_is_not_told_to_rerun_as_a_sweep():
+    """trt_graph vs trt_eager: a capture's range has no repeats and no fingerprint history, so its advice
+    cannot be 'trtprof sweep --repeat 5 on both sides'; a sweep variant's still is."""
+    from profiler.compare.noise import judge
+
+    for kind, says, never in (("range", "one capture a side carries no spread", "--repeat"),
+                              ("sweep", "trtprof sweep --repeat 5", "one capture a side")):
+        row = {"verdict": "regression", "reason": "median up 104%", "candidate_median_ms": 0.73}
+        noisy = {"kind": kind, "latency_ms": {"cov_pct": 9.9}}
+        judge(row, noisy, noisy, [], {"rel_threshold": 0.05}, 5.0)
+        assert row["verdict"] == "inconclusive" and says in row["noise"]["summary"]
+        assert never not in row["noise"]["summary"] and never not in row["reason"]

@@ -272,12 +272,16 @@ def judge(row: dict[str, Any], base: dict[str, Any], cand: dict[str, Any], prior
             return
         row["verdict_within_run"] = within
         row["verdict"] = "inconclusive"
-        row["noise"] = {"source": None, "confirmed": False, "noisy": noisy,
-                        "summary": f"UNMEASURED: {noisy}; run both sides with trtprof sweep --repeat 5"}
+        todo = ("one capture a side carries no spread between runs" if base.get("kind") == "range" else
+                "run both sides with trtprof sweep --repeat 5")
+        row["noise"] = {"source": None, "confirmed": False, "noisy": noisy, "summary": f"UNMEASURED: {noisy}; {todo}"}
+        missing = ("a capture has neither process-level repeats nor a history of earlier runs" if
+                   base.get("kind") == "range" else
+                   f"neither side has process-level repeats ({len(b)} and {len(c)}, need {MIN_REPEATS}: trtprof "
+                   f"sweep --repeat 5) nor {MIN_HISTORY} earlier runs of this fingerprint ({len(prior)} found, need "
+                   f"{MIN_HISTORY})")
         row["reason"] = (f"{row['reason']} within one run; but {noisy}, which varies between runs more than "
-                         f"within one, and neither side has process-level repeats ({len(b)} and {len(c)}, need "
-                         f"{MIN_REPEATS}: trtprof sweep --repeat 5) nor {MIN_HISTORY} earlier runs of this "
-                         f"fingerprint ({len(prior)} found, need {MIN_HISTORY}) to measure that spread")
+                         f"within one, and {missing} to measure that spread")
         return
     row["noise"] = ev
     row["run_to_run_spread"] = ev["run_to_run_spread"]

@@ -295,7 +295,9 @@ def _by_variant(doc: ComparisonDocument) -> Section:
     for v in ordered:
         b, c = variant_medians(v)
         noise = v.get("noise") if isinstance(v.get("noise"), dict) else {}
-        rows.append([str(v.get("key", "?")), cell(_verdict(v).replace("_", " "), cls=VERDICT_CLASSES.get(_verdict(v), ""),
+        key = str(v.get("key", "?"))  # a TensorRT inference range matched under another API name says which
+        rows.append([cell(key, sub=f"baseline: {v['baseline_key']}") if v.get("baseline_key") else key,
+                     cell(_verdict(v).replace("_", " "), cls=VERDICT_CLASSES.get(_verdict(v), ""),
                                                  sub=str(v.get("within_reason") or v.get("reason") or "")),
                      cell(str(noise.get("summary") or DASH),
                           cls="warn" if _verdict(v) == "inconclusive" else ""),
