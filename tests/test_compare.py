@@ -316,7 +316,7 @@ def test_a_change_too_few_samples_can_confirm_is_inconclusive_not_no_change():
 def test_a_noisy_capture_range_is_not_told_to_rerun_as_a_sweep():
     """trt_graph vs trt_eager: a capture's range has no repeats and no fingerprint history, so its advice
     cannot be 'trtprof sweep --repeat 5 on both sides'; a sweep variant's still is."""
-    from profiler.compare.noise import judge
+    from profiler.compare.noise import inconclusive_cause, judge
 
     for kind, says, never in (("range", "one capture a side carries no spread", "--repeat"),
                               ("sweep", "trtprof sweep --repeat 5", "one capture a side")):
@@ -324,4 +324,5 @@ def test_a_noisy_capture_range_is_not_told_to_rerun_as_a_sweep():
         noisy = {"kind": kind, "latency_ms": {"cov_pct": 9.9}}
         judge(row, noisy, noisy, [], {"rel_threshold": 0.05}, 5.0)
         assert row["verdict"] == "inconclusive" and says in row["noise"]["summary"]
+        assert inconclusive_cause(row) == ("capture" if kind == "range" else "unmeasured")
         assert never not in row["noise"]["summary"] and never not in row["reason"]

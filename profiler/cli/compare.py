@@ -126,12 +126,8 @@ def _print(result: dict, *, err: bool = False) -> None:
     for v in result["variants"]:
         if v.get("verdict") == "inconclusive":
             by_cause.setdefault(inconclusive_cause(v), []).append(str(v["key"]))
-    captures = (result.get("baseline") or {}).get("kind") == "analyze"
     for cause, keys in by_cause.items():
         what, todo = INCONCLUSIVE_CAUSES[cause]
-        if captures and "--repeat" in todo:  # captures have no repeats: only sweeps measure the spread
-            todo = ("one capture a side carries no spread between runs; `trtprof sweep --repeat 5` on the "
-                    "model measures it")
         echo(f"INCONCLUSIVE: {len(keys)} variant(s) changed within one run, but {what} ({', '.join(keys)}); "
              f"this gate does not fail on them: {todo}")
     echo(f"verdict: {result['verdict']}" + (" (forced comparison)" if result.get("forced") else ""))

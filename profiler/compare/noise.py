@@ -224,6 +224,8 @@ INCONCLUSIVE_CAUSES = {
     "host_busy": ("the host was busy with other processes", "rerun both sides on a quiet host"),
     "few_repeats": ("too few repeats to tell it from noise", "rerun both sides with `trtprof sweep --repeat 5`"),
     "unmeasured": ("run-to-run spread unmeasured", "rerun both sides with `trtprof sweep --repeat 5`"),
+    "capture": ("one capture a side carries no spread between runs", "time the model with `trtprof sweep "
+                "--repeat 5`, which measures it"),
     "few_samples": ("too few samples in a run to test it", "measure more iterations (--iterations/--duration, or "
                     "a longer capture)"),
 }
@@ -233,7 +235,7 @@ def inconclusive_cause(row: dict[str, Any]) -> str:
     """The key of INCONCLUSIVE_CAUSES for an inconclusive comparison row."""
     ev = row.get("noise") or {}
     return "few_samples" if ev.get("few_samples") else "host_busy" if ev.get("host_shared") else \
-        "few_repeats" if ev.get("weak") else "unmeasured"
+        "few_repeats" if ev.get("weak") else "capture" if ev.get("capture") else "unmeasured"
 
 
 def judge(row: dict[str, Any], base: dict[str, Any], cand: dict[str, Any], prior_medians: Sequence[float],
@@ -272,11 +274,12 @@ def judge(row: dict[str, Any], base: dict[str, Any], cand: dict[str, Any], prior
             return
         row["verdict_within_run"] = within
         row["verdict"] = "inconclusive"
-        todo = ("one capture a side carries no spread between runs" if base.get("kind") == "range" else
-                "run both sides with trtprof sweep --repeat 5")
-        row["noise"] = {"source": None, "confirmed": False, "noisy": noisy, "summary": f"UNMEASURED: {noisy}; {todo}"}
-        missing = ("a capture has neither process-level repeats nor a history of earlier runs" if
-                   base.get("kind") == "range" else
+        capture = base.get("kind") == "range"  # a capture's range: no repeats, no fingerprint history
+        todo = "one capture a side carries no spread between runs" if capture else \
+            "run both sides with trtprof sweep --repeat 5"
+        row["noise"] = {"source": None, "confirmed": False, "noisy": noisy, "capture": capture,
+                        "summary": f"UNMEASURED: {noisy}; {todo}"}
+        missing = ("a capture has neither process-level repeats nor a history of earlier runs" if capture else
                    f"neither side has process-level repeats ({len(b)} and {len(c)}, need {MIN_REPEATS}: trtprof "
                    f"sweep --repeat 5) nor {MIN_HISTORY} earlier runs of this fingerprint ({len(prior)} found, need "
                    f"{MIN_HISTORY})")

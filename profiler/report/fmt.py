@@ -103,6 +103,11 @@ def fmt_value(key: str, value: Any) -> str:
     return fmt_num(value)
 
 
+def plural(n: int, one: str, many: str | None = None) -> str:
+    """``one`` for a count of one, else ``many`` (``one`` with an s unless given: 'activity', 'activities')."""
+    return one if n == 1 else many or one + "s"
+
+
 UNIT_SUFFIXES = ("_bytes", "_ms", "_us", "_ns", "_s", "_pct")
 
 

@@ -130,8 +130,7 @@ def calibrate(ctx: CaptureContext, findings: list[Finding]) -> list[Finding]:
                 continue
             if f.range is not None and counts.get(f.range, 2) < 2 and share < ONE_INSTANCE_MIN_SHARE:
                 continue
-            f.severity = _severity(share) if steady_ms >= MIN_JUDGED_MS and not f.evidence.get("one_time_cost") \
-                else "low"  # a one-time cost (first launches) is priced, but no steady-state problem
+            f.severity = _banded(f, share, steady_ms)
         out.append(f)
     out = _without_nested_repeats(ctx, out)
     _same_cause(out)
@@ -192,8 +191,15 @@ def _idle_in_outliers(ctx: CaptureContext, findings: list[Finding], steady_ms: f
         if share is None or share < IMPACT_MIN_SHARE:  # nothing of its own left: all of it is that time
             f.impact["included_in"] = names
         f.evidence["impact"] = dict(f.impact)
-        f.severity = _severity(share) if share is not None and steady_ms >= MIN_JUDGED_MS \
-            and not f.evidence.get("one_time_cost") else "low"
+        f.severity = _banded(f, share, steady_ms)
+
+
+def _banded(f: Finding, share: float | None, steady_ms: float) -> str:
+    """The severity of a priced finding: its share's band, low over a period too short to judge and for a
+    one-time cost (kernels' first launches: priced, but no steady-state problem)."""
+    if share is None or steady_ms < MIN_JUDGED_MS or f.evidence.get("one_time_cost"):
+        return "low"
+    return _severity(share)
 
 
 def and_list(items: list[str]) -> str:

@@ -136,8 +136,8 @@ def export_rows(v: dict[str, Any], export: Any) -> VariantRows:
 
 def export_bindings(layers: Any) -> dict[str, list[str]] | None:
     """{"inputs": [...], "outputs": [...]}: the engine's network input and output names its layer info
-    gives (None without: an export with no layer-info file, or one without ``Bindings``). What two imports
-    must share to be one model."""
+    gives (None without: an export with no layer-info file, or one without ``Bindings``). Two imports of one
+    model share the input names (compare.comparable; exporters number the outputs)."""
     out = {}
     for key, col in (("inputs", "network_inputs"), ("outputs", "network_outputs")):
         names = set()

@@ -13,7 +13,7 @@ from profiler.capture import blockwise
 from profiler.capture import summary as SM
 from profiler.capture.series import HostCalls
 from profiler.findings import Finding
-from profiler.report.fmt import fmt_num
+from profiler.report.fmt import fmt_num, plural
 from profiler.rules import Thresholds, rule
 from profiler.rules.capture import _common
 from profiler.rules.capture._common import band, pct
@@ -199,12 +199,18 @@ def _finding(ctx: CaptureContext, d: SM.DeviceGaps, idle: _Idle, t: Thresholds, 
 
 def _short_headline(ctx: CaptureContext, d: SM.DeviceGaps, idle: _Idle) -> tuple[str, str, bool]:
     """(severity, what the title says, False) for a device idle most of its window in short gaps."""
+    med_us = float(np.median(idle.ge - idle.gs)) / 1e3
+    return "high", (f"{_window(ctx, d, idle)} in {len(idle.gs)} short gaps (median {med_us:.3g} us) between "
+                    "inferences of a few kernels each"), False
+
+
+def _window(ctx: CaptureContext, d: SM.DeviceGaps, idle: _Idle) -> str:
+    """'GPU 0 (name) busy B% of its W ms active window, idle I% of it': the busy share of this window reads
+    against the summary's."""
     names = ctx.gpu_names()
     dev_label = f"GPU {d.device_id}" + (f" ({names[d.device_id]})" if names.get(d.device_id) else "")
-    med_us = float(np.median(idle.ge - idle.gs)) / 1e3
-    return "high", (f"{dev_label} busy {pct(d.busy_ns / idle.active_ns)}% of its {fmt_num(idle.active_ns / 1e6, 4)} "
-                    f"ms active window, idle {pct(idle.fraction)}% of it in {len(idle.gs)} short gaps "
-                    f"(median {med_us:.3g} us) between inferences of a few kernels each"), False
+    return (f"{dev_label} busy {pct(d.busy_ns / idle.active_ns)}% of its {fmt_num(idle.active_ns / 1e6, 4)} ms active "
+            f"window, idle {pct(idle.fraction)}% of it")
 
 
 def _top_gaps(ctx: CaptureContext, gs: np.ndarray, ge: np.ndarray, top: np.ndarray, per_gap: dict[int, dict],
@@ -222,25 +228,19 @@ def _headline(ctx: CaptureContext, d: SM.DeviceGaps, idle: _Idle, top: np.ndarra
     """(severity, what the title says of the idleness, whether it is one pause): one gap holding most of
     the idle time, without which the rest would not fire, is a one-time pause (phases of the program, a
     one-time allocation), reported low rather than as steady idleness."""
-    names = ctx.gpu_names()
     frac, idle_ns, active_ns = idle.fraction, idle.idle_ns, idle.active_ns
-    dev_label = f"GPU {d.device_id}" + (f" ({names[d.device_id]})" if names.get(d.device_id) else "")
     n_gaps = len(idle.gs)
     largest = float((idle.ge - idle.gs).max())
     one_off = n_gaps > 1 and largest >= t["one_off_gap_share"] * idle_ns and \
         (idle_ns - largest) / active_ns < t["min_idle_fraction"]
-    window = (f"{dev_label} busy {pct(d.busy_ns / active_ns)}% of its {fmt_num(active_ns / 1e6, 4)} ms active "
-              f"window, idle {pct(frac)}% of it")  # the busy share of this window reads against the summary's
+    window = _window(ctx, d, idle)
     if one_off:
         what = (f"{window}, {pct(largest / idle_ns)}% of that in one "
                 f"gap of {largest / 1e6:.3g} ms at {(idle.gs[top[0]] - ctx.capture_start_ns) / 1e6:.6g} ms (a "
-                f"one-time pause; the other {n_gaps - 1} {_plural(n_gaps - 1, 'gap')} idle "
+                f"one-time pause; the other {n_gaps - 1} {plural(n_gaps - 1, 'gap')} idle "
                 f"{pct((idle_ns - largest) / active_ns)}%)")
         return "low", what, True
-    what = f"{window} in {n_gaps} {_plural(n_gaps, 'gap')} of {t['min_gap_us']:g} us or more"
+    what = f"{window} in {n_gaps} {plural(n_gaps, 'gap')} of {t['min_gap_us']:g} us or more"
     return band(frac, t["high_idle_fraction"], t["medium_idle_fraction"]), what, False
 
 
-def _plural(n: int, word: str) -> str:
-    """``word`` for one, with an s for other counts."""
-    return word if n == 1 else word + "s"

@@ -15,6 +15,7 @@ from profiler import stats
 from profiler.findings import Finding
 from profiler.rules import Thresholds, rule
 from profiler.rules.capture._common import MAX_FINDINGS_PER_RULE, band, outermost, ranges_of, worse
+from profiler.report.fmt import plural
 from profiler.rules.capture._idle_cause import osrt_traced, os_call_kind
 from profiler.rules.context import CaptureContext
 
@@ -175,15 +176,11 @@ def _backlog_title(ev: dict, busiest: float) -> str:
 def _paths_title(ev: dict) -> str:
     """The title of a range whose instances take a few paths, told apart by the work they launch, that
     differ in host time: each path's work and median wall time."""
-    paths = "; ".join(f"{p['instances']} with {p['activities']} GPU {_plural_s(p['activities'], 'activity', 'activities')}"
+    paths = "; ".join(f"{p['instances']} with {p['activities']} GPU {plural(p['activities'], 'activity', 'activities')}"
                       + (f" ({p['kernels']} kernels)" if p["kernels"] else "") + f": {p['wall_ms_median']:.3g} ms"
                       for p in ev["host_paths"])
     return (f"Unstable latency: CoV {ev['cov_pct']:.1f}%, p99 {ev['p99_over_median']:.2f}x the median, from "
             f"{len(ev['host_paths'])} paths that differ on the host, not on the GPU ({paths}; medians)")
-
-
-def _plural_s(n: int, one: str, many: str) -> str:
-    return one if n == 1 else many
 
 
 def _work_title(sizes: list[dict], w: dict) -> str:

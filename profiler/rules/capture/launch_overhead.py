@@ -161,8 +161,8 @@ def _finding(ctx: CaptureContext, r: dict[str, Any], ev: dict[str, Any], t: Thre
 
 def blocking_launch_share(table: S.SeriesTable, inst: pd.DataFrame) -> float | None:
     """Share of the kernels of ``inst`` that end before their launch call returns (None: no kernel matched
-    to its call). Asynchronous launches return in microseconds, before the kernel even starts (0.1-0.4% of
-    them ended first on four H200 captures); with CUDA_LAUNCH_BLOCKING=1 every one waits for its kernel (100%)."""
+    to its call). Asynchronous launches return in microseconds, before the kernel even starts (0.1-0.3% of
+    them ended first on three H200 captures); with CUDA_LAUNCH_BLOCKING=1 every one waits for its kernel (100%)."""
     act, api = table.activity, table.api
     krows = next(table.member_blocks(inst, "activity", BLOCKING_SAMPLE_ROWS), (np.zeros(0, np.int64),))[0]
     krows = krows[(act.kind[krows] == S.KERNEL) & (act.api_tid[krows] >= 0)]
