@@ -784,3 +784,82 @@ def test_an_inference_without_gpu_work_says_so_instead_of_a_zero_gpu_time():
                 nvtx=ranges(*[("infer", i * 100 * T, (i * 100 + 40) * T, 5) for i in range(12)]))
     [line] = [x for x in inference_lines(analyze(one).to_json()) if x.startswith("inference:")]
     assert "GPU 0.020 ms median" in line and "no GPU work" not in line
+
+
+def _loop(name: str, t: int, n: int, busy_us: int = 100, step_us: int = 200, layers: tuple[str, ...] = ()):
+    """``n`` iterations of ``name`` from ``t`` (each launching one kernel, its layers ranged inside it when
+    ``layers`` are named): (range rows, kernel rows, end)."""
+    nv, krows = [], []
+    for _ in range(n):
+        nv.append((name, t, t + (step_us - 20) * T, 5))
+        nv.extend((lay, t + (2 + j) * T, t + (3 + j) * T, 5) for j, lay in enumerate(layers))
+        krows.append((t + 10 * T, t + (10 + busy_us) * T, 5, t + 5 * T))
+        t += step_us * T
+    return nv, krows, t
+
+
+def test_a_loop_inside_a_one_off_range_is_the_inference_and_its_findings_name_the_loop():
+    """``with range("benchmark"): for ...: with range("iter")`` (nsys -c nvtx -p benchmark records the wrapper
+    too): the iterations are the inference, not 'none identified'; a rule's range finding names the loop,
+    not the one instance of the wrapper that holds it all."""
+    from types import SimpleNamespace
+
+    from profiler.capture.series import build_series
+    from profiler.rules.capture._common import outermost
+
+    nv, krows, end = _loop("iter", 1_000 * T, 30, layers=("Linear", "GELU"))
+    nv.append(("benchmark", 1_000 * T - 5 * T, end, 5))
+    tr = Trace(kernels=kernels(*krows), nvtx=ranges(*nv))
+    inf = analyze(tr).to_json()["inference"]
+    assert (inf["source"], inf["series"], inf["count"]) == ("nvtx", "iter", 30)
+    assert inf["inside"] == "benchmark" and inf["other_loops"] == []
+    table = build_series(tr)
+    sid = {n: i for i, n in enumerate(table.series["name"])}
+    assert U.wrapped_loops(table) == ({sid["iter"]}, {sid["benchmark"]})
+    cands = [(9.0, {"series_id": sid["benchmark"]}, {}), (1.0, {"series_id": sid["iter"]}, {}),
+             (0.5, {"series_id": sid["Linear"]}, {})]
+    assert [c[1]["series_id"] for c in outermost(SimpleNamespace(table=table), cands, 5)] == [sid["iter"]]
+    # the wrapper alone as a candidate (a copy it makes outside the loop): it keeps its finding
+    assert [c[0] for c in outermost(SimpleNamespace(table=table), cands[:1] + cands[2:], 5)] == [9.0]
+
+
+def test_one_forward_pass_whose_layers_have_ranges_stays_one_window():
+    """One ``inference`` range around 12 Linear/GELU pairs, each ranged: the layers repeat, the inference
+    does not, and no layer makes two thirds of its children."""
+    nv, krows, t = [], [], 1_000 * T
+    for j in range(12):
+        for lay in ("Linear", "GELU"):
+            nv.append((lay, t, t + 40 * T, 5))
+            krows.append((t + 10 * T, t + 30 * T, 5, t + 5 * T))
+            t += 50 * T
+    nv.append(("inference", 1_000 * T - 5 * T, t, 5))
+    inf = analyze(Trace(kernels=kernels(*krows), nvtx=ranges(*nv))).to_json()["inference"]
+    assert inf["source"] == "window" and "nested ones repeat" in inf["why"] and "inside" not in inf
+
+
+def test_loops_in_one_off_ranges_of_their_own():
+    """Warm-up and timed loops of one ``iter`` in ranges of their own are one unit (the timed range named);
+    a sweep's layout (``trtprof`` > ``sweep/a`` > ``a/iter``, then ``sweep/b`` > ``b/iter``) takes the loop
+    with the most time and names the other; the other variant's loop is not in its steady state. A layer
+    pass ranged directly in the variant's range (more layer ranges than iterations) hides the loop."""
+    warm, k1, t = _loop("iter", 1_000 * T, 5)
+    timed, k2, end = _loop("iter", t + 50 * T, 20)
+    nv = warm + timed + [("warmup", 1_000 * T - T, t, 5), ("timed", t + 49 * T, end, 5)]
+    inf = analyze(Trace(kernels=kernels(*k1, *k2), nvtx=ranges(*nv))).to_json()["inference"]
+    assert (inf["series"], inf["count"], inf["inside"]) == ("iter", 25, "timed")
+
+    a, ka, t = _loop("a/iter", 1_000 * T, 20, step_us=200)
+    b, kb, end = _loop("b/iter", t + 1_000 * T, 20, step_us=300, busy_us=200)
+    nv = a + b + [("sweep/a", 1_000 * T - T, t, 5), ("sweep/b", t + 999 * T, end, 5), ("trtprof", 0, end + T, 5)]
+    data = analyze(Trace(kernels=kernels(*ka, *kb), nvtx=ranges(*nv))).to_json()
+    inf = data["inference"]
+    assert (inf["series"], inf["inside"], inf["other_loops"]) == ("b/iter", "sweep/b", ["a/iter x20"])
+    assert data["phases"]["steady"]["start_ms"] == pytest.approx((t + 1_000 * T) / 1e6)
+    from profiler.cli.analyze import inference_lines
+    assert "inside the one-off range sweep/b; other loops: a/iter x20, --unit NAME takes one" in \
+        inference_lines(data)[0]
+
+    layer_pass = [(f"Conv@{j}", end + (10 + 5 * j) * T, end + (12 + 5 * j) * T, 5) for j in range(30)]
+    nv = b + layer_pass + [("sweep/b", 1_000 * T - T, end + 200 * T, 5)]
+    inf = analyze(Trace(kernels=kernels(*kb), nvtx=ranges(*nv))).to_json()["inference"]
+    assert inf["source"] == "window"

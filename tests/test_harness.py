@@ -212,10 +212,25 @@ def test_nvtx_ranges_wrap_every_kept_iteration_with_the_variant_key():
     with nv.range(variant_range_name("fp16-ws1G-s2")):
         pass
     pushes = [a for e, a in nv._domain.events if e == "push"]
-    assert pushes == ["fp16-ws1G-s2/iter"] * len(m.timings) + ["sweep/fp16-ws1G-s2"]
+    # the warm-up queries in one range of their own, outside any iteration range
+    assert pushes == ["sweep/fp16-ws1G-s2/warmup"] + ["fp16-ws1G-s2/iter"] * len(m.timings) + ["sweep/fp16-ws1G-s2"]
+    assert [e for e, _ in nv._domain.events[:2]] == ["push", "pop"] and len(m.timings) == 4
     assert sum(e == "pop" for e, _ in nv._domain.events) == len(pushes)
-    assert m.warmup_dropped == 3  # warm-up queries run outside any iteration range
+    assert m.warmup_dropped == 3
     assert iteration_range_name("int8-ws64M-s1-graph") == "int8-ws64M-s1-graph/iter"
+
+
+def test_streams_on_threads_leave_their_warm_up_unranged():
+    """On each stream's thread a warm-up range would be a repeated top-level range (one per thread), which
+    ``trtprof analyze`` took for the inference on a two-stream sweep capture (H200): only the timed queries
+    are ranged there."""
+    nv = Ranges("trtprof")
+    nv._domain, nv.enabled = RecordingNvtxDomain(), True
+    clock = FakeClock()
+    m = run_queries([FakeClockContext(clock, [1.0]), FakeClockContext(clock, [1.0])], HarnessConfig(3, 0, 2.5),
+                    key="fp32-s2", clock=clock, nv=nv)
+    pushes = [a for e, a in nv._domain.events if e == "push"]
+    assert m.warmup_dropped >= 1 and set(pushes) == {"fp32-s2/iter"} and len(pushes) == len(m.timings) >= 6
 
 
 def test_nvtx_is_disabled_without_a_tool_attached():

@@ -21,7 +21,7 @@ import numpy as np
 
 from profiler.capture import blockwise
 from profiler.capture import series as S
-from profiler.capture.unit import Unit, unit_activity, warmup_count
+from profiler.capture.unit import Unit, unit_activity, wrapped_loops, warmup_count
 
 MODULE_LOAD_PREFIXES = ("cuModuleLoad", "cuLibraryLoad", "cuModuleGetFunction", "cuLibraryGetKernel")
 CONTEXT_PREFIXES = ("cuInit", "cuCtxCreate", "cuDevicePrimaryCtxRetain", "cudaSetDevice")
@@ -152,9 +152,10 @@ def _end_of_work_launched_by(act: Any, last_ns: int) -> int:
 
 def _other_repeated(table: S.SeriesTable, unit: Unit) -> list[tuple[int, int]]:
     """(start of the first steady instance, end of the last instance) of each repeated top-level series
-    other than the unit: its leading instances that cost several times its typical one are its warm-up, as
-    the unit's are (a second worker thread's first batch creates its cuBLAS handle), and belong to the
-    setup too."""
+    other than the unit (not the loops in one-off ranges of their own: a sweep's variants are phases of the
+    program, and the pauses between them are not the unit's): its leading instances that cost several
+    times its typical one are its warm-up, as the unit's are (a second worker thread's first batch creates
+    its cuBLAS handle), and belong to the setup too."""
     inst = table.instances
     if table.window or inst.empty:
         return []
@@ -212,8 +213,8 @@ def _setup_ranges(table: S.SeriesTable, unit: Unit, lo: int, hi: int, limit: int
     if table.window or inst.empty:
         return {}
     m = (inst["depth"].to_numpy() == 0) & (inst["start_ns"].to_numpy() >= lo) & (inst["start_ns"].to_numpy() < hi)
-    if unit.series_id is not None:
-        m &= inst["series_id"].to_numpy() != unit.series_id
+    if unit.series_id is not None:  # neither the unit nor a one-off range around a loop (each is the whole loop)
+        m &= ~np.isin(inst["series_id"].to_numpy(), [unit.series_id, *wrapped_loops(table)[1]])
     if not m.any():
         return {}
     sub = inst[m].groupby("series_id")["wall_ns"].sum().sort_values(ascending=False).head(limit)

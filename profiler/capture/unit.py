@@ -2,7 +2,9 @@
 
 The unit is, in this order: the range the user names (``--unit NAME``), TensorRT's
 ``ExecutionContext::enqueue*`` / ``execute*`` ranges (NVTX domain "TensorRT"), the user's outermost
-repeated range that launches a fair share of the GPU work, or the whole capture window. Per instance, the GPU work it launched (kernels, copies, memsets, graph launches,
+repeated range that launches a fair share of the GPU work, or the whole capture window. A range that occurs
+once (``benchmark`` around the timed loop, a sweep's ``sweep/<variant>``) does not hide the loop inside it:
+see :func:`outer_instances`. Per instance, the GPU work it launched (kernels, copies, memsets, graph launches,
 joined to the launching API call through the correlation id by the loader, attributed by thread and
 launch time by :mod:`profiler.capture.series`):
 
@@ -43,6 +45,10 @@ SPAN_CANDIDATES = 8
 time (at most this many) are held to that share of the GPU work from their first instance on instead."""
 WARMUP_MAX_SHARE = 0.25
 """At most this share of the instances is dropped as warm-up (a slowly settling series stays measured)."""
+WRAPPED_SHARE = 2 / 3
+"""A repeated range inside a one-off range counts as outermost when it makes at least this share of that
+range's direct children: a timed loop's iterations do; a single forward pass whose layers have ranges of
+their own (Linear and GELU alternating, each half of the children) has no such child and stays one window."""
 NO_INT = np.iinfo(np.int64).min
 
 
@@ -63,6 +69,8 @@ class Unit:
     graph_launches: int
     warmup: int
     why: str = ""  # for a window unit: why no series was taken as the inference
+    inside: str | None = None  # the one-off range around the unit's instances, if they are nested in one
+    others: tuple[str, ...] = ()  # other repeated ranges that could stand for it (label xN), most wall first
 
     @property
     def count(self) -> int:
@@ -87,7 +95,7 @@ def choose_series(table: S.SeriesTable, unit_name: str | None = None) -> tuple[i
     inst = table.instances
     sid = inst["series_id"].to_numpy()
     wall = np.bincount(sid, weights=inst["wall_ns"].to_numpy(dtype=np.float64), minlength=len(series))
-    top = np.bincount(sid, weights=(inst["depth"].to_numpy() == 0).astype(np.float64), minlength=len(series))
+    top = np.bincount(sid, weights=outer_instances(table).astype(np.float64), minlength=len(series))
     count = series["count"].to_numpy()
     labels = [label_of(d, n) for d, n in zip(series["domain"], series["name"])]
     if unit_name:
@@ -117,6 +125,60 @@ def choose_series(table: S.SeriesTable, unit_name: str | None = None) -> tuple[i
     return None, "window"
 
 
+def outer_instances(table: S.SeriesTable) -> np.ndarray:
+    """Which range instances count as outermost: those at depth 0 on their thread, and those nested only in
+    one-off ranges (each enclosing range occurs once in the capture) that are one-off themselves or of the
+    series making at least ``WRAPPED_SHARE`` of their parent's direct children (a loop's iterations)."""
+    inst = table.instances
+    depth = inst["depth"].to_numpy()
+    outer = depth == 0
+    child = np.flatnonzero(depth > 0)
+    if not len(child):
+        return outer
+    parent, sid = inst["parent"].to_numpy(), inst["series_id"].to_numpy()
+    once = table.series["count"].to_numpy() == 1
+    dominant = _dominant_child(parent[child], sid[child], len(inst))
+    for level in range(1, int(depth.max()) + 1):  # parents before their children
+        rows = child[depth[child] == level]
+        p = parent[rows]
+        ok = (p >= 0) & outer[np.maximum(p, 0)] & once[sid[np.maximum(p, 0)]]
+        ok &= once[sid[rows]] | (dominant[np.maximum(p, 0)] == sid[rows])
+        if not ok.any():  # nothing deeper can be nested only in one-off ranges
+            break
+        outer[rows[ok]] = True
+    return outer
+
+
+def wrapped_loops(table: S.SeriesTable) -> tuple[set[int], set[int]]:
+    """(loops, wrappers): series of the repeated ranges nested in one-off ranges that :func:`outer_instances`
+    counts as outermost, and series of the one-off ranges around them (``benchmark`` around the timed loop,
+    and the ranges around that), each instance of which is a whole loop."""
+    inst = table.instances
+    if inst.empty:
+        return set(), set()
+    sid, parent = inst["series_id"].to_numpy(), inst["parent"].to_numpy()
+    nested = outer_instances(table) & (parent >= 0) & (table.series["count"].to_numpy()[sid] >= 2)
+    cur, wrappers = np.unique(parent[nested]), set()
+    while len(cur):
+        wrappers.update(np.unique(sid[cur]).tolist())
+        cur = np.unique(parent[cur])
+        cur = cur[cur >= 0]
+    return set(np.unique(sid[nested]).tolist()), wrappers
+
+
+def _dominant_child(parent: np.ndarray, sid: np.ndarray, n: int) -> np.ndarray:
+    """Per instance (``n`` of them), the series of at least ``WRAPPED_SHARE`` of its direct children and of two
+    of them at least (-1 when none: a recursive range's one child is no loop), from the children's parents
+    and series."""
+    out = np.full(n, -1, np.int64)
+    pairs = pd.DataFrame({"p": parent, "s": sid}).value_counts()
+    per_parent = pd.Series(parent).value_counts()
+    share = pairs.to_numpy() / per_parent.reindex(pairs.index.get_level_values(0)).to_numpy()
+    keep = (share >= WRAPPED_SHARE) & (pairs.to_numpy() >= 2)  # a loop: two iterations at least
+    out[pairs.index.get_level_values(0)[keep]] = pairs.index.get_level_values(1)[keep]
+    return out
+
+
 def _busy_from_first(table: S.SeriesTable, sid: np.ndarray, i: int) -> int:
     """GPU busy time (ns) of the work its processes launch (or of unknown launch) starting at or after series
     ``i``'s first instance: the warm-up before it left out, the rest of the program after it not (two marked
@@ -139,7 +201,7 @@ def window_reason(table: S.SeriesTable) -> str:
         return "no NVTX ranges"
     inst = table.instances
     sid = inst["series_id"].to_numpy()
-    top = np.bincount(sid, weights=(inst["depth"].to_numpy() == 0).astype(np.float64), minlength=len(table.series))
+    top = np.bincount(sid, weights=outer_instances(table).astype(np.float64), minlength=len(table.series))
     count = table.series["count"].to_numpy()
     if not ((count >= 2) & (top >= 0.5 * count)).any():
         nested = np.flatnonzero(count >= 2)
@@ -179,10 +241,35 @@ def build_unit(table: S.SeriesTable, unit_name: str | None = None) -> Unit:
     label = label_of(table.series["domain"].iat[sid], table.series["name"].iat[sid])
     host = inst["wall_ns"].to_numpy()
     gpu = inst["gpu_busy_ns"].to_numpy()
+    inside, others = _wrapped(table, sid, rows)
     return Unit(source=source, series_id=sid, label=label, rows=rows, start_ns=inst["start_ns"].to_numpy(),
                 host_ns=host, gpu_ns=gpu, latency_ns=latency, queue_ns=queue, gpu_end_ns=last,
                 graph_launches=graphs, warmup=warmup_count(host, latency, first_is_warmup=source == "tensorrt"),
-                why=window_reason(table) if source == "window" else "")
+                why=window_reason(table) if source == "window" else "", inside=inside, others=others)
+
+
+def _wrapped(table: S.SeriesTable, sid: int, rows: np.ndarray,
+             limit: int = 3) -> tuple[str | None, tuple[str, ...]]:
+    """For a unit nested in one-off ranges: the label of the one around most of its instances, and the other loops nested in one-off ranges
+    that launch GPU work (label xN, most wall time first, at most ``limit``); (None, ()) otherwise."""
+    inst = table.instances
+    parents = inst["parent"].to_numpy()[rows]
+    parents = parents[parents >= 0]
+    if not len(parents):
+        return None, ()
+    series = table.series
+    wrap, n = np.unique(inst["series_id"].to_numpy()[parents], return_counts=True)
+    psid = int(wrap[np.argmax(n)])  # the one-off range around most of them (warm-up and timed loops: timed)
+    inside = label_of(series["domain"].iat[psid], series["name"].iat[psid])
+    isid = inst["series_id"].to_numpy()
+    nested = outer_instances(table) & (inst["depth"].to_numpy() > 0) & (inst["gpu_busy_ns"].to_numpy() > 0)
+    count = series["count"].to_numpy()
+    loops = np.bincount(isid[nested], minlength=len(series))
+    wall = np.bincount(isid, weights=inst["wall_ns"].to_numpy(dtype=np.float64), minlength=len(series))
+    cand = [i for i in np.flatnonzero((count >= 2) & (loops >= 0.5 * count)).tolist() if i != sid]
+    cand.sort(key=lambda i: -wall[i])
+    return inside, tuple(f"{label_of(series['domain'].iat[i], series['name'].iat[i])} x{int(count[i])}"
+                         for i in cand[:limit])
 
 
 def _gpu_work(act: S.Activity, q: np.ndarray, act_rows: np.ndarray, first: np.ndarray, last: np.ndarray,
@@ -251,6 +338,7 @@ def unit_json(unit: Unit) -> dict[str, Any]:
         "host_ms": summ(unit.host_ns), "graph_launches": unit.graph_launches,
         "queued_behind": _counts(queued_behind(unit)[st]),
         **({"why": unit.why} if unit.source == "window" else {}),
+        **({"inside": unit.inside, "other_loops": list(unit.others)} if unit.inside else {}),
     }
 
 

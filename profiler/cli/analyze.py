@@ -114,6 +114,10 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
         return []
     st = lambda d, k="median": (d or {}).get(k)  # noqa: E731
     what = {"tensorrt": "TensorRT enqueue", "nvtx": "outermost repeated NVTX range"}.get(inf.get("source"), "?")
+    if inf.get("inside"):
+        others = inf.get("other_loops") or []
+        what = (f"repeated NVTX range inside the one-off range {inf['inside']}"
+                + (f"; other loops: {', '.join(others)}, --unit NAME takes one" if others else ""))
     bound = inf.get("bound_by")
     bound_txt = f"; steady state bound by {BOUND_WORDS.get(bound, str(bound) + ' copies')}" if bound else ""
     if inf.get("source") == "window":  # no inference identified: one window, no per-inference statistics

@@ -4,8 +4,9 @@ Uses the ``nvtx`` package when it is installed and a tool (nsys, Nsight Compute)
 every call is a no-op. The hot loop asks :attr:`Ranges.enabled` once and, when it is False, never calls
 into this module at all, so a run without a profiler pays nothing per iteration.
 
-Range names carry the variant key: the variant range is ``sweep/<key>`` and each iteration is
-``<key>/iter``; ``trtprof analyze`` groups an nsys capture by these names.
+Range names carry the variant key: the variant range is ``sweep/<key>``, each of its steps (and the
+warm-up) ``sweep/<key>/<step>``, and each timed iteration ``<key>/iter``; ``trtprof analyze`` groups an
+nsys capture by these names.
 """
 
 from __future__ import annotations
@@ -19,6 +20,13 @@ DOMAIN = "trtprof"
 def variant_range_name(key: str) -> str:
     """``sweep/fp16-ws1G-s2``: the range around everything one variant does."""
     return f"sweep/{key}"
+
+
+def step_range_name(key: str, step: str) -> str:
+    """``sweep/fp16-ws1G-s2/time``: the range around one step of a variant (build, warm-up, timing, the
+    per-layer pass), so each loop of timed queries sits in a range of its own that holds nothing else and
+    ``trtprof analyze`` finds it there."""
+    return f"sweep/{key}/{step}"
 
 
 def iteration_range_name(key: str) -> str:

@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 from profiler.backends.base import ExecutionContext, QueryTiming
 from profiler.cuda.timed_loop import repeat
 from profiler.harness.hostload import HostLoad
-from profiler.harness.nvtx import Ranges, iteration_range_name, ranges as default_ranges
+from profiler.harness.nvtx import Ranges, iteration_range_name, ranges as default_ranges, step_range_name
 from profiler.stats import summarize
 
 Clock = Callable[[], int]  # monotonic nanoseconds
@@ -126,13 +126,20 @@ class _Stop:
 
 def _stream_loop(ctx: ExecutionContext, warm_end_ns: int, iterations: int, duration_ns: int,
                  clock: Clock, nv: Ranges, range_name: str, stop: _Stop,
-                 overlap: bool = False) -> tuple[list[QueryTiming], int]:
-    """Warm up until ``warm_end_ns``, then time queries until both minimums are met."""
+                 overlap: bool = False, warm_name: str | None = None) -> tuple[list[QueryTiming], int]:
+    """Warm up until ``warm_end_ns`` (in one range ``warm_name``, if given), then time queries until both
+    minimums are met (each in a range ``range_name``)."""
     query = ctx.query
     dropped = 0
+    warming = warm_name is not None and clock() < warm_end_ns
+    warm_push, warm_pop = nv.pusher(warm_name or "")
+    if warming:
+        warm_push()
     while clock() < warm_end_ns and not stop.set:
         query()
         dropped += 1
+    if warming:
+        warm_pop()
     deadline = clock() + duration_ns
     if not nv.enabled:
         return ctx.run_loop(iterations, deadline, stop, clock, overlap), dropped
@@ -152,12 +159,14 @@ def _stream_loop(ctx: ExecutionContext, warm_end_ns: int, iterations: int, durat
 
 def _run_streams(contexts: Sequence[ExecutionContext], config: HarnessConfig, warm_end_ns: int, duration_ns: int,
                  clock: Clock, nv: Ranges, name: str, stop: _Stop, overlap: bool,
-                 results: list[Any], errors: list[BaseException]) -> None:
+                 results: list[Any], errors: list[BaseException], warm_name: str = "warmup") -> None:
     """Each stream's loop into ``results``: inline for one stream, else one thread per stream, a
-    stream's failure stopping the others and raised here."""
+    stream's failure stopping the others and raised here. Only the inline loop ranges its warm-up: there
+    it sits in the step's range, while on each stream's thread it would be a repeated top-level range
+    that ``trtprof analyze`` could take for the inference."""
     if len(contexts) == 1:
         results[0] = _stream_loop(contexts[0], warm_end_ns, config.iterations, duration_ns, clock, nv, name, stop,
-                                  overlap)
+                                  overlap, warm_name)
         return
 
     def worker(i: int) -> None:
@@ -195,6 +204,7 @@ def run_queries(contexts: Sequence[ExecutionContext], config: HarnessConfig, *, 
         raise ValueError("run_queries needs at least one execution context")
     nv = nv if nv is not None else default_ranges()
     name = iteration_range_name(key) if key else "iter"
+    warm_name = step_range_name(key, "warmup") if key else "warmup"
     duration_ns = int(config.duration_s * 1e9)
     warm_end_ns = clock() + int(config.warmup_ms * 1e6)
     stop = _Stop()
@@ -207,7 +217,8 @@ def run_queries(contexts: Sequence[ExecutionContext], config: HarnessConfig, *, 
     gc.disable()  # a collection inside the timed loop would land on one query; the caller's setting comes back
     try:
         with HostLoad() as load:
-            _run_streams(contexts, config, warm_end_ns, duration_ns, clock, nv, name, stop, overlap, results, errors)
+            _run_streams(contexts, config, warm_end_ns, duration_ns, clock, nv, name, stop, overlap, results, errors,
+                         warm_name)
     finally:
         if gc_was_on:
             gc.enable()

@@ -50,9 +50,14 @@ def inference_section(doc: AnalysisDocument) -> Section | None:
         about = (f"No inference identified ({inf.get('why') or 'no repeated NVTX range'}): the capture's GPU work "
                  "as one window. GPU time is the busy union of that work, on the GPU timeline.")
     else:
-        about = (f"One inference is {SOURCES.get(inf.get('source'), '?')}: {inf.get('series')}. Statistics over "
+        what = SOURCES.get(inf.get("source"), "?")
+        if inf.get("inside"):
+            what = f"a repeated NVTX range inside the one-off range {inf['inside']}"
+        others = inf.get("other_loops") or []
+        about = (f"One inference is {what}: {inf.get('series')}. Statistics over "
                  "the steady-state instances; GPU time is the busy union of the work each launched, on the GPU "
-                 "timeline.")
+                 "timeline." + (f" Other loops in the capture: {', '.join(others)} (--unit NAME takes one)."
+                                if others else ""))
     sec = Section("inference", "Inference", about)
     rows = [[name, stat(inf.get(key), "median"), stat(inf.get(key), "p99"), stat(inf.get(key), "max")]
             for name, key in (("GPU time", "gpu_ms"), ("GPU latency (first start to last end)", "gpu_latency_ms"),

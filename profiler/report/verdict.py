@@ -283,6 +283,10 @@ def analysis_verdict(result: AnalysisDocument) -> dict[str, Any]:
         costly = [g for g in serious if g["impact"]["text"]]
         if costly:
             head += f"; the costliest: {costly[0]['rule']}, {costly[0]['impact']['text']}"
+    inf = result.get("inference") if isinstance(result.get("inference"), dict) else {}
+    if inf.get("other_loops"):  # a sweep's variants, each loop in a range of its own: one was judged
+        head += (f" (judged: the loop {inf.get('series')}; not judged: {', '.join(inf['other_loops'])}, "
+                 "--unit NAME judges one)")
     ranges = [r for r in result.get("ranges") or [] if isinstance(r, dict)]
     if ranges and not isinstance(result.get("inference"), dict):  # the inference, where known, says it better
         r = ranges[0]

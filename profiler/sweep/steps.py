@@ -20,6 +20,7 @@ import numpy as np
 
 from profiler.backends.base import Backend, BuildError, Engine, ExecutionContext, UnsupportedOp, VariantSpec
 from profiler.errors import InputError, UsageError
+from profiler.harness.nvtx import ranges, step_range_name
 from profiler.harness.runner import Measurement, run_queries, summarize_timings
 from profiler.progress import phase
 from profiler.sweep.accuracy_check import CPU_FAITHFUL_NOTES, check_accuracy, model_arithmetic
@@ -290,10 +291,13 @@ STEPS: tuple[Step, ...] = (
 
 
 def run_steps(sw: Sweep, st: VariantState, steps: tuple[Step, ...] = STEPS) -> Failure | None:
-    """Run ``steps`` in order until one fails; its Failure (said once), or None when all ran."""
+    """Run ``steps`` in order until one fails; its Failure (said once), or None when all ran. Under a
+    profiler each step is an NVTX range of its own (``sweep/<key>/<step>``)."""
+    nv = ranges()
     for step in steps:
         try:
-            why = step.run(sw, st)
+            with nv.range(step_range_name(st.key, step.name)):
+                why = step.run(sw, st)
         except Exception as exc:
             failure = step.failure(st, exc)
             if failure is None:

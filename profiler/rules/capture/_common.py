@@ -12,6 +12,7 @@ import pandas as pd
 from profiler.capture import intervals
 from profiler.capture.keys import ROW_CHUNK
 from profiler.capture.series import SeriesTable
+from profiler.capture.unit import wrapped_loops
 from profiler.rules.context import CaptureContext
 
 MAX_FINDINGS_PER_RULE = 5
@@ -52,12 +53,18 @@ of the same rule: the outer range already carries the finding (PyTorch op ranges
 
 
 def outermost(ctx: CaptureContext, cands: list[tuple], limit: int) -> list[tuple]:
-    """Candidates (cost, range dict, evidence) without those nested in another candidate; costliest first."""
+    """Candidates (cost, range dict, evidence) without those nested in another candidate; costliest first.
+    A one-off range around a loop (:func:`~profiler.capture.unit.wrapped_loops`) yields to the loop when
+    the loop is a candidate too: its one instance is the whole loop, and per-instance figures are the loop's."""
     ids = {c[1]["series_id"] for c in cands}
+    anc = {i: ctx.table.ancestor_share(i) for i in ids} if len(ids) > 1 else {}
+    loops, wrappers = wrapped_loops(ctx.table) if len(ids) > 1 else (set(), set())
+    yields = {a for i in ids & loops for a, share in anc[i].items() if a in wrappers and share >= NESTED_SHARE}
     kept = []
     for c in sorted(cands, key=lambda c: -c[0]):
-        anc = ctx.table.ancestor_share(c[1]["series_id"]) if len(ids) > 1 else {}
-        if any(share >= NESTED_SHARE for a, share in anc.items() if a in ids):
+        sid = c[1]["series_id"]
+        if sid in yields or any(share >= NESTED_SHARE for a, share in anc.get(sid, {}).items()
+                                if a in ids and a not in yields):
             continue
         kept.append(c)
     return kept[:limit]
