@@ -203,7 +203,7 @@ class SeriesTable:
         start = inst["start_ns"].to_numpy()
         keep = (start >= lo) & (start <= hi) | (inst["tid"].to_numpy() == WINDOW_TID)
         new_row = np.cumsum(keep) - 1
-        inst = inst[keep].copy()
+        inst = inst.take(np.flatnonzero(keep))  # a new frame: no second copy of it
         for prefix, srt, kept in (("act", self.act_sorted, act[1]), ("api", self.api_sorted, api[1]),
                                   ("osrt", self.osrt_sorted, osrt[1])):
             if kept.all():
