@@ -70,3 +70,59 @@ def test_small_codes_name_the_same_rows_as_int64_codes(n_names):
         assert narrow.itemsize <= 2 and wide.dtype == np.int64
         np.testing.assert_array_equal(narrow_names[narrow], wide_names[wide])
         assert (narrow_names[narrow] == "?").sum() == pd.isna(values).sum()
+
+
+def test_sparse_bytes_give_the_dense_column_by_positions_masks_and_slices():
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        n = int(rng.integers(0, 60))
+        dense = np.where(rng.random(n) < rng.random(), rng.integers(1, 1 << 40, n), 0)
+        col = activity.SparseInts.from_dense(dense)
+        assert len(col.rows) == np.count_nonzero(dense)
+        pos = rng.integers(0, n, int(rng.integers(0, 80))) if n else np.zeros(0, np.int64)
+        mask = rng.random(n) < 0.5
+        lo, hi = sorted(rng.integers(0, n + 3, 2))
+        for index in (pos, rng.permutation(n), mask, slice(lo, hi), slice(lo, None, 2)):
+            np.testing.assert_array_equal(col[index], dense[index])
+            taken = col.take(index)
+            assert len(taken) == len(dense[index])
+            np.testing.assert_array_equal(taken[np.arange(len(taken))], dense[index])
+
+
+def _trace_frames(rng: np.random.Generator, interleave: bool) -> dict[str, pd.DataFrame]:
+    """Kernels, copies and memsets with distinct starts; interleaved in time, or each kind after the last."""
+    counts = {"kernels": 40, "memcpy": 15, "memset": 5}
+    starts = rng.permutation(10 * sum(counts.values()))[:sum(counts.values())] if interleave \
+        else np.arange(sum(counts.values())) * 10
+    out, at = {}, 0
+    for name, n in counts.items():
+        start = np.sort(starts[at:at + n]) if interleave else starts[at:at + n]
+        at += n
+        frame = pd.DataFrame({"start_ns": start, "end_ns": start + 3, "api_tid": np.full(n, 7)})
+        if name != "kernels":
+            frame["bytes"] = np.where(rng.random(n) < 0.8, rng.integers(1, 1 << 33, n), 0)
+        out[name] = frame
+    return out
+
+
+@pytest.mark.parametrize("interleave", [True, False])
+def test_activity_bytes_and_frame_rows_when_kernels_and_copies_interleave(interleave):
+    from types import SimpleNamespace
+
+    rng = np.random.default_rng(3)
+    frames_ = _trace_frames(rng, interleave)
+    act = activity.build_activity(SimpleNamespace(**frames_))
+    assert (act.row is None) == (not interleave)  # rows kept in trace order derive their frame rows
+    assert np.all(np.diff(act.start_ns) >= 0)
+    names = ("kernels", "memcpy", "memset")
+    # every position's frame row holds its start, and its bytes are that row's (0 for a kernel)
+    for index in (np.ones(len(act), bool), act.start_ns >= 200, slice(12, 47)):
+        sub = act.select(index)
+        rows = sub.frame_rows(np.arange(len(sub)))
+        want_start = [frames_[names[k]]["start_ns"].iat[r] for k, r in zip(sub.kind, rows)]
+        want_bytes = [frames_[names[k]]["bytes"].iat[r] if k else 0 for k, r in zip(sub.kind, rows)]
+        np.testing.assert_array_equal(sub.start_ns, want_start)
+        np.testing.assert_array_equal(sub.bytes[np.arange(len(sub))], want_bytes)
+        assert sum(want_bytes) > 0
+    copies = np.flatnonzero(act.kind == frames.MEMCPY)
+    assert int(act.bytes[copies].sum()) == int(frames_["memcpy"]["bytes"].sum())

@@ -8,13 +8,71 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from profiler.capture.frames import (
-    API_CATEGORIES, COPY_KINDS, GRAPH, KERNEL, MEMCPY, MEMSET, ApiCategory, codes_in, factor, frame_of, i64,
-    is_value, not_before,
+    API_CATEGORIES, COPY_KINDS, GRAPH, KERNEL, KIND_NAMES, MEMCPY, MEMSET, ApiCategory, codes_in, factor, frame_of,
+    i64, is_value, not_before,
 )
 from profiler.capture.blockwise import Reach
-from profiler.capture.keys import ROW_CHUNK, Sorted, ThreadKeys, blocks
+from profiler.capture.keys import ROW_CHUNK, Sorted, ThreadKeys, blocks, row_index
+
+
+class SparseInts:
+    """An integer column that is zero on most rows, held as its nonzero rows and their values only: the bytes
+    of GPU work, which only copies and memsets move (a kernel's row costs nothing).
+
+    Indexing it with non-negative row positions, a mask or a slice gives the int64 values of those rows, as
+    the dense column would; :meth:`take` gives the rows as another sparse column."""
+
+    def __init__(self, rows: np.ndarray, values: np.ndarray, n: int):
+        self.rows = rows  # increasing positions of the nonzero rows
+        self.values = np.asarray(values, dtype=np.int64)
+        self.n = int(n)
+
+    @classmethod
+    def from_dense(cls, values: np.ndarray) -> "SparseInts":
+        rows = np.flatnonzero(values)
+        return cls(row_index(rows), values[rows], len(values))
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: slice | np.ndarray) -> np.ndarray:
+        if isinstance(index, slice) and index.indices(self.n)[2] == 1:
+            lo, hi, _ = index.indices(self.n)
+            out = np.zeros(max(hi - lo, 0), dtype=np.int64)
+            a, b = np.searchsorted(self.rows, [lo, hi])
+            out[self.rows[a:b] - lo] = self.values[a:b]
+            return out
+        index = self._positions(index)
+        out = np.zeros(index.shape, dtype=np.int64)
+        if len(self.rows) and index.size:
+            k = np.minimum(np.searchsorted(self.rows, index), len(self.rows) - 1)
+            hit = self.rows[k] == index
+            out[hit] = self.values[k[hit]]
+        return out
+
+    def take(self, index: slice | np.ndarray) -> "SparseInts":
+        """The column of the rows ``index`` (a slice, a mask, or positions in the order wanted), sparse."""
+        if isinstance(index, slice) and index.indices(self.n)[2] == 1:
+            lo, hi, _ = index.indices(self.n)
+            a, b = np.searchsorted(self.rows, [lo, hi])
+            return SparseInts(self.rows[a:b] - lo, self.values[a:b], max(hi - lo, 0))
+        index = self._positions(index)
+        if not len(self.rows):
+            return SparseInts(self.rows[:0], self.values[:0], len(index))
+        listed = np.zeros(self.n, dtype=bool)
+        listed[self.rows] = True
+        pos = np.flatnonzero(listed[index])
+        return SparseInts(row_index(pos), self[index[pos]], len(index))
+
+    def _positions(self, index: slice | np.ndarray) -> np.ndarray:
+        if isinstance(index, slice):
+            return np.arange(*index.indices(self.n))
+        index = np.asarray(index)
+        return np.flatnonzero(index) if index.dtype == bool else index
+
 
 @dataclass
 class Activity:
@@ -27,15 +85,42 @@ class Activity:
     stream_id: np.ndarray
     api_tid: np.ndarray
     api_start_ns: np.ndarray  # INT64_MIN where the launching call is not in the capture
-    bytes: np.ndarray
+    bytes: np.ndarray | SparseInts  # int64 per row; build_activity's holds the copies' and memsets' only
     copy_kind: np.ndarray  # int8 index into COPY_KINDS
     pageable: np.ndarray  # bool: a host side in pageable memory
     is_launch: np.ndarray  # bool: first activity of a kernel / graph launch call
-    row: np.ndarray  # row number in the trace frame of its kind
+    row: np.ndarray | None  # row number in the trace frame of its kind; None: see ``row_base``
+    row_base: np.ndarray | None = None  # with ``row`` None: frame row = position - row_base[kind]
     sorted_by_start: bool | None = None  # True: rows in start order (build_activity's); None: not known
 
     def __len__(self) -> int:
         return len(self.kind)
+
+    def frame_rows(self, rows: np.ndarray) -> np.ndarray:
+        """The row numbers in the trace frame of their kind of the activity rows at positions ``rows``."""
+        if self.row is not None:
+            return self.row[rows]
+        assert self.row_base is not None
+        return rows - self.row_base[self.kind[rows]]
+
+    def select(self, rows: slice | np.ndarray) -> "Activity":
+        """The activity of ``rows``: a slice (the arrays are views) or a mask (the rows keep their order)."""
+        fields = {k: getattr(self, k)[rows] for k in _ROW_ARRAYS}
+        row, base = self.row, self.row_base
+        if row is not None:
+            row = row[rows]
+        elif isinstance(rows, slice):
+            assert base is not None
+            base = base - rows.indices(len(self))[0]
+        else:
+            row, base = row_index(self.frame_rows(np.flatnonzero(rows))), None
+        kept = self.bytes.take(rows) if isinstance(self.bytes, SparseInts) else self.bytes[rows]
+        return Activity(**fields, bytes=kept, row=row, row_base=base, sorted_by_start=self.sorted_by_start)
+
+
+_ROW_ARRAYS = ("kind", "start_ns", "end_ns", "device_id", "stream_id", "api_tid", "api_start_ns", "copy_kind",
+               "pageable", "is_launch")
+"""The Activity fields that are plain arrays with one value per row."""
 
 
 def _first_of_launch(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
@@ -64,50 +149,67 @@ def _distinct_ids(pid: np.ndarray, corr: np.ndarray) -> bool:
 
 
 def build_activity(trace: Any) -> Activity:
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in Activity.__dataclass_fields__ if k != "sorted_by_start"}
-    int64_min = np.iinfo(np.int64).min
+    """The trace's GPU work, kinds in ``KIND_NAMES`` order, then in start order when they are not already."""
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in _ROW_ARRAYS}
+    byte_rows: list[np.ndarray] = []
+    byte_values: list[np.ndarray] = []
+    first = np.zeros(len(KIND_NAMES), dtype=np.int64)  # position of each kind's first row
+    n_rows = 0
     for code, attr in enumerate(("kernels", "memcpy", "memset", "graphs")):
         df = frame_of(trace, attr)
-        n = len(df)
-        if n == 0:
+        first[code] = n_rows
+        if len(df) == 0:
             continue
-        start = i64(df, "start_ns", 0)
-        tid = i64(df, "api_tid", -1)
-        parts["kind"].append(np.full(n, code, dtype=np.int8))
-        parts["start_ns"].append(start)
-        parts["end_ns"].append(not_before(i64(df, "end_ns", 0), start))
-        parts["device_id"].append(i64(df, "device_id", -1))
-        parts["stream_id"].append(i64(df, "stream_id", -1))
-        parts["api_tid"].append(tid)
-        # a launch whose call is not in the capture has api_tid -1: its api_start_ns means nothing
-        api_start = i64(df, "api_start_ns", int64_min)
-        parts["api_start_ns"].append(np.where(tid < 0, int64_min, api_start) if (tid < 0).any() else api_start)
-        if code == MEMCPY:
-            parts["bytes"].append(np.maximum(i64(df, "bytes", 0), 0))
-            parts["copy_kind"].append(codes_in(df, "copy_kind", COPY_KINDS))
-            parts["pageable"].append(is_value(df, "src_kind", "pageable") | is_value(df, "dst_kind", "pageable"))
-        else:
-            parts["bytes"].append(np.maximum(i64(df, "bytes", 0), 0) if code == MEMSET else np.zeros(n, np.int64))
-            parts["copy_kind"].append(np.zeros(n, dtype=np.int8))
-            parts["pageable"].append(np.zeros(n, dtype=bool))
-        if code in (KERNEL, GRAPH):
-            # kernels of one graph launch (node-level tracing) share its correlation id: one launch
-            parts["is_launch"].append(_first_of_launch(i64(df, "pid", -1), i64(df, "correlation_id", -1)))
-        else:
-            parts["is_launch"].append(np.zeros(n, dtype=bool))
-        parts["row"].append(np.arange(n, dtype=np.int32 if n < 1 << 31 else np.int64))
-    if not parts["kind"]:
+        for k, v in _kind_columns(df, code).items():
+            parts[k].append(v)
+        if code in (MEMCPY, MEMSET):
+            b = np.maximum(i64(df, "bytes", 0), 0)
+            nonzero = np.flatnonzero(b)
+            byte_rows.append(nonzero + n_rows)
+            byte_values.append(b[nonzero])
+        n_rows += len(df)
+    none = [np.zeros(0, dtype=np.int64)]
+    nbytes = SparseInts(row_index(np.concatenate(byte_rows or none)), np.concatenate(byte_values or none), n_rows)
+    if not n_rows:
         empty = {k: np.zeros(0, dtype=np.int64) for k in parts}
         empty["kind"] = empty["copy_kind"] = np.zeros(0, dtype=np.int8)
         empty["pageable"] = empty["is_launch"] = np.zeros(0, dtype=bool)
-        return Activity(**empty, sorted_by_start=True)
+        return Activity(**empty, bytes=nbytes, row=None, row_base=first, sorted_by_start=True)
     act = {k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in parts.items()}
     start = act["start_ns"]
     if len(start) > 1 and not (start[1:] >= start[:-1]).all():
         # one order by start for every consumer: each union of the activity then needs no sort of its own
         order = np.argsort(start, kind="stable")
         act = {k: v[order] for k, v in act.items()}
-    return Activity(**act, sorted_by_start=True)
+        row = row_index(order - first[act["kind"]])  # the frame row each sorted position came from
+        return Activity(**act, bytes=nbytes.take(order), row=row, sorted_by_start=True)
+    return Activity(**act, bytes=nbytes, row=None, row_base=first, sorted_by_start=True)
+
+
+def _kind_columns(df: pd.DataFrame, code: int) -> dict[str, np.ndarray]:
+    """The per-row arrays (``_ROW_ARRAYS``) of one kind's trace frame ``df``: ``code`` in ``KIND_NAMES``."""
+    n = len(df)
+    int64_min = np.iinfo(np.int64).min
+    start = i64(df, "start_ns", 0)
+    tid = i64(df, "api_tid", -1)
+    # a launch whose call is not in the capture has api_tid -1: its api_start_ns means nothing
+    api_start = i64(df, "api_start_ns", int64_min)
+    out = {"kind": np.full(n, code, dtype=np.int8), "start_ns": start,
+           "end_ns": not_before(i64(df, "end_ns", 0), start), "device_id": i64(df, "device_id", -1),
+           "stream_id": i64(df, "stream_id", -1), "api_tid": tid,
+           "api_start_ns": np.where(tid < 0, int64_min, api_start) if (tid < 0).any() else api_start}
+    if code == MEMCPY:
+        out["copy_kind"] = codes_in(df, "copy_kind", COPY_KINDS)
+        out["pageable"] = is_value(df, "src_kind", "pageable") | is_value(df, "dst_kind", "pageable")
+    else:
+        out["copy_kind"] = np.zeros(n, dtype=np.int8)
+        out["pageable"] = np.zeros(n, dtype=bool)
+    if code in (KERNEL, GRAPH):
+        # kernels of one graph launch (node-level tracing) share its correlation id: one launch
+        out["is_launch"] = _first_of_launch(i64(df, "pid", -1), i64(df, "correlation_id", -1))
+    else:
+        out["is_launch"] = np.zeros(n, dtype=bool)
+    return out
 
 
 @dataclass

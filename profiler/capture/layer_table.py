@@ -151,7 +151,7 @@ def _kernels(act: S.Activity, rows: np.ndarray, names: tuple[np.ndarray, np.ndar
         return []
     codes, values = names
     d = act.end_ns[rows] - act.start_ns[rows]
-    s = pd.DataFrame({"n": values[codes[act.row[rows]]], "d": d}).groupby("n")["d"].agg(["size", "sum"])
+    s = pd.DataFrame({"n": values[codes[act.frame_rows(rows)]], "d": d}).groupby("n")["d"].agg(["size", "sum"])
     s = s.sort_values("sum", ascending=False).head(MAX_KERNELS)
     return [{"name": str(n), "count": int(c), "total_ms": float(t) / 1e6, "tensor_cores": uses_tensor_cores(str(n))}
             for n, c, t in zip(s.index, s["size"], s["sum"])]

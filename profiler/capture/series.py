@@ -184,7 +184,7 @@ class SeriesTable:
 
         Instances keep their numbers (``idx``) and metrics: an instance's work is launched inside it, so
         all of it is kept when it starts at or after ``lo`` and ``hi`` is past the last GPU end. A window
-        instance is cut to what is kept and measured again. ``activity.row`` still indexes the trace.
+        instance is cut to what is kept and measured again. ``activity.frame_rows`` still index the trace.
         ``consume``: this table is not used afterwards; its large arrays are let go as soon as their
         subset is made, so the capture's activity is never held twice.
         """
@@ -203,7 +203,7 @@ class SeriesTable:
         start = inst["start_ns"].to_numpy()
         keep = (start >= lo) & (start <= hi) | (inst["tid"].to_numpy() == WINDOW_TID)
         new_row = np.cumsum(keep) - 1
-        inst = inst[keep].copy()
+        inst = inst.take(np.flatnonzero(keep))  # a new frame: no second copy of it
         for prefix, srt, kept in (("act", self.act_sorted, act[1]), ("api", self.api_sorted, api[1]),
                                   ("osrt", self.osrt_sorted, osrt[1])):
             if kept.all():
@@ -528,11 +528,13 @@ def _filter(table: Any, keep: np.ndarray) -> tuple[Any, np.ndarray]:
     rows: Any = keep
     if len(idx) == 0 or idx[-1] - idx[0] + 1 == len(idx):
         rows = slice(int(idx[0]), int(idx[-1]) + 1) if len(idx) else slice(0, 0)
+    if isinstance(table, Activity):
+        return table.select(rows), keep
     fields = {}
     for name in table.__dataclass_fields__:
         value = getattr(table, name)
-        if name == "names" or name.startswith("_") or name == "sorted_by_start":
-            fields[name] = None if name.startswith("_") else value  # a mask keeps the rows' order
+        if name == "names" or name.startswith("_"):
+            fields[name] = None if name.startswith("_") else value
         else:
             fields[name] = value[rows]
     return type(table)(**fields), keep

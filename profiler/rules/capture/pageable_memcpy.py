@@ -73,7 +73,7 @@ def _copy_frame(act: S.Activity, memcpy: pd.DataFrame | None, copies: np.ndarray
     pinned_side = np.zeros(len(copies), dtype=bool)
     if memcpy is not None and len(memcpy):
         pin = S.is_value(memcpy, "src_kind", "pinned") | S.is_value(memcpy, "dst_kind", "pinned")
-        pinned_side = pin[act.row[copies]]
+        pinned_side = pin[act.frame_rows(copies)]
     return pd.DataFrame({"dir": np.asarray(S.COPY_KINDS, dtype=object)[act.copy_kind[copies]],
                          "bytes": act.bytes[copies], "ns": act.end_ns[copies] - act.start_ns[copies],
                          "pg": pageable, "pin": pinned_side & ~pageable})
@@ -135,7 +135,7 @@ def _host_cost(act: Any, memcpy: pd.DataFrame | None, pg: np.ndarray, staged_min
     big_api_ms = 0.0
     n_async = None
     if memcpy is not None and len(memcpy) and "api_start_ns" in memcpy.columns:
-        rows = act.row[pg]
+        rows = act.frame_rows(pg)
         a0 = S.i64(memcpy, "api_start_ns", -1)[rows]
         a1 = S.i64(memcpy, "api_end_ns", -1)[rows]
         ok = (a0 >= 0) & (a1 >= a0) & (S.i64(memcpy, "api_tid", -1)[rows] >= 0)
