@@ -786,80 +786,99 @@ def test_an_inference_without_gpu_work_says_so_instead_of_a_zero_gpu_time():
     assert "GPU 0.020 ms median" in line and "no GPU work" not in line
 
 
-def _loop(name: str, t: int, n: int, busy_us: int = 100, step_us: int = 200, layers: tuple[str, ...] = ()):
-    """``n`` iterations of ``name`` from ``t`` (each launching one kernel, its layers ranged inside it when
-    ``layers`` are named): (range rows, kernel rows, end)."""
-    nv, krows = [], []
+def _loop(name: str, t: int, n: int, busy_us: int = 100, step_us: int = 200, layers: tuple[str, ...] = (),
+          sync: bool = True):
+    """``n`` iterations of ``name`` from ``t``, each launching one kernel (its layers ranged inside it when
+    ``layers`` are named) and, with ``sync``, waiting for it: (range rows, kernel rows, sync call rows, end)."""
+    nv, krows, calls = [], [], []
     for _ in range(n):
         nv.append((name, t, t + (step_us - 20) * T, 5))
         nv.extend((lay, t + (2 + j) * T, t + (3 + j) * T, 5) for j, lay in enumerate(layers))
         krows.append((t + 10 * T, t + (10 + busy_us) * T, 5, t + 5 * T))
+        if sync:
+            calls.append(("cudaDeviceSynchronize", t + 15 * T, t + (12 + busy_us) * T, 5, "sync"))
         t += step_us * T
-    return nv, krows, t
+    return nv, krows, calls, t
 
 
 def test_a_loop_inside_a_one_off_range_is_the_inference_and_its_findings_name_the_loop():
     """``with range("benchmark"): for ...: with range("iter")`` (nsys -c nvtx -p benchmark records the wrapper
-    too): the iterations are the inference, not 'none identified'; a rule's range finding names the loop,
-    not the one instance of the wrapper that holds it all."""
+    too), each iteration waiting for its result: the iterations are the inference, not 'none identified';
+    the wrapper, whose one instance is the whole loop, is no candidate of a rule's range findings."""
     from types import SimpleNamespace
 
     from profiler.capture.series import build_series
     from profiler.rules.capture._common import outermost
 
-    nv, krows, end = _loop("iter", 1_000 * T, 30, layers=("Linear", "GELU"))
+    nv, krows, calls, end = _loop("iter", 1_000 * T, 30, layers=("Linear", "GELU"))
     nv.append(("benchmark", 1_000 * T - 5 * T, end, 5))
-    tr = Trace(kernels=kernels(*krows), nvtx=ranges(*nv))
+    tr = Trace(kernels=kernels(*krows), api=api(*calls), nvtx=ranges(*nv))
     inf = analyze(tr).to_json()["inference"]
     assert (inf["source"], inf["series"], inf["count"]) == ("nvtx", "iter", 30)
     assert inf["inside"] == "benchmark" and inf["other_loops"] == []
     table = build_series(tr)
     sid = {n: i for i, n in enumerate(table.series["name"])}
     assert U.wrapped_loops(table) == ({sid["iter"]}, {sid["benchmark"]})
+    ctx = SimpleNamespace(table=table)
     cands = [(9.0, {"series_id": sid["benchmark"]}, {}), (1.0, {"series_id": sid["iter"]}, {}),
              (0.5, {"series_id": sid["Linear"]}, {})]
-    assert [c[1]["series_id"] for c in outermost(SimpleNamespace(table=table), cands, 5)] == [sid["iter"]]
-    # the wrapper alone as a candidate (a copy it makes outside the loop): it keeps its finding
-    assert [c[0] for c in outermost(SimpleNamespace(table=table), cands[:1] + cands[2:], 5)] == [9.0]
+    assert [c[1]["series_id"] for c in outermost(ctx, cands, 5)] == [sid["iter"]]
+    assert [c[1]["series_id"] for c in outermost(ctx, cands[:1] + cands[2:], 5)] == [sid["Linear"]]
+    # --unit on a layer: no enclosing loop range or other loops are claimed for it
+    inf = analyze(tr, AnalysisOptions(unit="Linear")).to_json()["inference"]
+    assert inf["series"] == "Linear" and "inside" not in inf
+    # the same loop queued without waiting (a throughput loop): nothing tells it from ranged layers
+    nv, krows, _, end = _loop("iter", 1_000 * T, 30, sync=False)
+    nv.append(("benchmark", 1_000 * T - 5 * T, end, 5))
+    assert analyze(Trace(kernels=kernels(*krows), nvtx=ranges(*nv))).to_json()["inference"]["source"] == "window"
 
 
-def test_one_forward_pass_whose_layers_have_ranges_stays_one_window():
-    """One ``inference`` range around 12 Linear/GELU pairs, each ranged: the layers repeat, the inference
-    does not, and no layer makes two thirds of its children."""
-    nv, krows, t = [], [], 1_000 * T
-    for j in range(12):
-        for lay in ("Linear", "GELU"):
-            nv.append((lay, t, t + 40 * T, 5))
-            krows.append((t + 10 * T, t + 30 * T, 5, t + 5 * T))
+def test_one_forward_pass_whose_blocks_or_layers_have_ranges_stays_one_window():
+    """One ``forward`` range around 12 ranged blocks (embedding and head beside them), or around Linear/GELU
+    pairs: the blocks make 12 of 14 children but are queued without waiting for the GPU, so no block is an
+    inference; the layers repeat but none makes two thirds of the children."""
+    for names, per in ((["embed"] + ["block"] * 12 + ["head"], 1), (["Linear", "GELU"] * 12, 1)):
+        nv, krows, t = [], [], 1_000 * T
+        for name in names:
+            nv.append((name, t, t + 40 * T, 5))
+            krows.extend((t + 10 * T, t + 30 * T, 5, t + 5 * T) for _ in range(per))
             t += 50 * T
-    nv.append(("inference", 1_000 * T - 5 * T, t, 5))
-    inf = analyze(Trace(kernels=kernels(*krows), nvtx=ranges(*nv))).to_json()["inference"]
-    assert inf["source"] == "window" and "nested ones repeat" in inf["why"] and "inside" not in inf
+        nv.append(("forward", 1_000 * T - 5 * T, t, 5))
+        calls = [("cudaDeviceSynchronize", t - 5 * T, t, 5, "sync")]
+        inf = analyze(Trace(kernels=kernels(*krows), api=api(*calls), nvtx=ranges(*nv))).to_json()["inference"]
+        assert inf["source"] == "window" and "nested ones repeat" in inf["why"] and "inside" not in inf
 
 
 def test_loops_in_one_off_ranges_of_their_own():
     """Warm-up and timed loops of one ``iter`` in ranges of their own are one unit (the timed range named);
     a sweep's layout (``trtprof`` > ``sweep/a`` > ``a/iter``, then ``sweep/b`` > ``b/iter``) takes the loop
-    with the most time and names the other; the other variant's loop is not in its steady state. A layer
-    pass ranged directly in the variant's range (more layer ranges than iterations) hides the loop."""
-    warm, k1, t = _loop("iter", 1_000 * T, 5)
-    timed, k2, end = _loop("iter", t + 50 * T, 20)
+    with the most time, not the last one, and names the other; the other variant's loop is not in its steady
+    state. A layer pass ranged directly in the variant's range (more ranges than iterations) hides the loop."""
+    warm, k1, c1, t = _loop("iter", 1_000 * T, 5)
+    timed, k2, c2, end = _loop("iter", t + 50 * T, 20)
     nv = warm + timed + [("warmup", 1_000 * T - T, t, 5), ("timed", t + 49 * T, end, 5)]
-    inf = analyze(Trace(kernels=kernels(*k1, *k2), nvtx=ranges(*nv))).to_json()["inference"]
+    inf = analyze(Trace(kernels=kernels(*k1, *k2), api=api(*c1, *c2), nvtx=ranges(*nv))).to_json()["inference"]
     assert (inf["series"], inf["count"], inf["inside"]) == ("iter", 25, "timed")
 
-    a, ka, t = _loop("a/iter", 1_000 * T, 20, step_us=200)
-    b, kb, end = _loop("b/iter", t + 1_000 * T, 20, step_us=300, busy_us=200)
+    a, ka, ca, t = _loop("a/iter", 1_000 * T, 20, step_us=300, busy_us=200)
+    b, kb, cb, end = _loop("b/iter", t + 1_000 * T, 20, step_us=200)
     nv = a + b + [("sweep/a", 1_000 * T - T, t, 5), ("sweep/b", t + 999 * T, end, 5), ("trtprof", 0, end + T, 5)]
-    data = analyze(Trace(kernels=kernels(*ka, *kb), nvtx=ranges(*nv))).to_json()
+    # after the variants, ten times their GPU work outside any loop (a per-layer pass): each loop is judged
+    # on the work in its own range, not on everything from its first instance on
+    later = [(end + (50 + 2_100 * j) * T, end + (2_050 + 2_100 * j) * T, 5, end + (45 + 2_100 * j) * T)
+             for j in range(30)]
+    data = analyze(Trace(kernels=kernels(*ka, *kb, *later), api=api(*ca, *cb), nvtx=ranges(*nv))).to_json()
     inf = data["inference"]
-    assert (inf["series"], inf["inside"], inf["other_loops"]) == ("b/iter", "sweep/b", ["a/iter x20"])
-    assert data["phases"]["steady"]["start_ms"] == pytest.approx((t + 1_000 * T) / 1e6)
+    assert (inf["series"], inf["inside"], inf["other_loops"]) == ("a/iter", "sweep/a", ["b/iter x20"])
+    assert data["phases"]["steady"]["end_ms"] < (t + 1_000 * T) / 1e6  # b's loop is not a's steady state
     from profiler.cli.analyze import inference_lines
-    assert "inside the one-off range sweep/b; other loops: a/iter x20, --unit NAME takes one" in \
+    assert "inside the one-off range sweep/a; other loops: b/iter x20, --unit NAME takes one" in \
         inference_lines(data)[0]
+    from profiler.report.verdict import analysis_verdict
+    assert analysis_verdict(data)["headline"].endswith("(judged: the loop a/iter; not judged: b/iter x20, "
+                                                        "--unit NAME judges one)")
 
     layer_pass = [(f"Conv@{j}", end + (10 + 5 * j) * T, end + (12 + 5 * j) * T, 5) for j in range(30)]
     nv = b + layer_pass + [("sweep/b", 1_000 * T - T, end + 200 * T, 5)]
-    inf = analyze(Trace(kernels=kernels(*kb), nvtx=ranges(*nv))).to_json()["inference"]
+    inf = analyze(Trace(kernels=kernels(*kb), api=api(*cb), nvtx=ranges(*nv))).to_json()["inference"]
     assert inf["source"] == "window"

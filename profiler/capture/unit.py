@@ -47,8 +47,8 @@ WARMUP_MAX_SHARE = 0.25
 """At most this share of the instances is dropped as warm-up (a slowly settling series stays measured)."""
 WRAPPED_SHARE = 2 / 3
 """A repeated range inside a one-off range counts as outermost when it makes at least this share of that
-range's direct children: a timed loop's iterations do; a single forward pass whose layers have ranges of
-their own (Linear and GELU alternating, each half of the children) has no such child and stays one window."""
+range's direct children and its instances wait for the GPU (see :func:`_loop_child`): a timed loop's
+iterations; not the ranged layers or blocks of a single forward pass."""
 NO_INT = np.iinfo(np.int64).min
 
 
@@ -127,22 +127,32 @@ def choose_series(table: S.SeriesTable, unit_name: str | None = None) -> tuple[i
 
 def outer_instances(table: S.SeriesTable) -> np.ndarray:
     """Which range instances count as outermost: those at depth 0 on their thread, and those nested only in
-    one-off ranges (each enclosing range occurs once in the capture) that are one-off themselves or of the
-    series making at least ``WRAPPED_SHARE`` of their parent's direct children (a loop's iterations)."""
+    one-off ranges (each enclosing range occurs once in the capture) that are one-off themselves or
+    iterations of a loop there (:func:`_loop_child`)."""
+    cached = getattr(table, "_outer_instances", None)
+    if cached is not None:
+        return cached
+    table._outer_instances = outer = _outer_instances(table)  # several stages and rules ask
+    outer.flags.writeable = False
+    return outer
+
+
+def _outer_instances(table: S.SeriesTable) -> np.ndarray:
     inst = table.instances
     depth = inst["depth"].to_numpy()
     outer = depth == 0
-    child = np.flatnonzero(depth > 0)
+    parent = inst["parent"].to_numpy()
+    child = np.flatnonzero((depth > 0) & (parent >= 0))  # a subset's cut keeps the depth, not the parent
     if not len(child):
         return outer
-    parent, sid = inst["parent"].to_numpy(), inst["series_id"].to_numpy()
+    sid = inst["series_id"].to_numpy()
     once = table.series["count"].to_numpy() == 1
-    dominant = _dominant_child(parent[child], sid[child], len(inst))
+    waits = (inst["sync_count"].to_numpy()[child] > 0) | (inst["memcpy_api_ns"].to_numpy()[child] > 0)
+    loop = _loop_child(parent[child], sid[child], waits, len(inst))
     for level in range(1, int(depth.max()) + 1):  # parents before their children
         rows = child[depth[child] == level]
         p = parent[rows]
-        ok = (p >= 0) & outer[np.maximum(p, 0)] & once[sid[np.maximum(p, 0)]]
-        ok &= once[sid[rows]] | (dominant[np.maximum(p, 0)] == sid[rows])
+        ok = outer[p] & once[sid[p]] & (once[sid[rows]] | (loop[p] == sid[rows]))
         if not ok.any():  # nothing deeper can be nested only in one-off ranges
             break
         outer[rows[ok]] = True
@@ -166,31 +176,35 @@ def wrapped_loops(table: S.SeriesTable) -> tuple[set[int], set[int]]:
     return set(np.unique(sid[nested]).tolist()), wrappers
 
 
-def _dominant_child(parent: np.ndarray, sid: np.ndarray, n: int) -> np.ndarray:
-    """Per instance (``n`` of them), the series of at least ``WRAPPED_SHARE`` of its direct children and of two
-    of them at least (-1 when none: a recursive range's one child is no loop), from the children's parents
-    and series."""
+def _loop_child(parent: np.ndarray, sid: np.ndarray, waits: np.ndarray, n: int) -> np.ndarray:
+    """Per instance (``n`` of them), the series of the loop among its direct children (-1 when none): at least
+    ``WRAPPED_SHARE`` of them and two, most of which wait for the GPU (a synchronising call or a copy call
+    inside: a timed loop's iterations do; the ranged blocks of one forward pass, queued without waiting,
+    do not, nor does a recursive range's one child), from the children's parents, series and waits."""
     out = np.full(n, -1, np.int64)
-    pairs = pd.DataFrame({"p": parent, "s": sid}).value_counts()
-    per_parent = pd.Series(parent).value_counts()
-    share = pairs.to_numpy() / per_parent.reindex(pairs.index.get_level_values(0)).to_numpy()
-    keep = (share >= WRAPPED_SHARE) & (pairs.to_numpy() >= 2)  # a loop: two iterations at least
-    out[pairs.index.get_level_values(0)[keep]] = pairs.index.get_level_values(1)[keep]
+    pairs = pd.DataFrame({"p": parent, "s": sid, "w": waits.astype(np.int64)}).groupby(["p", "s"])["w"]
+    count, waiting = pairs.size(), pairs.sum()
+    share = count.to_numpy() / pd.Series(parent).value_counts().reindex(count.index.get_level_values(0)).to_numpy()
+    keep = (share >= WRAPPED_SHARE) & (count.to_numpy() >= 2) & (waiting.to_numpy() >= 0.5 * count.to_numpy())
+    out[count.index.get_level_values(0)[keep]] = count.index.get_level_values(1)[keep]
     return out
 
 
 def _busy_from_first(table: S.SeriesTable, sid: np.ndarray, i: int) -> int:
     """GPU busy time (ns) of the work its processes launch (or of unknown launch) starting at or after series
     ``i``'s first instance: the warm-up before it left out, the rest of the program after it not (two marked
-    iterations of a long loop are no unit), another process's work neither."""
+    iterations of a long loop are no unit), another process's work neither. A loop in one-off ranges of its
+    own: up to the end of those ranges (a sweep's next variants are not its program's rest)."""
     inst = table.instances
     lo = int(inst["start_ns"].to_numpy()[sid == i].min())
     pids = np.unique(inst["tid"].to_numpy()[sid == i] >> 24)
+    parent = inst["parent"].to_numpy()[sid == i]
+    hi = int(inst["end_ns"].to_numpy()[parent].max()) if (parent >= 0).all() else np.iinfo(np.int64).max
     act = table.activity
 
     def mine(sl: slice) -> np.ndarray:
         tid = act.api_tid[sl]
-        return (act.start_ns[sl] >= lo) & ((tid < 0) | np.isin(tid >> 24, pids))
+        return (act.start_ns[sl] >= lo) & (act.start_ns[sl] <= hi) & ((tid < 0) | np.isin(tid >> 24, pids))
 
     return blockwise.union_length(act.start_ns, act.end_ns, mine, act.sorted_by_start)
 
@@ -241,22 +255,22 @@ def build_unit(table: S.SeriesTable, unit_name: str | None = None) -> Unit:
     label = label_of(table.series["domain"].iat[sid], table.series["name"].iat[sid])
     host = inst["wall_ns"].to_numpy()
     gpu = inst["gpu_busy_ns"].to_numpy()
-    inside, others = _wrapped(table, sid, rows)
+    inside, others = _wrapped(table, sid, rows, source)
     return Unit(source=source, series_id=sid, label=label, rows=rows, start_ns=inst["start_ns"].to_numpy(),
                 host_ns=host, gpu_ns=gpu, latency_ns=latency, queue_ns=queue, gpu_end_ns=last,
                 graph_launches=graphs, warmup=warmup_count(host, latency, first_is_warmup=source == "tensorrt"),
                 why=window_reason(table) if source == "window" else "", inside=inside, others=others)
 
 
-def _wrapped(table: S.SeriesTable, sid: int, rows: np.ndarray,
+def _wrapped(table: S.SeriesTable, sid: int, rows: np.ndarray, source: str,
              limit: int = 3) -> tuple[str | None, tuple[str, ...]]:
     """For a unit nested in one-off ranges: the label of the one around most of its instances, and the other loops nested in one-off ranges
     that launch GPU work (label xN, most wall time first, at most ``limit``); (None, ()) otherwise."""
     inst = table.instances
     parents = inst["parent"].to_numpy()[rows]
-    parents = parents[parents >= 0]
-    if not len(parents):
+    if source != "nvtx" or sid not in wrapped_loops(table)[0]:  # a TensorRT enqueue in the user's range
         return None, ()
+    parents = parents[parents >= 0]
     series = table.series
     wrap, n = np.unique(inst["series_id"].to_numpy()[parents], return_counts=True)
     psid = int(wrap[np.argmax(n)])  # the one-off range around most of them (warm-up and timed loops: timed)

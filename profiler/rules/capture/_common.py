@@ -54,17 +54,16 @@ of the same rule: the outer range already carries the finding (PyTorch op ranges
 
 def outermost(ctx: CaptureContext, cands: list[tuple], limit: int) -> list[tuple]:
     """Candidates (cost, range dict, evidence) without those nested in another candidate; costliest first.
-    A one-off range around a loop (:func:`~profiler.capture.unit.wrapped_loops`) yields to the loop when
-    the loop is a candidate too: its one instance is the whole loop, and per-instance figures are the loop's."""
+    A one-off range around a loop (:func:`~profiler.capture.unit.wrapped_loops`) is no candidate: its one
+    instance is the whole loop, whose per-instance figures (launches, latency) are the iterations' sums;
+    the loop's own ranges are judged instead."""
+    wrappers = wrapped_loops(ctx.table)[1] if cands else set()
+    cands = [c for c in cands if c[1]["series_id"] not in wrappers]
     ids = {c[1]["series_id"] for c in cands}
-    anc = {i: ctx.table.ancestor_share(i) for i in ids} if len(ids) > 1 else {}
-    loops, wrappers = wrapped_loops(ctx.table) if len(ids) > 1 else (set(), set())
-    yields = {a for i in ids & loops for a, share in anc[i].items() if a in wrappers and share >= NESTED_SHARE}
     kept = []
     for c in sorted(cands, key=lambda c: -c[0]):
-        sid = c[1]["series_id"]
-        if sid in yields or any(share >= NESTED_SHARE for a, share in anc.get(sid, {}).items()
-                                if a in ids and a not in yields):
+        anc = ctx.table.ancestor_share(c[1]["series_id"]) if len(ids) > 1 else {}
+        if any(share >= NESTED_SHARE for a, share in anc.items() if a in ids):
             continue
         kept.append(c)
     return kept[:limit]
