@@ -133,7 +133,7 @@ def outer_instances(table: S.SeriesTable) -> np.ndarray:
     if cached is not None:
         return cached
     table._outer_instances = outer = _outer_instances(table)  # several stages and rules ask
-    outer.flags.writeable = False
+    outer.setflags(write=False)
     return outer
 
 
