@@ -264,26 +264,23 @@ def build_unit(table: S.SeriesTable, unit_name: str | None = None) -> Unit:
 
 def _wrapped(table: S.SeriesTable, sid: int, rows: np.ndarray, source: str,
              limit: int = 3) -> tuple[str | None, tuple[str, ...]]:
-    """For a unit nested in one-off ranges: the label of the one around most of its instances, and the other loops nested in one-off ranges
-    that launch GPU work (label xN, most wall time first, at most ``limit``); (None, ()) otherwise."""
-    inst = table.instances
-    parents = inst["parent"].to_numpy()[rows]
-    if source != "nvtx" or sid not in wrapped_loops(table)[0]:  # a TensorRT enqueue in the user's range
+    """For a unit that is a loop in one-off ranges (:func:`wrapped_loops`): the label of the range around
+    most of its instances, and the other such loops that launch GPU work (label xN, most wall time first, at
+    most ``limit``); (None, ()) for any other unit (a TensorRT enqueue inside the user's range)."""
+    loops = wrapped_loops(table)[0]
+    if source != "nvtx" or sid not in loops:
         return None, ()
-    parents = parents[parents >= 0]
-    series = table.series
-    wrap, n = np.unique(inst["series_id"].to_numpy()[parents], return_counts=True)
-    psid = int(wrap[np.argmax(n)])  # the one-off range around most of them (warm-up and timed loops: timed)
-    inside = label_of(series["domain"].iat[psid], series["name"].iat[psid])
+    inst, series = table.instances, table.series
     isid = inst["series_id"].to_numpy()
-    nested = outer_instances(table) & (inst["depth"].to_numpy() > 0) & (inst["gpu_busy_ns"].to_numpy() > 0)
-    count = series["count"].to_numpy()
-    loops = np.bincount(isid[nested], minlength=len(series))
+    parents = inst["parent"].to_numpy()[rows]
+    wrap, n = np.unique(isid[parents[parents >= 0]], return_counts=True)
+    psid = int(wrap[np.argmax(n)])  # the one-off range around most of them (warm-up and timed loops: timed)
+    busy = np.bincount(isid, weights=inst["gpu_busy_ns"].to_numpy(dtype=np.float64), minlength=len(series))
     wall = np.bincount(isid, weights=inst["wall_ns"].to_numpy(dtype=np.float64), minlength=len(series))
-    cand = [i for i in np.flatnonzero((count >= 2) & (loops >= 0.5 * count)).tolist() if i != sid]
-    cand.sort(key=lambda i: -wall[i])
-    return inside, tuple(f"{label_of(series['domain'].iat[i], series['name'].iat[i])} x{int(count[i])}"
-                         for i in cand[:limit])
+    others = sorted((i for i in loops - {sid} if busy[i] > 0), key=lambda i: -wall[i])[:limit]
+    return (label_of(series["domain"].iat[psid], series["name"].iat[psid]),
+            tuple(f"{label_of(series['domain'].iat[i], series['name'].iat[i])} x{int(series['count'].iat[i])}"
+                  for i in others))
 
 
 def _gpu_work(act: S.Activity, q: np.ndarray, act_rows: np.ndarray, first: np.ndarray, last: np.ndarray,

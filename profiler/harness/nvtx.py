@@ -34,7 +34,7 @@ def iteration_range_name(key: str) -> str:
     return f"{key}/iter"
 
 
-def _noop(*_args: Any) -> None:
+def noop(*_args: Any) -> None:
     return None
 
 
@@ -70,7 +70,7 @@ class Ranges:
     def pusher(self, name: str, color: str = "green") -> tuple[Callable[[], None], Callable[[], None]]:
         """(push, pop) callables for one fixed range name; both are no-ops when disabled."""
         if not self.enabled:
-            return _noop, _noop
+            return noop, noop
         attrs = self.attributes(name, color)
         dom = self._domain
         return (lambda: dom.push_range(attrs)), dom.pop_range

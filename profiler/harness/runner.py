@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 from profiler.backends.base import ExecutionContext, QueryTiming
 from profiler.cuda.timed_loop import repeat
 from profiler.harness.hostload import HostLoad
-from profiler.harness.nvtx import Ranges, iteration_range_name, ranges as default_ranges, step_range_name
+from profiler.harness.nvtx import Ranges, iteration_range_name, noop, ranges as default_ranges, step_range_name
 from profiler.stats import summarize
 
 Clock = Callable[[], int]  # monotonic nanoseconds
@@ -131,15 +131,13 @@ def _stream_loop(ctx: ExecutionContext, warm_end_ns: int, iterations: int, durat
     minimums are met (each in a range ``range_name``)."""
     query = ctx.query
     dropped = 0
-    warming = warm_name is not None and clock() < warm_end_ns
-    warm_push, warm_pop = nv.pusher(warm_name or "")
-    if warming:
-        warm_push()
+    ranged = warm_name is not None and clock() < warm_end_ns
+    warm_push, warm_pop = nv.pusher(warm_name) if ranged else (noop, noop)
+    warm_push()
     while clock() < warm_end_ns and not stop.set:
         query()
         dropped += 1
-    if warming:
-        warm_pop()
+    warm_pop()
     deadline = clock() + duration_ns
     if not nv.enabled:
         return ctx.run_loop(iterations, deadline, stop, clock, overlap), dropped
@@ -159,7 +157,7 @@ def _stream_loop(ctx: ExecutionContext, warm_end_ns: int, iterations: int, durat
 
 def _run_streams(contexts: Sequence[ExecutionContext], config: HarnessConfig, warm_end_ns: int, duration_ns: int,
                  clock: Clock, nv: Ranges, name: str, stop: _Stop, overlap: bool,
-                 results: list[Any], errors: list[BaseException], warm_name: str = "warmup") -> None:
+                 results: list[Any], errors: list[BaseException], warm_name: str) -> None:
     """Each stream's loop into ``results``: inline for one stream, else one thread per stream, a
     stream's failure stopping the others and raised here. Only the inline loop ranges its warm-up: there
     it sits in the step's range, while on each stream's thread it would be a repeated top-level range
