@@ -31,7 +31,8 @@ def _loop(n: int = 40, busy_us: int = 120, period_us: int = 200, wait: str = "")
     (GPU idle in between: 80 us gaps). With ``wait`` the host blocks until the kernel ends, then runs its own
     code: in cudaStreamSynchronize ('sync') or in a synchronous copy of the result ('copy', PyTorch's
     ``.cpu()``); 'staging' adds a 60 us pageable copy call while the GPU idles before the launch; without,
-    the host never waits on the GPU."""
+    the host never waits on the GPU. 'poll' waits by calling cudaEventQuery every 2 us until the kernel ends
+    (a spin loop); 'poll_slow' calls it every 150 us between its own work."""
     nv, krows, arows = [], [], []
     for i in range(n):
         t = i * period_us * T
@@ -44,6 +45,10 @@ def _loop(n: int = 40, busy_us: int = 120, period_us: int = 200, wait: str = "")
             arows.append(("cudaMemcpy", t + 5 * T, t + (12 + busy_us) * T, 5, "memcpy"))
         elif wait == "staging" and i:
             arows.append(("cudaMemcpy", t - 70 * T, t - 10 * T, 5, "memcpy"))
+        elif wait.startswith("poll"):  # 'poll' spins every 2 us; 'poll_slow' comes back every 150 us
+            every = 150 if wait == "poll_slow" else 2
+            arows += [("cudaEventQuery_v3020", t + u * T, t + (u + 1) * T, 5, "other")
+                      for u in range(5, 11 + busy_us, every)]
     return Trace(kernels=kernels(*krows), nvtx=ranges(*nv), api=api(*arows))
 
 
@@ -72,7 +77,7 @@ def test_a_synchronous_copy_of_the_result_is_the_host_waiting_on_the_gpu():
     """The varbatch sample ends each request with ``.cpu()``: the copy call blocks until the model's kernels
     finish, with no sync call anywhere. The host waits in it 60% of the steady state: compute-bound. A
     pageable copy's staging while the GPU idles is the host's own work: it stays host-bound."""
-    from profiler.capture.analyze import host_waits_on_gpu_ms
+    from profiler.capture.waits import host_waits_on_gpu_ms
 
     res = analyze(_loop(wait="copy"))
     data = res.to_json()
@@ -85,6 +90,45 @@ def test_a_synchronous_copy_of_the_result_is_the_host_waiting_on_the_gpu():
     ph = staged.context.phases
     assert host_waits_on_gpu_ms(staged.context.table, staged.context.devices, ph.steady_start_ns,
                                 ph.steady_end_ns) == pytest.approx(0.0)
+
+
+def test_a_host_that_polls_until_the_gpu_is_done_waits_on_it():
+    """The H200 capture polled.sqlite (a 1.6 ms model per step, then ``while not event.query(): pass``) read
+    'bound by the host' where the same loop with cudaStreamSynchronize read 'bound by compute': its 300
+    thousand one-microsecond poll calls were not seen as waiting. A run of polls back to back is one wait,
+    from the first call's start to the last one's end: the same 60% of the steady state as a blocking sync.
+    Polls far apart, with the host's own work between them, are no wait."""
+    from profiler.capture.waits import host_waits_on_gpu_ms, polled_waits
+
+    res = analyze(_loop(wait="poll"))
+    data, table = res.to_json(), res.context.table
+    assert data["sync_summary"] == [] and data["inference"]["bound_by"] == "compute"
+    start, end = polled_waits(table.api, table.api_sorted)
+    assert len(start) == len(data["ranges"][0]["instances"]["start_ms"]) > 30  # one wait per step
+    assert ((end - start) == 125 * T).all()  # from 5 us to 130 us after the step's start: 63 polls
+    ph, duration_ms = res.context.phases, data["phases"]["steady"]["duration_ms"]
+    waits_ms = host_waits_on_gpu_ms(table, res.context.devices, ph.steady_start_ns, ph.steady_end_ns)
+    assert waits_ms / duration_ms == pytest.approx(0.6, abs=0.01)  # the part of it while the kernel runs
+    slow = analyze(_loop(wait="poll_slow"))
+    assert polled_waits(slow.context.table.api, slow.context.table.api_sorted)[0].size == 0
+    assert slow.to_json()["inference"]["bound_by"] == "host"
+
+
+def test_a_poll_run_ends_at_another_call_of_its_thread_and_not_at_another_threads():
+    """Polls of thread 5 with a launch of its own between the second and third, and thread 6 polling at the
+    same time: thread 5 waits twice (its third poll and the one 142 us later are each a run of one: no wait),
+    thread 6 once."""
+    from profiler.capture.series import build_series
+    from profiler.capture.waits import polled_waits
+
+    rows = [("cudaStreamQuery", u * T, (u + 1) * T, 5, "other") for u in (0, 2)]
+    rows += [("cudaLaunchKernel", 4 * T, 6 * T, 5, "launch"), ("cudaStreamQuery", 7 * T, 8 * T, 5, "other")]
+    rows += [("cudaStreamQuery", u * T, (u + 1) * T, 5, "other") for u in (150, 152, 154)]
+    rows += [("cuStreamQuery", u * T, (u + 1) * T, 6, "other") for u in (1, 3, 5, 7)]
+    rows += [("cudaStreamQuery", 300 * T, 301 * T, 5, "other")]  # 145 us after the last: a run of one
+    table = build_series(Trace(api=api(*rows), nvtx=ranges(("step", 0, 400 * T, 5))))
+    start, end = polled_waits(table.api, table.api_sorted)
+    assert sorted(zip(start.tolist(), end.tolist())) == [(0, 3 * T), (T, 8 * T), (150 * T, 155 * T)]
 
 
 def _steady(busy: float, by_kind: dict[str, float] | None = None, duration_ms: float = 100.0) -> dict:

@@ -64,6 +64,7 @@ from profiler.capture import series as S
 from profiler.capture import summary as SM
 from profiler.capture.keys import ROW_CHUNK, blocks
 from profiler.capture.options import AnalysisOptions  # noqa: F401 - defined apart: the cache's key needs no pandas
+from profiler.capture.waits import host_waits_on_gpu_ms
 from profiler.findings import Finding, json_safe
 from profiler.rules.context import CaptureContext
 
@@ -263,39 +264,14 @@ HOST_BOUND_MIN_IDLE_FRACTION = 0.1
 before the host can bound it: below, the GPU is saturated and its top kind of work bounds the steady state."""
 
 
-def host_waits_on_gpu_ms(table: S.SeriesTable, devices: list[Any], lo_ns: int, hi_ns: int) -> float:
-    """Time (ms) the host's threads spend blocked in CUDA synchronisation calls and copy calls (``.cpu()``,
-    ``.item()``: a synchronous copy waits for the work before it) while a GPU works, within [lo_ns, hi_ns):
-    summed over threads, on the device where it is longest. A copy call's time while the GPU idles (a
-    pageable copy's staging on the host) is the host's own work."""
-    api = table.api
-    if not len(api) or not devices:
-        return 0.0
-    rows = np.flatnonzero(api.blocking_sync | ((api.category == S.ApiCategory.memcpy) & api.top_level))
-    if not len(rows):
-        return 0.0
-    from profiler.capture.intervals import covered_before
-
-    start, end = api.start_ns[rows], api.end_ns[rows]
-    best = 0
-    for d in devices:  # blocked time inside the device's active window, less its idle gaps
-        s = np.clip(start, max(lo_ns, d.active_start_ns), min(hi_ns, d.active_end_ns))
-        e = np.clip(end, max(lo_ns, d.active_start_ns), min(hi_ns, d.active_end_ns))
-        e = np.maximum(e, s)
-        idle = covered_before(d.gap_start_ns, d.gap_end_ns, e) - covered_before(d.gap_start_ns, d.gap_end_ns, s)
-        busy = (e - s) - idle
-        best = max(best, int(busy.sum()))
-    return best / 1e6
-
-
 def _bound_by(steady: dict[str, Any], host_wait_ms: float = 0.0) -> str | None:
     """What bounds the steady state: 'host' when the GPU waits on the host longer than the host waits on the
     GPU, else the kind of GPU work with the most time ('compute', 'HtoD', 'DtoH', ...; copy directions within
     1.5x of each other together, 'HtoD + DtoH').
 
     The GPU waits on the host while it idles (1 - busy share); the host waits on the GPU while it blocks in
-    CUDA synchronisation and copy calls as the GPU works (``host_wait_ms``: :func:`host_waits_on_gpu_ms` over the
-    steady state; a host that waits by polling events is not seen waiting). A training loop that
+    CUDA synchronisation and copy calls, or polls until the work is done, as the GPU works (``host_wait_ms``:
+    :func:`profiler.capture.waits.host_waits_on_gpu_ms` over the steady state). A training loop that
     never synchronises and keeps the GPU 61% busy is bound by its host, though compute is the top GPU work;
     a loop that syncs on every step and idles the GPU 30% of the time around occasional host stalls is bound
     by its compute. A GPU busy under half the time is host-bound; one idle under a tenth of it is not."""

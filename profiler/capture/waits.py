@@ -1,0 +1,93 @@
+"""The host's waits on the GPU: blocking synchronisation and copy calls, and waits made by polling.
+
+A host waits on its GPU in one of two ways. It blocks in a call that returns when the work is done
+(``cudaStreamSynchronize``, ``cudaEventSynchronize``, a synchronous copy of a result). Or it polls: it calls
+``cudaEventQuery`` or ``cudaStreamQuery`` over and over until the work is done, with nothing else in between
+(a spin loop, ``while not event.query(): pass``). A poll call itself lasts about a microsecond. What the
+host waits is the whole run of them, from the first call's start to the last one's end.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from profiler.capture.activity import HostCalls
+from profiler.capture.blockwise import blocks
+from profiler.capture.frames import ApiCategory
+from profiler.capture.keys import Sorted
+from profiler.capture.nsys_names import base_api_name
+
+POLL_NAMES = frozenset({"cudaEventQuery", "cuEventQuery", "cudaStreamQuery", "cuStreamQuery"})
+"""CUDA calls that ask whether work is done without waiting for it (base names, :func:`base_api_name`)."""
+POLL_GAP_NS = 100_000
+"""Two poll calls of one thread belong to one wait when the second starts at most this long after the first
+ends, with no other call of the thread in between. A spin loop in Python polls every microsecond or two;
+a pause of 100 us is the host doing something else."""
+POLL_MIN_CALLS = 2
+"""A wait is at least this many poll calls in a row: a single poll that finds the work done waited for nothing."""
+
+
+def polled_waits(api: HostCalls, srt: Sorted) -> tuple[np.ndarray, np.ndarray]:
+    """(start_ns, end_ns) of each polled wait of the host: a run of at least ``POLL_MIN_CALLS`` top-level poll
+    calls of one thread, each starting at most ``POLL_GAP_NS`` after the one before ended, with no other
+    top-level call of that thread between them. ``srt`` orders ``api`` by (thread, start). The rows are walked
+    in that order a block at a time; only the poll calls' arrays are made."""
+    empty = np.zeros(0, dtype=np.int64)
+    polls = np.array([base_api_name(str(n)) in POLL_NAMES for n in api.names], dtype=bool)
+    if not len(api) or not polls.any():
+        return empty, empty
+    rows_out, linked_out = [], []
+    prev = (False, -1, 0)  # the last top-level call before the block: (a poll?, thread, end)
+    for sl in blocks(len(srt)):
+        top = srt.part(api.top_level, sl.start, sl.stop)
+        pos = np.flatnonzero(top) + sl.start  # sorted positions of the block's top-level calls
+        if not len(pos):
+            continue
+        rows = srt.rows(pos)
+        poll = polls[api.name_code[rows]]
+        tid, start, end = api.tid[rows], api.start_ns[rows], api.end_ns[rows]
+        before_poll = np.concatenate(([prev[0]], poll[:-1]))
+        before_tid = np.concatenate(([prev[1]], tid[:-1]))
+        before_end = np.concatenate(([prev[2]], end[:-1]))
+        linked = poll & before_poll & (before_tid == tid) & (start - before_end <= POLL_GAP_NS)
+        rows_out.append(rows[poll])
+        linked_out.append(linked[poll])
+        prev = (bool(poll[-1]), int(tid[-1]), int(end[-1]))
+    rows = np.concatenate(rows_out) if rows_out else empty
+    if not len(rows):
+        return empty, empty
+    run = np.cumsum(~np.concatenate(linked_out)) - 1  # runs of linked polls, in (thread, start) order
+    size = np.bincount(run)
+    first = np.concatenate(([0], np.cumsum(size)[:-1]))
+    keep = size >= POLL_MIN_CALLS
+    return api.start_ns[rows[first[keep]]], api.end_ns[rows[first[keep] + size[keep] - 1]]
+
+
+def host_waits_on_gpu_ms(table: Any, devices: list[Any], lo_ns: int, hi_ns: int) -> float:
+    """Time (ms) the host's threads spend waiting on a GPU while it works, within [lo_ns, hi_ns): blocked in
+    CUDA synchronisation calls and copy calls (``.cpu()``, ``.item()``: a synchronous copy waits for the work
+    before it), or polling until the work is done (:func:`polled_waits`). Summed over threads, on the device
+    where it is longest. A copy call's time while the GPU idles (a pageable copy's staging on the host) is the
+    host's own work."""
+    api = table.api
+    if not len(api) or not devices:
+        return 0.0
+    rows = np.flatnonzero(api.blocking_sync | ((api.category == ApiCategory.memcpy) & api.top_level))
+    poll_start, poll_end = polled_waits(api, table.api_sorted)
+    if not len(rows) and not len(poll_start):
+        return 0.0
+    from profiler.capture.intervals import covered_before
+
+    start = np.concatenate((api.start_ns[rows], poll_start))
+    end = np.concatenate((api.end_ns[rows], poll_end))
+    best = 0
+    for d in devices:  # waiting time inside the device's active window, less its idle gaps
+        s = np.clip(start, max(lo_ns, d.active_start_ns), min(hi_ns, d.active_end_ns))
+        e = np.clip(end, max(lo_ns, d.active_start_ns), min(hi_ns, d.active_end_ns))
+        e = np.maximum(e, s)
+        idle = covered_before(d.gap_start_ns, d.gap_end_ns, e) - covered_before(d.gap_start_ns, d.gap_end_ns, s)
+        busy = (e - s) - idle
+        best = max(best, int(busy.sum()))
+    return best / 1e6
