@@ -787,16 +787,17 @@ def test_an_inference_without_gpu_work_says_so_instead_of_a_zero_gpu_time():
 
 
 def _loop(name: str, t: int, n: int, busy_us: int = 100, step_us: int = 200, layers: tuple[str, ...] = (),
-          sync: bool = True):
-    """``n`` iterations of ``name`` from ``t``, each launching one kernel (its layers ranged inside it when
-    ``layers`` are named) and, with ``sync``, waiting for it: (range rows, kernel rows, sync call rows, end)."""
+          sync: bool = True, tid: int = 5):
+    """``n`` iterations of ``name`` from ``t`` on thread ``tid``, each launching one kernel (its layers ranged
+    inside it when ``layers`` are named) and, with ``sync``, waiting for it: (range rows, kernel rows, sync
+    call rows, end)."""
     nv, krows, calls = [], [], []
     for _ in range(n):
-        nv.append((name, t, t + (step_us - 20) * T, 5))
-        nv.extend((lay, t + (2 + j) * T, t + (3 + j) * T, 5) for j, lay in enumerate(layers))
-        krows.append((t + 10 * T, t + (10 + busy_us) * T, 5, t + 5 * T))
+        nv.append((name, t, t + (step_us - 20) * T, tid))
+        nv.extend((lay, t + (2 + j) * T, t + (3 + j) * T, tid) for j, lay in enumerate(layers))
+        krows.append((t + 10 * T, t + (10 + busy_us) * T, tid, t + 5 * T))
         if sync:
-            calls.append(("cudaDeviceSynchronize", t + 15 * T, t + (12 + busy_us) * T, 5, "sync"))
+            calls.append(("cudaStreamSynchronize", t + 15 * T, t + (12 + busy_us) * T, tid, "sync"))
         t += step_us * T
     return nv, krows, calls, t
 
@@ -831,6 +832,36 @@ def test_a_loop_inside_a_one_off_range_is_the_inference_and_its_findings_name_th
     nv, krows, _, end = _loop("iter", 1_000 * T, 30, sync=False)
     nv.append(("benchmark", 1_000 * T - 5 * T, end, 5))
     assert analyze(Trace(kernels=kernels(*krows), nvtx=ranges(*nv))).to_json()["inference"]["source"] == "window"
+
+
+def test_a_loop_on_each_worker_thread_inside_a_range_of_that_thread_is_the_inference():
+    """The H200 capture perthread.sqlite: two threads, each a ``worker`` range around its own 200 synchronised
+    ``iter`` ranges, read 'inference: worker, 2 instances' and 'HIGH launch_overhead [worker]: 2400 launches per
+    instance'. A range that runs once on each of its threads is a one-off range of that thread: the
+    iterations of both threads are the inference, and the workers are no candidate of a rule's findings."""
+    from types import SimpleNamespace
+
+    from profiler.capture.series import build_series
+    from profiler.rules.capture._common import outermost
+
+    a, ka, ca, end_a = _loop("iter", 1_000 * T, 20, tid=5)
+    b, kb, cb, end_b = _loop("iter", 1_090 * T, 20, tid=6)
+    nv = a + b + [("worker", 1_000 * T - T, end_a, 5), ("worker", 1_090 * T - T, end_b, 6)]
+    tr = Trace(kernels=kernels(*ka, *kb), api=api(*ca, *cb), nvtx=ranges(*nv))
+    data = analyze(tr).to_json()
+    inf = data["inference"]
+    assert (inf["source"], inf["series"], inf["count"], inf["inside"]) == ("nvtx", "iter", 40, "worker")
+    table = build_series(tr)
+    sid = {n: i for i, n in enumerate(table.series["name"])}
+    assert U.wrapped_loops(table) == ({sid["iter"]}, {sid["worker"]})
+    cands = [(9.0, {"series_id": sid["worker"]}, {}), (1.0, {"series_id": sid["iter"]}, {})]
+    assert [c[1]["series_id"] for c in outermost(SimpleNamespace(table=table), cands, 5)] == [sid["iter"]]
+    # the same two ranges one after the other on one thread are two instances of a range: not one-off
+    a, ka, ca, t = _loop("iter", 1_000 * T, 20)
+    b, kb, cb, end = _loop("iter", t + 10 * T, 20)
+    nv = a + b + [("worker", 1_000 * T - T, t, 5), ("worker", t + 9 * T, end, 5)]
+    table = build_series(Trace(kernels=kernels(*ka, *kb), api=api(*ca, *cb), nvtx=ranges(*nv)))
+    assert U.wrapped_loops(table) == (set(), set())
 
 
 def test_one_forward_pass_whose_blocks_or_layers_have_ranges_stays_one_window():
@@ -872,7 +903,7 @@ def test_loops_in_one_off_ranges_of_their_own():
     assert (inf["series"], inf["inside"], inf["other_loops"]) == ("a/iter", "sweep/a", ["b/iter x20"])
     assert data["phases"]["steady"]["end_ms"] < (t + 1_000 * T) / 1e6  # b's loop is not a's steady state
     from profiler.cli.analyze import inference_lines
-    assert "inside the one-off range sweep/a; other loops: b/iter x20, --unit NAME takes one" in \
+    assert "an iteration of a loop inside the range sweep/a; other loops: b/iter x20, --unit NAME takes one" in \
         inference_lines(data)[0]
     from profiler.report.verdict import analysis_verdict
     assert analysis_verdict(data)["headline"].endswith("(judged: the loop a/iter; not judged: b/iter x20, "

@@ -113,7 +113,10 @@ def choose_series(table: S.SeriesTable, unit_name: str | None = None) -> tuple[i
     total_busy = blockwise.union_length(act.start_ns, act.end_ns, sorted_by_start=act.sorted_by_start) \
         if len(act) else 0
     # a unit launches a fair share of the GPU work: not a host-only helper or a sync point (aten::item)
-    repeated = sorted((i for i in range(len(series)) if count[i] >= 2 and top[i] >= 0.5 * count[i]),
+    # a range around a loop on each worker thread repeats, but each of its instances is a whole loop
+    wrappers = wrapped_loops(table)[1]
+    repeated = sorted((i for i in range(len(series))
+                       if count[i] >= 2 and top[i] >= 0.5 * count[i] and i not in wrappers),
                       key=lambda i: (-wall[i], -count[i]))
     outer = [i for i in repeated if busy[i] >= UNIT_MIN_GPU_SHARE * total_busy]
     # else a few requests after a long warm-up outside any range (first-call autotuning, lazy loading):
@@ -127,8 +130,8 @@ def choose_series(table: S.SeriesTable, unit_name: str | None = None) -> tuple[i
 
 def outer_instances(table: S.SeriesTable) -> np.ndarray:
     """Which range instances count as outermost: those at depth 0 on their thread, and those nested only in
-    one-off ranges (each enclosing range occurs once in the capture) that are one-off themselves or
-    iterations of a loop there (:func:`_loop_child`)."""
+    one-off ranges (each enclosing range occurs once in the capture, or once on each thread it runs on) that
+    are one-off themselves or iterations of a loop there (:func:`_loop_child`)."""
     cached = getattr(table, "_outer_instances", None)
     if cached is not None:
         return cached
@@ -146,7 +149,7 @@ def _outer_instances(table: S.SeriesTable) -> np.ndarray:
     if not len(child):
         return outer
     sid = inst["series_id"].to_numpy()
-    once = table.series["count"].to_numpy() == 1
+    once = _once_per_thread(sid, inst["tid"].to_numpy(), table.series["count"].to_numpy())
     waits = (inst["sync_count"].to_numpy()[child] > 0) | (inst["memcpy_api_ns"].to_numpy()[child] > 0)
     loop = _loop_child(parent[child], sid[child], waits, len(inst))
     for level in range(1, int(depth.max()) + 1):  # parents before their children
@@ -157,6 +160,14 @@ def _outer_instances(table: S.SeriesTable) -> np.ndarray:
             break
         outer[rows[ok]] = True
     return outer
+
+
+def _once_per_thread(sid: np.ndarray, tid: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """Per series (``count`` instances each), whether no two of its instances ran on one thread: a one-off
+    range, or one range per worker thread around that thread's loop."""
+    codes, threads = pd.factorize(tid)
+    pairs = np.unique(sid.astype(np.int64) * max(len(threads), 1) + codes)
+    return np.bincount(pairs // max(len(threads), 1), minlength=len(count)) == count
 
 
 def wrapped_loops(table: S.SeriesTable) -> tuple[set[int], set[int]]:

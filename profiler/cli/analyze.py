@@ -116,7 +116,7 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
     what = {"tensorrt": "TensorRT enqueue", "nvtx": "outermost repeated NVTX range"}.get(inf.get("source"), "?")
     if inf.get("inside"):
         others = inf.get("other_loops") or []
-        what = (f"repeated NVTX range inside the one-off range {inf['inside']}"
+        what = (f"an iteration of a loop inside the range {inf['inside']}"
                 + (f"; other loops: {', '.join(others)}, --unit NAME takes one" if others else ""))
     bound = inf.get("bound_by")
     bound_txt = f"; steady state bound by {BOUND_WORDS.get(bound, str(bound) + ' copies')}" if bound else ""

@@ -52,7 +52,7 @@ def inference_section(doc: AnalysisDocument) -> Section | None:
     else:
         what = SOURCES.get(inf.get("source"), "?")
         if inf.get("inside"):
-            what = f"a repeated NVTX range inside the one-off range {inf['inside']}"
+            what = f"an iteration of a loop inside the range {inf['inside']}"
         others = inf.get("other_loops") or []
         about = (f"One inference is {what}: {inf.get('series')}. Statistics over "
                  "the steady-state instances; GPU time is the busy union of the work each launched, on the GPU "
