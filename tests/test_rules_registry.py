@@ -142,15 +142,25 @@ def test_every_scope_has_its_rules_and_ids_are_bare():
     assert len({R.get_rule(s, "jitter").func for s in R.SCOPES}) == 3
 
 
-def test_rules_read_exactly_the_thresholds_their_defaults_declare(runs):
-    for (scope, rid), (seen, _) in runs.items():
+def _of_scope(runs: dict, scope: str) -> list:
+    """The runs of one scope's rules; the layer rules' contexts include the trtexec fixtures, without which
+    some of them see nothing to fire on: skipped then, saying so."""
+    if scope == "layers" and not TRTEXEC_FIXTURES.is_dir():
+        pytest.skip(f"the layer rules are exercised on the trtexec fixtures, not found at {TRTEXEC_FIXTURES}")
+    return [(k, v) for k, v in runs.items() if k[0] == scope]
+
+
+@pytest.mark.parametrize("scope", list(CONTEXTS))
+def test_rules_read_exactly_the_thresholds_their_defaults_declare(runs, scope):
+    for (_, rid), (seen, _) in _of_scope(runs, scope):
         declared = set(R.get_rule(scope, rid).defaults)
         assert seen <= declared, (scope, rid, seen - declared)  # Thresholds raises first; this names them
         assert seen == declared, f"{scope} rule {rid!r} never read {sorted(declared - seen)} on any context"
 
 
-def test_every_rule_fires_and_every_finding_carries_its_registry_id(runs):
-    for (scope, rid), (_, found) in runs.items():
+@pytest.mark.parametrize("scope", list(CONTEXTS))
+def test_every_rule_fires_and_every_finding_carries_its_registry_id(runs, scope):
+    for (_, rid), (_, found) in _of_scope(runs, scope):
         assert found, f"{scope} rule {rid!r} fired on no context: its contract is untested"
         assert {f.rule for f in found} == {rid}, (scope, rid)
 
