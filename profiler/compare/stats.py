@@ -107,19 +107,28 @@ class Verdict:
     delta_ms: float
     significant: bool
     reason: str
+    modes: list[dict] | None = None  # two modes of the samples (:func:`mode_split`): each one's verdict and share
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        if self.modes is None:
+            del out["modes"]
+        return out
 
 
-def decide(baseline, candidate, rule: dict | None = None) -> Verdict:
-    """Apply the decision rule to two sample arrays (ms). Larger is worse (latency)."""
+def decide(baseline, candidate, rule: dict | None = None, *, modes: bool = True) -> Verdict:
+    """Apply the decision rule to two sample arrays (ms). Larger is worse (latency). Samples in two modes far
+    apart (:func:`mode_split`) are judged mode by mode and on the share of each (:func:`decide_modes`) unless
+    ``modes`` is False."""
     r = {**DEFAULT_RULE, **(rule or {})}
     b, c = _as_array(baseline), _as_array(candidate)
     if len(b) < 2 or len(c) < 2:
         nan = float("nan")
         return Verdict("missing", nan, nan, nan, nan, nan, nan, nan, False,
                        "fewer than two samples on one side")
+    split = mode_split(b, c) if modes else None
+    if split is not None:
+        return decide_modes(b, c, split, r)
     ratio, lo, hi = bootstrap_median_ratio(b, c, n_boot=int(r["bootstrap"]), confidence=float(r["confidence"]),
                                            max_samples=int(r["max_samples"]), seed=int(r["seed"]))
     _, p = mann_whitney_u(b, c)
@@ -144,6 +153,94 @@ def decide(baseline, candidate, rule: dict | None = None) -> Verdict:
         verdict = "no_change"
         reason = f"median ratio {ratio:.3f} (p{fmt_p(p)}) is not " + " and not ".join(missing)
     return Verdict(verdict, ratio, lo, hi, p, mb, mc, delta, significant, reason)
+
+
+MODE_GAP_RATIO = 2.0
+"""Two modes: the fastest sample above the split at least this multiple of the slowest below it."""
+MODE_MIN_SHARE = 0.1
+"""... each mode holding at least this share of the pooled samples ..."""
+MODE_MIN_SAMPLES = 20
+"""... of at least this many pooled samples."""
+
+
+def mode_split(baseline: np.ndarray, candidate: np.ndarray) -> float | None:
+    """The latency (ms) between two modes of the pooled samples, None when they have one. A range whose
+    instances are of two kinds (a layer's forward and backward calls, GPU work queued behind a backlog or
+    not: 0.16 ms and 7.9 ms) has a median that jumps from one mode to the other when their shares move by a
+    sample: its ratio (25x) says nothing of either mode. The split is the widest gap, as a ratio between
+    neighbouring pooled samples, with at least ``MODE_MIN_SHARE`` of them on each side; ``MODE_GAP_RATIO`` or
+    wider makes two modes."""
+    x = np.sort(np.concatenate([baseline, candidate]))
+    n = len(x)
+    if n < MODE_MIN_SAMPLES or x[0] <= 0:
+        return None
+    lo = max(math.ceil(MODE_MIN_SHARE * n), 1)
+    if n - lo < lo:
+        return None
+    gaps = x[lo:n - lo + 1] / x[lo - 1:n - lo]  # x[i] / x[i - 1] for i in [lo, n - lo]
+    best = int(np.argmax(gaps))
+    if gaps[best] < MODE_GAP_RATIO:
+        return None
+    return float(math.sqrt(x[lo - 1 + best] * x[lo + best]))
+
+
+def decide_modes(b: np.ndarray, c: np.ndarray, split: float, r: dict) -> Verdict:
+    """The verdict on samples in two modes split at ``split`` ms: each mode's own (:func:`decide`), and the
+    share of the slow mode (a two-proportion test). A shift of the share is a change when significant and when
+    it moves the mean by more than the rule's relative and absolute thresholds; else a change of a mode is.
+    A shift of the share gives the samples' own medians (the typical instance changed mode) and the share's p;
+    a mode's change, or none, gives that mode's medians, ratio, interval and p (the mode with the largest
+    change, when neither changed beyond the rule)."""
+    slow_b, slow_c = b > split, c > split
+    share_b, share_c = float(slow_b.mean()), float(slow_c.mean())
+    p_share = _two_proportions(int(slow_b.sum()), len(b), int(slow_c.sum()), len(c))
+    per_mode = []
+    for name, kb, kc in (("fast", ~slow_b, ~slow_c), ("slow", slow_b, slow_c)):
+        v = decide(b[kb], c[kc], r, modes=False)
+        per_mode.append({"mode": name, "baseline_count": int(kb.sum()), "candidate_count": int(kc.sum()),
+                         **{k: v.to_dict()[k] for k in ("verdict", "median_ratio", "ci_low", "ci_high", "p_value",
+                                                         "baseline_median_ms", "candidate_median_ms", "reason")}})
+    modes = [*per_mode, {"mode": "share of slow", "split_ms": split, "baseline": share_b, "candidate": share_c,
+                         "p_value": p_share}]
+    mean_b, mean_c = float(b.mean()), float(c.mean())
+    mix_ms = (share_c - share_b) * (_median(c[slow_c], b[slow_b]) - _median(c[~slow_c], b[~slow_b]))
+    shares = (f"two modes split at {split:.3g} ms, {share_b * 100:.0f}% slow in the baseline and "
+              f"{share_c * 100:.0f}% in the candidate (p{fmt_p(p_share)}); median ratio "
+              + ", ".join(f"{m['mode']} {m['median_ratio']:.3f}" for m in per_mode))
+    if p_share < r["alpha"] and abs(mix_ms) > r["rel_threshold"] * mean_b and abs(mix_ms) > r["abs_floor_ms"]:
+        # the typical instance changed mode: the medians and their interval say so, the share test decides
+        whole = decide(b, c, r, modes=False)
+        verdict = "regression" if mix_ms > 0 else "improvement"
+        reason = (f"{shares}: the mean moved {(mean_c / mean_b - 1) * 100:+.1f}% with the mix "
+                  f"({mix_ms * 1000:+.1f} us per instance)")
+        return Verdict(verdict, whole.median_ratio, whole.ci_low, whole.ci_high, p_share, whole.baseline_median_ms,
+                       whole.candidate_median_ms, whole.delta_ms, True, reason, modes)
+    changed = [m for m in per_mode if m["verdict"] in ("regression", "improvement")]
+    unsure = [m for m in per_mode if m["verdict"] == "inconclusive"]
+    known = [m for m in per_mode if m["verdict"] != "missing"]
+    pick = max(changed or unsure or known or per_mode, key=lambda m: abs((m["median_ratio"] or 1.0) - 1.0)
+               if np.isfinite(m["median_ratio"]) else -1.0)
+    verdict = pick["verdict"] if changed or unsure else ("no_change" if known else "missing")
+    reason = (f"{shares}; the {pick['mode']} mode ({pick['baseline_count']} and {pick['candidate_count']} "
+              f"samples): {pick['reason']}")
+    mb, mc = pick["baseline_median_ms"], pick["candidate_median_ms"]
+    return Verdict(verdict, pick["median_ratio"], pick["ci_low"], pick["ci_high"], pick["p_value"], mb, mc, mc - mb,
+                   verdict in ("regression", "improvement"), reason, modes)
+
+
+def _median(a: np.ndarray, b: np.ndarray) -> float:
+    """The median of ``a``, else of ``b`` (a mode empty on one side)."""
+    return float(np.median(a if len(a) else b))
+
+
+def _two_proportions(k1: int, n1: int, k2: int, n2: int) -> float:
+    """Two-sided p of a difference between the proportions k1/n1 and k2/n2 (pooled normal approximation)."""
+    pooled = (k1 + k2) / (n1 + n2)
+    var = pooled * (1 - pooled) * (1 / n1 + 1 / n2)
+    if var <= 0:
+        return 1.0
+    z = abs(k1 / n1 - k2 / n2) / math.sqrt(var)
+    return math.erfc(z / math.sqrt(2))
 
 
 def smallest_p(n1: int, n2: int) -> float:
