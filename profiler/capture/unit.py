@@ -47,8 +47,9 @@ WARMUP_MAX_SHARE = 0.25
 """At most this share of the instances is dropped as warm-up (a slowly settling series stays measured)."""
 WRAPPED_SHARE = 2 / 3
 """A repeated range inside a one-off range counts as outermost when it makes at least this share of that
-range's direct children and its instances wait for the GPU (see :func:`_loop_child`): a timed loop's
-iterations; not the ranged layers or blocks of a single forward pass."""
+range's direct children and its instances wait for the GPU or make all of that range's launches (see
+:func:`_loop_child`): a timed or throughput loop's iterations; not the ranged layers or blocks of a single
+forward pass."""
 NO_INT = np.iinfo(np.int64).min
 
 
@@ -151,7 +152,7 @@ def _outer_instances(table: S.SeriesTable) -> np.ndarray:
     sid = inst["series_id"].to_numpy()
     once = _once_per_thread(sid, inst["tid"].to_numpy(), table.series["count"].to_numpy())
     waits = (inst["sync_count"].to_numpy()[child] > 0) | (inst["memcpy_api_ns"].to_numpy()[child] > 0)
-    loop = _loop_child(parent[child], sid[child], waits, len(inst))
+    loop = _loop_child(parent[child], sid[child], waits, inst["launch_calls"].to_numpy(), child)
     for level in range(1, int(depth.max()) + 1):  # parents before their children
         rows = child[depth[child] == level]
         p = parent[rows]
@@ -187,17 +188,25 @@ def wrapped_loops(table: S.SeriesTable) -> tuple[set[int], set[int]]:
     return set(np.unique(sid[nested]).tolist()), wrappers
 
 
-def _loop_child(parent: np.ndarray, sid: np.ndarray, waits: np.ndarray, n: int) -> np.ndarray:
-    """Per instance (``n`` of them), the series of the loop among its direct children (-1 when none): at least
-    ``WRAPPED_SHARE`` of them and two, most of which wait for the GPU (a synchronising call or a copy call
-    inside: a timed loop's iterations do; the ranged blocks of one forward pass, queued without waiting,
-    do not, nor does a recursive range's one child), from the children's parents, series and waits."""
-    out = np.full(n, -1, np.int64)
-    pairs = pd.DataFrame({"p": parent, "s": sid, "w": waits.astype(np.int64)}).groupby(["p", "s"])["w"]
-    count, waiting = pairs.size(), pairs.sum()
-    share = count.to_numpy() / pd.Series(parent).value_counts().reindex(count.index.get_level_values(0)).to_numpy()
-    keep = (share >= WRAPPED_SHARE) & (count.to_numpy() >= 2) & (waiting.to_numpy() >= 0.5 * count.to_numpy())
-    out[count.index.get_level_values(0)[keep]] = count.index.get_level_values(1)[keep]
+def _loop_child(parent: np.ndarray, sid: np.ndarray, waits: np.ndarray, launch_calls: np.ndarray,
+                child: np.ndarray) -> np.ndarray:
+    """Per instance, the series of the loop among its direct children (-1 when none): at least
+    ``WRAPPED_SHARE`` of them and two, which either wait for the GPU in most iterations (a synchronising call
+    or a copy call inside: a timed loop's iterations do; the ranged blocks of one forward pass, queued
+    without waiting, do not, nor does a recursive range's one child) or make every launch call of the range
+    around them (a throughput loop queues all its work in its iterations; a forward pass launches its
+    embedding and head outside its blocks). ``parent``, ``sid`` and ``waits`` are of the ``child`` instances;
+    ``launch_calls`` of every instance (its own thread's kernel and graph launch calls)."""
+    out = np.full(len(launch_calls), -1, np.int64)
+    pairs = pd.DataFrame({"p": parent, "s": sid, "w": waits.astype(np.int64),
+                          "n": launch_calls[child]}).groupby(["p", "s"])[["w", "n"]]
+    count, sums = pairs.size().to_numpy(), pairs.sum()
+    p, s = sums.index.get_level_values(0).to_numpy(), sums.index.get_level_values(1).to_numpy()
+    share = count / pd.Series(parent).value_counts().reindex(p).to_numpy()
+    launched = sums["n"].to_numpy()
+    every_launch = (launched > 0) & (launched == launch_calls[p])
+    keep = (share >= WRAPPED_SHARE) & (count >= 2) & ((sums["w"].to_numpy() >= 0.5 * count) | every_launch)
+    out[p[keep]] = s[keep]
     return out
 
 
