@@ -4,6 +4,7 @@ once when gpu_idle and jitter see the same host pauses; synthetic loops shaped l
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from profiler.capture.analyze import _bound_by, analyze
@@ -32,8 +33,9 @@ def _loop(n: int = 40, busy_us: int = 120, period_us: int = 200, wait: str = "")
     code: in cudaStreamSynchronize ('sync') or in a synchronous copy of the result ('copy', PyTorch's
     ``.cpu()``); 'staging' adds a 60 us pageable copy call while the GPU idles before the launch; without,
     the host never waits on the GPU. 'poll' waits by calling cudaEventQuery every 2 us until the kernel ends
-    (a spin loop); 'poll_slow' calls it every 150 us between its own work."""
-    nv, krows, arows = [], [], []
+    (a spin loop); 'poll_slow' calls it every 150 us, running its own code between; 'poll_sleep' every 150 us,
+    asleep in between (time.sleep: clock_nanosleep)."""
+    nv, krows, arows, orows = [], [], [], []
     for i in range(n):
         t = i * period_us * T
         nv.append(("step", t, t + period_us * T, 5))
@@ -45,11 +47,16 @@ def _loop(n: int = 40, busy_us: int = 120, period_us: int = 200, wait: str = "")
             arows.append(("cudaMemcpy", t + 5 * T, t + (12 + busy_us) * T, 5, "memcpy"))
         elif wait == "staging" and i:
             arows.append(("cudaMemcpy", t - 70 * T, t - 10 * T, 5, "memcpy"))
-        elif wait.startswith("poll"):  # 'poll' spins every 2 us; 'poll_slow' comes back every 150 us
-            every = 150 if wait == "poll_slow" else 2
+        elif wait.startswith("poll"):  # 'poll' spins every 2 us; 'poll_slow' and 'poll_sleep' every 150 us
+            every = 2 if wait == "poll" else 150
             arows += [("cudaEventQuery_v3020", t + u * T, t + (u + 1) * T, 5, "other")
                       for u in range(5, 11 + busy_us, every)]
-    return Trace(kernels=kernels(*krows), nvtx=ranges(*nv), api=api(*arows))
+            if wait == "poll_sleep":  # asleep 140 of the 149 us between two polls
+                orows += [("clock_nanosleep", t + (u + 3) * T, t + (u + 143) * T, 5)
+                          for u in range(5, 11 + busy_us - every, every)]
+    osrt = pd.DataFrame([{"name": n, "start_ns": a, "end_ns": b, "global_tid": g, "pid": 1, "tid": g}
+                         for n, a, b, g in orows]) if orows else None
+    return Trace(kernels=kernels(*krows), nvtx=ranges(*nv), api=api(*arows), osrt=osrt)
 
 
 def test_a_loop_that_never_waits_on_its_gpu_is_bound_by_its_host():
@@ -109,9 +116,24 @@ def test_a_host_that_polls_until_the_gpu_is_done_waits_on_it():
     ph, duration_ms = res.context.phases, data["phases"]["steady"]["duration_ms"]
     waits_ms = host_waits_on_gpu_ms(table, res.context.devices, ph.steady_start_ns, ph.steady_end_ns)
     assert waits_ms / duration_ms == pytest.approx(0.6, abs=0.01)  # the part of it while the kernel runs
-    slow = analyze(_loop(wait="poll_slow"))
-    assert polled_waits(slow.context.table.api, slow.context.table.api_sorted)[0].size == 0
+    slow = analyze(_loop(busy_us=400, period_us=600, wait="poll_slow"))
+    assert polled_waits(slow.context.table.api, slow.context.table.api_sorted, slow.context.table.osrt)[0].size == 0
     assert slow.to_json()["inference"]["bound_by"] == "host"
+
+
+def test_a_host_that_sleeps_between_its_polls_waits_on_the_gpu():
+    """The H200 capture pollsleep.sqlite (time.sleep(0.0001) between polls: 2411 clock_nanosleep calls of
+    154 us, polls 115 us to 1 ms apart) read 'bound by the host' like the spinning one did. Time asleep between
+    two polls is waiting: a loop with 140 of every 149 us between its polls in clock_nanosleep waits from its
+    first poll to its last, where the same polls with the host's own code between them do not."""
+    from profiler.capture.waits import polled_waits
+
+    res = analyze(_loop(busy_us=400, period_us=600, wait="poll_sleep"))
+    table = res.context.table
+    start, end = polled_waits(table.api, table.api_sorted, table.osrt)
+    assert len(start) > 30 and ((end - start) == 301 * T).all()  # polls at 5, 155 and 305 us: to 306 us
+    assert res.to_json()["inference"]["bound_by"] == "compute"
+    assert polled_waits(table.api, table.api_sorted)[0].size == 0  # the same polls, the sleeps not seen
 
 
 def test_a_poll_run_ends_at_another_call_of_its_thread_and_not_at_another_threads():

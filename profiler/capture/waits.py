@@ -4,7 +4,9 @@ A host waits on its GPU in one of two ways. It blocks in a call that returns whe
 (``cudaStreamSynchronize``, ``cudaEventSynchronize``, a synchronous copy of a result). Or it polls: it calls
 ``cudaEventQuery`` or ``cudaStreamQuery`` over and over until the work is done, with nothing else in between
 (a spin loop, ``while not event.query(): pass``). A poll call itself lasts about a microsecond. What the
-host waits is the whole run of them, from the first call's start to the last one's end.
+host waits is the whole run of them, from the first call's start to the last one's end; a polite poller
+sleeps between its polls (``time.sleep(0.0001)``: ``clock_nanosleep`` in the OS runtime calls), which is
+waiting too.
 """
 
 from __future__ import annotations
@@ -25,20 +27,26 @@ POLL_GAP_NS = 100_000
 """Two poll calls of one thread belong to one wait when the second starts at most this long after the first
 ends, with no other call of the thread in between. A spin loop in Python polls every microsecond or two;
 a pause of 100 us is the host doing something else."""
+POLL_MAX_SLEEP_GAP_NS = 50_000_000
+"""Polls further apart than this are not one wait, whatever the thread does between them."""
+SLEEP_CALLS = ("clock_nanosleep", "nanosleep", "usleep", "sleep", "sched_yield")
+"""OS runtime calls that only let time pass (name prefixes): a thread in them between two polls is still
+waiting."""
 POLL_MIN_CALLS = 2
 """A wait is at least this many poll calls in a row: a single poll that finds the work done waited for nothing."""
 
 
-def polled_waits(api: HostCalls, srt: Sorted) -> tuple[np.ndarray, np.ndarray]:
+def polled_waits(api: HostCalls, srt: Sorted, osrt: HostCalls | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(start_ns, end_ns) of each polled wait of the host: a run of at least ``POLL_MIN_CALLS`` top-level poll
-    calls of one thread, each starting at most ``POLL_GAP_NS`` after the one before ended, with no other
-    top-level call of that thread between them. ``srt`` orders ``api`` by (thread, start). The rows are walked
+    calls of one thread with no other top-level call of that thread between them, each starting at most
+    ``POLL_GAP_NS`` after the one before ended, not counting the time the thread spent in sleeping OS runtime
+    calls (``osrt``, ``SLEEP_CALLS``) in between. ``srt`` orders ``api`` by (thread, start). The rows are walked
     in that order a block at a time; only the poll calls' arrays are made."""
     empty = np.zeros(0, dtype=np.int64)
     polls = np.array([base_api_name(str(n)) in POLL_NAMES for n in api.names], dtype=bool)
     if not len(api) or not polls.any():
         return empty, empty
-    rows_out, linked_out = [], []
+    rows_out, paired_out = [], []
     prev = (False, -1, 0)  # the last top-level call before the block: (a poll?, thread, end)
     for sl in blocks(len(srt)):
         top = srt.part(api.top_level, sl.start, sl.stop)
@@ -46,23 +54,49 @@ def polled_waits(api: HostCalls, srt: Sorted) -> tuple[np.ndarray, np.ndarray]:
         if not len(pos):
             continue
         rows = srt.rows(pos)
-        poll = polls[api.name_code[rows]]
-        tid, start, end = api.tid[rows], api.start_ns[rows], api.end_ns[rows]
+        poll, tid = polls[api.name_code[rows]], api.tid[rows]
         before_poll = np.concatenate(([prev[0]], poll[:-1]))
         before_tid = np.concatenate(([prev[1]], tid[:-1]))
-        before_end = np.concatenate(([prev[2]], end[:-1]))
-        linked = poll & before_poll & (before_tid == tid) & (start - before_end <= POLL_GAP_NS)
         rows_out.append(rows[poll])
-        linked_out.append(linked[poll])
-        prev = (bool(poll[-1]), int(tid[-1]), int(end[-1]))
+        paired_out.append((before_poll & (before_tid == tid))[poll])  # the thread's call before it is a poll
+        prev = (bool(poll[-1]), int(tid[-1]), int(api.end_ns[rows[-1]]))
     rows = np.concatenate(rows_out) if rows_out else empty
     if not len(rows):
         return empty, empty
-    run = np.cumsum(~np.concatenate(linked_out)) - 1  # runs of linked polls, in (thread, start) order
+    paired = np.concatenate(paired_out)
+    start = api.start_ns[rows]
+    gap_lo = np.concatenate(([0], api.end_ns[rows[:-1]]))  # the end of the poll before (when paired)
+    gap = start - gap_lo
+    linked = paired & (gap <= POLL_GAP_NS)
+    maybe = np.flatnonzero(paired & ~linked & (gap <= POLL_MAX_SLEEP_GAP_NS))
+    if len(maybe) and osrt is not None and len(osrt):
+        asleep = _asleep_ns(osrt, api.tid[rows[maybe]], gap_lo[maybe], start[maybe])
+        linked[maybe] = gap[maybe] - asleep <= POLL_GAP_NS
+    run = np.cumsum(~linked) - 1  # runs of linked polls, in (thread, start) order
     size = np.bincount(run)
     first = np.concatenate(([0], np.cumsum(size)[:-1]))
     keep = size >= POLL_MIN_CALLS
-    return api.start_ns[rows[first[keep]]], api.end_ns[rows[first[keep] + size[keep] - 1]]
+    return start[first[keep]], api.end_ns[rows[first[keep] + size[keep] - 1]]
+
+
+def _asleep_ns(osrt: HostCalls, tid: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per interval [lo, hi) of thread ``tid``, the time (ns) that thread spent in sleeping OS runtime calls
+    inside it. A thread's sleeps do not overlap one another, and none overlaps the poll calls around a gap."""
+    out = np.zeros(len(lo), dtype=np.int64)
+    sleeping = np.array([str(n).startswith(SLEEP_CALLS) for n in osrt.names], dtype=bool)
+    rows = np.flatnonzero(sleeping[osrt.name_code]) if sleeping.any() else np.zeros(0, dtype=np.int64)
+    for t in np.unique(tid):
+        mine = rows[osrt.tid[rows] == t]
+        if not len(mine):
+            continue
+        mine = mine[np.argsort(osrt.start_ns[mine], kind="stable")]
+        s, e = osrt.start_ns[mine], osrt.end_ns[mine]
+        done = np.concatenate(([0], np.cumsum(e - s)))
+        q = np.flatnonzero(tid == t)
+        a, b = np.searchsorted(s, lo[q], "left"), np.searchsorted(s, hi[q], "left")
+        last_over = np.where(b > a, np.maximum(e[np.maximum(b - 1, 0)] - hi[q], 0), 0)
+        out[q] = done[b] - done[a] - last_over
+    return out
 
 
 def host_waits_on_gpu_ms(table: Any, devices: list[Any], lo_ns: int, hi_ns: int) -> float:
@@ -75,7 +109,7 @@ def host_waits_on_gpu_ms(table: Any, devices: list[Any], lo_ns: int, hi_ns: int)
     if not len(api) or not devices:
         return 0.0
     rows = np.flatnonzero(api.blocking_sync | ((api.category == ApiCategory.memcpy) & api.top_level))
-    poll_start, poll_end = polled_waits(api, table.api_sorted)
+    poll_start, poll_end = polled_waits(api, table.api_sorted, getattr(table, "osrt", None))
     if not len(rows) and not len(poll_start):
         return 0.0
     from profiler.capture.intervals import covered_before
