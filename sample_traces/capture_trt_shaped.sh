@@ -1,12 +1,12 @@
 #!/bin/bash
-# Capture trt_shaped.py (eager and CUDA-graph form) under Nsight Systems on the GPU machine and export
+# Capture trt_shaped.py (eager, CUDA-graph and trtexec --useCudaGraph form) under Nsight Systems on the GPU machine and export
 # SQLite. Run from the repository root after `source .gpu/env.sh`:  bash sample_traces/capture_trt_shaped.sh
-# Writes $OUT/trt_eager.sqlite, $OUT/trt_graph.sqlite, their manifests and environment.txt.
+# Writes $OUT/trt_MODE.sqlite for each mode (MODES, default all three), their manifests and environment.txt.
 set -u
 OUT="${OUT:-/tmp/out}"; W=/tmp/trt-shaped; rm -rf "$W"; mkdir -p "$W" "$OUT"
 { nsys --version; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   python3 -c 'import sys, torch; print(sys.version.split()[0], torch.__version__, torch.version.cuda)'; } > "$OUT/environment.txt" 2>&1
-for mode in eager graph; do
+for mode in ${MODES:-eager graph trtexec_graph}; do
   t0=$(date +%s)
   nsys profile -t cuda,nvtx,osrt --sample=none --cpuctxsw=none --force-overwrite true -o "$W/trt_$mode" \
       python3 sample_traces/trt_shaped.py "$mode" --manifest "$OUT/trt_$mode.json" > "$W/$mode.log" 2>&1

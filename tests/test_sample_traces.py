@@ -8,6 +8,8 @@ import sqlite3
 
 import pytest
 
+from profiler.capture.trace import Trace
+
 from tests.conftest import SAMPLE_TRACES
 
 pytestmark = pytest.mark.skipif(not (SAMPLE_TRACES / "README.md").exists(), reason="sample_traces/ is absent")
@@ -117,10 +119,10 @@ def test_harness_streams_capture_overlaps():
 
 @pytest.fixture(scope="module")
 def trt_shaped() -> dict:
-    """trt_eager / trt_graph (sample_traces/trt_shaped.py on the H200), each analysed once."""
+    """trt_eager / trt_graph / trt_trtexec_graph (sample_traces/trt_shaped.py on the H200), each analysed once."""
     from profiler.capture.analyze import analyze_path
 
-    return {m: analyze_path(SAMPLE_TRACES / f"trt_{m}.sqlite").to_json() for m in ("eager", "graph")}
+    return {m: analyze_path(SAMPLE_TRACES / f"trt_{m}.sqlite").to_json() for m in ("eager", "graph", "trtexec_graph")}
 
 
 def test_trt_eager_inference_layers_and_setup(trt_shaped):
@@ -178,6 +180,44 @@ def test_trt_graph_replays_are_one_unit_and_healthy(trt_shaped):
     # two streams, two requests in flight: with graphs the host keeps up and the streams overlap
     assert d["gpu_concurrency"] > 1.1
     assert len([s for s in d["streams"] if s["busy_ms"] > 1]) == 2
+
+
+def test_trtexec_cuda_graph_replays_without_tensorrt_ranges_are_the_inferences(trt_shaped):
+    """trtexec --useCudaGraph's shape: TensorRT's enqueue range twice (before and under the capture), then 80
+    bare cudaGraphLaunch calls. The enqueue range was the inference ('2 instances', one launching nothing) and
+    the capture read HIGH gpu_idle ('busy 0.0%') and HIGH launch_overhead. Each replay is the inference."""
+    from profiler.cli.analyze import inference_lines
+
+    d = trt_shaped["trtexec_graph"]
+    manifest = json.loads((SAMPLE_TRACES / "trt_trtexec_graph.json").read_text())
+    inf = d["inference"]
+    assert (inf["source"], inf["series"], inf["graph_replays"]) == ("tensorrt", "TensorRT:cudaGraphLaunch", True)
+    assert inf["count"] == manifest["graph_replays"] == 80 and inf["graph_launches"] == 80
+    assert "captured" in d["layer_total"]["note"] and d["layers"] == []
+    assert inf["gpu_ms"]["median"] == pytest.approx(trt_shaped["eager"]["inference"]["gpu_ms"]["median"], rel=0.25)
+    assert d["inference"]["bound_by"] == "compute" and d["findings"] == []
+    assert inf["copies_outside_per_inference"]["count"] == pytest.approx(2.0, abs=0.05)  # input and output
+    assert "CUDA graph replays of TensorRT's enqueue" in inference_lines(d)[0]
+    # the trt_graph layout, an enqueue range around each replay, keeps the enqueue as the unit
+    assert "graph_replays" not in trt_shaped["graph"]["inference"]
+
+
+def test_graph_launches_inside_tensorrt_enqueue_ranges_or_fewer_than_them_make_no_replay_ranges():
+    from profiler.capture.replays import graph_replays
+    from profiler.capture.series import build_host_calls, extract_ranges
+    from tests.capture_builders import T, api, ranges
+
+    nv = [("ExecutionContext::enqueueV3", k * 100 * T, (k * 100 + 50) * T, 5, "TensorRT") for k in range(3)]
+    inside = [("cudaGraphLaunch", (k * 100 + 10) * T, (k * 100 + 15) * T, 5, "graph_launch") for k in range(3)]
+    after = [("cudaGraphLaunch", (1000 + k * 100) * T, (1000 + k * 100 + 5) * T, 5, "graph_launch") for k in range(4)]
+    trace = Trace(nvtx=ranges(*nv), api=api(*inside, *after[:3]))
+    r = extract_ranges(trace)
+    assert graph_replays(r, build_host_calls(trace, "api")) is r  # 3 outside against 3 enqueues
+    trace = Trace(nvtx=ranges(*nv), api=api(*inside, *after))
+    out = graph_replays(r, build_host_calls(trace, "api"))
+    added = out.frame.iloc[len(r.frame):]
+    assert list(added["start_ns"]) == [a[1] for a in after] and list(added["end_ns"]) == [a[2] for a in after]
+    assert set(out.names[added["name"]]) == {"cudaGraphLaunch"} and set(out.domains[added["domain"]]) == {"TensorRT"}
 
 
 def test_trt_eager_report_lists_findings_by_impact(trt_shaped):

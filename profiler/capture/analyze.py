@@ -16,12 +16,14 @@ statistics, GPU busy projection, idle gaps, then the capture rules with each fin
                  cause, detail}], "outlier_count", per-instance host figures (api_ms_per_instance,
                  launches_per_instance, sync_calls_per_instance, compute_ms_per_instance,
                  copy_ms_per_instance, osrt_ms_per_instance, total_wall_ms, ...),
-                 "instances": {"start_ms", "wall_ms", "gpu_busy_ms"}}, ...],   # biggest total wall first
+                 "instances": {"start_ms", "wall_ms", "gpu_busy_ms"}, made_from (a range made from CUDA calls,
+                 not an NVTX range)}, ...],   # biggest total wall first
      "findings": [{rule, scope: "capture", severity, title, range, evidence, threshold, recommendation,
                    impact: {ms_per_instance, share}}, ...],       # costliest first
      "inference": {series, source: "tensorrt"|"nvtx"|"window", count, steady_count, warmup_count,
                    gpu_ms, gpu_latency_ms, queue_ms, host_ms (statistics like wall_ms), graph_launches,
-                   bound_by: "host"|"compute"|"HtoD"|"DtoH"|...},
+                   bound_by: "host"|"compute"|"HtoD"|"DtoH"|..., graph_replays: true when each inference is
+                   a cudaGraphLaunch of TensorRT's captured enqueue (profiler.capture.replays)},
      "layers": [{name, parent, count, gpu_ms (per inference), share, kernels: [{name, count, total_ms,
                  tensor_cores}], tensor_cores, engine (with --layer-info)}],   # most GPU time first
      "layer_total": {layers_gpu_ms, inference_gpu_ms (means per inference), difference_ms, note,
@@ -64,6 +66,7 @@ from profiler.capture import series as S
 from profiler.capture import summary as SM
 from profiler.capture.keys import ROW_CHUNK, blocks
 from profiler.capture.options import AnalysisOptions  # noqa: F401 - defined apart: the cache's key needs no pandas
+from profiler.capture.unit import GRAPH_REPLAY, TENSORRT_DOMAIN
 from profiler.capture.waits import host_waits_on_gpu_ms
 from profiler.findings import Finding, json_safe
 from profiler.rules.context import CaptureContext
@@ -360,6 +363,8 @@ def _ranges_json(ctx: CaptureContext, options: AnalysisOptions) -> list[dict[str
         rj = {k: v for k, v in r.items() if k not in ("series_id", "outlier_indices", "parent_id")
               and not k.startswith("_")}
         rj["parent"] = ctx.label(r["parent_id"]) if r["parent_id"] >= 0 else None
+        if rj["domain"] == TENSORRT_DOMAIN and rj["name"] == GRAPH_REPLAY:  # no NVTX range: made by replays.py
+            rj["made_from"] = "cudaGraphLaunch calls outside TensorRT's enqueue ranges, one range each"
         rj["outliers"] = [{"index": int(o_idx[i]), "wall_ms": float(o_wall[i]), "excess_ms": float(o_exc[i]),
                            "cause": o_cause[i], "detail": o_detail[i]} for i in pos]
         rj["outlier_count"] = len(r["outlier_indices"])

@@ -348,7 +348,9 @@ def build_series(trace: Any) -> SeriesTable:
     act = build_activity(trace)
     api = build_host_calls(trace, "api")
     osrt = build_host_calls(trace, "osrt")
-    ranges = extract_ranges(trace)
+    from profiler.capture.replays import graph_replays
+
+    ranges = graph_replays(extract_ranges(trace), api)  # TensorRT inferences replayed as CUDA graphs
     notes: list[str] = []
     if ranges.never_closed:
         notes.append(f"{ranges.never_closed} NVTX range(s) were never closed (no end): left out of the range series")

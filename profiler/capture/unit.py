@@ -252,7 +252,13 @@ def window_reason(table: S.SeriesTable) -> str:
 
 
 def _is_trt(series: pd.DataFrame, i: int) -> bool:
-    return series["domain"].iat[i] == TENSORRT_DOMAIN and bool(TENSORRT_UNIT.match(str(series["name"].iat[i])))
+    """A TensorRT inference: its enqueue range, or a graph replay of it (:mod:`profiler.capture.replays`)."""
+    name = str(series["name"].iat[i])
+    return series["domain"].iat[i] == TENSORRT_DOMAIN and (bool(TENSORRT_UNIT.match(name)) or name == GRAPH_REPLAY)
+
+
+GRAPH_REPLAY = "cudaGraphLaunch"
+"""The range made for each graph replay of a TensorRT inference (``replays.GRAPH_REPLAY_NAME``)."""
 
 
 def build_unit(table: S.SeriesTable, unit_name: str | None = None) -> Unit:
@@ -369,6 +375,7 @@ def unit_json(unit: Unit) -> dict[str, Any]:
         "host_ms": summ(unit.host_ns), "graph_launches": unit.graph_launches,
         "queued_behind": _counts(queued_behind(unit)[st]),
         **({"why": unit.why} if unit.source == "window" else {}),
+        **({"graph_replays": True} if unit.source == "tensorrt" and unit.label.endswith(":" + GRAPH_REPLAY) else {}),
         **({"inside": unit.inside, "other_loops": list(unit.others)} if unit.inside else {}),
     }
 

@@ -114,6 +114,8 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
         return []
     st = lambda d, k="median": (d or {}).get(k)  # noqa: E731
     what = {"tensorrt": "TensorRT enqueue", "nvtx": "outermost repeated NVTX range"}.get(inf.get("source"), "?")
+    if inf.get("graph_replays"):
+        what = "CUDA graph replays of TensorRT's enqueue, one per cudaGraphLaunch call: its ranges exist only at capture"
     if inf.get("inside"):
         others = inf.get("other_loops") or []
         what = (f"an iteration of a loop inside the range {inf['inside']}"

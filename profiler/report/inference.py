@@ -51,6 +51,9 @@ def inference_section(doc: AnalysisDocument) -> Section | None:
                  "as one window. GPU time is the busy union of that work, on the GPU timeline.")
     else:
         what = SOURCES.get(inf.get("source"), "?")
+        if inf.get("graph_replays"):
+            what = ("a CUDA graph replay of TensorRT's enqueue (one per cudaGraphLaunch call; TensorRT's NVTX ranges "
+                    "exist only while the graph was captured)")
         if inf.get("inside"):
             what = f"an iteration of a loop inside the range {inf['inside']}"
         others = inf.get("other_loops") or []
