@@ -852,6 +852,13 @@ def test_a_throughput_loop_inside_a_one_off_range_is_the_inference_when_it_launc
     calls.append(("cudaDeviceSynchronize", end + 30 * T, end + 55 * T, 5, "sync"))
     inf = analyze(Trace(kernels=kernels(*krows), api=api(*calls), nvtx=ranges(*nv))).to_json()["inference"]
     assert inf["source"] == "window" and "inside" not in inf
+    # a small forward pass with each of its 8 layers ranged alike, nothing launched outside them: too few
+    # iterations for a throughput loop
+    nv, krows, calls, end = _loop("layer", 1_000 * T, 8, sync=False, launch=True)
+    nv.append(("forward", 1_000 * T - 5 * T, end + 50 * T, 5))
+    calls.append(("cudaDeviceSynchronize", end, end + 40 * T, 5, "sync"))
+    inf = analyze(Trace(kernels=kernels(*krows), api=api(*calls), nvtx=ranges(*nv))).to_json()["inference"]
+    assert inf["source"] == "window"
 
 
 def test_a_loop_on_each_worker_thread_inside_a_range_of_that_thread_is_the_inference():
@@ -876,12 +883,37 @@ def test_a_loop_on_each_worker_thread_inside_a_range_of_that_thread_is_the_infer
     assert U.wrapped_loops(table) == ({sid["iter"]}, {sid["worker"]})
     cands = [(9.0, {"series_id": sid["worker"]}, {}), (1.0, {"series_id": sid["iter"]}, {})]
     assert [c[1]["series_id"] for c in outermost(SimpleNamespace(table=table), cands, 5)] == [sid["iter"]]
+    # worker > epoch > iter on three threads: the iterations, and no 'epoch' named as another loop
+    nv, krows, calls = [], [], []
+    for k, tid in enumerate((5, 6, 7)):
+        it, kk, cc, end = _loop("iter", (1_000 + 30 * k) * T, 12, tid=tid)
+        nv += it + [("epoch", (999 + 30 * k) * T, end, tid), ("worker", (998 + 30 * k) * T, end + T, tid)]
+        krows += kk
+        calls += cc
+    inf = analyze(Trace(kernels=kernels(*krows), api=api(*calls), nvtx=ranges(*nv))).to_json()["inference"]
+    assert (inf["series"], inf["count"], inf["inside"], inf["other_loops"]) == ("iter", 36, "epoch", [])
     # the same two ranges one after the other on one thread are two instances of a range: not one-off
     a, ka, ca, t = _loop("iter", 1_000 * T, 20)
     b, kb, cb, end = _loop("iter", t + 10 * T, 20)
     nv = a + b + [("worker", 1_000 * T - T, t, 5), ("worker", t + 9 * T, end, 5)]
     table = build_series(Trace(kernels=kernels(*ka, *kb), api=api(*ca, *cb), nvtx=ranges(*nv)))
     assert U.wrapped_loops(table) == (set(), set())
+
+
+def test_a_thread_per_request_server_keeps_its_requests():
+    """Eight threads serving one request each (a range once per thread, like a worker's): each request's six
+    synchronised layers, or its preprocess, infer and postprocess steps, are no loop of a worker; the requests
+    are the inference."""
+    for steps in (["layer"] * 6, ["preprocess", "infer", "postprocess"]):
+        nv, krows, calls = [], [], []
+        for k in range(8):
+            tid, t0 = 100 + k, (1_000 + 37 * k) * T
+            it, kk, cc, end = _loop("x", t0, len(steps), tid=tid)
+            nv += [(name, *row[1:]) for name, row in zip(steps, it)] + [("request", t0 - T, end, tid)]
+            krows += kk
+            calls += cc
+        inf = analyze(Trace(kernels=kernels(*krows), api=api(*calls), nvtx=ranges(*nv))).to_json()["inference"]
+        assert (inf["series"], inf["count"]) == ("request", 8) and "inside" not in inf
 
 
 def test_one_forward_pass_whose_blocks_or_layers_have_ranges_stays_one_window():

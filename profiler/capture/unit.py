@@ -50,6 +50,11 @@ WRAPPED_SHARE = 2 / 3
 range's direct children and its instances wait for the GPU or make all of that range's launches (see
 :func:`_loop_child`): a timed or throughput loop's iterations; not the ranged layers or blocks of a single
 forward pass."""
+PER_THREAD_MIN_ITERATIONS = 10
+"""A range that runs once on each of several threads wraps a loop only when that thread's loop inside it has at
+least this many iterations (a worker around its loop), not a request's few layers or steps."""
+ASYNC_MIN_ITERATIONS = 20
+"""Iterations that never wait make a loop (by making every launch of the range around them) from this many."""
 NO_INT = np.iinfo(np.int64).min
 
 
@@ -150,17 +155,33 @@ def _outer_instances(table: S.SeriesTable) -> np.ndarray:
     if not len(child):
         return outer
     sid = inst["series_id"].to_numpy()
-    once = _once_per_thread(sid, inst["tid"].to_numpy(), table.series["count"].to_numpy())
+    count = table.series["count"].to_numpy()
+    once = count == 1
     waits = (inst["sync_count"].to_numpy()[child] > 0) | (inst["memcpy_api_ns"].to_numpy()[child] > 0)
-    loop = _loop_child(parent[child], sid[child], waits, inst["launch_calls"].to_numpy(), child)
+    loop, iterations = _loop_child(parent[child], sid[child], waits, inst["launch_calls"].to_numpy(), child)
+    # a range once on each of its threads (count > 1) wraps only a long loop of that thread: a worker's loop,
+    # not a thread-per-request server's one request with its few steps or layers
+    per_thread = _once_per_thread(sid, inst["tid"].to_numpy(), count) & ~once
+    wraps = once[sid] | (per_thread[sid] & _holds(parent, iterations >= PER_THREAD_MIN_ITERATIONS))
     for level in range(1, int(depth.max()) + 1):  # parents before their children
         rows = child[depth[child] == level]
         p = parent[rows]
-        ok = outer[p] & once[sid[p]] & (once[sid[rows]] | (loop[p] == sid[rows]))
+        ok = outer[p] & wraps[p] & (once[sid[rows]] | (loop[p] == sid[rows]) | (wraps[rows] & (loop[rows] >= 0)))
         if not ok.any():  # nothing deeper can be nested only in one-off ranges
             break
         outer[rows[ok]] = True
     return outer
+
+
+def _holds(parent: np.ndarray, long_loop: np.ndarray) -> np.ndarray:
+    """Per instance, whether it or a range nested in it holds a long loop (``long_loop`` per instance)."""
+    out = long_loop.copy()
+    cur = np.flatnonzero(long_loop)
+    while len(cur):
+        cur = np.unique(parent[cur])
+        cur = cur[(cur >= 0) & ~out[np.maximum(cur, 0)]]
+        out[cur] = True
+    return out
 
 
 def _once_per_thread(sid: np.ndarray, tid: np.ndarray, count: np.ndarray) -> np.ndarray:
@@ -185,29 +206,33 @@ def wrapped_loops(table: S.SeriesTable) -> tuple[set[int], set[int]]:
         wrappers.update(np.unique(sid[cur]).tolist())
         cur = np.unique(parent[cur])
         cur = cur[cur >= 0]
-    return set(np.unique(sid[nested]).tolist()), wrappers
+    return set(np.unique(sid[nested]).tolist()) - wrappers, wrappers
 
 
 def _loop_child(parent: np.ndarray, sid: np.ndarray, waits: np.ndarray, launch_calls: np.ndarray,
-                child: np.ndarray) -> np.ndarray:
-    """Per instance, the series of the loop among its direct children (-1 when none): at least
+                child: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per instance, the series of the loop among its direct children (-1 when none) and its iterations there
+    (0 when none). A loop is at least
     ``WRAPPED_SHARE`` of them and two, which either wait for the GPU in most iterations (a synchronising call
     or a copy call inside: a timed loop's iterations do; the ranged blocks of one forward pass, queued
-    without waiting, do not, nor does a recursive range's one child) or make every launch call of the range
-    around them (a throughput loop queues all its work in its iterations; a forward pass launches its
-    embedding and head outside its blocks). ``parent``, ``sid`` and ``waits`` are of the ``child`` instances;
-    ``launch_calls`` of every instance (its own thread's kernel and graph launch calls)."""
+    without waiting, do not, nor does a recursive range's one child) or, at least ``ASYNC_MIN_ITERATIONS``
+    of them, make every launch call of the range around them (a throughput loop queues all its work in its
+    iterations; a forward pass launches its embedding and head outside its blocks, and a small one with every
+    layer ranged has few). ``parent``, ``sid`` and ``waits`` are of the ``child`` instances; ``launch_calls``
+    of every instance (its own thread's kernel and graph launch calls)."""
     out = np.full(len(launch_calls), -1, np.int64)
+    iterations = np.zeros(len(launch_calls), np.int64)
     pairs = pd.DataFrame({"p": parent, "s": sid, "w": waits.astype(np.int64),
                           "n": launch_calls[child]}).groupby(["p", "s"])[["w", "n"]]
     count, sums = pairs.size().to_numpy(), pairs.sum()
     p, s = sums.index.get_level_values(0).to_numpy(), sums.index.get_level_values(1).to_numpy()
     share = count / pd.Series(parent).value_counts().reindex(p).to_numpy()
     launched = sums["n"].to_numpy()
-    every_launch = (launched > 0) & (launched == launch_calls[p])
+    every_launch = (launched > 0) & (launched == launch_calls[p]) & (count >= ASYNC_MIN_ITERATIONS)
     keep = (share >= WRAPPED_SHARE) & (count >= 2) & ((sums["w"].to_numpy() >= 0.5 * count) | every_launch)
     out[p[keep]] = s[keep]
-    return out
+    iterations[p[keep]] = count[keep]
+    return out, iterations
 
 
 def _busy_from_first(table: S.SeriesTable, sid: np.ndarray, i: int) -> int:
