@@ -178,6 +178,9 @@ def test_tensorrt_inference_ranges_match_across_api_names(db_url):
     two = ["TensorRT/ExecutionContext::enqueue", "TensorRT/ExecutionContext::execute"]
     assert _tensorrt_renamed(two, ["TensorRT/ExecutionContext::enqueueV3"]) == {}
     assert _tensorrt_renamed(["TensorRT/layer0"], ["TensorRT/layer1"]) == {}
+    # the same engine run eagerly and as trtexec --useCudaGraph's replays (a range made per graph launch)
+    assert _tensorrt_renamed(["TensorRT/ExecutionContext::enqueue"], ["TensorRT/cudaGraphLaunch"]) == \
+        {"TensorRT/cudaGraphLaunch": "TensorRT/ExecutionContext::enqueue"}
 
 
 def test_compare_stored_runs(db_url):

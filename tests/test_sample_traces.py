@@ -202,22 +202,49 @@ def test_trtexec_cuda_graph_replays_without_tensorrt_ranges_are_the_inferences(t
     assert "graph_replays" not in trt_shaped["graph"]["inference"]
 
 
-def test_graph_launches_inside_tensorrt_enqueue_ranges_or_fewer_than_them_make_no_replay_ranges():
-    from profiler.capture.replays import graph_replays
-    from profiler.capture.series import build_host_calls, extract_ranges
+def _replay_trace(captured: bool, other_graph: bool, n: int = 5, nested: bool = False) -> Trace:
+    """Three eager TensorRT enqueues, one more under a stream capture when ``captured``, then ``n`` launches of
+    graph exec 7 (the first launched after the capture), each followed by a launch of graph exec 9 (a PyTorch
+    graph, say) when ``other_graph``; with ``nested`` each cudaGraphLaunch holds a traced cuGraphLaunch."""
+    import pandas as pd
     from tests.capture_builders import T, api, ranges
 
-    nv = [("ExecutionContext::enqueueV3", k * 100 * T, (k * 100 + 50) * T, 5, "TensorRT") for k in range(3)]
-    inside = [("cudaGraphLaunch", (k * 100 + 10) * T, (k * 100 + 15) * T, 5, "graph_launch") for k in range(3)]
-    after = [("cudaGraphLaunch", (1000 + k * 100) * T, (1000 + k * 100 + 5) * T, 5, "graph_launch") for k in range(4)]
-    trace = Trace(nvtx=ranges(*nv), api=api(*inside, *after[:3]))
-    r = extract_ranges(trace)
-    assert graph_replays(r, build_host_calls(trace, "api")) is r  # 3 outside against 3 enqueues
-    trace = Trace(nvtx=ranges(*nv), api=api(*inside, *after))
-    out = graph_replays(r, build_host_calls(trace, "api"))
-    added = out.frame.iloc[len(r.frame):]
-    assert list(added["start_ns"]) == [a[1] for a in after] and list(added["end_ns"]) == [a[2] for a in after]
-    assert set(out.names[added["name"]]) == {"cudaGraphLaunch"} and set(out.domains[added["domain"]]) == {"TensorRT"}
+    nv = [("ExecutionContext::enqueueV3", k * 100 * T, (k * 100 + 50) * T, 5, "TensorRT") for k in range(4)]
+    calls = [("cudaGraphLaunch", (k * 100 + 10) * T, (k * 100 + 15) * T, 5, "graph_launch") for k in range(3)]
+    if captured:
+        calls += [("cudaStreamBeginCapture", 290 * T, 295 * T, 5, "other"),
+                  ("cudaStreamEndCapture", 360 * T, 365 * T, 5, "other")]
+    graphs = []
+    for k in range(n):
+        for g, at in ((7, (1000 + k * 100) * T), (9, (1050 + k * 100) * T))[: 2 if other_graph else 1]:
+            calls.append(("cudaGraphLaunch", at, at + 5 * T, 5, "graph_launch"))
+            if nested:
+                calls.append(("cuGraphLaunch", at + T, at + 4 * T, 5, "graph_launch"))
+            graphs.append({"start_ns": at + 10 * T, "end_ns": at + 30 * T, "api_tid": 5, "api_start_ns": at,
+                           "api_end_ns": at + 5 * T, "correlation_id": at, "device_id": 0, "stream_id": 7,
+                           "pid": 1, "graph_id": g, "graph_exec_id": g})
+    return Trace(nvtx=ranges(*nv), api=api(*calls), graphs=pd.DataFrame(graphs))
+
+
+def test_only_replays_of_the_graph_tensorrt_was_captured_into_make_replay_ranges():
+    """A graph launch is a TensorRT inference only as a replay of the graph an enqueue was captured into:
+    not without a capture around an enqueue (an eager engine beside a PyTorch graph), not a launch of another
+    graph, not one inside an enqueue range (trt_graph's layout), not a driver call nested in the runtime's,
+    and not when they are no more than the enqueues."""
+    from profiler.capture.replays import graph_replays
+    from profiler.capture.series import build_host_calls, extract_ranges
+
+    def made(trace: Trace) -> list[int]:
+        r = extract_ranges(trace)
+        out = graph_replays(r, build_host_calls(trace, "api"), trace)
+        return list(out.frame["start_ns"].iloc[len(r.frame):] // 1_000)
+
+    replays = [1000, 1100, 1200, 1300, 1400]
+    assert made(_replay_trace(captured=True, other_graph=True)) == replays  # exec 7 only, not exec 9
+    assert made(_replay_trace(captured=True, other_graph=True, nested=True)) == replays
+    assert made(_replay_trace(captured=False, other_graph=True)) == []  # no enqueue under a capture
+    assert made(_replay_trace(captured=True, other_graph=False)) == replays
+    assert made(_replay_trace(captured=True, other_graph=False, n=4)) == []  # 4 replays against 4 enqueues
 
 
 def test_trt_eager_report_lists_findings_by_impact(trt_shaped):

@@ -7,7 +7,8 @@ only while its work is enqueued. Read as they are, such a capture has an enqueue
 one of which launched nothing ("1 instance: no GPU work"). Here each graph launch call outside TensorRT's
 enqueue ranges becomes a range ``cudaGraphLaunch`` in TensorRT's domain, from the call's start to its end:
 the host time of the replay, as an enqueue range holds the host time of the enqueue, with the GPU work it
-launched attributed to it.
+launched attributed to it. Only replays of the graph an enqueue was captured into count: a PyTorch graph
+launched beside an eager TensorRT engine is no TensorRT inference.
 """
 
 from __future__ import annotations
@@ -22,10 +23,18 @@ from profiler.capture.frames import ApiCategory
 from profiler.capture.unit import GRAPH_REPLAY as GRAPH_REPLAY_NAME, TENSORRT_DOMAIN, TENSORRT_UNIT
 
 
-def graph_replays(ranges: Any, api: Any) -> Any:
-    """``ranges`` (:class:`~profiler.capture.series.Ranges`) with one range per graph launch call of ``api``
-    outside TensorRT's enqueue ranges, when a TensorRT capture has at least two such calls and more of them
-    than instances of its most frequent enqueue range; else ``ranges`` itself."""
+BEGIN_CAPTURE = ("cudaStreamBeginCapture", "cuStreamBeginCapture")
+END_CAPTURE = ("cudaStreamEndCapture", "cuStreamEndCapture")
+
+
+def graph_replays(ranges: Any, api: Any, trace: Any = None) -> Any:
+    """``ranges`` (:class:`~profiler.capture.series.Ranges`) with one range per replay of a CUDA graph that
+    TensorRT's enqueue was captured into; else ``ranges`` itself. The graph is TensorRT's when an enqueue range
+    lies inside a stream capture of its thread (between a BeginCapture and an EndCapture call); its replays are
+    the graph launch calls outside enqueue ranges that launch the graph first launched on that thread after
+    the capture ended (by the graph launches' ``graph_exec_id`` in ``trace.graphs``; without one, every graph
+    launch of that thread after the capture). At least two, and more than instances of the most frequent
+    enqueue range."""
     rf = ranges.frame
     trt = np.flatnonzero(np.asarray(ranges.domains, dtype=object) == TENSORRT_DOMAIN)
     if rf.empty or not len(api) or not len(trt):
@@ -34,19 +43,85 @@ def graph_replays(ranges: Any, api: Any) -> Any:
     mine = (rf["domain"].to_numpy() == trt[0]) & enqueue[rf["name"].to_numpy()]
     if not mine.any():
         return ranges
-    most = int(np.bincount(rf["name"].to_numpy()[mine]).max())
-    calls = np.flatnonzero((api.category == ApiCategory.graph_launch) & api.top_level)
-    if len(calls) < 2:
+    enq = rf.loc[mine]
+    launches = _graph_launches(api)
+    captured = _captured(api, enq)  # (thread, end of its capture) of each enqueue made under capture
+    if len(launches) < 2 or not captured:
         return ranges
-    calls = calls[~_inside(api.tid[calls], api.start_ns[calls], rf.loc[mine])]
-    if len(calls) < 2 or len(calls) <= most:
+    launches = launches[~_inside(api.tid[launches], api.start_ns[launches], enq)]
+    launches = _replays_of(api, launches, captured, trace)
+    most = int(np.bincount(rf["name"].to_numpy()[mine]).max())
+    if len(launches) < 2 or len(launches) <= most:
         return ranges
     names = np.append(np.asarray(ranges.names, dtype=object), GRAPH_REPLAY_NAME)
-    added = pd.DataFrame({"domain": np.full(len(calls), trt[0], np.int64),
-                          "name": np.full(len(calls), len(names) - 1, np.int64),
-                          "raw_name": np.full(len(calls), -1, np.int64), "start_ns": api.start_ns[calls],
-                          "end_ns": api.end_ns[calls], "tid": api.tid[calls]})
+    added = pd.DataFrame({"domain": np.full(len(launches), trt[0], np.int64),
+                          "name": np.full(len(launches), len(names) - 1, np.int64),
+                          "raw_name": np.full(len(launches), -1, np.int64), "start_ns": api.start_ns[launches],
+                          "end_ns": api.end_ns[launches], "tid": api.tid[launches]})
     return replace(ranges, frame=pd.concat([rf, added], ignore_index=True), names=names)
+
+
+def _graph_launches(api: Any) -> np.ndarray:
+    """Rows of the graph launch calls not nested in another one of their thread (a driver call inside the
+    runtime's), in (thread, start) order."""
+    rows = np.flatnonzero(api.category == ApiCategory.graph_launch)
+    rows = rows[np.lexsort((api.start_ns[rows], api.tid[rows]))]
+    same = np.concatenate(([False], api.tid[rows][1:] == api.tid[rows][:-1]))
+    reach = np.concatenate(([0], api.end_ns[rows][:-1]))
+    return rows[~(same & (api.start_ns[rows] < reach))]
+
+
+def _captured(api: Any, enq: pd.DataFrame) -> list[tuple[int, int]]:
+    """(thread, end of the capture) for each enqueue range made while its thread's stream was captured: the
+    last capture call of that thread before it is a BeginCapture, and an EndCapture follows."""
+    begin, end = api.named_prefix(BEGIN_CAPTURE), api.named_prefix(END_CAPTURE)
+    out = []
+    for t, r in enq.groupby("tid"):
+        b = np.sort(api.start_ns[begin & (api.tid == t)])
+        e = np.sort(api.start_ns[end & (api.tid == t)])
+        if not len(b) or not len(e):
+            continue
+        for start in r["start_ns"].to_numpy():
+            last_b = b[np.searchsorted(b, start, "right") - 1] if (b <= start).any() else None
+            if last_b is None or (e[(e > last_b) & (e <= start)]).size:
+                continue  # no capture open at the enqueue
+            after = e[e > start]
+            if after.size:
+                out.append((int(t), int(after[0])))
+    return out
+
+
+def _replays_of(api: Any, launches: np.ndarray, captured: list[tuple[int, int]], trace: Any) -> np.ndarray:
+    """The launch calls among ``launches`` that replay the graphs the captures made (see :func:`graph_replays`)."""
+    exec_of = _exec_ids(api, launches, trace)
+    keep = np.zeros(len(launches), dtype=bool)
+    for t, ended in captured:
+        after = np.flatnonzero((api.tid[launches] == t) & (api.start_ns[launches] > ended))
+        if not len(after):
+            continue
+        if exec_of is None:  # no graph records to tell graphs apart (node-level tracing)
+            keep[after] = True
+            continue
+        first = exec_of[after[np.argmin(api.start_ns[launches][after])]]
+        keep |= (exec_of == first) & (first >= 0)
+    return launches[keep]
+
+
+def _exec_ids(api: Any, launches: np.ndarray, trace: Any) -> np.ndarray | None:
+    """The ``graph_exec_id`` each launch call launched (-1 where no graph record joins it), None when the
+    capture's graph records carry none."""
+    graphs = getattr(trace, "graphs", None)
+    if graphs is None or not len(graphs) or "graph_exec_id" not in graphs.columns:
+        return None
+    ids = pd.to_numeric(graphs["graph_exec_id"], errors="coerce")
+    if ids.isna().all():
+        return None
+    link = pd.Series(ids.fillna(-1).to_numpy(np.int64),
+                     index=pd.MultiIndex.from_arrays([graphs["api_tid"].to_numpy(np.int64),
+                                                      graphs["api_start_ns"].to_numpy(np.int64)]))
+    link = link[~link.index.duplicated()]
+    keys = pd.MultiIndex.from_arrays([api.tid[launches].astype(np.int64), api.start_ns[launches].astype(np.int64)])
+    return link.reindex(keys).fillna(-1).to_numpy(np.int64)
 
 
 def _inside(tid: np.ndarray, start: np.ndarray, enq: pd.DataFrame) -> np.ndarray:

@@ -350,7 +350,7 @@ def build_series(trace: Any) -> SeriesTable:
     osrt = build_host_calls(trace, "osrt")
     from profiler.capture.replays import graph_replays
 
-    ranges = graph_replays(extract_ranges(trace), api)  # TensorRT inferences replayed as CUDA graphs
+    ranges = graph_replays(extract_ranges(trace), api, trace)  # TensorRT inferences replayed as CUDA graphs
     notes: list[str] = []
     if ranges.never_closed:
         notes.append(f"{ranges.never_closed} NVTX range(s) were never closed (no end): left out of the range series")

@@ -36,13 +36,15 @@ def _variant_name(v: dict[str, Any]) -> str:
     return f"{v['domain']}/{v['key']}" if v.get("domain") else v["key"]
 
 
-_TENSORRT_INFERENCE = re.compile(r"^TensorRT/ExecutionContext::(enqueue|execute)\w*$")
-"""TensorRT's range around each inference: enqueue, enqueueV2/V3, execute, executeV2 by version and API."""
+_TENSORRT_INFERENCE = re.compile(r"^TensorRT/(ExecutionContext::(enqueue|execute)\w*|cudaGraphLaunch)$")
+"""TensorRT's range around each inference: enqueue, enqueueV2/V3, execute, executeV2 by version and API, or
+the range made for each graph replay of it (:mod:`profiler.capture.replays`: trtexec --useCudaGraph)."""
 
 
 def _tensorrt_renamed(base: list[str], cand: list[str]) -> dict[str, str]:
     """{candidate key: baseline key} for the TensorRT inference range under another API name (an engine
-    moved from enqueueV2 to enqueueV3 across TensorRT versions): one such range unmatched on each side."""
+    moved from enqueueV2 to enqueueV3 across TensorRT versions, or from eager enqueues to graph replays): one
+    such range unmatched on each side."""
     b = [k for k in base if _TENSORRT_INFERENCE.match(k) and k not in cand]
     c = [k for k in cand if _TENSORRT_INFERENCE.match(k) and k not in base]
     return {c[0]: b[0]} if len(b) == 1 and len(c) == 1 else {}
