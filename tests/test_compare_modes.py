@@ -36,15 +36,39 @@ def test_a_median_that_jumps_between_modes_is_no_change_when_neither_mode_moved(
 
 
 def test_more_instances_in_the_slow_mode_is_a_regression_of_the_mix():
-    """Each mode as fast as before, but 60% of the instances slow instead of 10%: the typical instance is now a
-    slow one, so the medians (and their ratio, 50x) say so; the share's test is the evidence."""
+    """Each mode as fast as before, but 60% of the instances slow instead of 10% (or 25%): the mean rises, and
+    the ratio is that of the means with its interval, not a median that jumped modes (50x) or did not (1.00x)."""
     rng = np.random.default_rng(2)
-    b, c = _two_modes(rng, 200, 0.1), _two_modes(rng, 200, 0.6)
-    v = decide(b, c)
-    assert v.verdict == "regression" and v.significant
-    assert v.median_ratio == pytest.approx(np.median(c) / np.median(b)) and v.median_ratio > 40
-    assert v.p_value < 1e-10 and f"the mean moved {(c.mean() / b.mean() - 1) * 100:+.1f}% with the mix" in v.reason
+    b = _two_modes(rng, 200, 0.1)
+    for slow in (0.6, 0.25):
+        c = _two_modes(rng, 200, slow)
+        v = decide(b, c)
+        assert v.verdict == "regression" and v.significant
+        assert v.median_ratio == pytest.approx(c.mean() / b.mean()) and v.ci_low > 1.0
+        assert v.p_value < 1e-3 and "neither mode changed, the mean moved" in v.reason
+        assert (v.baseline_median_ms, v.candidate_median_ms) == (np.median(b), np.median(c))
     assert decide(c, b).verdict == "improvement"
+
+
+def test_both_modes_slower_is_a_regression_whatever_the_mix_did():
+    """Both modes 20% slower while the share of slow instances fell from 50% to 33%: the mean fell, but every
+    kind of instance got slower; a mode's change decides, not the mix."""
+    rng = np.random.default_rng(4)
+    b = _two_modes(rng, 300, 0.5, fast_ms=1.0, slow_ms=8.0)
+    c = _two_modes(rng, 300, 1 / 3, fast_ms=1.2, slow_ms=9.6)
+    assert c.mean() < b.mean()
+    v = decide(b, c)
+    assert v.verdict == "regression" and v.median_ratio == pytest.approx(1.2, abs=0.01)
+    assert [m["verdict"] for m in v.modes[:2]] == ["regression", "regression"]
+
+
+def test_one_run_wholly_above_the_other_is_one_shift_not_two_modes():
+    """1 ms then 3 ms: the pooled samples split in two, but each run sits in one of them; the plain rule judges it."""
+    rng = np.random.default_rng(5)
+    b, c = rng.normal(1.0, 0.01, 40), rng.normal(3.0, 0.03, 40)
+    assert mode_split(b, c) is not None
+    assert decide(b, c).to_dict() == decide(b, c, modes=False).to_dict()
+    assert decide(b, c).verdict == "regression"
 
 
 def test_a_slower_mode_is_a_regression_with_that_modes_ratio():

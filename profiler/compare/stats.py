@@ -34,21 +34,28 @@ def bootstrap_median_ratio(baseline, candidate, *, n_boot: int = 2000, confidenc
 
     Samples longer than ``max_samples`` are thinned evenly first (keeps memory at n_boot x max_samples).
     """
+    return _bootstrap_ratio(baseline, candidate, np.median, n_boot=n_boot, confidence=confidence,
+                            max_samples=max_samples, seed=seed)
+
+
+def _bootstrap_ratio(baseline, candidate, stat, *, n_boot: int, confidence: float, max_samples: int,
+                     seed: int) -> tuple[float, float, float]:
+    """(ratio, ci_low, ci_high) of stat(candidate) / stat(baseline), ``stat`` a numpy reduction (median, mean)."""
     b, c = _as_array(baseline), _as_array(candidate)
     if len(b) == 0 or len(c) == 0:
         return float("nan"), float("nan"), float("nan")
-    mb = float(np.median(b))
-    ratio = float(np.median(c)) / mb if mb else float("nan")
+    mb = float(stat(b))
+    ratio = float(stat(c)) / mb if mb else float("nan")
     rng = np.random.default_rng(seed)
 
-    def boot_medians(x: np.ndarray) -> np.ndarray:
+    def boot(x: np.ndarray) -> np.ndarray:
         if len(x) > max_samples:
             x = x[np.linspace(0, len(x) - 1, max_samples).astype(int)]
         idx = rng.integers(0, len(x), size=(n_boot, len(x)))
-        return np.median(x[idx], axis=1)
+        return stat(x[idx], axis=1)
 
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = boot_medians(c) / boot_medians(b)
+        ratios = boot(c) / boot(b)
     ratios = ratios[np.isfinite(ratios)]
     if len(ratios) == 0:
         return ratio, float("nan"), float("nan")
@@ -127,8 +134,9 @@ def decide(baseline, candidate, rule: dict | None = None, *, modes: bool = True)
         return Verdict("missing", nan, nan, nan, nan, nan, nan, nan, False,
                        "fewer than two samples on one side")
     split = mode_split(b, c) if modes else None
-    if split is not None:
-        return decide_modes(b, c, split, r)
+    judged = decide_modes(b, c, split, r) if split is not None else None
+    if judged is not None:
+        return judged
     ratio, lo, hi = bootstrap_median_ratio(b, c, n_boot=int(r["bootstrap"]), confidence=float(r["confidence"]),
                                            max_samples=int(r["max_samples"]), seed=int(r["seed"]))
     _, p = mann_whitney_u(b, c)
@@ -184,14 +192,21 @@ def mode_split(baseline: np.ndarray, candidate: np.ndarray) -> float | None:
     return float(math.sqrt(x[lo - 1 + best] * x[lo + best]))
 
 
-def decide_modes(b: np.ndarray, c: np.ndarray, split: float, r: dict) -> Verdict:
-    """The verdict on samples in two modes split at ``split`` ms: each mode's own (:func:`decide`), and the
-    share of the slow mode (a two-proportion test). A shift of the share is a change when significant and when
-    it moves the mean by more than the rule's relative and absolute thresholds; else a change of a mode is.
-    A shift of the share gives the samples' own medians (the typical instance changed mode) and the share's p;
-    a mode's change, or none, gives that mode's medians, ratio, interval and p (the mode with the largest
-    change, when neither changed beyond the rule)."""
+MODE_MIN_PER_RUN = 2
+"""Each run needs this many samples in each mode for the modes to be judged apart (else one mode moved)."""
+
+
+def decide_modes(b: np.ndarray, c: np.ndarray, split: float, r: dict) -> Verdict | None:
+    """The verdict on samples in two modes split at ``split`` ms, None when a run has fewer than
+    ``MODE_MIN_PER_RUN`` samples in a mode (all of one run above the split and all of the other below is one
+    shift, for the plain rule). Each mode is judged on its own (:func:`decide`): a mode that changed decides,
+    the slower one when they moved apart, with that mode's medians, ratio, interval and p. When neither changed,
+    a shift of the share of the slow mode (a two-proportion test) that moves the mean beyond the rule's relative
+    and absolute thresholds decides, with the ratio of the means and its interval; else no change (or the
+    inconclusive mode), with the figures of the mode that moved most."""
     slow_b, slow_c = b > split, c > split
+    if min(int(slow_b.sum()), int((~slow_b).sum()), int(slow_c.sum()), int((~slow_c).sum())) < MODE_MIN_PER_RUN:
+        return None
     share_b, share_c = float(slow_b.mean()), float(slow_c.mean())
     p_share = _two_proportions(int(slow_b.sum()), len(b), int(slow_c.sum()), len(c))
     per_mode = []
@@ -202,35 +217,31 @@ def decide_modes(b: np.ndarray, c: np.ndarray, split: float, r: dict) -> Verdict
                                                          "baseline_median_ms", "candidate_median_ms", "reason")}})
     modes = [*per_mode, {"mode": "share of slow", "split_ms": split, "baseline": share_b, "candidate": share_c,
                          "p_value": p_share}]
-    mean_b, mean_c = float(b.mean()), float(c.mean())
-    mix_ms = (share_c - share_b) * (_median(c[slow_c], b[slow_b]) - _median(c[~slow_c], b[~slow_b]))
     shares = (f"two modes split at {split:.3g} ms, {share_b * 100:.0f}% slow in the baseline and "
               f"{share_c * 100:.0f}% in the candidate (p{fmt_p(p_share)}); median ratio "
               + ", ".join(f"{m['mode']} {m['median_ratio']:.3f}" for m in per_mode))
-    if p_share < r["alpha"] and abs(mix_ms) > r["rel_threshold"] * mean_b and abs(mix_ms) > r["abs_floor_ms"]:
-        # the typical instance changed mode: the medians and their interval say so, the share test decides
-        whole = decide(b, c, r, modes=False)
-        verdict = "regression" if mix_ms > 0 else "improvement"
-        reason = (f"{shares}: the mean moved {(mean_c / mean_b - 1) * 100:+.1f}% with the mix "
-                  f"({mix_ms * 1000:+.1f} us per instance)")
-        return Verdict(verdict, whole.median_ratio, whole.ci_low, whole.ci_high, p_share, whole.baseline_median_ms,
-                       whole.candidate_median_ms, whole.delta_ms, True, reason, modes)
     changed = [m for m in per_mode if m["verdict"] in ("regression", "improvement")]
+    mean_b, mean_c = float(b.mean()), float(c.mean())
+    mix_ms = (share_c - share_b) * (float(np.median(c[slow_c])) - float(np.median(c[~slow_c])))
+    if not changed and p_share < r["alpha"] and abs(mix_ms) > r["rel_threshold"] * mean_b \
+            and abs(mix_ms) > r["abs_floor_ms"]:
+        ratio, lo, hi = _bootstrap_ratio(b, c, np.mean, n_boot=int(r["bootstrap"]), confidence=float(r["confidence"]),
+                                         max_samples=int(r["max_samples"]), seed=int(r["seed"]))
+        verdict = "regression" if mix_ms > 0 else "improvement"
+        reason = (f"{shares}: neither mode changed, the mean moved {(ratio - 1) * 100:+.1f}% "
+                  f"({mean_b:.4g} -> {mean_c:.4g} ms) with the mix")
+        return Verdict(verdict, ratio, lo, hi, p_share, float(np.median(b)), float(np.median(c)), mean_c - mean_b,
+                       True, reason, modes)
+    regressed = [m for m in changed if m["verdict"] == "regression"]
     unsure = [m for m in per_mode if m["verdict"] == "inconclusive"]
-    known = [m for m in per_mode if m["verdict"] != "missing"]
-    pick = max(changed or unsure or known or per_mode, key=lambda m: abs((m["median_ratio"] or 1.0) - 1.0)
-               if np.isfinite(m["median_ratio"]) else -1.0)
-    verdict = pick["verdict"] if changed or unsure else ("no_change" if known else "missing")
+    pick = max(regressed or changed or unsure or per_mode,
+               key=lambda m: abs(m["median_ratio"] - 1.0) if np.isfinite(m["median_ratio"]) else -1.0)
+    verdict = pick["verdict"] if changed or unsure else "no_change"
     reason = (f"{shares}; the {pick['mode']} mode ({pick['baseline_count']} and {pick['candidate_count']} "
               f"samples): {pick['reason']}")
     mb, mc = pick["baseline_median_ms"], pick["candidate_median_ms"]
     return Verdict(verdict, pick["median_ratio"], pick["ci_low"], pick["ci_high"], pick["p_value"], mb, mc, mc - mb,
                    verdict in ("regression", "improvement"), reason, modes)
-
-
-def _median(a: np.ndarray, b: np.ndarray) -> float:
-    """The median of ``a``, else of ``b`` (a mode empty on one side)."""
-    return float(np.median(a if len(a) else b))
 
 
 def _two_proportions(k1: int, n1: int, k2: int, n2: int) -> float:
