@@ -33,7 +33,7 @@ def _loop(n: int = 40, busy_us: int = 120, period_us: int = 200, wait: str = "")
     code: in cudaStreamSynchronize ('sync') or in a synchronous copy of the result ('copy', PyTorch's
     ``.cpu()``); 'staging' adds a 60 us pageable copy call while the GPU idles before the launch; without,
     the host never waits on the GPU. 'poll' waits by calling cudaEventQuery every 2 us until the kernel ends
-    (a spin loop); 'poll_slow' calls it every 150 us, running its own code between; 'poll_sleep' every 150 us,
+    (a spin loop); 'poll_slow' calls it every 40 us, running its own code between; 'poll_sleep' every 150 us,
     asleep in between (time.sleep: clock_nanosleep)."""
     nv, krows, arows, orows = [], [], [], []
     for i in range(n):
@@ -47,8 +47,8 @@ def _loop(n: int = 40, busy_us: int = 120, period_us: int = 200, wait: str = "")
             arows.append(("cudaMemcpy", t + 5 * T, t + (12 + busy_us) * T, 5, "memcpy"))
         elif wait == "staging" and i:
             arows.append(("cudaMemcpy", t - 70 * T, t - 10 * T, 5, "memcpy"))
-        elif wait.startswith("poll"):  # 'poll' spins every 2 us; 'poll_slow' and 'poll_sleep' every 150 us
-            every = 2 if wait == "poll" else 150
+        elif wait.startswith("poll"):  # 'poll' spins every 2 us, 'poll_slow' polls every 40, 'poll_sleep' 150
+            every = {"poll": 2, "poll_slow": 40}.get(wait, 150)
             arows += [("cudaEventQuery_v3020", t + u * T, t + (u + 1) * T, 5, "other")
                       for u in range(5, 11 + busy_us, every)]
             if wait == "poll_sleep":  # asleep 140 of the 149 us between two polls
@@ -116,7 +116,7 @@ def test_a_host_that_polls_until_the_gpu_is_done_waits_on_it():
     ph, duration_ms = res.context.phases, data["phases"]["steady"]["duration_ms"]
     waits_ms = host_waits_on_gpu_ms(table, res.context.devices, ph.steady_start_ns, ph.steady_end_ns)
     assert waits_ms / duration_ms == pytest.approx(0.6, abs=0.01)  # the part of it while the kernel runs
-    slow = analyze(_loop(busy_us=400, period_us=600, wait="poll_slow"))
+    slow = analyze(_loop(wait="poll_slow"))  # 39 us of its own work between polls: working, not waiting
     assert polled_waits(slow.context.table.api, slow.context.table.api_sorted, slow.context.table.osrt)[0].size == 0
     assert slow.to_json()["inference"]["bound_by"] == "host"
 

@@ -23,10 +23,11 @@ from profiler.capture.nsys_names import base_api_name
 
 POLL_NAMES = frozenset({"cudaEventQuery", "cuEventQuery", "cudaStreamQuery", "cuStreamQuery"})
 """CUDA calls that ask whether work is done without waiting for it (base names, :func:`base_api_name`)."""
-POLL_GAP_NS = 100_000
+POLL_GAP_NS = 20_000
 """Two poll calls of one thread belong to one wait when the second starts at most this long after the first
-ends, with no other call of the thread in between. A spin loop in Python polls every microsecond or two;
-a pause of 100 us is the host doing something else."""
+ends (less the thread's sleeps), with no other call of the thread in between. A spin loop in Python polls
+every microsecond or two (a garbage-collector pause now and then splits a wait, losing only the pause); a
+host that checks the event between chunks of its own work of 30 us or more is working, not waiting."""
 POLL_MAX_SLEEP_GAP_NS = 50_000_000
 """Polls further apart than this are not one wait, whatever the thread does between them."""
 SLEEP_CALLS = ("clock_nanosleep", "nanosleep", "usleep", "sleep", "sched_yield")
