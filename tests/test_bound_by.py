@@ -121,6 +121,19 @@ def test_a_host_that_polls_until_the_gpu_is_done_waits_on_it():
     assert slow.to_json()["inference"]["bound_by"] == "host"
 
 
+def test_a_completion_thread_waiting_for_results_does_not_make_the_launching_thread_wait():
+    """The 60% busy loop whose launching thread never waits, beside a second thread that blocks in
+    cudaStreamSynchronize (or polls) for each result: the launching thread still bounds it. The same waits on
+    the launching thread are the compute-bound case."""
+    for wait in ("sync", "poll"):
+        trace = _loop(wait=wait)
+        calls = trace.api
+        side = calls["name"] != "cudaLaunchKernel"
+        calls.loc[side, "global_tid"] = calls.loc[side, "tid"] = 6
+        assert analyze(trace).to_json()["inference"]["bound_by"] == "host", wait
+        assert analyze(_loop(wait=wait)).to_json()["inference"]["bound_by"] == "compute", wait
+
+
 def test_a_host_that_sleeps_between_its_polls_waits_on_the_gpu():
     """The H200 capture pollsleep.sqlite (time.sleep(0.0001) between polls: 2411 clock_nanosleep calls of
     154 us, polls 115 us to 1 ms apart) read 'bound by the host' like the spinning one did. Time asleep between

@@ -37,12 +37,14 @@ POLL_MIN_CALLS = 2
 """A wait is at least this many poll calls in a row: a single poll that finds the work done waited for nothing."""
 
 
-def polled_waits(api: HostCalls, srt: Sorted, osrt: HostCalls | None = None) -> tuple[np.ndarray, np.ndarray]:
+def polled_waits(api: HostCalls, srt: Sorted, osrt: HostCalls | None = None,
+                 threads: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(start_ns, end_ns) of each polled wait of the host: a run of at least ``POLL_MIN_CALLS`` top-level poll
     calls of one thread with no other top-level call of that thread between them, each starting at most
     ``POLL_GAP_NS`` after the one before ended, not counting the time the thread spent in sleeping OS runtime
-    calls (``osrt``, ``SLEEP_CALLS``) in between. ``srt`` orders ``api`` by (thread, start). The rows are walked
-    in that order a block at a time; only the poll calls' arrays are made."""
+    calls (``osrt``, ``SLEEP_CALLS``) in between; only the waits of ``threads`` when given. ``srt`` orders
+    ``api`` by (thread, start). The rows are walked in that order a block at a time; only the poll calls' arrays
+    are made."""
     empty = np.zeros(0, dtype=np.int64)
     polls = np.array([base_api_name(str(n)) in POLL_NAMES for n in api.names], dtype=bool)
     if not len(api) or not polls.any():
@@ -77,6 +79,8 @@ def polled_waits(api: HostCalls, srt: Sorted, osrt: HostCalls | None = None) -> 
     size = np.bincount(run)
     first = np.concatenate(([0], np.cumsum(size)[:-1]))
     keep = size >= POLL_MIN_CALLS
+    if threads is not None:
+        keep &= np.isin(api.tid[rows[first]], threads)
     return start[first[keep]], api.end_ns[rows[first[keep] + size[keep] - 1]]
 
 
@@ -103,14 +107,20 @@ def _asleep_ns(osrt: HostCalls, tid: np.ndarray, lo: np.ndarray, hi: np.ndarray)
 def host_waits_on_gpu_ms(table: Any, devices: list[Any], lo_ns: int, hi_ns: int) -> float:
     """Time (ms) the host's threads spend waiting on a GPU while it works, within [lo_ns, hi_ns): blocked in
     CUDA synchronisation calls and copy calls (``.cpu()``, ``.item()``: a synchronous copy waits for the work
-    before it), or polling until the work is done (:func:`polled_waits`). Summed over threads, on the device
-    where it is longest. A copy call's time while the GPU idles (a pageable copy's staging on the host) is the
-    host's own work."""
+    before it), or polling until the work is done (:func:`polled_waits`). Only the threads that queue GPU work
+    (kernel and graph launches, asynchronous copies and memsets) count: a thread that waits for results while another one launches (a completion or callback thread) does
+    not make the launching thread wait. Summed over those threads, on the device where it is longest. A copy
+    call's time while the GPU idles (a pageable copy's staging on the host) is the host's own work."""
     api = table.api
     if not len(api) or not devices:
         return 0.0
+    feeds = np.array(["Async" in str(n) for n in api.names], dtype=bool)  # cudaMemcpyAsync, cudaMemsetAsync
+    feeds = (api.category == ApiCategory.launch) | (api.category == ApiCategory.graph_launch) | \
+        (((api.category == ApiCategory.memcpy) | (api.category == ApiCategory.memset)) & feeds[api.name_code])
+    feeders = np.unique(api.tid[feeds])
     rows = np.flatnonzero(api.blocking_sync | ((api.category == ApiCategory.memcpy) & api.top_level))
-    poll_start, poll_end = polled_waits(api, table.api_sorted, getattr(table, "osrt", None))
+    rows = rows[np.isin(api.tid[rows], feeders)]
+    poll_start, poll_end = polled_waits(api, table.api_sorted, getattr(table, "osrt", None), feeders)
     if not len(rows) and not len(poll_start):
         return 0.0
     from profiler.capture.intervals import covered_before
