@@ -104,6 +104,21 @@ def _asleep_ns(osrt: HostCalls, tid: np.ndarray, lo: np.ndarray, hi: np.ndarray)
     return out
 
 
+def _feeders(api: HostCalls) -> np.ndarray:
+    """The threads that queue GPU work: kernel and graph launches, asynchronous copies and memsets (a block of
+    calls at a time: no row-length temporaries)."""
+    is_async = np.array(["Async" in str(n) for n in api.names], dtype=bool)  # cudaMemcpyAsync, cudaMemsetAsync
+    if api.tid.strides == (0,) or not len(api):
+        return np.unique(api.tid[:1])
+    found: set[int] = set()
+    for sl in blocks(len(api)):
+        cat = api.category[sl]
+        feeds = (cat == ApiCategory.launch) | (cat == ApiCategory.graph_launch) | (
+            ((cat == ApiCategory.memcpy) | (cat == ApiCategory.memset)) & is_async[api.name_code[sl]])
+        found.update(np.unique(api.tid[sl][feeds]).tolist())
+    return np.array(sorted(found), dtype=np.int64)
+
+
 def host_waits_on_gpu_ms(table: Any, devices: list[Any], lo_ns: int, hi_ns: int) -> float:
     """Time (ms) the host's threads spend waiting on a GPU while it works, within [lo_ns, hi_ns): blocked in
     CUDA synchronisation calls and copy calls (``.cpu()``, ``.item()``: a synchronous copy waits for the work
@@ -114,10 +129,7 @@ def host_waits_on_gpu_ms(table: Any, devices: list[Any], lo_ns: int, hi_ns: int)
     api = table.api
     if not len(api) or not devices:
         return 0.0
-    feeds = np.array(["Async" in str(n) for n in api.names], dtype=bool)  # cudaMemcpyAsync, cudaMemsetAsync
-    feeds = (api.category == ApiCategory.launch) | (api.category == ApiCategory.graph_launch) | \
-        (((api.category == ApiCategory.memcpy) | (api.category == ApiCategory.memset)) & feeds[api.name_code])
-    feeders = np.unique(api.tid[feeds])
+    feeders = _feeders(api)
     rows = np.flatnonzero(api.blocking_sync | ((api.category == ApiCategory.memcpy) & api.top_level))
     rows = rows[np.isin(api.tid[rows], feeders)]
     poll_start, poll_end = polled_waits(api, table.api_sorted, getattr(table, "osrt", None), feeders)
