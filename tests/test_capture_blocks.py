@@ -112,6 +112,12 @@ def test_top_kernels_sorted_in_blocks_equal_groupby(monkeypatch):
     assert [r["total_ms"] for r in out.values()] == sorted((r["total_ms"] for r in out.values()), reverse=True)
     monkeypatch.setattr(A, "SORT_BLOCK_ROWS", 1 << 18)
     assert A.top_kernels(trace, limit=1000) == list(out.values())
+    # graph records without a graph id (and no kernel record at all) are one group of their own
+    graphs["graph_id"] = pd.array([pd.NA if i % 3 else x for i, x in enumerate(gid)], dtype="Int64")
+    rows = A.top_kernels(SimpleNamespace(kernels=kernels.iloc[:0], graphs=graphs), limit=10)
+    assert sorted((r["name"], r["count"]) for r in rows) == sorted(
+        (f"CUDA graph {x} (replays)", n) for x, n in
+        pd.Series(["?" if i % 3 else str(x) for i, x in enumerate(gid)]).value_counts().items())
 
 
 @pytest.mark.parametrize("seed", [0, 1])

@@ -400,8 +400,8 @@ def top_kernels(trace: Any, limit: int = 50) -> list[dict[str, Any]]:
         rows_before = len(k)
     g = getattr(trace, "graphs", None)
     if g is not None and len(g):
-        gcodes, gids = pd.factorize(g["graph_id"].astype("Int64").astype(str).replace("<NA>", "?"))
-        label = [f"CUDA graph {x} (replays)" for x in gids]
+        gcodes, gids = pd.factorize(g["graph_id"].astype("Int64"), use_na_sentinel=False)  # no id: its own group
+        label = [f"CUDA graph {'?' if pd.isna(x) else x} (replays)" for x in gids]
         st = _duration_stats(gcodes, S.i64(g, "start_ns", 0), S.i64(g, "end_ns", 0))
         st["first_row"] = st["first_row"] + rows_before
         parts.append((st, label, label))
