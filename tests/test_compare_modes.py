@@ -45,7 +45,7 @@ def test_more_instances_in_the_slow_mode_is_a_regression_of_the_mix():
         v = decide(b, c)
         assert v.verdict == "regression" and v.significant
         assert v.median_ratio == pytest.approx(c.mean() / b.mean()) and v.ci_low > 1.0
-        assert v.p_value < 1e-3 and "neither mode changed, the mean moved" in v.reason
+        assert v.p_value < 1e-3 and f"the mix moved the mean {(c.mean() / b.mean() - 1) * 100:+.1f}%" in v.reason
         assert (v.baseline_median_ms, v.candidate_median_ms) == (np.median(b), np.median(c))
     assert decide(c, b).verdict == "improvement"
 
@@ -60,6 +60,34 @@ def test_both_modes_slower_is_a_regression_whatever_the_mix_did():
     v = decide(b, c)
     assert v.verdict == "regression" and v.median_ratio == pytest.approx(1.2, abs=0.01)
     assert [m["verdict"] for m in v.modes[:2]] == ["regression", "regression"]
+
+
+def test_a_slow_path_new_in_the_candidate_is_a_regression_of_the_mix():
+    """None (or 1%) of the baseline's instances at 8 ms against 30% of the candidate's: the medians stay in the
+    fast mode (ratio 1.00), the mean triples; the mode with no baseline sample is not judged on its own."""
+    rng = np.random.default_rng(6)
+    for before in (0.0, 0.01):
+        b, c = _two_modes(rng, 200, before, 1.0, 8.0), _two_modes(rng, 200, 0.3, 1.0, 8.0)
+        v = decide(b, c)
+        assert v.verdict == "regression" and v.median_ratio == pytest.approx(c.mean() / b.mean())
+        assert decide(b, c, modes=False).verdict == "no_change"  # what the median alone says
+        if before == 0.0:
+            assert "slow not judged (0 and 60 samples)" in v.reason
+
+
+def test_a_mode_faster_does_not_hide_more_instances_taking_the_slow_path():
+    """The fast mode 7% faster while the slow share rises from 10% to 60% (the mean triples): a regression of
+    the mix, the faster mode named against it; the reverse (a mode 7% slower, the mix toward fast) is a
+    regression of that mode: a kind of instance got slower whatever the mix did."""
+    rng = np.random.default_rng(7)
+    b = _two_modes(rng, 400, 0.1, 1.0, 8.0)
+    c = _two_modes(rng, 400, 0.6, 0.93, 8.0)
+    v = decide(b, c)
+    assert v.verdict == "regression" and "the mix moved the mean" in v.reason
+    assert "against it, the fast mode's improvement" in v.reason
+    back = decide(c, b)
+    assert back.verdict == "regression" and back.median_ratio == pytest.approx(1 / 0.93, rel=0.01)
+    assert "the fast mode (" in back.reason and "against it, the mix moved the mean" in back.reason
 
 
 def test_one_run_wholly_above_the_other_is_one_shift_not_two_modes():

@@ -192,20 +192,17 @@ def mode_split(baseline: np.ndarray, candidate: np.ndarray) -> float | None:
     return float(math.sqrt(x[lo - 1 + best] * x[lo + best]))
 
 
-MODE_MIN_PER_RUN = 2
-"""Each run needs this many samples in each mode for the modes to be judged apart (else one mode moved)."""
-
-
 def decide_modes(b: np.ndarray, c: np.ndarray, split: float, r: dict) -> Verdict | None:
-    """The verdict on samples in two modes split at ``split`` ms, None when a run has fewer than
-    ``MODE_MIN_PER_RUN`` samples in a mode (all of one run above the split and all of the other below is one
-    shift, for the plain rule). Each mode is judged on its own (:func:`decide`): a mode that changed decides,
-    the slower one when they moved apart, with that mode's medians, ratio, interval and p. When neither changed,
-    a shift of the share of the slow mode (a two-proportion test) that moves the mean beyond the rule's relative
-    and absolute thresholds decides, with the ratio of the means and its interval; else no change (or the
-    inconclusive mode), with the figures of the mode that moved most."""
+    """The verdict on samples in two modes split at ``split`` ms; None when each run lies wholly in one mode
+    (one shift, for the plain rule). Two kinds of evidence: each mode judged on its own (:func:`decide`; a mode
+    with fewer than two samples on a side is not judged), and a shift of the share of the slow mode (a
+    two-proportion test) that moves the mean beyond the rule's relative and absolute thresholds. Any of them
+    that regressed makes a regression, whatever the others did (a kind of instance got slower, or more
+    instances took the slow path); else any that improved makes an improvement. The ratio, interval and p are
+    the deciding evidence's: a mode's medians and ratio, or the means' ratio and its bootstrap interval for
+    the mix. With neither, no change (or an inconclusive mode), with the figures of the mode that moved most."""
     slow_b, slow_c = b > split, c > split
-    if min(int(slow_b.sum()), int((~slow_b).sum()), int(slow_c.sum()), int((~slow_c).sum())) < MODE_MIN_PER_RUN:
+    if (slow_b.all() or not slow_b.any()) and (slow_c.all() or not slow_c.any()):
         return None
     share_b, share_c = float(slow_b.mean()), float(slow_c.mean())
     p_share = _two_proportions(int(slow_b.sum()), len(b), int(slow_c.sum()), len(c))
@@ -219,29 +216,51 @@ def decide_modes(b: np.ndarray, c: np.ndarray, split: float, r: dict) -> Verdict
                          "p_value": p_share}]
     shares = (f"two modes split at {split:.3g} ms, {share_b * 100:.0f}% slow in the baseline and "
               f"{share_c * 100:.0f}% in the candidate (p{fmt_p(p_share)}); median ratio "
-              + ", ".join(f"{m['mode']} {m['median_ratio']:.3f}" for m in per_mode))
-    changed = [m for m in per_mode if m["verdict"] in ("regression", "improvement")]
+              + ", ".join(f"{m['mode']} {m['median_ratio']:.3f}" if np.isfinite(m["median_ratio"]) else
+                          f"{m['mode']} not judged ({m['baseline_count']} and {m['candidate_count']} samples)"
+                          for m in per_mode))
     mean_b, mean_c = float(b.mean()), float(c.mean())
-    mix_ms = (share_c - share_b) * (float(np.median(c[slow_c])) - float(np.median(c[~slow_c])))
-    if not changed and p_share < r["alpha"] and abs(mix_ms) > r["rel_threshold"] * mean_b \
-            and abs(mix_ms) > r["abs_floor_ms"]:
+    gap = _median(c[slow_c], b[slow_b]) - _median(c[~slow_c], b[~slow_b])  # slow minus fast, ms
+    mix_ms = (share_c - share_b) * gap
+    mix = None
+    if p_share < r["alpha"] and abs(mix_ms) > r["rel_threshold"] * mean_b and abs(mix_ms) > r["abs_floor_ms"]:
+        mix = "regression" if mix_ms > 0 else "improvement"
+    mix_text = (f"the mix moved the mean {(mean_c / mean_b - 1) * 100:+.1f}% ({mean_b:.4g} -> {mean_c:.4g} ms)"
+                if mean_b else "the mix moved")
+    for verdict in ("regression", "improvement"):
+        moved = [m for m in per_mode if m["verdict"] == verdict]
+        if not moved and mix != verdict:
+            continue
+        other = [f"the {m['mode']} mode's {m['verdict']} ({m['median_ratio']:.3f})" for m in per_mode
+                 if m["verdict"] in ("regression", "improvement") and m["verdict"] != verdict]
+        other += [mix_text] if mix is not None and mix != verdict else []
+        but = f"; against it, {' and '.join(other)}" if other else ""
+        if moved:
+            pick = max(moved, key=lambda m: abs(m["median_ratio"] - 1.0))
+            mb, mc = pick["baseline_median_ms"], pick["candidate_median_ms"]
+            reason = (f"{shares}; the {pick['mode']} mode ({pick['baseline_count']} and {pick['candidate_count']} "
+                      f"samples): {pick['reason']}{but}")
+            return Verdict(verdict, pick["median_ratio"], pick["ci_low"], pick["ci_high"], pick["p_value"], mb, mc,
+                           mc - mb, True, reason, modes)
         ratio, lo, hi = _bootstrap_ratio(b, c, np.mean, n_boot=int(r["bootstrap"]), confidence=float(r["confidence"]),
                                          max_samples=int(r["max_samples"]), seed=int(r["seed"]))
-        verdict = "regression" if mix_ms > 0 else "improvement"
-        reason = (f"{shares}: neither mode changed, the mean moved {(ratio - 1) * 100:+.1f}% "
-                  f"({mean_b:.4g} -> {mean_c:.4g} ms) with the mix")
+        reason = f"{shares}: {mix_text}{but}"
         return Verdict(verdict, ratio, lo, hi, p_share, float(np.median(b)), float(np.median(c)), mean_c - mean_b,
                        True, reason, modes)
-    regressed = [m for m in changed if m["verdict"] == "regression"]
     unsure = [m for m in per_mode if m["verdict"] == "inconclusive"]
-    pick = max(regressed or changed or unsure or per_mode,
-               key=lambda m: abs(m["median_ratio"] - 1.0) if np.isfinite(m["median_ratio"]) else -1.0)
-    verdict = pick["verdict"] if changed or unsure else "no_change"
+    pick = max(unsure or per_mode, key=lambda m: abs(m["median_ratio"] - 1.0) if np.isfinite(m["median_ratio"])
+               else -1.0)
+    verdict = "inconclusive" if unsure else "no_change"
     reason = (f"{shares}; the {pick['mode']} mode ({pick['baseline_count']} and {pick['candidate_count']} "
               f"samples): {pick['reason']}")
     mb, mc = pick["baseline_median_ms"], pick["candidate_median_ms"]
     return Verdict(verdict, pick["median_ratio"], pick["ci_low"], pick["ci_high"], pick["p_value"], mb, mc, mc - mb,
-                   verdict in ("regression", "improvement"), reason, modes)
+                   False, reason, modes)
+
+
+def _median(a: np.ndarray, b: np.ndarray) -> float:
+    """The median of ``a``, else of ``b`` (a mode with no sample on one side)."""
+    return float(np.median(a if len(a) else b))
 
 
 def _two_proportions(k1: int, n1: int, k2: int, n2: int) -> float:
