@@ -123,13 +123,20 @@ def test_a_host_that_polls_until_the_gpu_is_done_waits_on_it():
 
 def test_a_completion_thread_waiting_for_results_does_not_make_the_launching_thread_wait():
     """The 60% busy loop whose launching thread never waits, beside a second thread that blocks in
-    cudaStreamSynchronize (or polls) for each result: the launching thread still bounds it. The same waits on
+    cudaStreamSynchronize (or polls) for each result, and launches a small kernel after it: the launching
+    thread still bounds it. The same waits on
     the launching thread are the compute-bound case."""
     for wait in ("sync", "poll"):
         trace = _loop(wait=wait)
         calls = trace.api
         side = calls["name"] != "cudaLaunchKernel"
         calls.loc[side, "global_tid"] = calls.loc[side, "tid"] = 6
+        assert analyze(trace).to_json()["inference"]["bound_by"] == "host", wait
+        # the completion thread also launches a 2 us post-processing kernel per result: still not the feeder
+        post = [(i * 200 * T + 135 * T, i * 200 * T + 137 * T, 6, i * 200 * T + 132 * T, 900 + i) for i in range(40)]
+        trace.kernels = pd.concat([trace.kernels, kernels(*post)], ignore_index=True)
+        trace.api = pd.concat([trace.api, api(*[("cudaLaunchKernel", r[3], r[3] + 2 * T, 6, "launch") for r in post])],
+                              ignore_index=True)
         assert analyze(trace).to_json()["inference"]["bound_by"] == "host", wait
         assert analyze(_loop(wait=wait)).to_json()["inference"]["bound_by"] == "compute", wait
 

@@ -104,32 +104,41 @@ def _asleep_ns(osrt: HostCalls, tid: np.ndarray, lo: np.ndarray, hi: np.ndarray)
     return out
 
 
-def _feeders(api: HostCalls) -> np.ndarray:
-    """The threads that queue GPU work: kernel and graph launches, asynchronous copies and memsets (a block of
-    calls at a time: no row-length temporaries)."""
-    is_async = np.array(["Async" in str(n) for n in api.names], dtype=bool)  # cudaMemcpyAsync, cudaMemsetAsync
-    if api.tid.strides == (0,) or not len(api):
-        return np.unique(api.tid[:1])
-    found: set[int] = set()
-    for sl in blocks(len(api)):
-        cat = api.category[sl]
-        feeds = (cat == ApiCategory.launch) | (cat == ApiCategory.graph_launch) | (
-            ((cat == ApiCategory.memcpy) | (cat == ApiCategory.memset)) & is_async[api.name_code[sl]])
-        found.update(np.unique(api.tid[sl][feeds]).tolist())
-    return np.array(sorted(found), dtype=np.int64)
+FEEDER_MIN_SHARE = 0.25
+"""A thread feeds the GPU when the work it launched takes at least this share of the GPU time of the thread
+that launched the most (a completion thread's result copy or small post-processing kernel does not)."""
+
+
+def _feeders(table: Any) -> np.ndarray:
+    """The threads that feed the GPU: the ones whose launched work (kernels, graphs, copies, memsets) takes
+    at least ``FEEDER_MIN_SHARE`` of the GPU time of the thread that launched the most, summed a block of
+    activity rows at a time."""
+    act = table.activity
+    tid = act.api_tid
+    if not len(act) or tid.strides == (0,):
+        return np.unique(tid[:1])
+    busy: dict[int, int] = {}
+    for sl in blocks(len(act)):
+        t, inv = np.unique(tid[sl], return_inverse=True)
+        ns = np.bincount(inv, weights=(act.end_ns[sl] - act.start_ns[sl]).astype(np.float64), minlength=len(t))
+        for k, v in zip(t.tolist(), ns.tolist()):
+            busy[k] = busy.get(k, 0) + v
+    top = max(busy.values())
+    return np.array(sorted(k for k, v in busy.items() if k >= 0 and v >= FEEDER_MIN_SHARE * top), dtype=np.int64)
 
 
 def host_waits_on_gpu_ms(table: Any, devices: list[Any], lo_ns: int, hi_ns: int) -> float:
     """Time (ms) the host's threads spend waiting on a GPU while it works, within [lo_ns, hi_ns): blocked in
     CUDA synchronisation calls and copy calls (``.cpu()``, ``.item()``: a synchronous copy waits for the work
-    before it), or polling until the work is done (:func:`polled_waits`). Only the threads that queue GPU work
-    (kernel and graph launches, asynchronous copies and memsets) count: a thread that waits for results while another one launches (a completion or callback thread) does
-    not make the launching thread wait. Summed over those threads, on the device where it is longest. A copy
+    before it), or polling until the work is done (:func:`polled_waits`). Only the threads that feed the GPU
+    count (:func:`_feeders`): a thread that waits for results while another one launches the work (a completion
+    or callback thread) does not make the launching thread wait. Summed over those threads, on the device
+    where it is longest. A copy
     call's time while the GPU idles (a pageable copy's staging on the host) is the host's own work."""
     api = table.api
     if not len(api) or not devices:
         return 0.0
-    feeders = _feeders(api)
+    feeders = _feeders(table)
     rows = np.flatnonzero(api.blocking_sync | ((api.category == ApiCategory.memcpy) & api.top_level))
     rows = rows[np.isin(api.tid[rows], feeders)]
     poll_start, poll_end = polled_waits(api, table.api_sorted, getattr(table, "osrt", None), feeders)
