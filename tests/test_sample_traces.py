@@ -202,21 +202,27 @@ def test_trtexec_cuda_graph_replays_without_tensorrt_ranges_are_the_inferences(t
     assert "graph_replays" not in trt_shaped["graph"]["inference"]
 
 
-def _replay_trace(captured: bool, other_graph: bool, n: int = 5, nested: bool = False) -> Trace:
+def _replay_trace(captured: bool, other_graph: bool, n: int = 5, nested: bool = False, capture_tid: int = 5,
+                  execs: tuple[int, ...] = (7,)) -> Trace:
     """Three eager TensorRT enqueues, one more under a stream capture when ``captured``, then ``n`` launches of
     graph exec 7 (the first launched after the capture), each followed by a launch of graph exec 9 (a PyTorch
-    graph, say) when ``other_graph``; with ``nested`` each cudaGraphLaunch holds a traced cuGraphLaunch."""
+    graph, say) when ``other_graph``; with ``nested`` each cudaGraphLaunch holds a traced cuGraphLaunch. The
+    capture calls are made by thread ``capture_tid``; with two ``execs``, two enqueues are captured one after
+    the other and their graphs replayed in turn."""
     import pandas as pd
     from tests.capture_builders import T, api, ranges
 
-    nv = [("ExecutionContext::enqueueV3", k * 100 * T, (k * 100 + 50) * T, 5, "TensorRT") for k in range(4)]
+    nv = [("ExecutionContext::enqueueV3", k * 100 * T, (k * 100 + 50) * T, 5, "TensorRT")
+          for k in range(3 + len(execs))]
     calls = [("cudaGraphLaunch", (k * 100 + 10) * T, (k * 100 + 15) * T, 5, "graph_launch") for k in range(3)]
     if captured:
-        calls += [("cudaStreamBeginCapture", 290 * T, 295 * T, 5, "other"),
-                  ("cudaStreamEndCapture", 360 * T, 365 * T, 5, "other")]
+        for k in range(3, 3 + len(execs)):
+            calls += [("cudaStreamBeginCapture", (k * 100 - 10) * T, (k * 100 - 5) * T, capture_tid, "other"),
+                      ("cudaStreamEndCapture", (k * 100 + 60) * T, (k * 100 + 65) * T, capture_tid, "other")]
     graphs = []
     for k in range(n):
-        for g, at in ((7, (1000 + k * 100) * T), (9, (1050 + k * 100) * T))[: 2 if other_graph else 1]:
+        first = execs[k % len(execs)]
+        for g, at in ((first, (1000 + k * 100) * T), (9, (1050 + k * 100) * T))[: 2 if other_graph else 1]:
             calls.append(("cudaGraphLaunch", at, at + 5 * T, 5, "graph_launch"))
             if nested:
                 calls.append(("cuGraphLaunch", at + T, at + 4 * T, 5, "graph_launch"))
@@ -245,6 +251,14 @@ def test_only_replays_of_the_graph_tensorrt_was_captured_into_make_replay_ranges
     assert made(_replay_trace(captured=False, other_graph=True)) == []  # no enqueue under a capture
     assert made(_replay_trace(captured=True, other_graph=False)) == replays
     assert made(_replay_trace(captured=True, other_graph=False, n=4)) == []  # 4 replays against 4 enqueues
+    # the stream captured by a loader thread; two engines captured in turn and replayed alternately
+    assert made(_replay_trace(captured=True, other_graph=True, capture_tid=4)) == replays
+    assert made(_replay_trace(captured=True, other_graph=False, n=10, execs=(7, 8))) == list(range(1000, 2000, 100))
+    # the first replay's graph record names no exec: the first that does names the graph
+    trace = _replay_trace(captured=True, other_graph=False, n=6)
+    trace.graphs["graph_exec_id"] = trace.graphs["graph_exec_id"].astype("Int64")
+    trace.graphs.loc[0, "graph_exec_id"] = None
+    assert made(trace) == [1100, 1200, 1300, 1400, 1500]
 
 
 def test_trt_eager_report_lists_findings_by_impact(trt_shaped):

@@ -32,9 +32,11 @@ def graph_replays(ranges: Any, api: Any, trace: Any = None) -> Any:
     TensorRT's enqueue was captured into; else ``ranges`` itself. The graph is TensorRT's when an enqueue range
     lies inside a stream capture of its thread (between a BeginCapture and an EndCapture call); its replays are
     the graph launch calls outside enqueue ranges that launch the graph first launched on that thread after
-    the capture ended (by the graph launches' ``graph_exec_id`` in ``trace.graphs``; without one, every graph
-    launch of that thread after the capture). At least two, and more than instances of the most frequent
-    enqueue range."""
+    the capture ended (by the graph launches' ``graph_exec_id`` in ``trace.graphs``; another thread of the
+    process when that one launches none; without graph records, every graph launch of that thread after the
+    capture). At least two, and more than instances of the most frequent enqueue range. Not told apart: another
+    graph launched first after the capture on that thread (its replays are taken for TensorRT's), and, under
+    node-level tracing, other graphs that thread launches."""
     rf = ranges.frame
     trt = np.flatnonzero(np.asarray(ranges.domains, dtype=object) == TENSORRT_DOMAIN)
     if rf.empty or not len(api) or not len(trt):
@@ -77,8 +79,11 @@ def _captured(api: Any, enq: pd.DataFrame) -> list[tuple[int, int]]:
     begin, end = api.named_prefix(BEGIN_CAPTURE), api.named_prefix(END_CAPTURE)
     out = []
     for t, r in enq.groupby("tid"):
-        b = np.sort(api.start_ns[begin & (api.tid == t)])
-        e = np.sort(api.start_ns[end & (api.tid == t)])
+        mine = api.tid == t
+        if not (begin & mine).any():  # the stream captured by another thread of the process (a loader thread)
+            mine = (api.tid >> 24) == (int(t) >> 24)
+        b = np.sort(api.start_ns[begin & mine])
+        e = np.sort(api.start_ns[end & mine])
         if not len(b) or not len(e):
             continue
         for start in r["start_ns"].to_numpy():
@@ -95,15 +100,20 @@ def _replays_of(api: Any, launches: np.ndarray, captured: list[tuple[int, int]],
     """The launch calls among ``launches`` that replay the graphs the captures made (see :func:`graph_replays`)."""
     exec_of = _exec_ids(api, launches, trace)
     keep = np.zeros(len(launches), dtype=bool)
-    for t, ended in captured:
-        after = np.flatnonzero((api.tid[launches] == t) & (api.start_ns[launches] > ended))
-        if not len(after):
-            continue
-        if exec_of is None:  # no graph records to tell graphs apart (node-level tracing)
+    claimed: set[int] = set()  # each capture's graph: the first exec launched after it not another capture's
+    for t, ended in sorted(captured, key=lambda c: c[1]):
+        later = api.start_ns[launches] > ended
+        after = np.flatnonzero(later & (api.tid[launches] == t))
+        if not len(after) and exec_of is not None:  # replayed by another thread (a worker) of the process
+            after = np.flatnonzero(later & ((api.tid[launches] >> 24) == (t >> 24)))
+        if exec_of is None:  # no graph records to tell graphs apart (node-level tracing): that thread's launches
             keep[after] = True
             continue
-        first = exec_of[after[np.argmin(api.start_ns[launches][after])]]
-        keep |= (exec_of == first) & (first >= 0)
+        known = after[(exec_of[after] >= 0) & ~np.isin(exec_of[after], list(claimed))]
+        if len(known):  # the first launch after the capture whose graph record names its exec
+            first = int(exec_of[known[np.argmin(api.start_ns[launches][known])]])
+            claimed.add(first)
+            keep |= exec_of == first
     return launches[keep]
 
 
