@@ -886,12 +886,12 @@ def test_a_loop_on_each_worker_thread_inside_a_range_of_that_thread_is_the_infer
     # worker > epoch > iter on three threads: the iterations, and no 'epoch' named as another loop
     nv, krows, calls = [], [], []
     for k, tid in enumerate((5, 6, 7)):
-        it, kk, cc, end = _loop("iter", (1_000 + 30 * k) * T, 12, tid=tid)
+        it, kk, cc, end = _loop("iter", (1_000 + 30 * k) * T, 25, tid=tid)
         nv += it + [("epoch", (999 + 30 * k) * T, end, tid), ("worker", (998 + 30 * k) * T, end + T, tid)]
         krows += kk
         calls += cc
     inf = analyze(Trace(kernels=kernels(*krows), api=api(*calls), nvtx=ranges(*nv))).to_json()["inference"]
-    assert (inf["series"], inf["count"], inf["inside"], inf["other_loops"]) == ("iter", 36, "epoch", [])
+    assert (inf["series"], inf["count"], inf["inside"], inf["other_loops"]) == ("iter", 75, "epoch", [])
     # the same two ranges one after the other on one thread are two instances of a range: not one-off
     a, ka, ca, t = _loop("iter", 1_000 * T, 20)
     b, kb, cb, end = _loop("iter", t + 10 * T, 20)
@@ -901,10 +901,10 @@ def test_a_loop_on_each_worker_thread_inside_a_range_of_that_thread_is_the_infer
 
 
 def test_a_thread_per_request_server_keeps_its_requests():
-    """Eight threads serving one request each (a range once per thread, like a worker's): each request's six
-    synchronised layers, or its preprocess, infer and postprocess steps, are no loop of a worker; the requests
-    are the inference."""
-    for steps in (["layer"] * 6, ["preprocess", "infer", "postprocess"]):
+    """Eight threads serving one request each (a range once per thread, like a worker's): each request's 6 or 12
+    synchronised layers, or its preprocess, infer and postprocess steps, are no loop of a worker (under 20
+    iterations); the requests are the inference."""
+    for steps in (["layer"] * 6, ["layer"] * 12, ["preprocess", "infer", "postprocess"]):
         nv, krows, calls = [], [], []
         for k in range(8):
             tid, t0 = 100 + k, (1_000 + 37 * k) * T

@@ -50,9 +50,10 @@ WRAPPED_SHARE = 2 / 3
 range's direct children and its instances wait for the GPU or make all of that range's launches (see
 :func:`_loop_child`): a timed or throughput loop's iterations; not the ranged layers or blocks of a single
 forward pass."""
-PER_THREAD_MIN_ITERATIONS = 10
+PER_THREAD_MIN_ITERATIONS = 20
 """A range that runs once on each of several threads wraps a loop only when that thread's loop inside it has at
-least this many iterations (a worker around its loop), not a request's few layers or steps."""
+least this many iterations (a worker around its loop), not a request's layers or steps (a thread-per-request
+server with 12 synchronised layers per request: the requests are the inference)."""
 ASYNC_MIN_ITERATIONS = 20
 """Iterations that never wait make a loop (by making every launch of the range around them) from this many."""
 NO_INT = np.iinfo(np.int64).min
