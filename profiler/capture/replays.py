@@ -30,11 +30,11 @@ END_CAPTURE = ("cudaStreamEndCapture", "cuStreamEndCapture")
 def graph_replays(ranges: Any, api: Any, trace: Any = None) -> Any:
     """``ranges`` (:class:`~profiler.capture.series.Ranges`) with one range per replay of a CUDA graph that
     TensorRT's enqueue was captured into; else ``ranges`` itself. The graph is TensorRT's when an enqueue range
-    lies inside a stream capture of its thread (between a BeginCapture and an EndCapture call); its replays are
-    the graph launch calls outside enqueue ranges that launch the graph first launched on that thread after
-    the capture ended (by the graph launches' ``graph_exec_id`` in ``trace.graphs``; another thread of the
-    process when that one launches none; without graph records, every graph launch of that thread after the
-    capture). At least two, and more than instances of the most frequent enqueue range. Not told apart: another
+    lies inside a stream capture (between a BeginCapture and an EndCapture call of its thread, else of its
+    process); its replays are the graph launch calls outside enqueue ranges that launch the graph first
+    launched on that thread after the capture ended and not claimed by an earlier capture (by the graph
+    launches' ``graph_exec_id`` in ``trace.graphs``; another thread of the process when that one launches
+    none; without graph records, every graph launch of that thread after the capture). At least two, and more than instances of the most frequent enqueue range. Not told apart: another
     graph launched first after the capture on that thread (its replays are taken for TensorRT's), and, under
     node-level tracing, other graphs that thread launches."""
     rf = ranges.frame
@@ -74,8 +74,9 @@ def _graph_launches(api: Any) -> np.ndarray:
 
 
 def _captured(api: Any, enq: pd.DataFrame) -> list[tuple[int, int]]:
-    """(thread, end of the capture) for each enqueue range made while its thread's stream was captured: the
-    last capture call of that thread before it is a BeginCapture, and an EndCapture follows."""
+    """(thread, end of the capture) for each enqueue range made under a stream capture: the last capture call
+    of its thread (or, when that thread makes none, of its process) before it is a BeginCapture, and an
+    EndCapture follows."""
     begin, end = api.named_prefix(BEGIN_CAPTURE), api.named_prefix(END_CAPTURE)
     out = []
     for t, r in enq.groupby("tid"):

@@ -117,14 +117,15 @@ def _feeders(table: Any) -> np.ndarray:
     tid = act.api_tid
     if not len(act) or tid.strides == (0,):
         return np.unique(tid[:1])
-    busy: dict[int, int] = {}
+    busy: dict[int, float] = {}
     for sl in blocks(len(act)):
         t, inv = np.unique(tid[sl], return_inverse=True)
         ns = np.bincount(inv, weights=(act.end_ns[sl] - act.start_ns[sl]).astype(np.float64), minlength=len(t))
         for k, v in zip(t.tolist(), ns.tolist()):
-            busy[k] = busy.get(k, 0) + v
-    top = max(busy.values())
-    return np.array(sorted(k for k, v in busy.items() if k >= 0 and v >= FEEDER_MIN_SHARE * top), dtype=np.int64)
+            if k >= 0:  # work whose launch call is not in the capture has no thread
+                busy[k] = busy.get(k, 0.0) + v
+    top = max(busy.values(), default=0.0)
+    return np.array(sorted(k for k, v in busy.items() if v >= FEEDER_MIN_SHARE * top), dtype=np.int64)
 
 
 def host_waits_on_gpu_ms(table: Any, devices: list[Any], lo_ns: int, hi_ns: int) -> float:
@@ -133,8 +134,8 @@ def host_waits_on_gpu_ms(table: Any, devices: list[Any], lo_ns: int, hi_ns: int)
     before it), or polling until the work is done (:func:`polled_waits`). Only the threads that feed the GPU
     count (:func:`_feeders`): a thread that waits for results while another one launches the work (a completion
     or callback thread) does not make the launching thread wait. Summed over those threads, on the device
-    where it is longest. A copy
-    call's time while the GPU idles (a pageable copy's staging on the host) is the host's own work."""
+    where it is longest. A copy call's time while the GPU idles (a pageable copy's staging on the host) is the
+    host's own work."""
     api = table.api
     if not len(api) or not devices:
         return 0.0
