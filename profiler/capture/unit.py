@@ -213,13 +213,12 @@ def wrapped_loops(table: S.SeriesTable) -> tuple[set[int], set[int]]:
 def _loop_child(parent: np.ndarray, sid: np.ndarray, waits: np.ndarray, launch_calls: np.ndarray,
                 child: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per instance, the series of the loop among its direct children (-1 when none) and its iterations there
-    (0 when none). A loop is at least
-    ``WRAPPED_SHARE`` of them and two, which either wait for the GPU in most iterations (a synchronising call
-    or a copy call inside: a timed loop's iterations do; the ranged blocks of one forward pass, queued
-    without waiting, do not, nor does a recursive range's one child) or, at least ``ASYNC_MIN_ITERATIONS``
-    of them, make every launch call of the range around them (a throughput loop queues all its work in its
-    iterations; a forward pass launches its embedding and head outside its blocks, and a small one with every
-    layer ranged has few). ``parent``, ``sid`` and ``waits`` are of the ``child`` instances; ``launch_calls``
+    (0 when none). A loop is at least ``WRAPPED_SHARE`` of them and two, which either wait for the GPU in most
+    iterations (a synchronising call or a copy call inside: a timed loop's iterations do; the ranged blocks of
+    one forward pass, queued without waiting, do not, nor does a recursive range's one child) or, at least
+    ``ASYNC_MIN_ITERATIONS`` of them, make every launch call of the range around them (a throughput loop
+    queues all its work in its iterations; a forward pass launches its embedding and head outside its blocks,
+    and a small one with every layer ranged has few). ``parent``, ``sid`` and ``waits`` are of the ``child`` instances; ``launch_calls``
     of every instance (its own thread's kernel and graph launch calls)."""
     out = np.full(len(launch_calls), -1, np.int64)
     iterations = np.zeros(len(launch_calls), np.int64)
