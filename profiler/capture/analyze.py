@@ -66,7 +66,7 @@ from profiler.capture import series as S
 from profiler.capture import summary as SM
 from profiler.capture.keys import ROW_CHUNK, blocks
 from profiler.capture.options import AnalysisOptions  # noqa: F401 - defined apart: the cache's key needs no pandas
-from profiler.capture.unit import GRAPH_REPLAY, TENSORRT_DOMAIN
+from profiler.capture.unit import is_graph_replay
 from profiler.capture.waits import host_waits_on_gpu_ms
 from profiler.findings import Finding, json_safe
 from profiler.rules.context import CaptureContext
@@ -363,7 +363,7 @@ def _ranges_json(ctx: CaptureContext, options: AnalysisOptions) -> list[dict[str
         rj = {k: v for k, v in r.items() if k not in ("series_id", "outlier_indices", "parent_id")
               and not k.startswith("_")}
         rj["parent"] = ctx.label(r["parent_id"]) if r["parent_id"] >= 0 else None
-        if rj["domain"] == TENSORRT_DOMAIN and rj["name"] == GRAPH_REPLAY:  # no NVTX range: made by replays.py
+        if is_graph_replay(rj["domain"], rj["name"]):  # no NVTX range: made by capture/replays.py
             rj["made_from"] = "cudaGraphLaunch calls outside TensorRT's enqueue ranges, one range each"
         rj["outliers"] = [{"index": int(o_idx[i]), "wall_ms": float(o_wall[i]), "excess_ms": float(o_exc[i]),
                            "cause": o_cause[i], "detail": o_detail[i]} for i in pos]

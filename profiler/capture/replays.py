@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.capture.frames import ApiCategory
-from profiler.capture.unit import GRAPH_REPLAY as GRAPH_REPLAY_NAME, TENSORRT_DOMAIN, TENSORRT_UNIT
+from profiler.capture.unit import GRAPH_REPLAY, TENSORRT_DOMAIN, TENSORRT_UNIT
 
 
 BEGIN_CAPTURE = ("cudaStreamBeginCapture", "cuStreamBeginCapture")
@@ -47,15 +47,17 @@ def graph_replays(ranges: Any, api: Any, trace: Any = None) -> Any:
         return ranges
     enq = rf.loc[mine]
     launches = _graph_launches(api)
+    if len(launches) < 2:
+        return ranges
     captured = _captured(api, enq)  # (thread, end of its capture) of each enqueue made under capture
-    if len(launches) < 2 or not captured:
+    if not captured:
         return ranges
     launches = launches[~_inside(api.tid[launches], api.start_ns[launches], enq)]
     launches = _replays_of(api, launches, captured, trace)
     most = int(np.bincount(rf["name"].to_numpy()[mine]).max())
     if len(launches) < 2 or len(launches) <= most:
         return ranges
-    names = np.append(np.asarray(ranges.names, dtype=object), GRAPH_REPLAY_NAME)
+    names = np.append(np.asarray(ranges.names, dtype=object), GRAPH_REPLAY)
     added = pd.DataFrame({"domain": np.full(len(launches), trt[0], np.int64),
                           "name": np.full(len(launches), len(names) - 1, np.int64),
                           "raw_name": np.full(len(launches), -1, np.int64), "start_ns": api.start_ns[launches],

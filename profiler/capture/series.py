@@ -348,7 +348,7 @@ def build_series(trace: Any) -> SeriesTable:
     act = build_activity(trace)
     api = build_host_calls(trace, "api")
     osrt = build_host_calls(trace, "osrt")
-    from profiler.capture.replays import graph_replays
+    from profiler.capture.replays import graph_replays  # replays reads unit's names, and unit imports this module
 
     ranges = graph_replays(extract_ranges(trace), api, trace)  # TensorRT inferences replayed as CUDA graphs
     notes: list[str] = []

@@ -278,12 +278,18 @@ def window_reason(table: S.SeriesTable) -> str:
 
 def _is_trt(series: pd.DataFrame, i: int) -> bool:
     """A TensorRT inference: its enqueue range, or a graph replay of it (:mod:`profiler.capture.replays`)."""
-    name = str(series["name"].iat[i])
-    return series["domain"].iat[i] == TENSORRT_DOMAIN and (bool(TENSORRT_UNIT.match(name)) or name == GRAPH_REPLAY)
+    domain, name = series["domain"].iat[i], str(series["name"].iat[i])
+    return (domain == TENSORRT_DOMAIN and bool(TENSORRT_UNIT.match(name))) or is_graph_replay(domain, name)
 
 
 GRAPH_REPLAY = "cudaGraphLaunch"
-"""The range made for each graph replay of a TensorRT inference (``replays.GRAPH_REPLAY_NAME``)."""
+"""The name of the range made for each graph replay of a TensorRT inference (:mod:`profiler.capture.replays`),
+in TensorRT's domain."""
+
+
+def is_graph_replay(domain: Any, name: Any) -> bool:
+    """Whether a series is the ranges made for TensorRT's graph replays (no NVTX range of the capture)."""
+    return domain == TENSORRT_DOMAIN and name == GRAPH_REPLAY
 
 
 def build_unit(table: S.SeriesTable, unit_name: str | None = None) -> Unit:
@@ -400,7 +406,8 @@ def unit_json(unit: Unit) -> dict[str, Any]:
         "host_ms": summ(unit.host_ns), "graph_launches": unit.graph_launches,
         "queued_behind": _counts(queued_behind(unit)[st]),
         **({"why": unit.why} if unit.source == "window" else {}),
-        **({"graph_replays": True} if unit.source == "tensorrt" and unit.label.endswith(":" + GRAPH_REPLAY) else {}),
+        **({"graph_replays": True} if unit.series_id is not None and unit.source == "tensorrt"
+           and unit.label == label_of(TENSORRT_DOMAIN, GRAPH_REPLAY) else {}),
         **({"inside": unit.inside, "other_loops": list(unit.others)} if unit.inside else {}),
     }
 

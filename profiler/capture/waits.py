@@ -30,9 +30,10 @@ every microsecond or two (a garbage-collector pause now and then splits a wait, 
 host that checks the event between chunks of its own work of 30 us or more is working, not waiting."""
 POLL_MAX_SLEEP_GAP_NS = 50_000_000
 """Polls further apart than this are not one wait, whatever the thread does between them."""
-SLEEP_CALLS = ("clock_nanosleep", "nanosleep", "usleep", "sleep", "sched_yield")
-"""OS runtime calls that only let time pass (name prefixes): a thread in them between two polls is still
-waiting."""
+SLEEP_CALLS = ("clock_nanosleep", "nanosleep", "usleep", "sleep")
+"""OS runtime calls that only wait for time to pass (name prefixes): a loop pacing itself, or polling."""
+ASLEEP_BETWEEN_POLLS = (*SLEEP_CALLS, "sched_yield")
+"""OS runtime calls in which a thread between two of its polls is still waiting (name prefixes)."""
 POLL_MIN_CALLS = 2
 """A wait is at least this many poll calls in a row: a single poll that finds the work done waited for nothing."""
 
@@ -42,7 +43,7 @@ def polled_waits(api: HostCalls, srt: Sorted, osrt: HostCalls | None = None,
     """(start_ns, end_ns) of each polled wait of the host: a run of at least ``POLL_MIN_CALLS`` top-level poll
     calls of one thread with no other top-level call of that thread between them, each starting at most
     ``POLL_GAP_NS`` after the one before ended, not counting the time the thread spent in sleeping OS runtime
-    calls (``osrt``, ``SLEEP_CALLS``) in between; only the waits of ``threads`` when given. ``srt`` orders
+    calls (``osrt``, ``ASLEEP_BETWEEN_POLLS``) in between; only the waits of ``threads`` when given. ``srt`` orders
     ``api`` by (thread, start). The rows are walked in that order a block at a time; only the poll calls' arrays
     are made."""
     empty = np.zeros(0, dtype=np.int64)
@@ -88,7 +89,7 @@ def _asleep_ns(osrt: HostCalls, tid: np.ndarray, lo: np.ndarray, hi: np.ndarray)
     """Per interval [lo, hi) of thread ``tid``, the time (ns) that thread spent in sleeping OS runtime calls
     inside it. A thread's sleeps do not overlap one another, and none overlaps the poll calls around a gap."""
     out = np.zeros(len(lo), dtype=np.int64)
-    sleeping = np.array([str(n).startswith(SLEEP_CALLS) for n in osrt.names], dtype=bool)
+    sleeping = np.array([str(n).startswith(ASLEEP_BETWEEN_POLLS) for n in osrt.names], dtype=bool)
     rows = np.flatnonzero(sleeping[osrt.name_code]) if sleeping.any() else np.zeros(0, dtype=np.int64)
     for t in np.unique(tid):
         mine = rows[osrt.tid[rows] == t]

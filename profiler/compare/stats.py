@@ -206,12 +206,8 @@ def decide_modes(b: np.ndarray, c: np.ndarray, split: float, r: dict) -> Verdict
         return None
     share_b, share_c = float(slow_b.mean()), float(slow_c.mean())
     p_share = _two_proportions(int(slow_b.sum()), len(b), int(slow_c.sum()), len(c))
-    per_mode = []
-    for name, kb, kc in (("fast", ~slow_b, ~slow_c), ("slow", slow_b, slow_c)):
-        v = decide(b[kb], c[kc], r, modes=False)
-        per_mode.append({"mode": name, "baseline_count": int(kb.sum()), "candidate_count": int(kc.sum()),
-                         **{k: v.to_dict()[k] for k in ("verdict", "median_ratio", "ci_low", "ci_high", "p_value",
-                                                         "baseline_median_ms", "candidate_median_ms", "reason")}})
+    per_mode = [_judge_mode(name, b[kb], c[kc], r) for name, kb, kc in (("fast", ~slow_b, ~slow_c),
+                                                                         ("slow", slow_b, slow_c))]
     modes = [*per_mode, {"mode": "share of slow", "split_ms": split, "baseline": share_b, "candidate": share_c,
                          "p_value": p_share}]
     shares = (f"two modes split at {split:.3g} ms, {share_b * 100:.0f}% slow in the baseline and "
@@ -236,12 +232,7 @@ def decide_modes(b: np.ndarray, c: np.ndarray, split: float, r: dict) -> Verdict
         other += [mix_text] if mix is not None and mix != verdict else []
         but = f"; against it, {' and '.join(other)}" if other else ""
         if moved:
-            pick = max(moved, key=lambda m: abs(m["median_ratio"] - 1.0))
-            mb, mc = pick["baseline_median_ms"], pick["candidate_median_ms"]
-            reason = (f"{shares}; the {pick['mode']} mode ({pick['baseline_count']} and {pick['candidate_count']} "
-                      f"samples): {pick['reason']}{but}")
-            return Verdict(verdict, pick["median_ratio"], pick["ci_low"], pick["ci_high"], pick["p_value"], mb, mc,
-                           mc - mb, True, reason, modes)
+            return _mode_verdict(verdict, max(moved, key=lambda m: abs(m["median_ratio"] - 1.0)), shares, but, modes)
         ratio, lo, hi = _bootstrap_ratio(b, c, np.mean, n_boot=int(r["bootstrap"]), confidence=float(r["confidence"]),
                                          max_samples=int(r["max_samples"]), seed=int(r["seed"]))
         reason = f"{shares}: {mix_text}{but}"
@@ -250,12 +241,24 @@ def decide_modes(b: np.ndarray, c: np.ndarray, split: float, r: dict) -> Verdict
     unsure = [m for m in per_mode if m["verdict"] == "inconclusive"]
     pick = max(unsure or per_mode, key=lambda m: abs(m["median_ratio"] - 1.0) if np.isfinite(m["median_ratio"])
                else -1.0)
-    verdict = "inconclusive" if unsure else "no_change"
-    reason = (f"{shares}; the {pick['mode']} mode ({pick['baseline_count']} and {pick['candidate_count']} "
-              f"samples): {pick['reason']}")
+    return _mode_verdict("inconclusive" if unsure else "no_change", pick, shares, "", modes)
+
+
+def _judge_mode(name: str, b: np.ndarray, c: np.ndarray, r: dict) -> dict:
+    """One mode's samples judged by the plain rule, as a row of the verdict's ``modes``."""
+    v = decide(b, c, r, modes=False).to_dict()
+    return {"mode": name, "baseline_count": len(b), "candidate_count": len(c),
+            **{k: v[k] for k in ("verdict", "median_ratio", "ci_low", "ci_high", "p_value", "baseline_median_ms",
+                                 "candidate_median_ms", "reason")}}
+
+
+def _mode_verdict(verdict: str, pick: dict, shares: str, but: str, modes: list[dict]) -> Verdict:
+    """The verdict told by one mode's figures (``pick``, a row of ``modes``)."""
     mb, mc = pick["baseline_median_ms"], pick["candidate_median_ms"]
+    reason = (f"{shares}; the {pick['mode']} mode ({pick['baseline_count']} and {pick['candidate_count']} "
+              f"samples): {pick['reason']}{but}")
     return Verdict(verdict, pick["median_ratio"], pick["ci_low"], pick["ci_high"], pick["p_value"], mb, mc, mc - mb,
-                   False, reason, modes)
+                   verdict in ("regression", "improvement"), reason, modes)
 
 
 def _median(a: np.ndarray, b: np.ndarray) -> float:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from profiler.capture import blockwise, intervals
+from profiler.capture.waits import SLEEP_CALLS
 from profiler.report.fmt import fmt_num
 from profiler.rules.capture import _common
 from profiler.rules.context import CaptureContext
@@ -93,8 +94,6 @@ def dominant_cause(ctx: CaptureContext, host: dict, ranges_ns: np.ndarray, idle_
     return cause
 
 
-SLEEP_CALLS = ("clock_nanosleep", "nanosleep", "usleep", "sleep")
-"""OS runtime calls that only wait for time to pass (a loop pacing itself, or polling for work)."""
 WAIT_CALLS = ("sem_wait", "sem_timedwait", "sem_clockwait", "pthread_cond_wait", "pthread_cond_timedwait",
               "pthread_cond_clockwait", "epoll_wait", "epoll_pwait", "poll", "ppoll", "select", "pselect",
               "recv", "recvfrom", "recvmsg", "accept", "msgrcv", "mq_receive", "mq_timedreceive")
