@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from profiler.capture import spill
 from profiler.capture.analyze import analyze_path
 from profiler.capture.cache import TraceCache
 from profiler.capture.result_cache import AnalysisCache, analyze_path_cached
@@ -37,6 +38,25 @@ def test_cold_cached_frames_and_cached_analysis_give_one_document(path, tmp_path
     assert _text(stored) == want
     assert _text(hit) == want
     assert [f.to_dict() for f in hit.findings] == [f.to_dict() for f in cold.findings]
+
+
+@pytest.mark.skipif(not spill.supported(), reason="column files need Linux")
+@pytest.mark.parametrize("path", CAPTURES, ids=[p.stem for p in CAPTURES])
+def test_columns_in_files_give_the_same_document(path, tmp_path, monkeypatch):
+    """A capture past TRTPROF_SPILL_ROWS keeps its columns (and the analysis its large arrays) in column
+    files: here every capture and every array of any size, read cold and from the cached frames."""
+    want = _text(analyze_path(path, cache=False))
+    monkeypatch.setenv("TRTPROF_SPILL_ROWS", "1")
+    monkeypatch.setattr(spill, "MIN_SPILL_BYTES", 0)
+    monkeypatch.setattr(spill, "_filesystem", lambda folder: "ext4")  # files even where /tmp is tmpfs
+    frames = TraceCache(tmp_path / "traces")
+    for result in (analyze_path(path, cache=False), analyze_path(path, cache=frames),
+                   analyze_path(path, cache=frames)):
+        trace = result.context.trace
+        assert trace.column_files is not None and trace.column_files.fallbacks == 0
+        assert spill.is_mapped(trace.api["start_ns"].to_numpy()) == (len(trace.api) > 0)
+        assert _text(result) == want
+    assert trace.meta["cache"] == "hit"
 
 
 def test_the_list_holds_the_sample_traces():

@@ -143,7 +143,15 @@ calls)."""
 
 def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResult:
     """The inference unit, its layers, phases and streams; series statistics, GPU busy projection, idle
-    gaps and the capture rules' findings, over the steady state unless ``options.include_setup``."""
+    gaps and the capture rules' findings, over the steady state unless ``options.include_setup``.
+    A capture whose columns are in files (:mod:`~profiler.capture.spill`) gets its large arrays there too."""
+    from profiler.capture import spill
+
+    with spill.using(getattr(trace, "column_files", None)):
+        return _analyze(trace, options)
+
+
+def _analyze(trace: Any, options: AnalysisOptions | None) -> AnalysisResult:
     from profiler.capture import layer_table, phases, streams, unit as U
     from profiler.capture.heap import release_memory
     from profiler.rules import registry, run_rules

@@ -86,7 +86,9 @@ def _release_arrow_memory() -> None:
         pass
 
 
-def _read_frame(path: Path, compact: bool = False) -> Any:
+def _read_frame(path: Path, compact: bool = False, files: Any = None) -> Any:
+    """One frame of an entry; ``files``: a :class:`~profiler.capture.spill.ColumnFiles` its large columns
+    are copied into, one at a time, as the loader does for a large capture."""
     import pandas as pd
     import pyarrow.parquet as pq
 
@@ -103,6 +105,8 @@ def _read_frame(path: Path, compact: bool = False) -> Any:
         part = pf.read(columns=[name], use_threads=False, use_pandas_metadata=True)
         col = part.to_pandas(self_destruct=True, use_threads=False)[name]
         cols[name] = compact_constant(name, col.to_numpy()) if compact and name in CONSTANT_ID_COLUMNS else col
+        if files is not None:
+            cols[name] = _kept(files, cols[name])
         del part, col
         _release_arrow_memory()
     df = pd.DataFrame(cols, copy=False)
@@ -111,6 +115,35 @@ def _read_frame(path: Path, compact: bool = False) -> Any:
         if isinstance(dtype, pd.CategoricalDtype) and len(dtype.categories) == 0 and dtype.categories.dtype == object:
             df[col] = df[col].cat.set_categories(pd.Index([], dtype="str"))
     return df
+
+
+def _kept(files: Any, col: Any) -> Any:
+    """``col`` (a Series or an array) with its values or categorical codes in a column file."""
+    import numpy as np
+    import pandas as pd
+
+    values = col.array if isinstance(col, pd.Series) else col
+    if isinstance(values, pd.Categorical):
+        return pd.Categorical.from_codes(files.keep(values.codes), dtype=values.dtype)
+    if isinstance(values, np.ndarray):
+        return files.keep(values)
+    if isinstance(values, pd.arrays.NumpyExtensionArray) and values.dtype.numpy_dtype.kind in "iub":
+        return files.keep(values.to_numpy())
+    return col
+
+
+def _column_files(folder: Path) -> Any:
+    """A :class:`~profiler.capture.spill.ColumnFiles` for an entry of at least ``spill_rows()`` rows, else None."""
+    import pyarrow.parquet as pq
+
+    from profiler.capture import spill
+    from profiler.capture.trace import FRAMES
+
+    limit = spill.spill_rows()
+    if not spill.supported() or limit <= 0:
+        return None
+    rows = sum(pq.ParquetFile(folder / f"{name}.parquet").metadata.num_rows for name in FRAMES)
+    return spill.ColumnFiles() if rows >= limit else None
 
 
 class TraceCache:
@@ -135,13 +168,14 @@ class TraceCache:
             return None
         try:  # every frame was written: one missing means a damaged entry, or one evicted while we read
             meta = json.loads(meta_file.read_text())
-            frames = {name: _read_frame(folder / f"{name}.parquet", compact) for name in FRAMES}
+            files = _column_files(folder)
+            frames = {name: _read_frame(folder / f"{name}.parquet", compact, files) for name in FRAMES}
         except Exception:  # damaged (disk full while another tool wrote, a user's edit) or evicted: a miss
             discard(folder)
             return None
         touch(folder)  # recency for the size cap's least-recently-used eviction
         meta["source_path"] = str(source_path)
-        return Trace(meta=meta, **frames)  # the stored meta is complete: nothing is recomputed
+        return Trace(meta=meta, column_files=files, **frames)  # the stored meta is complete: nothing is recomputed
 
     def put(self, key: str, trace: Any) -> bool:
         """Store ``trace`` under ``key``; False (and nothing left behind) when it cannot be written."""

@@ -90,6 +90,7 @@ class Export:
         self._columns: dict[str, list[str]] = {}
         self._counts: dict[tuple[str, str], int] = {}
         self._adbc = None
+        self.column_files = None  # a spill.ColumnFiles: large columns go to mapped files (set by the loader)
         dbapi = _adbc_dbapi()
         self.reader = "sqlite3"
         if dbapi is not None:
@@ -241,7 +242,7 @@ class Export:
 
         with read_heap(), ThreadPoolExecutor(len(parts)) as pool:
             results = list(pool.map(work, parts))
-        return Columns.concat(results)
+        return Columns.concat(results, self.empty)
 
     def _partitions(self, table: str, n_rows: int) -> list[tuple[int, int]]:
         """Rowid ranges for a parallel read, or [] to read the table in one scan."""
@@ -260,6 +261,15 @@ class Export:
         k = int(min(threads, n_rows // PARTITION_MIN_ROWS))
         edges = np.linspace(lo, hi + 1, k + 1).astype(np.int64)
         return [(int(a), int(b) - 1) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+
+    def empty(self, n: int, dtype) -> np.ndarray:
+        """An array for ``n`` rows of a column: in a column file when the loader asked for them."""
+        return np.empty(n, dtype) if self.column_files is None else self.column_files.empty(n, dtype)
+
+    def copy(self, arr: np.ndarray) -> np.ndarray:
+        out = self.empty(len(arr), arr.dtype)
+        out[:] = arr
+        return out
 
     def _fetch_one(self, sql: str, max_rows: int, text: tuple[str, ...], small: tuple[str, ...], con
                    ) -> "Columns":
@@ -294,7 +304,7 @@ class Export:
         for batch in self.batches(sql, con):
             m = batch.num_rows
             if not out:
-                out = {n: np.empty(cap, np.int32 if n in small else np.int64)
+                out = {n: self.empty(cap, np.int32 if n in small else np.int64)
                        for n in batch.schema.names if n not in text}
             if pos + m > cap:  # more rows than counted: grow (not expected on a read-only file)
                 cap = max(2 * cap, pos + m)
@@ -310,7 +320,7 @@ class Export:
                     col = pc.fill_null(col, NULL_INT)
                 out[name][pos:pos + m] = col.to_numpy(zero_copy_only=False)
             pos += m
-        result = Columns({n: (a[:pos] if pos * 10 >= len(a) * 9 else a[:pos].copy()) for n, a in out.items()}, pos)
+        result = Columns({n: (a[:pos] if pos * 10 >= len(a) * 9 else self.copy(a[:pos])) for n, a in out.items()}, pos)
         for name, parts in chunks.items():
             if parts:
                 unified = pa.chunked_array(parts).unify_dictionaries()
@@ -355,12 +365,15 @@ class Columns(dict):
         self.text: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     @classmethod
-    def concat(cls, parts: list["Columns"]) -> "Columns":
-        """Parts of one query in order -> one result (column by column, freeing parts as it goes)."""
+    def concat(cls, parts: list["Columns"], empty=np.empty) -> "Columns":
+        """Parts of one query in order -> one result (column by column, freeing parts as it goes);
+        ``empty(n, dtype)`` makes each joined column."""
         names = list(parts[0])
         out = cls({}, sum(p.n for p in parts))
         for name in names:
-            out[name] = np.concatenate([p.pop(name) for p in parts])
+            pieces = [p.pop(name) for p in parts]
+            out[name] = np.concatenate(pieces, out=empty(out.n, np.result_type(*pieces)))
+            del pieces
         for name in list(parts[0].text):
             values = np.concatenate([p.text[name][1] for p in parts])
             merged, uniq = pd.factorize(values) if len(values) else (np.empty(0, np.int64), values)

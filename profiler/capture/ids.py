@@ -148,19 +148,21 @@ def enum_column(values: np.ndarray, mapping: dict[int, str], column: str, fallba
 class ApiIndex:
     """(process, correlation id) -> row of the API frame, searched with sorted keys."""
 
-    def __init__(self, global_tid: np.ndarray, correlation_id: np.ndarray):
+    def __init__(self, global_tid: np.ndarray, correlation_id: np.ndarray, empty=np.empty):
+        """``empty(n, dtype)`` makes the array of keys (a column file for a large capture)."""
         self.procs = np.unique(pd.unique(global_tid) & PID_MASK)  # distinct threads first: few
-        keys = self._keys(global_tid, correlation_id, invalid=-1)
+        keys = self._keys(global_tid, correlation_id, invalid=-1, empty=empty)
         self.order: np.ndarray | None = None
         if len(keys) > 1 and not (keys[1:] >= keys[:-1]).all():
             self.order = row_index(np.argsort(keys, kind="stable"))
             keys = keys[self.order]
         self.sorted = keys
 
-    def _keys(self, global_id: np.ndarray, corr: np.ndarray, invalid: int) -> np.ndarray:
+    def _keys(self, global_id: np.ndarray, corr: np.ndarray, invalid: int, empty=np.empty) -> np.ndarray:
         """(process, correlation id) keys of the rows, ``invalid`` where either is unknown; made
         ``ROW_CHUNK`` rows at a time, so the temporaries stay small beside the result."""
-        out = np.full(len(global_id), invalid, dtype=np.int64)
+        out = empty(len(global_id), np.int64)
+        out.fill(invalid)
         if len(self.procs) == 0:
             return out
         for sl in blocks(len(out), ROW_CHUNK):

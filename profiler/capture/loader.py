@@ -22,6 +22,7 @@ import pandas as pd
 from profiler.capture.export import (  # noqa: F401 - re-exported: the loader's readers
     BATCH_ROWS, NULL_INT, PARTITION_MIN_ROWS, Columns, Export, _adbc_dbapi, _corrupt, check_sqlite_file, read_threads,
 )
+from profiler.capture import spill
 from profiler.capture.heap import release_memory
 from profiler.capture.ids import (
     ApiIndex, Strings, categorical_from_codes, compact_constant, enum_column, nullable, placeholder, take_column,
@@ -92,10 +93,34 @@ class _Loader:
         """The frame in contract column order; columns not in ``data`` become placeholders, and in a
         restricted read constant id columns become zero-stride views (:func:`compact_constant`)."""
         return pd.DataFrame(copy=False, data={
-            c: self.compacted(c, data[c]) if c in data else placeholder(frame, c, n) for c in SCHEMAS[frame]})
+            c: self.kept(self.compacted(c, data[c])) if c in data else placeholder(frame, c, n)
+            for c in SCHEMAS[frame]})
+
+    def kept_rows(self, df: pd.DataFrame, keep: np.ndarray) -> pd.DataFrame:
+        """The rows ``keep`` of ``df``, a column at a time, each back in a column file (a constant
+        zero-stride column stays one)."""
+        n = int(np.count_nonzero(keep))
+
+        def rows(values: Any) -> Any:
+            if isinstance(values, np.ndarray) and values.strides == (0,):
+                return np.broadcast_to(values[:1], (n,)) if len(values) else values
+            return self.kept(values[keep])
+
+        return pd.DataFrame(copy=False, data={
+            c: rows(df[c].to_numpy() if isinstance(df[c].dtype, np.dtype) else df[c].array) for c in df.columns})
 
     def compacted(self, column: str, values: Any) -> Any:
         return compact_constant(column, values) if self.compact else values
+
+    def kept(self, values: Any) -> Any:
+        """A large column in a column file when the capture's columns go there (:mod:`spill`)."""
+        files = self.x.column_files
+        if files is None:
+            return values
+        if isinstance(values, pd.Categorical):
+            codes = files.keep(values.codes)
+            return values if codes is values.codes else pd.Categorical.from_codes(codes, dtype=values.dtype)
+        return files.keep(values)
 
     def col(self, table: str, name: str, default: str = "-1", *, null: str | None = None) -> str:
         """SQL for an optional column: coalesced to ``null`` (default: ``default``) or the default."""
@@ -132,7 +157,7 @@ class _Loader:
                 self.warnings.append(note)
                 self.api_raw = {k: v[keep] for k, v in self.api_raw.items()}
         r = self.api_raw
-        self.api_index = ApiIndex(r["gtid"], r["corr"])
+        self.api_index = ApiIndex(r["gtid"], r["corr"], self.x.empty)
         self.api_names = self.strings.categorical(r.pop("name"), normalize_api_name)
         # what the frame does not keep goes now, not after every activity is joined
         if not self.want("api", "correlation_id"):
@@ -503,6 +528,7 @@ _LOADERS = {
     "sync": "sync", "nvtx": "nvtx", "osrt": "osrt",
 }
 _ACTIVITY = ("kernels", "memcpy", "memset", "graphs", "sync")
+_EVENT_TABLES = (T_KERNEL, T_API, T_OSRT, T_NVTX, T_MEMCPY, T_MEMSET, T_GRAPH, T_SYNC)
 
 
 def load_trace(path: str | os.PathLike, *, tables: Iterable[str] | None = None,
@@ -557,6 +583,8 @@ def _load_file(path: Path, source: Path, wanted: set[str], cols: dict[str, set[s
 
 
 def _load(export: Export, wanted: set[str], source: Path, columns: dict[str, set[str]] | None = None) -> Trace:
+    if spill.supported() and 0 < spill.spill_rows() <= sum(export.count(t) for t in _EVENT_TABLES):
+        export.column_files = spill.ColumnFiles()
     ld = _Loader(export, wanted, columns)
     meta: dict[str, Any] = {"source_path": str(source), "reader": export.reader, **ld.versions()}
     frames: dict[str, pd.DataFrame] = {}
@@ -568,7 +596,8 @@ def _load(export: Export, wanted: set[str], source: Path, columns: dict[str, set
             release_memory()
     for name in list(frames):  # rows with missing, reversed or impossible times or devices go, with a note
         frames[name] = clean_frame(name, frames[name], ld.bounds, ld.warnings,
-                                   check_thread=name != "nvtx" or "globalTid" in export.columns(T_NVTX))
+                                   check_thread=name != "nvtx" or "globalTid" in export.columns(T_NVTX),
+                                   take=None if export.column_files is None else ld.kept_rows)
     if "api" in wanted:
         frames["api"] = ld.api_frame()  # last: it takes over the raw arrays the joins used (cleaned there)
     ld.api_raw = ld.api_index = None
@@ -595,7 +624,7 @@ def _load(export: Export, wanted: set[str], source: Path, columns: dict[str, set
     if ld.strings.unresolved:
         ld.warnings.append(f"{ld.strings.unresolved} name id(s) were not found in StringIds.")
 
-    trace = Trace(meta={}, **frames)
+    trace = Trace(meta={}, column_files=export.column_files, **frames)
     device_ids: set[int] = set()
     pids: set[int] = set()
     for name in FRAMES:

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from profiler import stats
-from profiler.capture import blockwise, intervals
+from profiler.capture import blockwise, intervals, spill
 from profiler.capture.series import (
     _PREFIX, INSTANCE_METRICS, PAIR_CHUNK, Activity, ApiCategory, SeriesTable, expand,
 )
@@ -226,7 +226,7 @@ def _swept_gaps(start: np.ndarray, end: np.ndarray, sel: np.ndarray | None, lo: 
     # at most one gap before each row and one after the last: filled in place, then cut to size, so the
     # result is never held twice (parts and their concatenation)
     cap = (len(start) if sel is None else int(np.count_nonzero(sel))) + 1
-    gs, ge = np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64)
+    gs, ge = spill.empty(cap, np.int64), spill.empty(cap, np.int64)
     reach, k = blockwise.Reach(lo), 0
     for sl in blockwise.blocks(len(start), GAP_BLOCK_ROWS):
         s, e = start[sl], end[sl]
@@ -242,9 +242,7 @@ def _swept_gaps(start: np.ndarray, end: np.ndarray, sel: np.ndarray | None, lo: 
     if reach.value < hi:
         gs[k], ge[k] = reach.value, hi
         k += 1
-    gs.resize(k, refcheck=False)  # no view of either exists: shrinking in place is safe
-    ge.resize(k, refcheck=False)
-    return gs, ge
+    return spill.cut(gs, k), spill.cut(ge, k)  # no view of either exists: shrinking in place is safe
 
 
 def overlap_by_name(gap_start: np.ndarray, gap_end: np.ndarray, start: np.ndarray, end: np.ndarray,

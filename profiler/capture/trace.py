@@ -176,6 +176,9 @@ class Trace:
     nvtx: pd.DataFrame = field(default=None)  # type: ignore[assignment]
     osrt: pd.DataFrame = field(default=None)  # type: ignore[assignment]
     meta: dict[str, Any] = field(default_factory=dict)
+    column_files: Any = field(default=None, repr=False, compare=False)
+    """The :class:`~profiler.capture.spill.ColumnFiles` holding a large capture's columns (None: memory);
+    the analysis puts its own large arrays there too."""
 
     def __post_init__(self) -> None:
         for name in FRAMES:

@@ -157,9 +157,10 @@ _WHAT = {"kernels": "kernels", "memcpy": "memory copies", "memset": "memsets", "
 
 
 def clean_frame(name: str, df: pd.DataFrame, bounds: TimeBounds, notes: list[str], *,
-                check_thread: bool = True) -> pd.DataFrame:
+                check_thread: bool = True, take: Any = None) -> pd.DataFrame:
     """``df`` without the rows an analysis cannot trust, with a note saying how many went and why.
-    ``check_thread``: NVTX events without a thread are dropped (when the export has the column)."""
+    ``check_thread``: NVTX events without a thread are dropped (when the export has the column).
+    ``take(df, keep)``: the frame of the kept rows (default: ``df.loc[keep]``, renumbered)."""
     if not len(df):
         return df
     start = df["start_ns"].to_numpy()
@@ -176,4 +177,4 @@ def clean_frame(name: str, df: pd.DataFrame, bounds: TimeBounds, notes: list[str
     if note is None:
         return df
     notes.append(note)
-    return df.loc[keep].reset_index(drop=True)
+    return df.loc[keep].reset_index(drop=True) if take is None else take(df, keep)
