@@ -88,7 +88,8 @@ def _release_arrow_memory() -> None:
 
 def _read_frame(path: Path, compact: bool = False, files: Any = None) -> Any:
     """One frame of an entry; ``files``: a :class:`~profiler.capture.spill.ColumnFiles` its large columns
-    are copied into, one at a time, as the loader does for a large capture."""
+    go to (integer columns read a row group at a time straight into their file, the others copied there
+    once read), as the loader does for a large capture."""
     import pandas as pd
     import pyarrow.parquet as pq
 
@@ -100,14 +101,18 @@ def _read_frame(path: Path, compact: bool = False, files: Any = None) -> Any:
     names = pf.schema_arrow.names
     if not names:
         return pd.DataFrame(index=pd.RangeIndex(pf.metadata.num_rows))
+    plain = _plain_integer_columns(pf) if files is not None else {}
     cols = {}
     for name in names:
-        part = pf.read(columns=[name], use_threads=False, use_pandas_metadata=True)
-        col = part.to_pandas(self_destruct=True, use_threads=False)[name]
-        cols[name] = compact_constant(name, col.to_numpy()) if compact and name in CONSTANT_ID_COLUMNS else col
+        col = _read_into(files, pf, name, plain[name]) if name in plain else None
+        if col is None:
+            part = pf.read(columns=[name], use_threads=False, use_pandas_metadata=True)
+            col = part.to_pandas(self_destruct=True, use_threads=False)[name]
+            del part
+        cols[name] = compact_constant(name, _values(col)) if compact and name in CONSTANT_ID_COLUMNS else col
         if files is not None:
             cols[name] = _kept(files, cols[name])
-        del part, col
+        del col
         _release_arrow_memory()
     df = pd.DataFrame(cols, copy=False)
     for col in df.columns:  # Parquet keeps no dtype for the categories of an empty categorical
@@ -115,6 +120,33 @@ def _read_frame(path: Path, compact: bool = False, files: Any = None) -> Any:
         if isinstance(dtype, pd.CategoricalDtype) and len(dtype.categories) == 0 and dtype.categories.dtype == object:
             df[col] = df[col].cat.set_categories(pd.Index([], dtype="str"))
     return df
+
+
+def _values(col: Any) -> Any:
+    return col.to_numpy() if hasattr(col, "to_numpy") else col
+
+
+def _plain_integer_columns(pf: Any) -> dict[str, str]:
+    """Column -> numpy dtype name, for the columns pandas wrote as plain numpy integers (not nullable)."""
+    meta = pf.schema_arrow.pandas_metadata or {}
+    return {c["name"]: c["numpy_type"] for c in meta.get("columns", [])
+            if c.get("pandas_type", "").startswith(("int", "uint")) and c.get("numpy_type", "").startswith(("int", "uint"))}
+
+
+def _read_into(files: Any, pf: Any, name: str, dtype: str) -> Any:
+    """Column ``name`` read a row group at a time into a column file; None when a value is missing (then
+    the column is read whole, as pandas types it)."""
+    import numpy as np
+
+    out = files.empty(pf.metadata.num_rows, np.dtype(dtype))
+    pos = 0
+    for batch in pf.iter_batches(batch_size=READ_BATCH_ROWS, columns=[name], use_threads=False):
+        col = batch.column(0)
+        if col.null_count:
+            return None
+        out[pos:pos + len(col)] = col.to_numpy(zero_copy_only=False)
+        pos += len(col)
+    return out if pos == len(out) else None
 
 
 def _kept(files: Any, col: Any) -> Any:
@@ -144,6 +176,29 @@ def _column_files(folder: Path) -> Any:
         return None
     rows = sum(pq.ParquetFile(folder / f"{name}.parquet").metadata.num_rows for name in FRAMES)
     return spill.ColumnFiles() if rows >= limit else None
+
+
+READ_BATCH_ROWS = 1 << 20
+WRITE_CHUNK_ROWS = 1 << 20
+"""Rows converted to Arrow at a time when a frame is stored: a frame of 50 M rows is never held twice."""
+
+
+def _write_frame(df: Any, path: Path) -> None:
+    """``df`` as one Parquet file (zstd, no index), converted and written ``WRITE_CHUNK_ROWS`` rows at a time."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if len(df) <= WRITE_CHUNK_ROWS:
+        df.to_parquet(path, index=False, compression="zstd")
+        return
+    first = pa.Table.from_pandas(df.iloc[:WRITE_CHUNK_ROWS], preserve_index=False)
+    with pq.ParquetWriter(path, first.schema, compression="zstd") as writer:
+        writer.write_table(first)
+        del first
+        for lo in range(WRITE_CHUNK_ROWS, len(df), WRITE_CHUNK_ROWS):
+            writer.write_table(pa.Table.from_pandas(df.iloc[lo:lo + WRITE_CHUNK_ROWS], schema=writer.schema,
+                                                    preserve_index=False))
+            _release_arrow_memory()
 
 
 class TraceCache:
@@ -184,7 +239,7 @@ class TraceCache:
 
         def fill(tmp: Path) -> None:
             for name in FRAMES:
-                getattr(trace, name).to_parquet(tmp / f"{name}.parquet", index=False, compression="zstd")
+                _write_frame(getattr(trace, name), tmp / f"{name}.parquet")
                 _release_arrow_memory()
             (tmp / "meta.json").write_text(json.dumps(trace.meta, default=str))
 

@@ -13,7 +13,13 @@ may write them to the file and reclaim them under memory pressure, which anonymo
 swap on most servers) cannot do. So that the process' resident set says so too, a watchdog thread drops
 the mapped pages from the process (``madvise(MADV_DONTNEED)``; the data stays in the page cache and in
 the file, and the next access maps it again) whenever more than :data:`RESIDENT_BUDGET_BYTES` of them
-are resident. What stays resident is the analysis' own memory plus at most that budget.
+are resident. What stays resident is the analysis' own memory plus that budget, plus what one step maps
+between two looks of the watchdog: a read fault maps up to 16 neighbouring cached pages (the kernel's
+fault-around), so 24 k scattered reads map a whole 400 MB column in a few milliseconds (seen on the H200 at
+the end of the analysis: +0.79 GB for an instant).
+
+The analysis' own large arrays that it keeps (the device gaps) go to the same files while it analyses such
+a capture (:func:`using`, :func:`empty`); its temporaries stay in memory.
 
 Only on Linux (``madvise`` and ``/proc/self/statm``); elsewhere, and when the folder cannot hold a
 column (:func:`os.posix_fallocate` reserves the blocks first, so a full disk never faults a write),
@@ -36,8 +42,9 @@ from typing import Iterator
 
 import numpy as np
 
-DEFAULT_SPILL_ROWS = 40_000_000
-"""Event rows from which a capture's columns go to files (about 1 GB of columns, a 2 GB export)."""
+DEFAULT_SPILL_ROWS = 25_000_000
+"""Event rows from which a capture's columns go to files (a 1.3 GB export; in memory it would peak near
+1.2 GB)."""
 MIN_SPILL_BYTES = 8 << 20
 """Arrays smaller than this stay in memory: a file per small array would cost more than it saves."""
 RESIDENT_BUDGET_BYTES = 192 << 20
@@ -100,7 +107,7 @@ _current: contextvars.ContextVar[ColumnFiles | None] = contextvars.ContextVar("t
 
 @contextlib.contextmanager
 def using(files: ColumnFiles | None) -> Iterator[None]:
-    """Within: :func:`empty` and :func:`keep` put large arrays in ``files`` (None: in memory)."""
+    """Within: :func:`empty` puts large arrays in ``files`` (None: in memory)."""
     token = _current.set(files)
     try:
         yield
@@ -112,12 +119,6 @@ def empty(n: int, dtype) -> np.ndarray:
     """``numpy.empty``, in a column file while the capture being analysed keeps its columns in files."""
     files = _current.get()
     return np.empty(n, dtype) if files is None else files.empty(n, dtype)
-
-
-def keep(arr: np.ndarray) -> np.ndarray:
-    """``arr``, copied into a column file while the capture being analysed keeps its columns in files."""
-    files = _current.get()
-    return arr if files is None else files.keep(arr)
 
 
 def cut(arr: np.ndarray, n: int) -> np.ndarray:
