@@ -110,6 +110,8 @@ def _read_frame(path: Path, compact: bool = False, files: Any = None) -> Any:
             col = part.to_pandas(self_destruct=True, use_threads=False)[name]
             del part
         cols[name] = compact_constant(name, _values(col)) if compact and name in CONSTANT_ID_COLUMNS else col
+        if compact:
+            cols[name] = _no_values(cols[name])
         if files is not None:
             cols[name] = _kept(files, cols[name])
         del col
@@ -120,6 +122,23 @@ def _read_frame(path: Path, compact: bool = False, files: Any = None) -> Any:
         if isinstance(dtype, pd.CategoricalDtype) and len(dtype.categories) == 0 and dtype.categories.dtype == object:
             df[col] = df[col].cat.set_categories(pd.Index([], dtype="str"))
     return df
+
+
+def _no_values(col: Any) -> Any:
+    """A column without a value (one the restricted read left out: all NA, or all -1) as the loader gives
+    it, a read-only zero-stride column that takes no memory per row; any other column as it is."""
+    import numpy as np
+    import pandas as pd
+
+    values = col.array if isinstance(col, pd.Series) else col
+    n = len(values)
+    if isinstance(values, pd.arrays.IntegerArray) and n and values._mask.all():
+        return pd.arrays.IntegerArray(np.broadcast_to(np.zeros(1, values._data.dtype), (n,)),
+                                      np.broadcast_to(np.True_, (n,)))
+    data = values.to_numpy() if isinstance(values, pd.arrays.NumpyExtensionArray) else values
+    if isinstance(data, np.ndarray) and data.dtype.kind == "i" and n and data.strides != (0,) and (data == -1).all():
+        return np.broadcast_to(np.array(-1, dtype=data.dtype), (n,))
+    return col
 
 
 def _values(col: Any) -> Any:
@@ -157,6 +176,8 @@ def _kept(files: Any, col: Any) -> Any:
     values = col.array if isinstance(col, pd.Series) else col
     if isinstance(values, pd.Categorical):
         return pd.Categorical.from_codes(files.keep(values.codes), dtype=values.dtype)
+    if isinstance(values, pd.arrays.IntegerArray):
+        return pd.arrays.IntegerArray(files.keep(values._data), files.keep(values._mask))
     if isinstance(values, np.ndarray):
         return files.keep(values)
     if isinstance(values, pd.arrays.NumpyExtensionArray) and values.dtype.numpy_dtype.kind in "iub":

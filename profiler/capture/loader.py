@@ -93,7 +93,7 @@ class _Loader:
         """The frame in contract column order; columns not in ``data`` become placeholders, and in a
         restricted read constant id columns become zero-stride views (:func:`compact_constant`)."""
         return pd.DataFrame(copy=False, data={
-            c: self.kept(self.compacted(c, data[c])) if c in data else placeholder(frame, c, n)
+            c: self.kept(self.compacted(c, data[c]) if c in data else placeholder(frame, c, n))
             for c in SCHEMAS[frame]})
 
     def kept_rows(self, df: pd.DataFrame, keep: np.ndarray) -> pd.DataFrame:
