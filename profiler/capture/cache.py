@@ -113,7 +113,8 @@ def _read_frame(path: Path, compact: bool = False, files: Any = None) -> Any:
         if compact:
             cols[name] = _no_values(cols[name])
         if files is not None:
-            cols[name] = _kept(files, cols[name])
+            col = cols[name]
+            cols[name] = files.keep_column(col.array if isinstance(col, pd.Series) else col)
         del col
         _release_arrow_memory()
     df = pd.DataFrame(cols, copy=False)
@@ -166,23 +167,6 @@ def _read_into(files: Any, pf: Any, name: str, dtype: str) -> Any:
         out[pos:pos + len(col)] = col.to_numpy(zero_copy_only=False)
         pos += len(col)
     return out if pos == len(out) else None
-
-
-def _kept(files: Any, col: Any) -> Any:
-    """``col`` (a Series or an array) with its values or categorical codes in a column file."""
-    import numpy as np
-    import pandas as pd
-
-    values = col.array if isinstance(col, pd.Series) else col
-    if isinstance(values, pd.Categorical):
-        return pd.Categorical.from_codes(files.keep(values.codes), dtype=values.dtype)
-    if isinstance(values, pd.arrays.IntegerArray):
-        return pd.arrays.IntegerArray(files.keep(values._data), files.keep(values._mask))
-    if isinstance(values, np.ndarray):
-        return files.keep(values)
-    if isinstance(values, pd.arrays.NumpyExtensionArray) and values.dtype.numpy_dtype.kind in "iub":
-        return files.keep(values.to_numpy())
-    return col
 
 
 def _column_files(folder: Path) -> Any:

@@ -115,12 +115,7 @@ class _Loader:
     def kept(self, values: Any) -> Any:
         """A large column in a column file when the capture's columns go there (:mod:`spill`)."""
         files = self.x.column_files
-        if files is None:
-            return values
-        if isinstance(values, pd.Categorical):
-            codes = files.keep(values.codes)
-            return values if codes is values.codes else pd.Categorical.from_codes(codes, dtype=values.dtype)
-        return files.keep(values)
+        return values if files is None else files.keep_column(values)
 
     def col(self, table: str, name: str, default: str = "-1", *, null: str | None = None) -> str:
         """SQL for an optional column: coalesced to ``null`` (default: ``default``) or the default."""

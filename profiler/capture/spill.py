@@ -102,6 +102,22 @@ class ColumnFiles:
         return out
 
 
+    def keep_column(self, values):
+        """A frame column (an array, a categorical, a nullable or numpy-backed pandas array) with its
+        large arrays in column files; anything else as it is."""
+        import pandas as pd
+
+        if isinstance(values, pd.Categorical):
+            codes = values.codes
+            kept = self.keep(codes)
+            return values if kept is codes else pd.Categorical.from_codes(kept, dtype=values.dtype)
+        if isinstance(values, pd.arrays.IntegerArray):
+            return pd.arrays.IntegerArray(self.keep(values._data), self.keep(values._mask))
+        if isinstance(values, pd.arrays.NumpyExtensionArray) and values.dtype.numpy_dtype.kind in "iub":
+            return self.keep(values.to_numpy())
+        return self.keep(values)
+
+
 _current: contextvars.ContextVar[ColumnFiles | None] = contextvars.ContextVar("trtprof_column_files", default=None)
 
 
