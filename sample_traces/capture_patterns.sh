@@ -43,9 +43,10 @@ for item in "${ALL[@]}"; do
     numbered_eager_again) wl=numbered_eager ;;
     tiny_buffer) extra=(--cuda-flush-interval=1) ;;
     killed_partial) wl=killed; extra=(--cuda-flush-interval=100) ;;
+    truncated) extra=(--duration=7) ;;
   esac
   t0=$(date +%s.%N)
-  timeout 100 "${NSYS_PROFILE[@]}" "${extra[@]}" -o "$W/$name" \
+  timeout "${PROFILE_TIMEOUT:-100}" "${NSYS_PROFILE[@]}" "${extra[@]}" -o "$W/$name" \
       python3 sample_traces/patterns.py "$wl" --manifest "$CAP/$name.json" > "$CAP/${name}_profile.log" 2>&1
   rc=$?
   t1=$(date +%s.%N)

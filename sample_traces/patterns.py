@@ -69,7 +69,7 @@ def _mlp(torch, layers: int = 24, width: int = 256):
 
 
 def numbered(graph: bool = False, warmups: int = 5, inferences: int = 60, kill_at: int | None = None,
-             ) -> dict[str, Any]:
+             pace_ms: float = 0.0) -> dict[str, Any]:
     """``Warmup 0``..``Warmup 4`` then ``Inference 0``..``Inference 59``, each one forward of the small MLP
     followed by a stream sync, no enclosing range. ``graph``: the model captured as a CUDA graph during the
     warm-ups (eager in Warmup 0-2 on a side stream, captured in Warmup 3) and replayed once per inference."""
@@ -112,6 +112,8 @@ def numbered(graph: bool = False, warmups: int = 5, inferences: int = 60, kill_a
                 os.kill(os.getpid(), signal.SIGKILL)
             stream.synchronize()
             _pop()
+            if pace_ms:
+                time.sleep(pace_ms / 1000.0)
     torch.cuda.synchronize()
     ranges = {f"Warmup {i}": 1 for i in range(warmups)} | {f"Inference {i}": 1 for i in range(inferences)}
     return {"ranges": ranges, "series": {"Warmup #": warmups, "Inference #": inferences},
@@ -255,6 +257,67 @@ def killed() -> dict[str, Any]:
     """The numbered_eager loop that sends itself SIGKILL in ``Inference 150`` (of 400 planned), with that
     inference's kernels queued: no atexit, no CUPTI flush, no NVTX range end."""
     return numbered(inferences=400, kill_at=150)
+
+
+def truncated() -> dict[str, Any]:
+    """The numbered_eager loop paced at 10 ms per inference for far longer than the collection: nsys's
+    ``--duration`` ends the collection (and sends SIGTERM) in the middle of it."""
+    info = numbered(inferences=3000, pace_ms=10.0)
+    return info
+
+
+def _mp_target() -> None:
+    numbered(inferences=60)
+
+
+def mp_worker(method: str) -> dict[str, Any]:
+    """The numbered_eager loop run in a ``multiprocessing`` worker while the main process (no CUDA) waits in a
+    range. ``fork``: the child is forked without exec (nsys traces such a child only with
+    ``--trace-fork-before-exec=true``) and ends, as multiprocessing's forked children do, with ``os._exit``.
+    ``spawn``: the child is a fresh interpreter (exec: traced) and exits normally."""
+    import multiprocessing as mp
+
+    import nvtx
+
+    nvtx.push_range("main: wait for worker")
+    p = mp.get_context(method).Process(target=_mp_target)
+    p.start()
+    p.join()
+    nvtx.pop_range()
+    return {"ranges": {}, "start_method": method, "worker_exitcode": p.exitcode, "worker_planned": {"Warmup #": 5, "Inference #": 60},
+            "main_ranges": {"main: wait for worker": 1}}
+
+
+def two_processes(iterations: int = 100) -> dict[str, Any]:
+    """Two worker processes (children that inherit the environment: both traced), each with its own (primary)
+    context, start the spin loop of ``contexts`` at the same moment: per iteration (range ``infer``) 4 spin
+    kernels of ~100 us and a stream sync. Two processes time-slice the GPU like two contexts."""
+    start = time.time() + 6.0
+    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "_spinner", str(start), str(iterations)])
+             for _ in range(2)]
+    codes = [p.wait() for p in procs]
+    return {"ranges": {"infer": 2 * iterations}, "processes": 2, "exit_codes": codes,
+            "iterations_per_process": iterations, "kernels_per_iteration": 4, "spin_cycles": 200_000}
+
+
+def _spinner(start: float, iterations: int, kernels: int = 4, cycles: int = 200_000) -> None:
+    import nvtx
+
+    drv = Driver()
+    drv.primary_context()
+    fn = drv.load()[1]
+    s = drv.stream()
+    for _ in range(3):
+        drv.spin(fn, s, cycles)
+    drv.call("cuStreamSynchronize", s)
+    while time.time() < start:
+        time.sleep(0.001)
+    for _ in range(iterations):
+        nvtx.push_range("infer")
+        for _ in range(kernels):
+            drv.spin(fn, s, cycles)
+        drv.call("cuStreamSynchronize", s)
+        nvtx.pop_range()
 
 
 def launcher(requests: int = 60) -> dict[str, Any]:
@@ -552,12 +615,13 @@ def rebuild(every_inference: bool, iterations: int = 12, modules: int = 40, stre
 
 # ----------------------------------------------------------------------------- issue 32: LLM-like generation
 def generate(requests: int = 2, prompt: int = 512, steps: int = 100, drift_at: int | None = None,
-             ) -> dict[str, Any]:
+             contend_size: int = 8192, contend_pause_ms: float = 0.0) -> dict[str, Any]:
     """A small SSM-like language model (fp16, d=2048, 16 layers, vocab 16384): per request a prefill over
     ``prompt`` tokens (eager, large GEMMs), then ``steps`` decode steps, each one CUDA-graph replay of the
     one-token step (``cudaGraphLaunch``), a greedy argmax and a token read back to the host (``.item()``: the
     sync), like mamba's ``generate(cg=True)``. No NVTX. ``drift_at``: from that decode step on, a second thread
-    keeps a stream of large GEMMs queued (contention): the step time rises."""
+    keeps a stream of large GEMMs queued (contention): the step time rises. ``contend_size`` and
+    ``contend_pause_ms`` (a host pause after each GEMM) set how hard it contends."""
     torch = _torch()
     d, layers, vocab = 2048, 16, 16384
     g_ = torch.Generator(device=DEV).manual_seed(0)
@@ -614,7 +678,8 @@ def generate(requests: int = 2, prompt: int = 512, steps: int = 100, drift_at: i
             tok.copy_(first)
             for k in range(steps):
                 if drift_at is not None and k == drift_at and contender is None:
-                    contender = threading.Thread(target=_contend, args=(torch, stop), daemon=True)
+                    contender = threading.Thread(target=_contend, daemon=True,
+                                                 args=(torch, stop, contend_size, contend_pause_ms))
                     contender.start()
                     time.sleep(0.002)
                 graph.replay()
@@ -627,18 +692,21 @@ def generate(requests: int = 2, prompt: int = 512, steps: int = 100, drift_at: i
     return {"ranges": {}, "requests": requests, "prompt_tokens": prompt, "decode_steps_per_request": steps,
             "graph_replays": requests * steps, "model": {"d": d, "layers": layers, "vocab": vocab, "dtype": "fp16"},
             "drift_from_step": drift_at, "drift_cause": "a second thread's GEMM stream" if drift_at is not None else None,
+            "contender": {"gemm_size": contend_size, "pause_ms": contend_pause_ms} if drift_at is not None else None,
             "per_step": "cudaGraphLaunch, argmax copy, .item() (D2H + sync)"}
 
 
-def _contend(torch, stop: threading.Event) -> None:
-    a = torch.randn(8192, 8192, device=DEV, dtype=torch.half)
-    b = torch.randn(8192, 8192, device=DEV, dtype=torch.half)
+def _contend(torch, stop: threading.Event, size: int, pause_ms: float) -> None:
+    a = torch.randn(size, size, device=DEV, dtype=torch.half)
+    b = torch.randn(size, size, device=DEV, dtype=torch.half)
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
         while not stop.is_set():
-            for _ in range(4):
+            for _ in range(1 if pause_ms else 4):
                 torch.mm(a, b)
             s.synchronize()
+            if pause_ms:
+                time.sleep(pause_ms / 1000.0)
 
 
 # ----------------------------------------------------------------------------- issue 32: precision
@@ -719,6 +787,10 @@ WORKLOADS: dict[str, Callable[[], dict[str, Any]]] = {
     "killed": killed,
     "tiny_buffer": lambda: numbered(inferences=200),
     "launcher": launcher,
+    "truncated": truncated,
+    "mp_fork": lambda: mp_worker("fork"),
+    "mp_spawn": lambda: mp_worker("spawn"),
+    "two_processes": two_processes,
     "race": lambda: race("race"),
     "race_fixed": lambda: race("fixed"),
     "pipelined": lambda: race("pipelined"),
@@ -728,6 +800,7 @@ WORKLOADS: dict[str, Callable[[], dict[str, Any]]] = {
     "one_context_two_streams": lambda: contexts(False),
     "generate_graph": lambda: generate(),
     "generate_drift": lambda: generate(requests=1, drift_at=50),
+    "generate_drift_mild": lambda: generate(requests=1, drift_at=50, contend_size=4096, contend_pause_ms=0.3),
     "fp32_conv": lambda: conv_precision(False),
     "fp16_conv": lambda: conv_precision(True),
     "sleeps": lambda: sleeps(False),
@@ -739,6 +812,8 @@ def main() -> None:
     global MANIFEST
     if sys.argv[1:] == ["_server"]:
         return _server()
+    if sys.argv[1:2] == ["_spinner"]:
+        return _spinner(float(sys.argv[2]), int(sys.argv[3]))
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("name", choices=sorted(WORKLOADS))
     ap.add_argument("--manifest", help="write what the workload did (JSON) here")
