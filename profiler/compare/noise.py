@@ -413,18 +413,19 @@ def _capture_rule(row: dict[str, Any], direction: int, samples: tuple[Any, Any],
 
 def judge(row: dict[str, Any], base: dict[str, Any], cand: dict[str, Any], prior_medians: Sequence[float],
           rule: dict[str, Any], jitter_cov_pct: float, *, prior_shares: Sequence[float | None] = (),
-          samples: tuple[Any, Any] | None = None) -> None:
+          samples: tuple[Any, Any] | None = None, noisy: str | None = None) -> None:
     """Hold a within-run regression/improvement (``row``, in place) against the between-run evidence, and say
     for every verdict the smallest change the comparison could have detected (``row["detectable_change"]``).
     ``prior_shares``: the host load recorded with each earlier run of the fingerprint (None where not);
-    ``samples``: both sides' per-instance samples, for one capture a side (CAPTURE_RUN_TO_RUN_FACTOR)."""
+    ``samples``: both sides' per-instance samples, for one capture a side (CAPTURE_RUN_TO_RUN_FACTOR);
+    ``noisy``: why the latency moves between processes where the caller knows (a range timed on the host)."""
     within = row.get("verdict")
     row["within_reason"] = row.get("reason")
     row["noise"] = {"source": None, "summary": "not needed: no change within the run"}
     rel = float(rule["rel_threshold"])
     b, c = _finite(repeat_medians(base)), _finite(repeat_medians(cand))
     prior = _finite(prior_medians)
-    noisy = noisy_reason(base, jitter_cov_pct) or noisy_reason(cand, jitter_cov_pct)
+    noisy = noisy or noisy_reason(base, jitter_cov_pct) or noisy_reason(cand, jitter_cov_pct)
     capture = base.get("kind") == "range"  # a capture's range: no repeats, no fingerprint history
     if within == "inconclusive":  # stats.decide: too few samples to test the change it saw
         row["noise"] = {"source": None, "few_samples": True, "summary": "not reached: too few samples within the run"}
