@@ -139,7 +139,7 @@ def _print(result: dict, *, err: bool = False) -> None:
         verdict = str(v.get("verdict")) + ("+acc" if v.get("accuracy_verdict") == "regression" else "")
         echo(f"{str(v['key'])[:36]:<36} {verdict:<12} {_num(v.get('median_ratio'), '.3f'):>7} "
              f"{ci:>15} {p:>9}  {v.get('reason', '')}")
-        if (v.get("detectable_change") or {}).get("text"):
+        if (v.get("detectable_change") or {}).get("text") and v.get("role") != "range":
             echo(f"{'':<36} smallest detectable change: {v['detectable_change']['text']}")
         from profiler.report.compare import disturbance_text
 
@@ -169,7 +169,7 @@ def _print(result: dict, *, err: bool = False) -> None:
 
     by_cause: dict[str, list[str]] = {}
     for v in result["variants"]:
-        if v.get("verdict") == "inconclusive":
+        if v.get("verdict") == "inconclusive" and v["key"] in result["inconclusive"]:
             by_cause.setdefault(inconclusive_cause(v), []).append(str(v["key"]))
     for cause, keys in by_cause.items():
         what, todo = INCONCLUSIVE_CAUSES[cause]

@@ -334,7 +334,8 @@ def compare_captures(base: CaptureSide, cand: CaptureSide, rule: dict | None = N
     if decided_by == "kernels" and verdict == "regression":
         gate = ["per-kernel GPU time"]
     return {"kind": "compare", "verdict": verdict, "forced": None, "latency_regressions": gate,
-            "inconclusive": [x["key"] for x in rows if x.get("verdict") == "inconclusive"],
+            "inconclusive": [x["key"] for x in rows if x.get("verdict") == "inconclusive"
+                             and (x is unit or decided_by == "ranges")],
             "accuracy_regressions": [], "rule": r, "baseline": base.info, "candidate": cand.info,
             "variants": rows, "captures": captures, "environment_changes": _env(base, cand),
             "findings_appeared": _findings(cand, base), "findings_disappeared": _findings(base, cand),
