@@ -186,6 +186,8 @@ def _match(base: CaptureSide, cand: CaptureSide) -> tuple[list[tuple[str, str, s
         bu = cu  # the baseline's analysis chose no unit but has the candidate's
     if cu is None and bu in cl:
         cu = bu
+    if bu is not None and cu is not None and bu != cu:  # a name match beats a role match
+        bu, cu = (cu, cu) if cu in bl else (bu, bu) if bu in cl else (bu, cu)
     if bu is None or cu is None:  # no analysis of the unit (an older stored run): TensorRT's inference range
         bu, cu = _tensorrt_inference(list(bl), list(cl))
     if bu is not None and cu is not None:
