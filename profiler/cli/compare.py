@@ -139,8 +139,10 @@ def _print(result: dict, *, err: bool = False) -> None:
         verdict = str(v.get("verdict")) + ("+acc" if v.get("accuracy_verdict") == "regression" else "")
         echo(f"{str(v['key'])[:36]:<36} {verdict:<12} {_num(v.get('median_ratio'), '.3f'):>7} "
              f"{ci:>15} {p:>9}  {v.get('reason', '')}")
-        if (v.get("detectable_change") or {}).get("text") and v.get("role") != "range":
-            echo(f"{'':<36} smallest detectable change: {v['detectable_change']['text']}")
+        d = v.get("detectable_change") or {}
+        if d.get("text") and v.get("role") != "range":
+            said = d.get("what") if v.get("verdict") in ("regression", "improvement") else d["text"]
+            echo(f"{'':<36} smallest detectable change: {said or d['text']}")
         from profiler.report.compare import disturbance_text
 
         if disturbance_text(v):
@@ -173,6 +175,9 @@ def _print(result: dict, *, err: bool = False) -> None:
             by_cause.setdefault(inconclusive_cause(v), []).append(str(v["key"]))
     for cause, keys in by_cause.items():
         what, todo = INCONCLUSIVE_CAUSES[cause]
-        echo(f"INCONCLUSIVE: {len(keys)} variant(s) changed within one run, but {what} ({', '.join(keys)}); "
+        seen = "showed no change within one run" if cause == "underpowered" and not any(
+            v.get("verdict_within_run") in ("regression", "improvement") for v in result["variants"]
+            if v["key"] in keys) else "changed within one run"
+        echo(f"INCONCLUSIVE: {len(keys)} variant(s) {seen}, but {what} ({', '.join(keys)}); "
              f"this gate does not fail on them: {todo}")
     echo(f"verdict: {result['verdict']}" + (" (forced comparison)" if result.get("forced") else ""))

@@ -254,14 +254,15 @@ def power(source: str, rel_threshold: float, *, spread: float | None = None, n: 
         rel = max(hi - 1.0, 1.0 - lo) if lo is not None and hi is not None else None
         todo, how = None, "the half-width of the within-run confidence interval"
     under = rel is not None and rel > rel_threshold
-    text = ("unknown" if rel is None else f"{rel * 100:.1f}% ({how})")
+    text = what = ("unknown" if rel is None else f"{rel * 100:.1f}% ({how})")
     if under:
         text += f"; the {rel_threshold * 100:g}% threshold is below it"
         if source == "repeats":
             text += (f": {todo} repeats a side would decide (trtprof sweep --repeat {todo})" if todo else
                      f": no number of repeats up to {MAX_ADVISED_REPEATS} would; the spread must come down first "
                      "(a quieter host, a longer timed phase)")
-    return {"rel": rel, "source": source, "underpowered": under, "repeats_to_decide": todo, "text": text}
+    return {"rel": rel, "source": source, "underpowered": under, "repeats_to_decide": todo, "text": text,
+            "what": what}
 
 
 def finite_or_none(x: Any) -> float | None:
@@ -376,7 +377,7 @@ def _no_change_power(row: dict[str, Any], base: dict[str, Any], cand: dict[str, 
         row["detectable_change"] = power("within-run", rel, ci=(row.get("ci_low"), row.get("ci_high")))
         return
     row["detectable_change"] = pw
-    ev["summary"] = f"no change seen; the smallest change this comparison could detect: {pw['text']}"
+    ev["summary"] = ev.get("summary") or "no change seen"  # the repeats' own figures where there are repeats
     row["noise"] = ev
     if pw["underpowered"]:
         ev["underpowered"] = True

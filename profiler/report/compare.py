@@ -108,8 +108,13 @@ def verdict_summary(data: dict) -> dict[str, Any]:
         causes = dict.fromkeys(inconclusive_cause(v) for v in by["inconclusive"])
         why = " or ".join(INCONCLUSIVE_CAUSES[c][0] for c in causes)
         compared = n - len(by["missing"])  # "1 of 7" counted the variants missing from one run too
+        changed = any(v.get("verdict_within_run") in ("regression", "improvement") for v in by["inconclusive"])
+        seen = "changed within one run, but" if changed else "showed no change, but"
         cls, head = "warn", (f"Inconclusive: {len(by['inconclusive'])} of {compared} compared "
-                             f"variant{'s' if compared != 1 else ''} changed within one run, but {why}")
+                             f"variant{'s' if compared != 1 else ''} {seen} {why}")
+        worst = max((d for d in (detectable_rel(v) for v in by["inconclusive"]) if d is not None), default=None)
+        if "underpowered" in causes and worst is not None and is_number(rule.get("rel_threshold")):
+            head += f" ({worst * 100:.1f}% against a {float(rule['rel_threshold']) * 100:g}% threshold)"
     elif imp:
         cls, head = "ok", f"No regression; {len(imp)} of {n} variant{'s' if n != 1 else ''} faster"
     else:
@@ -183,8 +188,9 @@ def captures_summary(data: dict) -> dict[str, Any]:
     if unit is not None:
         lines.append(f"{unit.get('key', '?')}: {unit.get('reason', '')}")
         d = unit.get("detectable_change") if isinstance(unit.get("detectable_change"), dict) else {}
-        if d.get("text"):
-            lines.append(f"smallest change this comparison could detect: {d['text']}")
+        said = d.get("what") if verdict in ("regression", "improvement") else d.get("text")
+        if said:
+            lines.append(f"smallest change this comparison could detect: {said}")
     kernels = cap.get("kernels") if isinstance(cap.get("kernels"), dict) else None
     for r in (kernels or {}).get("significant") or []:
         lines.append(f"kernel {r.get('name', '?')}: x{r.get('per_call_ratio', float('nan')):.3f} per call, "
