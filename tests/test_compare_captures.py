@@ -183,3 +183,39 @@ def test_stored_runs_without_their_analysis_fall_back_to_tensorrts_inference_ran
         store.finish_run(rid)
     out = compare_captures(side_from_run(store, store.run_dict("v2")), side_from_run(store, store.run_dict("v3")))
     assert out["captures"]["unit"]["matched_by"] == "unit, by role" and out["verdict"] == "improvement"
+
+
+def _analyse_no_store(name: str, tmp_path) -> dict:
+    src = SAMPLE_TRACES / f"{name}.sqlite"
+    if not src.exists():
+        pytest.skip(f"sample_traces/{name}.sqlite is missing")
+    out = tmp_path / f"{name}.json"
+    r = subprocess.run([sys.executable, "-m", "profiler", "analyze", str(src), "--json", str(out), "--no-store"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    return load_document(out)
+
+
+def _inference_ms(name: str) -> float:
+    """The median wall time of the capture's ``Inference N`` ranges, from the export's own tables."""
+    return _median_ns(SAMPLE_TRACES / f"{name}.sqlite", "select n.end - n.start from NVTX_EVENTS n left join StringIds "
+                      "s on s.id = n.textId where coalesce(n.text, s.value) like 'Inference %'") / 1e6
+
+
+def test_h200_numbered_captures_eager_graph_and_the_same_command_twice(tmp_path):
+    """sample_traces/numbered_*: the loop's `Inference 0..59` ranges, eager, the same command again, and replayed as
+    a CUDA graph: the graph is an improvement by the unit's ratio; the second eager run (its host 34% slower) is
+    never a regression."""
+    eager, again, graph = (_analyse_no_store(n, tmp_path) for n in ("numbered_eager", "numbered_eager_again",
+                                                                    "numbered_graph"))
+    out = compare_captures(side_from_document(eager, "eager"), side_from_document(graph, "graph"))
+    unit = out["captures"]["unit"]
+    assert out["verdict"] == "improvement" and unit["key"] == "Inference #"
+    # host-bound on both sides (each range ends with a stream sync after its GPU work): the wall times' ratio
+    assert unit["median_ratio"] == pytest.approx(_inference_ms("numbered_graph") / _inference_ms("numbered_eager"),
+                                                 rel=0.02)
+    same = compare_captures(side_from_document(eager, "eager"), side_from_document(again, "again"))
+    assert same["captures"]["unit"]["key"] == "Inference #" and same["verdict"] != "regression"
+    assert same["captures"]["unit"]["median_ratio"] == pytest.approx(
+        _inference_ms("numbered_eager_again") / _inference_ms("numbered_eager"), rel=0.02)
+    assert same["captures"]["unit"]["detectable_change"]["rel"] is not None

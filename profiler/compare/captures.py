@@ -41,6 +41,9 @@ from profiler.errors import InputError
 #: Numbered series (``Inference 7``) are pooled into one when each has at most this many instances (a range per
 #: inference); numbered series with more (``layer1`` ... ``layer4``, each once per inference) stay apart.
 NUMBERED_MAX_COUNT = 2
+#: Without a unit from either analysis, a numbered series pooled on both sides from at least this many ranges is
+#: the unit (the one with the most instances): ``Inference 0`` ... ``Inference 59`` is one inference per range.
+NUMBERED_UNIT_MIN_RANGES = 10
 #: Kernels whose per-call median moved by more than the relative threshold and lies outside the baseline's
 #: per-call range (min to max) are significant; the verdict without a unit needs the matched kernels to carry at
 #: least this share of the baseline's GPU time, else it is inconclusive.
@@ -190,6 +193,8 @@ def _match(base: CaptureSide, cand: CaptureSide) -> tuple[list[tuple[str, str, s
         bu, cu = (cu, cu) if cu in bl else (bu, bu) if bu in cl else (bu, cu)
     if bu is None or cu is None:  # no analysis of the unit (an older stored run): TensorRT's inference range
         bu, cu = _tensorrt_inference(list(bl), list(cl))
+    if bu is None or cu is None:  # ... or the numbered ranges, one per inference
+        bu = cu = _numbered_unit(base, cand)
     if bu is not None and cu is not None:
         pairs.append((bu, cu, "unit, by name" if bu == cu else "unit, by role"))
         bl.pop(bu), cl.pop(cu)
@@ -197,6 +202,14 @@ def _match(base: CaptureSide, cand: CaptureSide) -> tuple[list[tuple[str, str, s
         pairs.append((k, k, "name"))
         bl.pop(k), cl.pop(k)
     return pairs, sorted(bl), sorted(cl)
+
+
+def _numbered_unit(base: CaptureSide, cand: CaptureSide) -> str | None:
+    """The numbered series pooled on both sides from NUMBERED_UNIT_MIN_RANGES ranges or more with the most
+    instances, None without one."""
+    both = [k for k, s in base.series.items() if k in cand.series
+            and min(len(s.names), len(cand.series[k].names)) >= NUMBERED_UNIT_MIN_RANGES]
+    return max(both, key=lambda k: min(len(base.series[k].host_ms), len(cand.series[k].host_ms)), default=None)
 
 
 def _tensorrt_inference(base: list[str], cand: list[str]) -> tuple[str | None, str | None]:
