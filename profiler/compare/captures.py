@@ -193,10 +193,12 @@ def _match(base: CaptureSide, cand: CaptureSide) -> tuple[list[tuple[str, str, s
         bu, cu = (cu, cu) if cu in bl else (bu, bu) if bu in cl else (bu, cu)
     if bu is None or cu is None:  # no analysis of the unit (an older stored run): TensorRT's inference range
         bu, cu = _tensorrt_inference(list(bl), list(cl))
+    how = None
     if bu is None or cu is None:  # ... or the numbered ranges, one per inference
         bu = cu = _numbered_unit(base, cand)
+        how = "unit, by name (numbered ranges pooled; neither analysis chose a unit)"
     if bu is not None and cu is not None:
-        pairs.append((bu, cu, "unit, by name" if bu == cu else "unit, by role"))
+        pairs.append((bu, cu, how or ("unit, by name" if bu == cu else "unit, by role")))
         bl.pop(bu), cl.pop(cu)
     for k in [k for k in cl if k in bl]:
         pairs.append((k, k, "name"))

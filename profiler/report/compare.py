@@ -363,13 +363,16 @@ def _within_text(v: dict) -> str:
 
 
 def _underpowered(v: dict) -> bool:
+    """True when the threshold is below what the comparison could detect and that left the verdict undecided."""
     d = v.get("detectable_change") if isinstance(v.get("detectable_change"), dict) else {}
-    return bool(d.get("underpowered"))
+    return bool(d.get("underpowered")) and _verdict(v) not in ("regression", "improvement")
 
 
 def _detectable_cell(v: dict) -> str:
+    """The smallest detectable change; with the threshold's comparison only where the verdict is undecided."""
     d = v.get("detectable_change") if isinstance(v.get("detectable_change"), dict) else {}
-    return str(d.get("text") or DASH)
+    said = d.get("what") if _verdict(v) in ("regression", "improvement") else d.get("text")
+    return str(said or d.get("text") or DASH)
 
 
 def _by_variant(doc: ComparisonDocument) -> Section:
