@@ -194,6 +194,7 @@ def _inject_load(store, label, shares):
 
 @pytest.fixture(scope="module")
 def sweeps(tmp_path_factory):
+    from profiler.backends.onnxruntime import OnnxRuntimeBackend
     from profiler.store import Store
     from profiler.sweep import SweepConfig, run_sweep
 
@@ -201,9 +202,11 @@ def sweeps(tmp_path_factory):
     store = Store.open(f"sqlite:///{tmp / 'd.db'}")
     light, heavy = _chain(tmp / "light.onnx", 6), _chain(tmp / "heavy.onnx", 12)
     for model, label in ((light, "base"), (light, "again"), (heavy, "heavy")):
+        # one intra-op thread: on a shared 2-core box a second thread waits on whatever else runs there
         run_sweep(SweepConfig(model=str(model), precisions=["fp32"], backend="onnxruntime", label=label,
-                              iterations=20, duration_s=0.25, warmup_ms=30, layers=False, repeat=3,
-                              cache_dir=str(tmp / "cache")), store=store)
+                              iterations=20, duration_s=0.4, warmup_ms=30, layers=False, repeat=3,
+                              cache_dir=str(tmp / "cache")), store=store,
+                  backend=OnnxRuntimeBackend(intra_op_threads=1))
     return store, tmp
 
 
