@@ -22,7 +22,7 @@ from profiler.report.variants import (
     ACCURACY_KEYS, CHECKLIST_STEPS, accuracy_outputs, accuracy_vs_speed, checklist_rows,
     latency_by_workspace, layer_records, layer_time_by_type, ok_variants, throughput_by_streams, variant_key,
 )
-from profiler.report.verdict import fastest_variant
+from profiler.report.verdict import breaches, fastest_variant
 from profiler.report.fmt import DASH, fmt_bytes, fmt_ms, fmt_num, fmt_pct, fmt_value, humanize_key, is_number
 
 # ----------------------------------------------------------------------------- page
@@ -83,13 +83,26 @@ def _banners_and_cards(page: dict, summary: dict, run: dict, variants: Sequence[
                               cls="bad" if counts["failed"] or not counts["ok"] else "ok"))
     fast = fastest_variant(summary)
     if fast:
-        page["cards"].append(card("fastest (median, 1 stream)", fmt_ms(fast["median_ms"]), sub=fast["key"], cls="ok"))
+        page["cards"].append(_fastest_card(fast))
     tput = [v for v in ok_variants(variants) if finite(v.get("throughput_qps")) is not None]
     if tput:
         best = max(tput, key=lambda v: v["throughput_qps"])
         page["cards"].append(card("best throughput", f"{fmt_num(best['throughput_qps'])} qps",
-                                  sub=variant_key(best), cls="ok"))
+                                  sub=variant_key(best) + (": BREACH" if breaches(best) else ""),
+                                  cls="warn" if breaches(best) else "ok"))
     findings_cards(page, summary.get("findings") or [])
+
+
+def _fastest_card(fast: dict) -> dict:
+    """The fastest variant within the accuracy thresholds, saying which faster ones breach them; a variant
+    that breaches is marked as such (only when every measured variant does)."""
+    if fast.get("breaches"):
+        return card("fastest (median, 1 stream)", fmt_ms(fast["median_ms"]), sub=f"{fast['key']}: BREACH",
+                    cls="bad")
+    faster = fast.get("breaching_faster") or []
+    sub = fast["key"] + (f" (faster, outside the thresholds: {', '.join(faster[:3])})" if faster else "")
+    label = "fastest within thresholds (median, 1 stream)" if faster else "fastest (median, 1 stream)"
+    return card(label, fmt_ms(fast["median_ms"]), sub=sub, cls="ok")
 
 
 def _checklist_section(doc: SweepDocument) -> Section:
@@ -364,7 +377,7 @@ def _memory_section(doc: SweepDocument) -> Section:
 
 
 #: The sweep page, in order. A new section is one function ``(doc) -> Section | None`` and one entry here.
-SECTIONS: list[SectionFn] = [_findings, _variants_section, _latency_section, _accuracy_section, _checklist_section,
+SECTIONS: list[SectionFn] = [_variants_section, _findings, _latency_section, _accuracy_section, _checklist_section,
                              _streams_section, _workspace_section, _nsys_section, _timeline, _localization_section,
                              _layers_section, _memory_section]
 
