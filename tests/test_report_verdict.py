@@ -110,7 +110,7 @@ def test_sweep_status_for_every_kind_of_outcome():
 
 def test_fastest_is_computed_once_single_stream_by_median_and_the_page_agrees():
     variants = [_variant("fp32-s1", 1.0), _variant("fp16-s1", 0.70), _variant("fp16-s2", 0.66, streams=2)]
-    assert fastest_variant({"variants": variants}) == {"key": "fp16-s1", "median_ms": 0.70}
+    assert fastest_variant({"variants": variants}) == {"key": "fp16-s1", "median_ms": 0.70, "breaching_faster": []}
     # the rule's choice wins where the run has one
     rule = {"rule": "fastest_variant", "severity": "info", "evidence": {"lowest_latency_variant": "fp32-s1"}}
     assert fastest_variant({"variants": variants, "findings": [rule]})["key"] == "fp32-s1"
@@ -122,7 +122,7 @@ def test_fastest_is_computed_once_single_stream_by_median_and_the_page_agrees():
 def test_terminal_lines_put_the_verdict_first_and_name_each_finding_s_variants():
     gate = {"variants": [_variant("fp32-s1", 1.0), _variant("fp16-s1", 0.6), _variant("fp16-s2", 0.7)],
             "findings": [_breach("fp16-s1", 1e-3), _breach("fp16-s2", 1e-3), _jitter("fp32-s1", 40.0)]}
-    lines = terminal_lines(sweep_verdict(gate))
+    lines = terminal_lines(sweep_verdict(gate), width=160)
     assert lines[0].startswith("GATE FAILED: Accuracy gate failed: 2 variants")
     assert lines[2].startswith("  1. MEDIUM precision_regression [fp16-s1, fp16-s2]: ")
     assert sum("precision_regression" in line for line in lines) == 1  # said once, not per variant

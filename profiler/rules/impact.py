@@ -161,19 +161,30 @@ def _idle_seen_elsewhere(ctx: CaptureContext, findings: list[Finding], steady_ms
     """A gpu_idle finding's idle time that a launch_overhead or jitter finding already prices is taken out of
     its cost once (:func:`_leave_shared`): GPU idle time inside the instances of a launch_overhead range (the
     whole capture, for a capture's one window) is part of that range's CUDA-graph saving, which is the
-    instances' wall time beyond their GPU work, idle gaps included, whatever the host did in them; idle time
-    in jitter's outliers is jitter's (:func:`_outlier_shares`)."""
+    instances' wall time beyond their GPU work, idle gaps included, where the host spent them in what a graph
+    removes (``GRAPH_REMOVES_CAUSES``); idle time in jitter's outliers is jitter's (:func:`_outlier_shares`)."""
     for f in findings:
         if f.rule != "gpu_idle" or f.impact.get("included_in") or f.impact.get("ms_total") is None:
             continue
         gaps = _counted_gaps(ctx, f)
-        _leave_shared(f, {**_launch_shares(ctx, findings, gaps), **_outlier_shares(ctx, findings, gaps)}, steady_ms)
+        launch = _launch_shares(ctx, findings, gaps, f.evidence.get("host_cause"))
+        _leave_shared(f, {**launch, **_outlier_shares(ctx, findings, gaps)}, steady_ms)
+
+
+GRAPH_REMOVES_CAUSES = frozenset({"launch", "code", "range"})
+"""The host causes of GPU idle time (gpu_idle's ``host_cause``) a replayed CUDA graph removes: launch calls,
+the host's own code between launches and a range's host work (TensorRT's enqueue). Idle time the host spends
+loading modules (a one-time cost), allocating, synchronising or waiting in the OS (for input, asleep) stays
+under a graph: gpu_idle keeps pricing it even inside a launch_overhead range."""
 
 
 def _launch_shares(ctx: CaptureContext, findings: list[Finding],
-                   gaps: tuple[np.ndarray, np.ndarray, np.ndarray]) -> dict[str, float]:
+                   gaps: tuple[np.ndarray, np.ndarray, np.ndarray], cause: str | None) -> dict[str, float]:
     """The idle time (ms) of ``gaps`` inside each launch_overhead finding's instances, at most what it prices,
-    by the finding's name ('launch_overhead [range]')."""
+    by the finding's name ('launch_overhead [range]'); none when the gaps' host ``cause`` is not one a graph
+    removes (``GRAPH_REMOVES_CAUSES``)."""
+    if cause not in GRAPH_REMOVES_CAUSES:
+        return {}
     ids = {ctx.label(i): i for i in range(len(ctx.ranges))}
     out = {}
     for g in findings:
