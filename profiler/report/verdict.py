@@ -161,8 +161,8 @@ def _item(g: dict[str, Any]) -> dict[str, Any]:
             "more": f"and {n - 1} more" if n > 1 else ""}
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
+def _plural(n: int, word: str, words: str | None = None) -> str:
+    return f"{n} {word if n == 1 else words or word + 's'}"
 
 
 def _items(groups: Sequence[dict], top: int = TOP_ITEMS) -> list[dict[str, Any]]:
@@ -223,8 +223,9 @@ def sweep_verdict(summary: SweepDocument) -> dict[str, Any]:
         cls = "ok" if _findings_status(groups)[0] == "PASS" else "warn"
         if ungated:  # the table below shows these as BREACH: the headline says why they pass anyway
             cls = "warn"
-            head = (f"PASS (gated variants); {_plural(len(ungated), 'ungated breach')}: "
-                    + ", ".join(f"{u['key']}, {u['reason']}" for u in ungated[:4])
+            n = _plural(len(ungated), "ungated breach", "ungated breaches")
+            head = (f"Gated variants within their accuracy thresholds; {n}: "
+                    + ", ".join(f"{u['key']} ({u['reason']})" for u in ungated[:4])
                     + (f" and {len(ungated) - 4} more" if len(ungated) > 4 else ""))
         else:
             head = f"All {_plural(len(ok), 'measured variant')} within their accuracy thresholds"
