@@ -436,6 +436,8 @@ def test_a_loop_taking_turns_with_the_inference_keeps_its_copies():
     inf = data["inference"]
     assert inf["series"] == "copy.pageable" and inf["alternates_with"] == ["copy.pinned"]
     assert inf["copies_outside_per_inference"] is None
+    # what each inference copies in and out: its own 16 MiB each way, not the pinned loop's too
+    assert inf["io_bytes_per_inference"] == {"HtoD": float(1 << 24), "DtoH": float(1 << 24)}
     tb = {f.range: f for f in res.findings if f.rule == "transfer_bound"}
     assert set(tb) == {"copy.pageable", "copy.pinned"}  # each loop prices its own copies
     assert tb["copy.pageable"].evidence["copy_ms_per_instance"] == pytest.approx(2 * 0.4)

@@ -138,6 +138,12 @@ def test_index_fingerprint_without_layers_is_the_heaviest_kernels():
     assert network_fingerprint(a)[1] == "kernels"
     assert network_fingerprint(doc([("conv_x", 90.0), ("relu", 10.0)]))[0] != network_fingerprint(a)[0]
     assert network_fingerprint({}) == (None, None)
+    # one engine at two batch sizes: the bytes each inference copies tell them apart (to 2 significant digits)
+    one = {**a, "inference": {"io_bytes_per_inference": {"HtoD": 602_112.0, "DtoH": 4_000.0}}}
+    again = {**a, "inference": {"io_bytes_per_inference": {"HtoD": 602_500.0, "DtoH": 4_000.0}}}
+    eight = {**a, "inference": {"io_bytes_per_inference": {"HtoD": 8 * 602_112.0, "DtoH": 32_000.0}}}
+    assert network_fingerprint(one) == network_fingerprint(again) != network_fingerprint(eight)
+    assert network_fingerprint(one)[1] == "kernels+io"
 
 
 def test_index_gpu_busy_is_the_steady_state_s_as_the_capture_report_gives_it():

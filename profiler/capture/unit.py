@@ -486,6 +486,23 @@ def copies_outside(table: S.SeriesTable, unit: Unit, lo: int, hi: int) -> dict[s
     return {"ms": float((act.end_ns[m] - act.start_ns[m]).sum()) / 1e6 / steady, "count": float(len(m)) / steady}
 
 
+def io_bytes(table: S.SeriesTable, unit: Unit, lo: int, hi: int) -> dict[str, float] | None:
+    """Bytes copied host-to-device and device-to-host per steady inference, the copies started in [lo, hi]
+    (the steady state) wherever they were launched, but for those of a range alternating with the unit: the
+    size of what each inference takes in and gives out, which tells engines of one network at different
+    input shapes apart. None without a unit or without such copies."""
+    if unit.source == "window" or not unit.count:
+        return None
+    act = table.activity
+    rows = np.flatnonzero((act.kind == S.MEMCPY) & (act.start_ns >= lo) & (act.start_ns <= hi))
+    if unit.alternating and len(rows):
+        other = table.instances[np.isin(table.instances["series_id"].to_numpy(), unit.alternating)]
+        rows = rows[~launched_inside(table, other)[rows]]
+    steady = max(unit.count - unit.warmup, 1)
+    out = {d: float(act.bytes[rows[act.copy_kind[rows] == S.CopyKind[d]]].sum()) / steady for d in ("HtoD", "DtoH")}
+    return out if any(out.values()) else None
+
+
 def unit_activity(table: S.SeriesTable, unit: Unit) -> np.ndarray:
     """Mask over the activity: the rows some instance of the unit launched."""
     return launched_inside(table, table.instances.iloc[unit.rows])

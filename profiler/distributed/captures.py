@@ -154,11 +154,21 @@ a whole say only that a graph ran, so they are left out."""
 _GRAPH_REPLAY_ROW = re.compile(r"^CUDA graph .* \(replays\)$")
 
 
+FINGERPRINT_IO_DIGITS = 2
+"""Bytes copied per inference are compared to this many significant digits: an odd extra copy (a warm-up
+upload in the steady state) does not split one engine's captures, a batch of 8 against 1 does."""
+
+
+def _significant(x: float, digits: int = FINGERPRINT_IO_DIGITS) -> str:
+    return f"{x:.{digits}g}"
+
+
 def network_fingerprint(data: dict[str, Any]) -> tuple[str | None, str | None]:
     """(a short hash of what the capture's inference runs, what it was made from): the inference's layer
     names ('layers', TensorRT's per-layer ranges) else its heaviest kernels' names ('kernels',
     ``FINGERPRINT_KERNEL_SHARE``), with the engine's input shapes where the layer information gives them
-    ('+shapes'); (None, None) when the capture names neither. Captures are peers only with the same one."""
+    ('+shapes'), else the bytes each inference copies in and out ('+io', ``FINGERPRINT_IO_DIGITS``); (None,
+    None) when the capture names neither. Captures are peers only with the same one."""
     import hashlib
 
     layers = [x for x in data.get("layers") or [] if isinstance(x, dict) and x.get("name")]
@@ -179,9 +189,13 @@ def network_fingerprint(data: dict[str, Any]) -> tuple[str | None, str | None]:
     if not parts:
         return None, None
     shapes = (layers[0].get("engine") or {}).get("dims_in") if layers else None
+    io = ((data.get("inference") or {}).get("io_bytes_per_inference") or {})
     if shapes:
         parts.append("shapes=" + json.dumps(shapes))
         source += "+shapes"
+    elif any(io.values()):  # what each inference takes in and gives out stands for its input shapes
+        parts.append("io=" + ",".join(f"{d}:{_significant(float(io.get(d) or 0.0))}" for d in ("HtoD", "DtoH")))
+        source += "+io"
     return hashlib.sha256("\n".join(parts).encode("utf-8")).hexdigest()[:12], source
 
 
