@@ -252,6 +252,14 @@ def test_an_ungated_breach_is_named_in_the_pass_headline():
     assert v["headline"] == ("Gated variants within their accuracy thresholds; 1 ungated breach: "
                              "int8-s1 (random calibration)")
     assert "within their accuracy thresholds" in v["headline"] and "All" not in v["headline"]
+    # the tables under it say the same: the terminal's variants table and the page's accuracy column
+    from profiler.sweep.outputs import format_table
+
+    row = next(line for line in format_table(summary).splitlines() if line.startswith("int8-s1"))
+    assert row.endswith("BREACH (not gated: random calibration)")
+    sec = next(s for s in build_sweep_page(summary)["sections"] if s["id"] == "variants")
+    acc = {r[0]["text"] if isinstance(r[0], dict) else r[0]: r[3] for r in sec["blocks"][0]["rows"]}
+    assert acc["int8-s1"]["sub"] == "outside threshold, not gated: random calibration"
     clean = {"variants": [_variant("fp32-s1", 1.0), _variant("fp16-s1", 0.7)], "findings": []}
     assert sweep_verdict(clean)["headline"] == "All 2 measured variants within their accuracy thresholds"
 

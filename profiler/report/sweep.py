@@ -22,7 +22,7 @@ from profiler.report.variants import (
     ACCURACY_KEYS, CHECKLIST_STEPS, accuracy_outputs, accuracy_vs_speed, checklist_rows,
     latency_by_workspace, layer_records, layer_time_by_type, ok_variants, throughput_by_streams, variant_key,
 )
-from profiler.report.verdict import breaches, fastest_variant
+from profiler.report.verdict import breaches, fastest_variant, ungated_breaches
 from profiler.report.fmt import DASH, fmt_bytes, fmt_ms, fmt_num, fmt_pct, fmt_value, humanize_key, is_number
 
 # ----------------------------------------------------------------------------- page
@@ -123,15 +123,16 @@ def _checklist_section(doc: SweepDocument) -> Section:
     return sec.add(table(["variant", "status"] + list(CHECKLIST_STEPS), rows, numeric=[False] * 7))
 
 
-def _accuracy_cell(v: dict) -> Any:
+def _accuracy_cell(v: dict, ungated: dict[str, str] | None = None) -> Any:
     acc = accuracy_vs_speed([v])
     a = acc[0] if acc else None
+    why = (ungated or {}).get(variant_key(v))
     if a is None:
         return cell("FP32 reference" if str(v.get("precision") or "").lower() == "fp32" and
                     str(v.get("status") or "") == "ok" else DASH)
     return cell(fmt_num(a["rel_l2"]) if a["rel_l2"] is not None else DASH, cls="ok" if a["passed"] else "bad",
                 sub=(f"{a['nonfinite']} NaN/Inf values, " if a.get("nonfinite") else "")
-                + ("passed" if a["passed"] else "outside threshold"),
+                + ("passed" if a["passed"] else "outside threshold" + (f", not gated: {why}" if why else "")),
                 title="worst relative L2 over the outputs, elements finite in both")
 
 
@@ -154,13 +155,14 @@ def _variants_section(doc: SweepDocument) -> Section:
     variants = _variants(doc)
     if not variants:
         return sec.add(missing("No variants " + NOT_IN_RUN + "."))
+    ungated = {u["key"]: u["reason"] for u in ungated_breaches(doc)}
     rows = []
     for v in variants:
         lat = v.get("latency_ms")
         rows.append([
             cell(variant_key(v), sub=str(v.get("error") or "")[:160] if v.get("status") != "ok" else ""),
             cell(str(v.get("status") or "?"), cls=status_class(v.get("status"))),
-            str(v.get("precision") or DASH), _accuracy_cell(v),
+            str(v.get("precision") or DASH), _accuracy_cell(v, ungated),
             stat(lat, "median"), stat(lat, "p99"), cell(fmt_pct(stat(lat, "cov_pct"))),
             finite(v.get("throughput_qps")), stat(v.get("enqueue_ms"), "median"),
             cell(fmt_bytes(v.get("workspace_bytes"))), _streams_cell(v),
