@@ -402,7 +402,8 @@ def _by_variant(doc: ComparisonDocument) -> Section:
                      b, c, cell(fmt_ratio_pct(v.get("median_ratio"))), cell(ci_text(v)), cell(p_text(v.get("p_value"))),
                      cell(fmt_ratio_pct(v.get("throughput_ratio"))),
                      cell(f"{len(v.get('baseline_samples_ms') or [])} / {len(v.get('candidate_samples_ms') or [])}")])
-    return sec.add(table(["variant", "verdict", "between runs", "smallest detectable change", "baseline median ms",
+    return sec.add(table(["variant", "verdict (samples and run-to-run noise)", "between runs",
+                          "smallest detectable change", "baseline median ms",
                           "candidate median ms", "median change", "confidence interval", "p-value",
                           "throughput change", "samples (base / cand)"], rows,
                          numeric=[False, False, False, False] + [True] * 7))

@@ -118,6 +118,7 @@ class Sweep:
         """Everything before the first variant: the model, shapes, backend, plan, inputs and (with a store and
         ``create_run``) the stored run. Also used by each worker of a parallel sweep (profiler.distributed)."""
         from profiler.models import default_model_path, inspect_model, resolve_shapes
+        from profiler.sweep.options import check_keep_fp32
 
         c = self.config
         # absolute paths are stored with the run, so --resume works from any folder
@@ -128,6 +129,7 @@ class Sweep:
         model_path = Path(c.model) if c.model else default_model_path()
         self.say(f"model {model_path}")
         info = inspect_model(model_path)
+        check_keep_fp32(model_path, info, c.keep_fp32)
         shapes = resolve_shapes(info, {k: tuple(v) for k, v in (c.shapes or {}).items()})
         backend = self._resolve_backend()
         self.say(f"backend {backend.name}: {self.backend_reason}")
