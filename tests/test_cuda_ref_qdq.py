@@ -160,6 +160,16 @@ def test_q_then_dq_chain_and_per_channel_refusal_below_opset_13(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_an_infinite_scale_is_refused(device):
+    """The quantizer writes scale inf where a calibrated range overflows (a transformer's attention mask)."""
+    x = _x((2, 3))
+    model = _model("QuantizeLinear", x, np.asarray(np.float32(np.inf)), np.asarray(np.int8(0)), 13, {},
+                   TensorProto.INT8)
+    with pytest.raises(BuildError, match="scale is inf"):
+        compile_model(model, {"x": x.shape}, device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_block_quantization_is_refused(device):
     x = _x((4, 8))
     scale = np.full((4, 2), 0.05, np.float32)

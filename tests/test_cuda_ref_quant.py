@@ -10,7 +10,7 @@ import pytest
 
 from profiler.backends.base import BuildError
 from profiler.backends.cuda_ref.memory import AllocatorStats, context_cost, memory_columns, pass_memory
-from profiler.backends.cuda_ref.quant import qdq_plan
+from profiler.backends.cuda_ref.quant import check_scale, qdq_plan
 
 F32, U8, I8, I16, I32, F16, E4M3, I4 = 1, 2, 3, 5, 6, 10, 17, 22
 
@@ -77,6 +77,13 @@ def test_dequantize_refusals():
         _dq(x_type=19, zp=None, zp_type=None)
     with pytest.raises(BuildError, match="block quantization"):
         _dq(opset=21, attrs={"block_size": 2}, scale=(1, 4, 4, 4), zp=None, zp_type=None)
+
+
+def test_a_scale_that_is_not_finite_and_non_zero_is_refused():
+    check_scale("QuantizeLinear", "q", [0.02, 1e-30, 3.0e38])  # tiny and huge finite scales are fine
+    for bad in (float("inf"), float("nan"), 0.0):
+        with pytest.raises(BuildError, match="'mask_q' .*scale is .*not finite and non-zero"):
+            check_scale("QuantizeLinear", "mask_q", [0.1, bad])
 
 
 def test_int16_is_a_quantized_type():

@@ -13,7 +13,7 @@ from typing import Any
 
 from profiler.backends.cuda_ref._torch import bind
 from profiler.backends.cuda_ref.nodes import Node, onnx_dtype, op
-from profiler.backends.cuda_ref.quant import qdq_plan
+from profiler.backends.cuda_ref.quant import check_scale, qdq_plan
 
 torch: Any = None  # bound to PyTorch by _torch.load_torch()
 F: Any = None
@@ -30,6 +30,8 @@ def onnx_code(dtype: Any) -> int:
 def _plan(n: Node) -> Any:
     x, scale = n.values[0], n.values[1]
     zp = n.values[2] if n.has(2) else None
+    if n.consts[1]:
+        check_scale(n.op, n.name, scale.detach().float().cpu().reshape(-1).tolist())
     return qdq_plan(n.op, n.name, n.opset, n.attrs, tuple(x.shape), onnx_code(x.dtype), tuple(scale.shape),
                     None if zp is None else tuple(zp.shape), None if zp is None else onnx_code(zp.dtype))
 

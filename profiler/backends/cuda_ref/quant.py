@@ -14,15 +14,19 @@ Semantics, ONNX opsets 10-21 (and later ones where only types this executor refu
   ``axis`` default 1, negative counts from the end); the zero point, when given, has the scale's shape
   and sets the quantized type (uint8 when absent, or ``output_dtype``, opset 21).
 
-Refused, each with one sentence: block quantization (``block_size``, a scale of rank > 1), 4-bit, float8
+Refused, each with one sentence: a scale that is infinite, NaN or zero (the quantizer writes ``inf``
+when a calibrated range overflows float32, e.g. a transformer's attention mask of -3.4e38: ONNX leaves
+integer quantization of inf and NaN undefined, so every result downstream would be an implementation's
+accident; a TensorRT builder refuses such scales too), block quantization (``block_size``, a scale of rank > 1), 4-bit, float8
 and float4 types (and ``saturate``, which only they read), ``precision`` (opset 23), a per-axis scale
 below opset 13, a zero point whose shape or type disagrees, a non-float input to QuantizeLinear.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from profiler.backends.base import BuildError
 
@@ -141,3 +145,12 @@ def qdq_plan(op: str, node: str, opset: int, attrs: dict[str, Any], x_shape: tup
             raise BuildError(f"node {node!r} ({op}): the zero point's shape {list(zp_shape)} differs from the "
                              f"scale's {list(scale_shape)}")
     return QdqPlan(op, name, qmin, qmax, axis, channels, zp_shape is not None, len(x_shape))
+
+
+def check_scale(op: str, node: str, values: Sequence[float]) -> None:
+    """A BuildError naming the node when a constant scale holds inf, NaN or 0."""
+    bad = [v for v in values if not math.isfinite(v) or v == 0.0]
+    if bad:
+        raise BuildError(f"node {node!r} ({op}): its scale is {bad[0]!r}; quantizing with a scale that is not "
+                         "finite and non-zero is undefined (a calibrated range that overflowed float32, such as an "
+                         "attention mask's): the tensor it quantizes has to stay in float")
