@@ -205,7 +205,7 @@ def snapshot_memory(sw: Sweep, st: VariantState) -> str | None:
     from profiler.backends.onnxruntime import rss_bytes
 
     st.rss_after_run_bytes = rss_bytes()
-    st.device_memory_run = st.backend.memory_snapshot()
+    st.device_memory_run = st.backend.memory_snapshot(st.engine)
     return None
 
 
