@@ -234,7 +234,7 @@ def compare_model_arithmetic(sw: Sweep, st: VariantState) -> str | None:
     if "accuracy" in st.skipped:
         return "no accuracy check"
     if st.spec.precision not in CPU_FAITHFUL_NOTES or st.backend.faithful_low_precision:
-        return f"{st.backend.name} computes {st.spec.precision} as a GPU engine does"
+        return f"the gated figure is {st.backend.name}'s own {st.spec.precision} arithmetic"
     st.model_arithmetic, check = model_arithmetic(st.spec, Path(st.variant.path), st.feeds, st.reference or [],
                                                   sw.config, st.calibration)
     if check is not None:
