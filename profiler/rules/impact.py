@@ -3,7 +3,8 @@
 Each finding gets ``impact = {ms_per_instance, share}``: the time the problem costs over the judged
 period (the steady state by default) per inference and as a share of that period, from the evidence
 its rule measured (the launch-overhead saving, idle time, the outliers' excess, the GPU idle time a
-sync causes up to the time the host blocks in it, the pinned-copy saving, the copy time not hidden behind compute). Severity follows the
+sync causes up to the time the host blocks in it, the pinned-copy saving, the copy time not hidden behind compute, the
+floor of what reduced-precision math saves). Severity follows the
 share, not the rule; negligible findings and weak ones on one-instance series are dropped. Time two findings
 see is priced once: GPU idle time inside a launch-overhead range, or inside jitter's outlier instances, is
 that finding's cost, and the gpu_idle finding says so (``impact.included_in``, ``shared_with``).
@@ -43,13 +44,14 @@ def _cost_ms(f: Finding) -> float | None:
         "sync_api": ev.get("sync_cost_ms", ev.get("gpu_idle_during_sync_ms")),
         "pageable_memcpy": ev.get("estimated_saving_ms"),
         "transfer_bound": ev.get("exposed_copy_ms_total"),
+        "fp32_math": ev.get("estimated_saving_ms"),
     }.get(f.rule)
     return float(value) if isinstance(value, (int, float)) and np.isfinite(value) else None
 
 
 #: Rules whose cost is GPU time summed over devices: its share is of the steady state times the GPUs that
 #: worked in it (two GPUs copying side by side for a whole second cost 2 s of GPU time in 1 s).
-GPU_TIME_COSTS = frozenset({"transfer_bound", "pageable_memcpy"})
+GPU_TIME_COSTS = frozenset({"transfer_bound", "pageable_memcpy", "fp32_math"})
 
 
 def _gpus_at_work(ctx: CaptureContext) -> int:
