@@ -134,7 +134,7 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
                if (inf.get("gpu_latency_ms") or {}).get("count") != 0 else "no GPU work in any instance")
         lines = [f"inference: {inf.get('series')} ({what}), {n_inst} instance{'' if n_inst == 1 else 's'} "
                  f"({inf.get('steady_count')} steady): {gpu}, host {_fmt(st(inf['host_ms']))} ms"
-                 f"{_outside(inf)}{bound_txt}"]
+                 f"{_outside(inf)}{_throughput(inf)}{bound_txt}"]
     layers = data.get("layers") or []
     total = data.get("layer_total") or {}
     if layers:
@@ -199,6 +199,25 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
 WINDOW_SETUP_CALLS = (("context_creation_ms", "context creation"), ("module_loading_ms", "module loading"),
                       ("allocation_ms", "allocations"))
 """The setup's one-time CUDA calls the setup line names for a capture without inferences (no NVTX)."""
+
+
+def _throughput(inf: dict[str, Any]) -> str:
+    """'; 9.84 inferences/s (2 threads: 4.88 and 4.96/s; 2 streams: ...)' of the steady state; '' without it."""
+    tp = inf.get("throughput")
+    if not isinstance(tp, dict) or tp.get("per_s") is None:
+        return ""
+    parts = []
+    for key, what in (("per_thread", "threads"), ("per_stream", "streams")):
+        rows = tp.get(key) or []
+        if len(rows) > 1:
+            rates = [_fmt(r.get("per_s"), ".3g") for r in rows[:MAX_RATES_SHOWN]]
+            more = f" and {len(rows) - MAX_RATES_SHOWN} more" if len(rows) > MAX_RATES_SHOWN else ""
+            parts.append(f"{len(rows)} {what}: {', '.join(rates)}{more}/s")
+    return f"; {_fmt(tp['per_s'], '.3g')} inferences/s" + (f" ({'; '.join(parts)})" if parts else "")
+
+
+MAX_RATES_SHOWN = 4
+"""Per-thread or per-stream rates listed on the inference line (the JSON has them all)."""
 
 
 def _no_tensor_core_gpus(data: dict[str, Any]) -> str:

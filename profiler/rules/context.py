@@ -38,6 +38,7 @@ class CaptureContext:
     phases: Phases | None = None
     tensorrt: bool = False  # the capture holds TensorRT's NVTX ranges
     include_setup: bool = False
+    concurrency: Any = None  # profiler.capture.concurrency.Concurrency over the judged period, once measured
 
     @property
     def judged_start_ns(self) -> int:

@@ -71,9 +71,19 @@ table's CoV and outliers are not left unexplained."""
 
 def _exposure_ms(f: Finding) -> float | None:
     """What a finding whose cost is unknown is known to take (ms): pageable copies without a pinned twin to
-    compare with take their GPU copy time, of which pinned memory would save an unmeasured part."""
-    value = {"pageable_memcpy": f.evidence.get("gpu_ms")}.get(f.rule)
+    compare with take their GPU copy time, of which pinned memory would save an unmeasured part; threads that
+    take turns on a lock wait for each other this long (per thread)."""
+    key = {"pageable_memcpy": "gpu_ms", "serialised_threads": "lock_wait_ms_per_thread"}.get(f.rule)
+    value = f.evidence.get(key) if key else None
     return float(value) if isinstance(value, (int, float)) and np.isfinite(value) else None
+
+
+EXPOSURE_TEXT = {
+    "pageable_memcpy": "{ms} ms of GPU copy time, {pct}% of the steady state's GPU time; the saving is not measured",
+    "serialised_threads": ("{ms} ms per thread waiting for the other threads' turn, {pct}% of the steady state; "
+                           "the saving is not measured (it is latency; throughput gains only where the GPU idles)"),
+}
+"""How an unpriced finding's exposure (:func:`_exposure_ms`) reads."""
 
 
 def _unpriced_severity(f: Finding, period_ms: float) -> str:
@@ -86,8 +96,7 @@ def _unpriced_severity(f: Finding, period_ms: float) -> str:
     if exposure is None or period_ms <= 0:
         return "low"
     share = min(exposure / period_ms, 1.0)
-    text = (f"{fmt_num(exposure, 4)} ms of GPU copy time, {fmt_num(100 * share, 3)}% of the steady state's GPU time; "
-            "the saving is not measured")
+    text = EXPOSURE_TEXT[f.rule].format(ms=fmt_num(exposure, 4), pct=fmt_num(100 * share, 3))
     for d in (f.impact, f.evidence["impact"]):
         d.update(exposure_ms=exposure, exposure_share=share, text=text)
     return "medium" if share >= IMPACT_HIGH_SHARE else "low"
