@@ -135,6 +135,9 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
         lines = [f"inference: {inf.get('series')} ({what}), {n_inst} instance{'' if n_inst == 1 else 's'} "
                  f"({inf.get('steady_count')} steady): {gpu}, host {_fmt(st(inf['host_ms']))} ms"
                  f"{_outside(inf)}{_throughput(inf)}{bound_txt}"]
+    gen_line = generation_line(data.get("generation"))
+    if gen_line:
+        lines.append(gen_line)
     layers = data.get("layers") or []
     total = data.get("layer_total") or {}
     if layers:
@@ -199,6 +202,20 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
 WINDOW_SETUP_CALLS = (("context_creation_ms", "context creation"), ("module_loading_ms", "module loading"),
                       ("allocation_ms", "allocations"))
 """The setup's one-time CUDA calls the setup line names for a capture without inferences (no NVTX)."""
+
+
+def generation_line(gen: Any) -> str:
+    """'generation: 4 requests (prefill 810 ms median), 394 decode steps, 13.47 ms/token, 73.9 tokens/s; ...'."""
+    if not isinstance(gen, dict):
+        return ""
+    d = gen.get("drift") or {}
+    drift = (f"; step time rises {_fmt(d.get('change_pct'), '.0f')}% ({_fmt(d.get('baseline_ms'), '.1f')} -> "
+             f"{_fmt(d.get('peak_ms'), '.1f')} ms) from step {d['start_step']} ({d.get('pattern')})"
+             if d.get("start_step") is not None else "; step time flat")
+    return (f"generation (LLM decode, CUDA graph replays): {gen.get('requests')} request(s) (prefill "
+            f"{_fmt((gen.get('prefill_ms') or {}).get('median'), '.1f')} ms median), {gen.get('decode_steps')} decode "
+            f"steps, {_fmt((gen.get('ms_per_token') or {}).get('median'), '.2f')} ms/token median, "
+            f"{_fmt(gen.get('tokens_per_s'), '.1f')} tokens/s{drift}")
 
 
 def _throughput(inf: dict[str, Any]) -> str:

@@ -45,6 +45,7 @@ def _cost_ms(f: Finding) -> float | None:
         "pageable_memcpy": ev.get("estimated_saving_ms"),
         "transfer_bound": ev.get("exposed_copy_ms_total"),
         "fp32_math": ev.get("estimated_saving_ms"),
+        "decode_drift": ev.get("excess_ms"),
     }.get(f.rule)
     return float(value) if isinstance(value, (int, float)) and np.isfinite(value) else None
 
