@@ -177,3 +177,42 @@ HEALTHY = [
 def test_healthy_captures_are_silent(path):
     res = result_of(capture_or_skip(path))
     assert [f.rule for f in res.findings if f.rule in RULES] == []
+
+
+# ---- the project's H200 captures: two threads, each with its own context, and the same with one context ----
+
+def _kernel_overlap_by(path: Path, column: str) -> tuple[int, list]:
+    """SQL: ns during which kernels of two different ``column`` values (context, or launching thread) overlap,
+    and the values."""
+    join = ("FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId"
+            if column == "r.globalTid" else "FROM CUPTI_ACTIVITY_KIND_KERNEL k")
+    rows = _sql(path, f"SELECT k.start, k.end, {column} {join} ORDER BY k.start")
+    from profiler.capture import intervals
+
+    groups = sorted({r[2] for r in rows})
+    unions = {g: intervals.union([r[0] for r in rows if r[2] == g], [r[1] for r in rows if r[2] == g]) for g in groups}
+    both = sum(intervals.overlap_length(*unions[a], *unions[b]) for i, a in enumerate(groups) for b in groups[i + 1:])
+    return both, groups
+
+
+def test_two_contexts_capture_time_slices():
+    path = capture_or_skip(SAMPLE_TRACES / "two_contexts.sqlite")
+    both, contexts = _kernel_overlap_by(path, "k.contextId")
+    assert len(contexts) == 2 and both == 0
+    res = result_of(path)
+    [f] = [f for f in res.findings if f.rule == "time_slicing"]
+    assert sorted(c["context"] for c in f.evidence["contexts"]) == contexts and f.evidence["overlap_ms"] == 0.0
+    tp = res.to_json()["inference"]["throughput"]
+    assert len(tp["per_thread"]) == 2 and len(tp["per_stream"]) == 2
+
+
+def test_one_context_two_streams_capture_overlaps_and_is_silent():
+    path = capture_or_skip(SAMPLE_TRACES / "one_context_two_streams.sqlite")
+    both, threads = _kernel_overlap_by(path, "r.globalTid")
+    assert len(_sql(path, "SELECT DISTINCT contextId FROM CUPTI_ACTIVITY_KIND_KERNEL")) == 1
+    res = result_of(path)
+    assert [f.rule for f in res.findings if f.rule in RULES] == []
+    conc = res.to_json()["concurrency"]
+    launchers = [t["tid"] for t in conc["threads"]]
+    assert set(launchers) <= set(threads) and len(launchers) == 2
+    assert conc["thread_gpu_overlap_ms"] == pytest.approx(both / 1e6, rel=1e-9) and both > 0

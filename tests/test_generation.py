@@ -73,6 +73,7 @@ def test_r1_decode_slows_in_the_last_generate():
     d = res.to_json()["generation"]["drift"]
     assert d["baseline_ms"] == pytest.approx(float(np.median(dur[:16])), rel=1e-9)
     assert last[0] <= d["start_step"] < last[1]  # it starts in the last generate
+    assert dur[d["start_step"]] > 1.1 * d["baseline_ms"]  # at a slow step
     assert d["slow_steps"] == int((dur > 1.1 * d["baseline_ms"]).sum())
     assert d["pattern"] == "intermittent"  # fast steps between slow ones
     [f] = [f for f in res.findings if f.rule == "decode_drift"]
@@ -132,7 +133,8 @@ def test_graph_replays_without_a_prefill_are_no_generation():
 
 
 NOT_GENERATION = [SAMPLE_TRACES / n for n in ("graph.sqlite", "graph_node.sqlite", "trt_graph.sqlite",
-                                              "trt_trtexec_graph.sqlite", "launch_bound.sqlite", "trt_eager.sqlite")]
+                                              "trt_trtexec_graph.sqlite", "launch_bound.sqlite", "trt_eager.sqlite",
+                                              "two_contexts.sqlite", "fp16_conv.sqlite")]
 NOT_GENERATION += [SHARED / "fixtures" / "nsys" / "v2025.5.2_flameox_CUDAGRAPH_graph_trace.sqlite",
                    REAL / "realcugan_trt_2threads_2080ti.sqlite"]
 
@@ -142,3 +144,35 @@ def test_other_captures_hold_no_generation(path):
     res = result_of(capture_or_skip(path))
     assert res.to_json()["generation"] is None
     assert [f for f in res.findings if f.rule == "decode_drift"] == []
+
+
+# ---- the project's H200 captures (sample_traces/README.md): a small fp16 model, generate with graph decode ----
+
+def test_generate_graph_two_requests_flat():
+    path = capture_or_skip(SAMPLE_TRACES / "generate_graph.sqlite")
+    manifest = __import__("json").loads(path.with_suffix(".json").read_text())
+    gen = result_of(path).to_json()["generation"]
+    g = _replays(path)
+    assert gen["decode_steps"] == len(g) == manifest["graph_replays"] == 200
+    assert gen["requests"] == manifest["requests"] == 2
+    assert [r["decode_steps"] for r in gen["per_request"]] == [100, 100]
+    assert gen["drift"]["start_step"] is None
+    assert gen["step_gpu_ms"]["median"] == pytest.approx(float(np.median((g[:, 1] - g[:, 0]) / 1e6)))
+
+
+def test_generate_drift_from_a_second_threads_gemms():
+    path = capture_or_skip(SAMPLE_TRACES / "generate_drift.sqlite")
+    res = result_of(path)
+    gen = res.to_json()["generation"]
+    g = _replays(path)
+    dur = (g[:, 1] - g[:, 0]) / 1e6
+    base = float(np.median(dur[:16]))
+    first_slow = int(np.flatnonzero(dur > 1.1 * base)[0])
+    assert gen["requests"] == 1 and gen["decode_steps"] == 100
+    assert gen["drift"]["start_step"] == first_slow
+    # the workload starts the second thread's GEMMs at step 50 (its manifest); they reach the GPU a few steps on
+    assert 50 <= first_slow <= 60
+    [f] = [f for f in res.findings if f.rule == "decode_drift"]
+    assert f.evidence["cause_seen"] == "other GPU work during the slow steps"
+    assert f.evidence["other_gpu_ms_per_step_before"] == 0.0 and f.evidence["other_gpu_ms_per_step_after"] > 1.0
+    assert "priority" in f.recommendation

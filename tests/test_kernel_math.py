@@ -247,3 +247,23 @@ def test_layer_table_reads_kernels_by_the_same_table():
     data = result_of(capture_or_skip(FIXTURES / "nsys-real" / "realcugan_trt_2threads_2080ti.sqlite")).to_json()
     listed = [k for r in data["layers"] for k in r["kernels"]]
     assert listed and all(k["tensor_cores"] is classify(k["name"]).tensor_cores for k in listed)
+
+
+def test_fp32_and_fp16_convolution_captures():
+    """The project's H200 captures of one convolution stack in FP32 (TF32 off) and in FP16 channels-last."""
+    from tests.capture_builders import result_of
+
+    fp32 = capture_or_skip(SAMPLE_TRACES / "fp32_conv.sqlite")
+    fp32_ms, total_ms = _sql_fp32_share(fp32)
+    [f] = [f for f in result_of(fp32).findings if f.rule == "fp32_math"]
+    # every kernel starts in the judged period (setup included): the rule's sums are SQL's
+    assert f.evidence["fp32_kernel_ms"] == pytest.approx(fp32_ms, rel=1e-9)
+    assert f.evidence["kernel_ms"] == pytest.approx(total_ms, rel=1e-9)
+    assert f.evidence["fp32_share"] >= 0.5
+    assert f.impact["ms_total"] == pytest.approx(fp32_ms / 2, rel=1e-9)  # the 2x floor
+    assert f.impact["share"] == pytest.approx(fp32_ms / 2 / f.impact["steady_ms"], rel=1e-9)
+    fp16 = capture_or_skip(SAMPLE_TRACES / "fp16_conv.sqlite")
+    fp16_ms, _ = _sql_fp32_share(fp16)
+    assert fp16_ms == 0.0 and [f for f in result_of(fp16).findings if f.rule == "fp32_math"] == []
+    tc = {n: ns for n, ns in _kernel_times(fp16).items() if classify(n).tensor_cores is True}
+    assert tc  # the FP16 build's convolutions run on Tensor Cores

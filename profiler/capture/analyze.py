@@ -187,7 +187,7 @@ def _analyze(trace: Any, options: AnalysisOptions | None) -> AnalysisResult:
     # the pieces that only read the tables on threads was measured on the 2xH200 host: 1.04x the time and
     # 1.14x the peak memory of this sequential order, so they run in turn.)
     judged_lo = ph.first_event_ns if options.include_setup else ph.steady_start_ns
-    gen = generation.find(trace, int(start_ns))
+    gen = generation.find(trace, int(start_ns), unit.source)
     conc = concurrency.measure(trace, judged_lo, ph.steady_end_ns, unit, full, (ph.steady_start_ns, ph.steady_end_ns))
     whole = {"inference": {**U.unit_json(unit), "copies_outside_per_inference":
                            U.copies_outside(full, unit, ph.steady_start_ns, ph.steady_end_ns),

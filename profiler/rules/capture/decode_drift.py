@@ -18,6 +18,10 @@ DRIFT_MIN_SLOW_STEPS = 8
 """Steps slower than the baseline by ``min_change_share`` before a rise counts (a few slow steps are jitter)."""
 
 ADVICE = {
+    "contention": ("Other GPU work of this process runs during the slow steps (the evidence's "
+                   "other_gpu_ms_per_step_after): it competes with the decode graph for the SMs. Move it off the "
+                   "serving GPU, run it between requests, or give the decode stream a higher priority "
+                   "(cudaStreamCreateWithPriority / torch.cuda.Stream(priority=-1))."),
     "intermittent": ("Fast steps between slow ones: something else shares the GPU or the host at times (another "
                      "process or job, a data loader, the display). Check nvidia-smi for other processes, pin the "
                      "service to its own GPU (or MIG slice), and capture with --gpu-metrics-devices=all to rule "
@@ -42,12 +46,13 @@ def decode_drift(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
     if d["slow_steps"] < t["min_slow_steps"]:
         return []
     pattern = d["pattern"] or "sustained"
+    advice = ADVICE["contention" if d.get("cause_seen") else pattern]
     return [Finding(
         rule="decode_drift", severity="medium",
         title=(f"Decode steps slow down from {base:.1f} ms to {peak:.1f} ms (rolling median of "
                f"{d['window_steps']} steps) from step {d['start_step']} of {gen['decode_steps']}: {pattern}, "
-               f"{d['slow_steps']} slow steps"),
+               f"{d['slow_steps']} slow steps" + (f"; {d['cause_seen']}" if d.get("cause_seen") else "")),
         evidence={**d, "decode_steps": gen["decode_steps"], "requests": gen["requests"],
                   "ms_per_token_median": gen["ms_per_token"]["median"], "clocks": gen["clocks"]},
         threshold=t.pick("min_change_share", "min_slow_steps"),
-        recommendation=ADVICE[pattern] + " " + gen["clocks"]["note"] + ".")]
+        recommendation=advice + " " + gen["clocks"]["note"][0].upper() + gen["clocks"]["note"][1:] + ".")]

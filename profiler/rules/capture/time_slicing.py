@@ -18,8 +18,8 @@ from profiler.rules.capture._common import pct
 from profiler.rules.context import CaptureContext
 
 SLICING_MIN_BUSY_SHARE = 0.05
-"""Each of the contexts keeps the GPU busy at least this share of the judged period (a context that only
-uploads, or ran one kernel, does not share the GPU in earnest) ..."""
+"""Each of the contexts holds at least this share of the device's kernel time in the judged period (a context
+that only initialised, or ran a few kernels, does not share the GPU in earnest) ..."""
 SLICING_MAX_OVERLAP_SHARE = 0.01
 """... and their kernels overlap for less than this share of the least busy one's kernel time: the GPU ran
 them one at a time (kernels of one context on two streams overlap when there is room)."""
@@ -37,10 +37,11 @@ ADVICE = ("Share one CUDA context: in one process, use the device's primary cont
 def time_slicing(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
     """Several CUDA contexts on one GPU whose kernels never overlap (time-slicing)."""
     conc = C.of_context(ctx)
-    steady = max(conc.steady_ns, 1)
     out = []
     for dev in sorted({r["device"] for r in conc.contexts}):
-        busy = [r for r in conc.contexts if r["device"] == dev and r["busy_ns"] >= t["min_busy_share"] * steady]
+        mine = [r for r in conc.contexts if r["device"] == dev]
+        device_ns = sum(r["busy_ns"] for r in mine)
+        busy = [r for r in mine if r["busy_ns"] >= t["min_busy_share"] * device_ns]
         if len(busy) < 2:
             continue
         overlap = conc.device_overlap_ns.get(dev, 0)
