@@ -66,14 +66,17 @@ _TYPE_TOKEN = {"f16": "fp16", "h": "fp16", "bf16": "bf16", "f32": "fp32", "s": "
                "f64": "fp64", "d": "fp64", "b": "bf16", "fp16": "fp16", "fp32": "fp32",
                "int8": "int8", "fp8": "fp8"}
 _TOKENS = re.compile(r"[a-z]+\d+", re.I)
+_FIRST_TYPE = re.compile(r"_(bf16|tf32|f16|f32|i8|e4m3|e5m2)(?![0-9])", re.I)
 
 
 def _xmma_precision(name: str) -> str | None:
     """``f16f16_f16f16_f16`` -> fp16 (the math type, first of the middle group when it holds two types:
     ``f32f32_tf32f32_f32`` -> tf32); a middle group of one type (``f16f16_f32_f32``) -> the inputs' type."""
-    m = _XMMA_TYPES.search(name.split("_xmma_", 1)[-1])
-    if m is None:
-        return _template_precision(name)
+    tail = name.split("_xmma_", 1)[-1]
+    m = _XMMA_TYPES.search(tail)
+    if m is None:  # no full type string: the first type token named (``gemm_f16``), else the template's
+        t = _FIRST_TYPE.search(tail)
+        return _TYPE_TOKEN[t.group(1).lower()] if t else _template_precision(name)
     middle = _TOKENS.findall(m.group(2))
     first = middle[0] if len(middle) == 2 else _TOKENS.findall(m.group(1))[0]
     return _TYPE_TOKEN.get(first.lower())

@@ -7,10 +7,9 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
-from tests.capture_builders import T, capture_or_skip, kernels, ranges, result_of
+from tests.capture_builders import capture_or_skip, result_of, two_threads
 from tests.conftest import SAMPLE_TRACES, SHARED
 
 REAL = SHARED / "fixtures" / "nsys-real"
@@ -103,31 +102,6 @@ def test_throughput_overall_per_thread_and_per_stream(realcugan):
 
 # ---- synthetic edge cases ----
 
-def _two_threads(*, same_context: bool, overlap: bool, waits: str | None):
-    """Two threads, 20 inferences each of one 400 us kernel; contexts 1 and 2 (or one), kernels one after the
-    other (or at once); each thread waits ``waits`` ('alternate' or 'together') 450 us per iteration."""
-    from profiler.capture.trace import Trace
-
-    ks, rs, os_rows = [], [], []
-    for i in range(20):
-        for th in (1, 2):
-            t0 = 1_000_000 + i * 1000 * T + (0 if overlap or th == 1 else 500 * T)
-            rs.append(("infer", t0, t0 + 450 * T, th))
-            ks.append((t0 + 20 * T, t0 + 420 * T, th, t0 + 5 * T, 1 + 2 * (i * 2 + th)))
-            if waits:  # alternate: each waits while the other runs
-                base = 1_000_000 + i * 1000 * T
-                w0 = base + (500 * T if th == 1 or waits == "together" else 0)
-                os_rows.append({"start_ns": w0, "end_ns": w0 + 450 * T, "name": "sem_wait", "pid": 1, "tid": th,
-                                "global_tid": th})
-    frame = kernels(*ks)
-    frame["context_id"] = [1 if same_context else r[2] for r in ks]
-    frame["stream_id"] = [10 + r[2] for r in ks]
-    gpus = [{"device_id": 0, "name": "GPU", "compute_major": 8, "compute_minor": 0}]
-    osrt = pd.DataFrame(os_rows) if os_rows else None
-    return Trace.from_frames(meta={"gpus": gpus}, kernels=frame, nvtx=ranges(*rs),
-                             **({"osrt": osrt} if osrt is not None else {}))
-
-
 def _rules(trace) -> dict[str, object]:
     from profiler.capture.analyze import AnalysisOptions, analyze
 
@@ -136,7 +110,7 @@ def _rules(trace) -> dict[str, object]:
 
 
 def test_two_contexts_taking_turns_are_time_slicing():
-    found, data = _rules(_two_threads(same_context=False, overlap=False, waits=None))
+    found, data = _rules(two_threads(same_context=False, overlap=False, waits=None))
     assert set(found) == {"time_slicing"}
     f = found["time_slicing"]
     assert f.evidence["overlap_ms"] == 0.0
@@ -147,18 +121,18 @@ def test_two_contexts_taking_turns_are_time_slicing():
 
 
 def test_contexts_whose_kernels_overlap_and_one_context_are_silent():
-    assert _rules(_two_threads(same_context=False, overlap=True, waits=None))[0] == {}  # MPS: they overlap
-    assert _rules(_two_threads(same_context=True, overlap=False, waits=None))[0] == {}  # one context
+    assert _rules(two_threads(same_context=False, overlap=True, waits=None))[0] == {}  # MPS: they overlap
+    assert _rules(two_threads(same_context=True, overlap=False, waits=None))[0] == {}  # one context
 
 
 def test_threads_alternating_on_a_semaphore_serialise():
-    found, data = _rules(_two_threads(same_context=True, overlap=False, waits="alternate"))
+    found, data = _rules(two_threads(same_context=True, overlap=False, waits="alternate"))
     assert set(found) == {"serialised_threads"}
     f = found["serialised_threads"]
     assert [r["lock_wait_ms"] for r in f.evidence["threads"]] == pytest.approx([20 * 0.45, 20 * 0.45])
     assert f.evidence["lock_wait_overlap_ms"] == 0.0
     # waiting at the same moment is not taking turns
-    assert _rules(_two_threads(same_context=True, overlap=False, waits="together"))[0] == {}
+    assert _rules(two_threads(same_context=True, overlap=False, waits="together"))[0] == {}
 
 
 # ---- healthy captures stay silent ----
