@@ -33,7 +33,7 @@ statistics, GPU busy projection, idle gaps, then the capture rules with each fin
                      (profiler.capture.concurrency),
      "generation": {graph, requests, prefill_ms, per_request: [{prefill_start_ms, prefill_ms, decode_steps,
                     decode_ms, first_step}], decode_steps, ms_per_token, step_gpu_ms, tokens_per_s,
-                    drift: {baseline_ms, peak_ms, last_ms, change_pct, start_step, slope_ms_per_100_steps, ...},
+                    drift: {baseline_ms, peak_ms, last_ms, peak_over_baseline, start_step, slope_ms_per_100_steps, ...},
                     clocks: {recorded, note}} or null: an LLM decode loop (profiler.capture.generation),
      "layers": [{name, parent, count, gpu_ms (per inference), share, kernels: [{name, count, total_ms,
                  tensor_cores}], tensor_cores, engine (with --layer-info)}],   # most GPU time first

@@ -227,7 +227,7 @@ def drift(step_ns: np.ndarray, window: int = DRIFT_WINDOW_STEPS, min_share: floa
         start = int(over[0]) + int(slow[0]) if len(slow) else int(over[0])
     slope = float(np.polyfit(np.arange(n), ms, 1)[0]) if n > 2 else 0.0
     out = {"baseline_ms": base, "peak_ms": float(rolling.max()), "last_ms": float(rolling[-1]),
-           "change_pct": 100.0 * (float(rolling.max()) - base) / base if base > 0 else None,
+           "peak_over_baseline": float(rolling.max()) / base if base > 0 else None,
            "start_step": start, "slope_ms_per_100_steps": 100 * slope, "window_steps": w,
            "slow_steps": int((ms > base * (1 + min_share)).sum()),
            "excess_ms": float(np.maximum(ms - base, 0.0)[start:].sum()) if start is not None else 0.0,

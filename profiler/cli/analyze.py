@@ -209,7 +209,7 @@ def generation_line(gen: Any) -> str:
     if not isinstance(gen, dict):
         return ""
     d = gen.get("drift") or {}
-    drift = (f"; step time rises {_fmt(d.get('change_pct'), '.0f')}% ({_fmt(d.get('baseline_ms'), '.1f')} -> "
+    drift = (f"; step time rises {_fmt(d.get('peak_over_baseline'), '.2f')}x ({_fmt(d.get('baseline_ms'), '.1f')} -> "
              f"{_fmt(d.get('peak_ms'), '.1f')} ms) from step {d['start_step']} ({d.get('pattern')})"
              if d.get("start_step") is not None else "; step time flat")
     return (f"generation (LLM decode, CUDA graph replays): {gen.get('requests')} request(s) (prefill "
