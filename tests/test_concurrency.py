@@ -190,3 +190,16 @@ def test_one_context_two_streams_capture_overlaps_and_is_silent():
     launchers = [t["tid"] for t in conc["threads"]]
     assert set(launchers) <= set(threads) and len(launchers) == 2
     assert conc["thread_gpu_overlap_ms"] == pytest.approx(both / 1e6, rel=1e-9) and both > 0
+
+
+def test_two_processes_time_slice():
+    """Two processes on one H200, each with its context (both numbered 1 in their process): 0.000 ms of kernel
+    overlap by SQL."""
+    path = capture_or_skip(SAMPLE_TRACES / "two_processes.sqlite")
+    pids = _sql(path, "SELECT DISTINCT globalPid / 16777216 % 16777216, contextId FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    assert len(pids) == 2 and len({c for _, c in pids}) == 1
+    both, _ = _kernel_overlap_by(path, "k.globalPid")
+    assert both == 0
+    [f] = [f for f in result_of(path).findings if f.rule == "time_slicing"]
+    assert sorted(c["pid"] for c in f.evidence["contexts"]) == sorted(p for p, _ in pids)
+    assert "of 2 processes" in f.title and f.evidence["overlap_ms"] == 0.0

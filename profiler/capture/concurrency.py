@@ -74,8 +74,8 @@ def measure(trace: Any, lo: int, hi: int, unit: Any = None, table: Any = None,
     keep = (start >= lo) & (start <= hi)
     start, end = start[keep], np.maximum(end[keep], start[keep])
     ctx, dev, tid = i64(k, "context_id", -1)[keep], i64(k, "device_id", 0)[keep], i64(k, "api_tid", -1)[keep]
-    stream = i64(k, "stream_id", -1)[keep]
-    out.contexts, out.device_overlap_ns = _contexts(dev, ctx, tid, stream, start, end)
+    stream, pid = i64(k, "stream_id", -1)[keep], i64(k, "pid", -1)[keep]
+    out.contexts, out.device_overlap_ns = _contexts(dev, pid, ctx, tid, stream, start, end)
     out.threads, out._waits, out._gpu = _threads(trace, tid, start, end, lo, hi)
     out.lock_wait_overlap_ns, out.thread_gpu_overlap_ns = out.overlaps_among([t["tid"] for t in out.threads])
     if unit is not None and table is not None:
@@ -87,16 +87,19 @@ def measure(trace: Any, lo: int, hi: int, unit: Any = None, table: Any = None,
     return out
 
 
-def _contexts(dev, ctx, tid, stream, start, end) -> tuple[list[dict[str, Any]], dict[int, int]]:
+def _contexts(dev, pid, ctx, tid, stream, start, end) -> tuple[list[dict[str, Any]], dict[int, int]]:
+    """Per (device, process, context id): context ids are numbered per process, so two processes' first
+    contexts share an id."""
     rows, unions = [], {}
-    for d, c in sorted(set(zip(dev.tolist(), ctx.tolist()))):
-        m = (dev == d) & (ctx == c)
+    for d, p, c in sorted(set(zip(dev.tolist(), pid.tolist(), ctx.tolist()))):
+        m = (dev == d) & (pid == p) & (ctx == c)
         if m.sum() < MIN_CONTEXT_KERNELS:
             continue
         us, ue = intervals.union(start[m], end[m])
-        unions[d, c] = (us, ue)
+        unions[d, p, c] = (us, ue)
         threads = pd.Series(tid[m]).value_counts()
-        rows.append({"device": int(d), "context": int(c), "kernels": int(m.sum()), "busy_ns": int((ue - us).sum()),
+        rows.append({"device": int(d), "pid": int(p), "context": int(c), "kernels": int(m.sum()),
+                     "busy_ns": int((ue - us).sum()),
                      "threads": [int(t) for t in threads.index[threads >= MIN_THREAD_KERNELS]],
                      "streams": sorted(int(s) for s in np.unique(stream[m]))})
     overlap: dict[int, int] = {}

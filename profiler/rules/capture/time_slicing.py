@@ -59,12 +59,18 @@ def _finding(ctx: CaptureContext, dev: int, busy: list[dict[str, Any]], overlap_
     name = ctx.gpu_names().get(dev) or f"GPU {dev}"
     return Finding(
         rule="time_slicing", severity="medium",
-        title=(f"{len(busy)} CUDA contexts share {name} and take turns: their kernels overlap "
+        title=(f"{len(busy)} CUDA contexts{_of_processes(busy)} share {name} and take turns: their kernels overlap "
                f"{overlap_ns / 1e6:.3f} ms in {conc.steady_ns / 1e6:.0f} ms (busy {pct(total / steady):.0f}% "
                "of the time, one context at a time)"),
         evidence={"device_id": dev, "contexts": [
-            {"context": r["context"], "kernels": r["kernels"], "busy_ms": r["busy_ns"] / 1e6,
+            {"pid": r["pid"], "context": r["context"], "kernels": r["kernels"], "busy_ms": r["busy_ns"] / 1e6,
              "busy_share": r["busy_ns"] / steady, "threads": r["threads"], "streams": r["streams"]} for r in busy],
             "overlap_ms": overlap_ns / 1e6, "busy_ms_all_contexts": total / 1e6, "judged_ms": conc.steady_ns / 1e6,
             "throughput_per_s": (conc.throughput or {}).get("per_s")},
         threshold=t.pick("min_busy_share", "max_overlap_share"), recommendation=ADVICE)
+
+
+def _of_processes(busy: list[dict[str, Any]]) -> str:
+    """' of 2 processes' when the contexts belong to several processes, else ''."""
+    n = len({r["pid"] for r in busy})
+    return f" of {n} processes" if n > 1 else ""
