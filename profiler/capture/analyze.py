@@ -25,7 +25,18 @@ statistics, GPU busy projection, idle gaps, then the capture rules with each fin
                    bound_by: "host"|"compute"|"HtoD"|"DtoH"|..., graph_replays: true when each inference is
                    a cudaGraphLaunch of TensorRT's captured enqueue (profiler.capture.replays),
                    copies_outside_per_inference: {ms, count}, io_bytes_per_inference: {HtoD, DtoH} (all of
-                   the steady state's copies per inference), alternates_with: [ranges taking turns with it]},
+                   the steady state's copies per inference), alternates_with: [ranges taking turns with it],
+                   throughput: {inferences, duration_ms, per_s, per_thread: [{tid, count, per_s}],
+                   per_stream: [{device, stream, count, per_s}]} (steady state; null without an inference)},
+     "concurrency": {contexts: [{device, context, kernels, threads, streams, busy_ms, busy_share}],
+                     context_overlap_ms: {device: ms, for devices with several contexts}, threads: [{tid,
+                     kernels, inferences, gpu_busy_ms, lock_wait_ms, lock_wait_share, lock_waits}],
+                     lock_wait_overlap_ms, thread_gpu_overlap_ms, lock_wait_calls}   # judged period
+                     (profiler.capture.concurrency),
+     "generation": {graph, requests, prefill_ms, per_request: [{prefill_start_ms, prefill_ms, decode_steps,
+                    decode_ms, first_step}], decode_steps, ms_per_token, step_gpu_ms, tokens_per_s,
+                    drift: {baseline_ms, peak_ms, last_ms, peak_over_baseline, start_step, slope_ms_per_100_steps, ...},
+                    clocks: {recorded, note}} or null: an LLM decode loop (profiler.capture.generation),
      "layers": [{name, parent, count, gpu_ms (per inference), share, kernels: [{name, count, total_ms,
                  tensor_cores}], tensor_cores, engine (with --layer-info)}],   # most GPU time first
      "layer_total": {layers_gpu_ms, inference_gpu_ms (means per inference), difference_ms, note,
@@ -137,7 +148,7 @@ def analyze_path(path: str | os.PathLike, options: AnalysisOptions | None = None
     return analyze(trace, options)
 
 
-ANALYSIS_COLUMNS = {"kernels": ("name", "short_name", "stream_id"), "api": (), "osrt": ()}
+ANALYSIS_COLUMNS = {"kernels": ("name", "short_name", "stream_id", "context_id"), "api": (), "osrt": ()}
 """Columns of the large frames that ``analyze`` reads beyond those always loaded (times, pid,
 global_tid, device, correlation and the API link but a kernel's call end, names of API and OS runtime
 calls)."""
@@ -154,7 +165,7 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
 
 
 def _analyze(trace: Any, options: AnalysisOptions | None) -> AnalysisResult:
-    from profiler.capture import layer_table, phases, streams, unit as U
+    from profiler.capture import concurrency, generation, layer_table, phases, streams, unit as U
     from profiler.capture.heap import release_memory
     from profiler.rules import registry, run_rules
     from profiler.rules.impact import calibrate
@@ -177,9 +188,15 @@ def _analyze(trace: Any, options: AnalysisOptions | None) -> AnalysisResult:
     # two copies of the capture's GPU activity and API calls are never held through the rules. (Running
     # the pieces that only read the tables on threads was measured on the 2xH200 host: 1.04x the time and
     # 1.14x the peak memory of this sequential order, so they run in turn.)
+    judged_lo = ph.first_event_ns if options.include_setup else ph.steady_start_ns
+    gen = generation.find(trace, int(start_ns), unit.source)
+    conc = concurrency.measure(trace, judged_lo, ph.steady_end_ns, unit, full, (ph.steady_start_ns, ph.steady_end_ns))
     whole = {"inference": {**U.unit_json(unit), "copies_outside_per_inference":
                            U.copies_outside(full, unit, ph.steady_start_ns, ph.steady_end_ns),
-                           "io_bytes_per_inference": U.io_bytes(full, unit, ph.steady_start_ns, ph.steady_end_ns)},
+                           "io_bytes_per_inference": U.io_bytes(full, unit, ph.steady_start_ns, ph.steady_end_ns),
+                           "throughput": conc.throughput},
+             "concurrency": concurrency.concurrency_json(conc),
+             "generation": gen,
              "phases": phases.phases_json(ph, full.activity),
              **layer_table.layer_table(full, unit, knames, meta.get("gpus"))}
     trimmed = not options.include_setup and _trims(full, ph)
@@ -193,7 +210,7 @@ def _analyze(trace: Any, options: AnalysisOptions | None) -> AnalysisResult:
     release_memory()
     ctx = CaptureContext(trace=trace, table=table, ranges=summaries, devices=devices, outliers=outl,
                          capture_start_ns=int(start_ns), unit=unit, phases=ph, tensorrt=trt,
-                         include_setup=options.include_setup)
+                         include_setup=options.include_setup, concurrency=conc, generation=gen)
     only = options.rules
     if unrecorded:  # an explicit list keeps its unknown ids, so run_rules still refuses them
         only = [r for r in (only if only is not None else [s.id for s in registry("capture")])
