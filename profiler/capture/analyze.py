@@ -66,7 +66,7 @@ from profiler.capture import series as S
 from profiler.capture import summary as SM
 from profiler.capture.keys import ROW_CHUNK, blocks
 from profiler.capture.options import AnalysisOptions  # noqa: F401 - defined apart: the cache's key needs no pandas
-from profiler.capture.unit import is_graph_replay
+from profiler.capture.unit import is_graph_replay, label_of
 from profiler.capture.waits import host_waits_on_gpu_ms
 from profiler.findings import Finding, json_safe
 from profiler.rules.context import CaptureContext
@@ -357,6 +357,7 @@ def _round(values: np.ndarray) -> list[float]:
 def _ranges_json(ctx: CaptureContext, options: AnalysisOptions) -> list[dict[str, Any]]:
     inst = ctx.table.instances
     start, wall, busy = (inst[c].to_numpy() for c in ("start_ns", "wall_ns", "gpu_busy_ns"))
+    number = inst["name_index"].to_numpy() if "name_index" in inst.columns else np.full(len(inst), -1)
     outl = ctx.outliers
     o_sid = outl["series_id"].to_numpy().astype(np.int64)
     o_idx, o_wall, o_exc = (outl[c].to_numpy() for c in ("idx", "wall_ms", "excess_ms"))
@@ -373,6 +374,9 @@ def _ranges_json(ctx: CaptureContext, options: AnalysisOptions) -> list[dict[str
         rj["parent"] = ctx.label(r["parent_id"]) if r["parent_id"] >= 0 else None
         if is_graph_replay(rj["domain"], rj["name"]):  # no NVTX range: made by capture/replays.py
             rj["made_from"] = "cudaGraphLaunch calls outside TensorRT's enqueue ranges, one range each"
+        made = ctx.table.made_from.get(label_of(rj["domain"], rj["name"]))
+        if made:  # a frame of stage ranges (capture/stages.py)
+            rj["made_from"] = made
         rj["outliers"] = [{"index": int(o_idx[i]), "wall_ms": float(o_wall[i]), "excess_ms": float(o_exc[i]),
                            "cause": o_cause[i], "detail": o_detail[i]} for i in pos]
         rj["outlier_count"] = len(r["outlier_indices"])
@@ -383,6 +387,11 @@ def _ranges_json(ctx: CaptureContext, options: AnalysisOptions) -> list[dict[str
             "wall_ms": _round(wall[keep] / 1e6),
             "gpu_busy_ms": _round(busy[keep] / 1e6),
         }
+        numbers = number[sl]
+        if (numbers >= 0).any():  # names that differ only by a number (capture/numbered.py)
+            distinct = np.unique(numbers[numbers >= 0])
+            rj["numbered"] = {"numbers": len(distinct), "first": int(distinct[0]), "last": int(distinct[-1])}
+            rj["instances"]["number"] = numbers[keep.start - sl.start:keep.stop - sl.start].tolist()
         if sl.stop > keep.stop:
             rj["instances_truncated"] = True
         out.append(rj)

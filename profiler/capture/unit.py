@@ -30,6 +30,7 @@ import pandas as pd
 from profiler import stats
 from profiler.capture import blockwise
 from profiler.capture import series as S
+from profiler.capture.numbered import templates
 from profiler.capture.summary import launched_inside, pair_chunks
 from profiler.errors import UsageError
 
@@ -78,6 +79,7 @@ class Unit:
     why: str = ""  # for a window unit: why no series was taken as the inference
     inside: str | None = None  # the one-off range around the unit's instances, if they are nested in one
     others: tuple[str, ...] = ()  # other repeated ranges that could stand for it (label xN), most wall first
+    chosen: str = ""  # why this unit was chosen, in words
 
     @property
     def count(self) -> int:
@@ -94,11 +96,19 @@ def label_of(domain: Any, name: Any) -> str:
 
 def choose_series(table: S.SeriesTable, unit_name: str | None = None) -> tuple[int | None, str]:
     """(series id, source) of the inference unit; (None, 'window') when nothing qualifies."""
+    sid, source, _ = choose(table, unit_name)
+    return sid, source
+
+
+def choose(table: S.SeriesTable, unit_name: str | None = None) -> tuple[int | None, str, str]:
+    """(series id, source, why it was chosen in words) of the inference unit; (None, 'window', '') when nothing
+    qualifies. A TensorRT enqueue is the unit unless a repeated range of the application holds several of them
+    per instance (:func:`enclosing_enqueues`)."""
     series = table.series
     if table.window or series.empty:
         if unit_name:
             raise UsageError(f"--unit {unit_name!r}: this capture has no NVTX ranges to choose from")
-        return (0 if len(series) else None), "window"
+        return (0 if len(series) else None), "window", ""
     inst = table.instances
     sid = inst["series_id"].to_numpy()
     wall = np.bincount(sid, weights=inst["wall_ns"].to_numpy(dtype=np.float64), minlength=len(series))
@@ -106,15 +116,26 @@ def choose_series(table: S.SeriesTable, unit_name: str | None = None) -> tuple[i
     count = series["count"].to_numpy()
     labels = [label_of(d, n) for d, n in zip(series["domain"], series["name"])]
     if unit_name:
-        hits = [i for i, lab in enumerate(labels) if unit_name in (lab, series["name"].iat[i])]
+        wanted = [unit_name] + templates(unit_name)  # 'Inference 12' names the series 'Inference #'
+        hits = []
+        for name in wanted:
+            hits = hits or [i for i, lab in enumerate(labels) if name in (lab, series["name"].iat[i])]
         if not hits:
             shown = ", ".join(sorted(labels, key=lambda x: -count[labels.index(x)])[:8])
             raise UsageError(f"--unit {unit_name!r} names no NVTX range of this capture; ranges: {shown}")
         best = max(hits, key=lambda i: (count[i], wall[i]))
-        return best, "tensorrt" if _is_trt(series, best) else "nvtx"
+        return best, "tensorrt" if _is_trt(series, best) else "nvtx", "named by --unit"
     trt = [i for i in range(len(series)) if _is_trt(series, i)]
     if trt:
-        return max(trt, key=lambda i: (count[i], wall[i])), "tensorrt"
+        best = max(trt, key=lambda i: (count[i], wall[i]))
+        around = enclosing_enqueues(table, best)
+        if around is not None:
+            return around[0], "nvtx", (f"holds {around[1]:.3g} TensorRT enqueues per instance (engines chained, or "
+                                       "one enqueue per chunk): the range around them is the inference, the enqueues "
+                                       "its layers")
+        if is_graph_replay(series["domain"].iat[best], series["name"].iat[best]):
+            return best, "tensorrt", "each a replay of the CUDA graph TensorRT's enqueue was captured into"
+        return best, "tensorrt", "TensorRT's range around each enqueue of an execution context"
     busy = np.bincount(sid, weights=inst["gpu_busy_ns"].to_numpy(dtype=np.float64), minlength=len(series))
     act = table.activity
     total_busy = blockwise.union_length(act.start_ns, act.end_ns, sorted_by_start=act.sorted_by_start) \
@@ -126,13 +147,41 @@ def choose_series(table: S.SeriesTable, unit_name: str | None = None) -> tuple[i
                        if count[i] >= 2 and top[i] >= 0.5 * count[i] and i not in wrappers),
                       key=lambda i: (-wall[i], -count[i]))
     outer = [i for i in repeated if busy[i] >= UNIT_MIN_GPU_SHARE * total_busy]
+    why = (f"the repeated outermost range with the most time of those that launch {UNIT_MIN_GPU_SHARE:.0%} or more "
+           "of the capture's GPU work")
     # else a few requests after a long warm-up outside any range (first-call autotuning, lazy loading):
     # they launch little of the capture's GPU work but a fair share of the work from their first one on
-    outer = outer or [i for i in repeated[:SPAN_CANDIDATES]
-                      if busy[i] > 0 and busy[i] >= UNIT_MIN_GPU_SHARE * _busy_from_first(table, sid, i)]
+    if not outer:
+        outer = [i for i in repeated[:SPAN_CANDIDATES]
+                 if busy[i] > 0 and busy[i] >= UNIT_MIN_GPU_SHARE * _busy_from_first(table, sid, i)]
+        why = (f"the repeated outermost range with the most time of those that launch {UNIT_MIN_GPU_SHARE:.0%} or "
+               "more of the GPU work from their first instance on")
     if outer:
-        return outer[0], "nvtx"
-    return None, "window"
+        return outer[0], "nvtx", why
+    return None, "window", ""
+
+
+ENCLOSING_MIN_SHARE = 0.9
+"""A range of the application is the inference instead of TensorRT's enqueue when at least this share of the
+enqueues lies inside its instances ..."""
+ENCLOSING_MIN_ENQUEUES = 1.5
+"""... and they hold at least this many enqueues per instance on average (8 engines chained per inference, or one
+enqueue per chunk of the input): one enqueue is an eighth of the inference, not the inference."""
+
+
+def enclosing_enqueues(table: S.SeriesTable, trt: int) -> tuple[int, float] | None:
+    """(series, enqueues per instance) of the repeated range of the application that holds several TensorRT
+    enqueues (series ``trt``) per instance, the innermost such (most instances); None when there is none."""
+    series = table.series
+    count = series["count"].to_numpy()
+    best = None
+    for a, share in table.ancestor_share(trt).items():
+        if series["domain"].iat[a] == TENSORRT_DOMAIN or count[a] < 2 or share < ENCLOSING_MIN_SHARE:
+            continue
+        per = share * count[trt] / count[a]
+        if per >= ENCLOSING_MIN_ENQUEUES and (best is None or count[a] > count[best[0]]):
+            best = (int(a), float(per))
+    return best
 
 
 def outer_instances(table: S.SeriesTable) -> np.ndarray:
@@ -294,7 +343,7 @@ def is_graph_replay(domain: Any, name: Any) -> bool:
 
 def build_unit(table: S.SeriesTable, unit_name: str | None = None) -> Unit:
     """The unit and its per-instance GPU time, latency, queueing delay and host time."""
-    sid, source = choose_series(table, unit_name)
+    sid, source, chosen = choose(table, unit_name)
     if sid is None:  # NVTX ranges, none repeated: the whole window of GPU work is the unit
         return _window_unit(table)
     rows = np.arange(table.rows_of(sid).start, table.rows_of(sid).stop)
@@ -316,7 +365,26 @@ def build_unit(table: S.SeriesTable, unit_name: str | None = None) -> Unit:
     return Unit(source=source, series_id=sid, label=label, rows=rows, start_ns=inst["start_ns"].to_numpy(),
                 host_ns=host, gpu_ns=gpu, latency_ns=latency, queue_ns=queue, gpu_end_ns=last,
                 graph_launches=graphs, warmup=warmup_count(host, latency, first_is_warmup=source == "tensorrt"),
-                why=window_reason(table) if source == "window" else "", inside=inside, others=others)
+                why=window_reason(table) if source == "window" else "", inside=inside, others=others,
+                chosen=_chosen(table, sid, rows, chosen, inside))
+
+
+def _chosen(table: S.SeriesTable, sid: int, rows: np.ndarray, why: str, inside: str | None) -> str:
+    """Why the unit was chosen, in words: how its series was made (numbered names, frames of stages) and the
+    rule that took it."""
+    if inside and why != "named by --unit":
+        why = f"iterations of a loop inside the one-off range {inside}"
+    label = label_of(table.series["domain"].iat[sid], table.series["name"].iat[sid])
+    made = table.made_from.get(label)
+    if made:
+        return f"{made}: each repetition is one frame, its stages the layers; {why}"
+    numbers = table.instances["name_index"].to_numpy()[rows] if "name_index" in table.instances else np.zeros(0)
+    numbers = numbers[numbers >= 0]
+    if len(numbers):
+        distinct = np.unique(numbers)
+        return (f"ranges whose names differ only by a number ({len(distinct)} numbers, {int(distinct[0])} to "
+                f"{int(distinct[-1])}) are one series; {why}")
+    return why
 
 
 def _wrapped(table: S.SeriesTable, sid: int, rows: np.ndarray, source: str,
@@ -406,6 +474,7 @@ def unit_json(unit: Unit) -> dict[str, Any]:
         "host_ms": summ(unit.host_ns), "graph_launches": unit.graph_launches,
         "queued_behind": _counts(queued_behind(unit)[st]),
         **({"why": unit.why} if unit.source == "window" else {}),
+        **({"chosen": unit.chosen} if unit.chosen else {}),
         **({"graph_replays": True} if unit.series_id is not None and unit.source == "tensorrt"
            and unit.label == label_of(TENSORRT_DOMAIN, GRAPH_REPLAY) else {}),
         **({"inside": unit.inside, "other_loops": list(unit.others)} if unit.inside else {}),

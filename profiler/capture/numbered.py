@@ -1,0 +1,118 @@
+"""Numbered range names: ``Inference 0`` ... ``Inference 99`` are one series, ``Inference #``.
+
+Applications often number their ranges (``Inference 12``, ``Run_3``, ``step[7]``, ``iter-40``, ``Forward 0``,
+``batch[3]``, ``step_12``): read as they are, each number is a series of one instance and no range repeats. Names
+that differ only by such a number are one series named with a placeholder (``#`` for the number), and each
+instance keeps its number (``name_index``).
+
+A number is an index, not part of a name, when (each a declared threshold below):
+
+- it stands apart: bounded by the name's start or end or by a character that is neither a letter, a digit nor a
+  dot (``conv1``, ``fp16``, ``resnet50``, ``sm80`` and ``layer4.2``, ``h.0``, ``v1.2`` keep their numbers);
+- at least ``NUMBERED_MIN_NUMBERS`` distinct numbers take that place in names otherwise alike;
+- the numbers label instances, not kinds of work: most numbers name one instance on each thread that uses them
+  (``NUMBERED_MIN_SINGLE_SHARE``). The layers of a network (``layer_3``, ``Conv_12``) run once per inference, so
+  a capture of several inferences holds each of them several times;
+- the instances never overlap on a thread (iterations follow one another; a range is not nested in its sibling).
+
+TensorRT's own ranges (its domain: layer names, enqueues) are never numbered series. When a name holds several
+such numbers, the last one that qualifies is the index (``epoch 2 step 14``: the step, per epoch).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+PLACEHOLDER = "#"
+"""What stands for the number in a numbered series' name."""
+NUMBERED_MIN_NUMBERS = 3
+"""Distinct numbers in one place of names otherwise alike before they are one numbered series."""
+NUMBERED_MIN_SINGLE_SHARE = 0.5
+"""Share of the (number, thread) pairs that must name exactly one instance: the number labels an instance."""
+_NUMBER = re.compile(r"(?<![0-9A-Za-z.])[0-9]+(?![0-9A-Za-z.])")
+"""A number standing apart in a name (see the module docstring)."""
+EXCLUDED_DOMAINS = ("TensorRT",)
+"""Domains whose ranges are never numbered series (TensorRT names its layers after the network's nodes)."""
+
+
+@dataclass
+class Numbered:
+    """The names after merging: ``code[old name code]`` is the new code into ``names``; ``number[old code]``
+    the index the old name carried (-1 for a name that was not merged)."""
+
+    names: np.ndarray
+    code: np.ndarray
+    number: np.ndarray
+    merged: int  # how many series were made from numbered names
+
+
+def number_places(name: str) -> list[tuple[int, int]]:
+    """(start, end) of each number standing apart in ``name``."""
+    return [m.span() for m in _NUMBER.finditer(name)]
+
+
+def templates(name: str) -> list[str]:
+    """``name`` with each one of its standalone numbers replaced by the placeholder (last place first): what
+    ``--unit Inference 12`` may stand for."""
+    return [name[:a] + PLACEHOLDER + name[b:] for a, b in reversed(number_places(name))]
+
+
+def merge_numbered(names: np.ndarray, domain_of_name: np.ndarray, name_code: np.ndarray, tid: np.ndarray,
+                   start_ns: np.ndarray, end_ns: np.ndarray, excluded: np.ndarray | None = None) -> Numbered:
+    """Merge numbered names (see the module docstring). ``names`` are the distinct names; per row (range
+    instance): ``name_code`` into them, ``tid``, ``start_ns``, ``end_ns``. ``domain_of_name`` is, per name, the
+    domain it is used in (names used in several domains are left alone: -1); ``excluded`` marks names never
+    merged."""
+    n = len(names)
+    code, number = np.arange(n, dtype=np.int64), np.full(n, -1, np.int64)
+    out_names = list(np.asarray(names, dtype=object))
+    merged = 0
+    if n == 0 or not len(name_code):
+        return Numbered(np.asarray(out_names, dtype=object), code, number, 0)
+    groups: dict[tuple[int, str], list[tuple[int, int]]] = {}
+    for i, nm in enumerate(out_names):
+        if domain_of_name[i] < 0 or (excluded is not None and excluded[i]):
+            continue
+        places = number_places(str(nm))
+        if not places:
+            continue
+        a, b = places[-1]  # the last number is the index; the others stay in the name
+        s = str(nm)
+        groups.setdefault((int(domain_of_name[i]), s[:a] + PLACEHOLDER + s[b:]), []).append((i, int(s[a:b])))
+    candidates = {k: v for k, v in groups.items() if len({num for _, num in v}) >= NUMBERED_MIN_NUMBERS}
+    if not candidates:
+        return Numbered(np.asarray(out_names, dtype=object), code, number, 0)
+    wanted = np.array([i for v in candidates.values() for i, _ in v], dtype=np.int64)
+    sel = np.flatnonzero(np.isin(name_code, wanted))  # only the rows of candidate names are looked at
+    rows = pd.DataFrame({"c": name_code[sel], "t": tid[sel], "s": start_ns[sel], "e": end_ns[sel]})
+    by_code = {c: g for c, g in rows.groupby("c")}
+    existing = {(int(domain_of_name[i]), str(nm)): i for i, nm in enumerate(out_names) if domain_of_name[i] >= 0}
+    for (dom, template), members in sorted(candidates.items(), key=lambda kv: kv[0][1]):
+        parts = [by_code[i].assign(num=num) for i, num in members if i in by_code]
+        if not parts or not _is_index(pd.concat(parts, ignore_index=True)):
+            continue
+        target = existing.get((dom, template))  # a name already spelled with '#' joins them
+        if target is None:
+            out_names.append(template)
+            target = len(out_names) - 1
+        for i, num in members:
+            code[i], number[i] = target, num
+        merged += 1
+    # names no row uses any more are left in place: the series are made from the codes the rows use
+    return Numbered(np.asarray(out_names, dtype=object), code, number, merged)
+
+
+def _is_index(rows: pd.DataFrame) -> bool:
+    """Whether the numbers of one template label instances: mostly one instance per (number, thread), and no
+    two instances overlapping on a thread."""
+    per = rows.groupby(["num", "t"]).size().to_numpy()
+    if not len(per) or np.count_nonzero(per == 1) < NUMBERED_MIN_SINGLE_SHARE * len(per):
+        return False
+    rows = rows.sort_values(["t", "s", "e"], kind="stable")
+    tid, start = rows["t"].to_numpy(), rows["s"].to_numpy()
+    reach = rows.groupby("t")["e"].cummax().to_numpy()  # the latest end so far on the thread
+    return not ((tid[1:] == tid[:-1]) & (start[1:] < reach[:-1])).any()

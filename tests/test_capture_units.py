@@ -1,0 +1,218 @@
+"""The inference unit the way real applications name it: numbered ranges (``Inference 12``), stage ranges that
+repeat as a whole with no range around them (frames), and inferences made of several TensorRT enqueues. Each
+shape beside its near-misses: numbers that are not an index, sequences that do not repeat as a whole."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from profiler.capture import numbered as N
+from profiler.capture.analyze import AnalysisOptions, analyze
+from profiler.capture.trace import Trace
+from profiler.cli.analyze import inference_lines
+from tests.capture_builders import T, api, kernels, ranges
+
+
+def numbered_loop(fmt: str, n: int = 30, warm: str | None = None, n_warm: int = 5, tid: int = 5,
+                  t0: int = 0, sync: bool = True):
+    """``n_warm`` ranges named ``warm.format(i)`` then ``n`` named ``fmt.format(i)`` on thread ``tid``, 200 us
+    apart, each launching one 100 us kernel (a warm-up one 400 us) and waiting for it: (ranges, kernels, calls)."""
+    nv, kr, calls, t = [], [], [], t0
+    for name, count, busy in ((warm, n_warm, 400), (fmt, n, 100)):
+        if not name:
+            continue
+        for i in range(count):
+            step = max(busy + 50, 200)
+            nv.append((name.format(i), t, t + (step - 20) * T, tid))
+            kr.append((t + 10 * T, t + (10 + busy) * T, tid, t + 5 * T))
+            if sync:
+                calls.append(("cudaStreamSynchronize", t + 12 * T, t + (12 + busy) * T, tid, "sync"))
+            t += step * T
+    return nv, kr, calls
+
+
+def trace_of(nv, kr, calls=()) -> Trace:
+    return Trace(kernels=kernels(*kr), nvtx=ranges(*nv), api=api(*calls) if calls else None)
+
+
+@pytest.mark.parametrize("fmt,placeholder", [
+    ("Inference {}", "Inference #"), ("Run_{}", "Run_#"), ("step[{}]", "step[#]"), ("iter-{}", "iter-#"),
+    ("Forward {}", "Forward #"), ("batch[{}]", "batch[#]"), ("step_{}", "step_#"), ("{} infer", "# infer")])
+def test_ranges_that_differ_only_by_a_number_are_one_series_and_the_unit(fmt, placeholder):
+    data = analyze(trace_of(*numbered_loop(fmt)), AnalysisOptions(include_setup=True)).to_json()
+    inf = data["inference"]
+    assert (inf["series"], inf["count"], inf["source"]) == (placeholder, 30, "nvtx")
+    [r] = [r for r in data["ranges"] if r["name"] == placeholder]
+    assert r["numbered"] == {"numbers": 30, "first": 0, "last": 29}
+    assert r["instances"]["number"] == list(range(30))  # each instance keeps its number, in start order
+    assert "differ only by a number (30 numbers, 0 to 29)" in inf["chosen"]
+    assert any(x.startswith("  unit chosen: ranges whose names differ only by a number") for x in inference_lines(data))
+
+
+@pytest.mark.parametrize("fmt", ["conv{}", "layer4.{}", "fp{}", "resnet{}", "v1.{}", "sm{}_kernel", "h.{}"])
+def test_numbers_that_are_part_of_a_name_are_not_merged(fmt):
+    """conv1, layer4.2, fp16, resnet50: the number is glued to a letter or a dot, so it names a kind, not an
+    instance; every name stays its own series."""
+    data = analyze(trace_of(*numbered_loop(fmt, n=12))).to_json()
+    names = {r["name"] for r in data["ranges"]}
+    assert names == {fmt.format(i) for i in range(12)}
+    assert not any("numbered" in r for r in data["ranges"])
+
+
+def test_layers_numbered_alike_in_every_inference_stay_layers():
+    """``layer_0`` ... ``layer_5`` inside each of 20 ``infer`` ranges: each number names 20 instances (a kind of
+    work that repeats), so they stay six layers of the inference."""
+    nv, kr, calls, t = [], [], [], 0
+    for i in range(20):
+        nv.append(("infer", t, t + 190 * T, 5))
+        for j in range(6):
+            s = t + (5 + 30 * j) * T
+            nv.append((f"layer_{j}", s, s + 25 * T, 5))
+            kr.append((s + 2 * T, s + 20 * T, 5, s + T))
+        calls.append(("cudaStreamSynchronize", t + 185 * T, t + 189 * T, 5, "sync"))
+        t += 200 * T
+    data = analyze(trace_of(nv, kr, calls)).to_json()
+    assert data["inference"]["series"] == "infer"
+    assert sorted(x["name"] for x in data["layers"]) == [f"layer_{j}" for j in range(6)]
+
+
+def test_two_numbers_overlapping_instances_or_tensorrt_layers_are_no_numbered_series():
+    # two distinct numbers are too few
+    assert {r["name"] for r in analyze(trace_of(*numbered_loop("Run_{}", n=2))).to_json()["ranges"]} == \
+        {"Run_0", "Run_1"}
+    # numbered ranges nested in one another (a recursion) are no iterations
+    nv = [(f"level {i}", i * T, (100 - i) * T, 5) for i in range(10)]
+    kr = [(50 * T, 60 * T, 5, 49 * T)]
+    assert len(analyze(trace_of(nv, kr)).to_json()["ranges"]) == 10
+    # TensorRT names its layer ranges after the ONNX nodes (Conv_12, Relu_13): never merged
+    nv = [(f"Conv_{i}", i * 100 * T, i * 100 * T + 50 * T, 5, "TensorRT") for i in range(10)]
+    kr = [(i * 100 * T + 5 * T, i * 100 * T + 40 * T, 5, i * 100 * T + T) for i in range(10)]
+    assert len(analyze(trace_of(nv, kr)).to_json()["ranges"]) == 10
+
+
+def test_the_rule_keeps_its_parameters_declared():
+    assert N.NUMBERED_MIN_NUMBERS == 3 and N.NUMBERED_MIN_SINGLE_SHARE == 0.5 and N.PLACEHOLDER == "#"
+    assert N.templates("epoch 2 step 14") == ["epoch 2 step #", "epoch # step 14"]
+    assert N.number_places("conv1 fp16 layer4.2 [7]") == [(21, 22)]
+
+
+def test_numbered_warm_up_before_the_loop_is_setup():
+    """``Warmup 0..4`` then ``Inference 0..29``: one series each; the warm-up is setup (a setup range, the
+    steady state from the first inference on), not a second loop kept in the steady state."""
+    nv, kr, calls = numbered_loop("Inference {}", warm="Warmup {}")
+    data = analyze(trace_of(nv, kr, calls)).to_json()
+    first_inference_ms = min(s for (name, s, *_) in nv if name.startswith("Inference")) / 1e6
+    assert data["inference"]["series"] == "Inference #" and data["inference"]["count"] == 30
+    ph = data["phases"]
+    assert ph["steady"]["start_ms"] == pytest.approx(first_inference_ms)
+    warm_wall_ms = sum(e - s for (name, s, e, *_) in nv if name.startswith("Warmup")) / 1e6
+    assert ph["setup"]["what"]["ranges"] == {"Warmup #": pytest.approx(warm_wall_ms)}
+    # a loop of another name before the unit is still kept: two loops compared in one capture
+    nv, kr, calls = numbered_loop("Inference {}", warm="Baseline {}")
+    other = analyze(trace_of(nv, kr, calls)).to_json()["phases"]
+    assert other["steady"]["start_ms"] == pytest.approx(0.0)
+
+
+def test_unit_accepts_the_placeholder_and_a_member_name():
+    tr = trace_of(*numbered_loop("Inference {}", warm="Warmup {}"))
+    for name in ("Inference #", "Inference 12"):
+        inf = analyze(tr, AnalysisOptions(unit=name)).to_json()["inference"]
+        assert inf["series"] == "Inference #" and inf["chosen"].endswith("; named by --unit")
+    assert analyze(tr, AnalysisOptions(unit="Warmup 3")).to_json()["inference"]["series"] == "Warmup #"
+
+
+STAGES = ("read_input", "preprocess", "backbone", "head", "nms", "postprocess")
+
+
+def staged(n: int = 30, stages=STAGES, swap: int | None = None, wrapper: str | None = None):
+    """``n`` frames of sibling stage ranges (no range around a frame), each stage 40 us with a kernel (the
+    backbone's 100 us), 10 us apart; frame ``swap`` runs its first two stages the other way round; ``wrapper``: a
+    one-off range around all."""
+    nv, kr, calls, t = [], [], [], 1_000 * T
+    for i in range(n):
+        order = list(stages)
+        if swap == i:
+            order[0], order[1] = order[1], order[0]
+        for st in order:
+            busy = 100 if st == "backbone" else 10
+            nv.append((st, t, t + (busy + 20) * T, 5))
+            kr.append((t + 5 * T, t + (5 + busy) * T, 5, t + 2 * T))
+            calls.append(("cudaStreamSynchronize", t + 6 * T, t + (6 + busy) * T, 5, "sync"))
+            t += (busy + 30) * T
+    if wrapper:
+        nv.append((wrapper, 1_000 * T - 5 * T, t + 5 * T, 5))
+    return nv, kr, calls
+
+
+def test_stage_ranges_repeated_as_a_whole_are_frames_with_the_stages_as_layers():
+    nv, kr, calls = staged()
+    data = analyze(trace_of(nv, kr, calls), AnalysisOptions(include_setup=True)).to_json()
+    inf = data["inference"]
+    assert (inf["series"], inf["count"]) == ("(frame)", 30)
+    # a frame runs from its first stage's start to its last stage's end: 5 stages of 30+10 us gaps + backbone
+    frame_wall_us = sum((100 if s == "backbone" else 10) + 30 for s in STAGES) - 10
+    assert inf["host_ms"]["median"] == pytest.approx(frame_wall_us / 1e3)
+    assert sorted(x["name"] for x in data["layers"]) == sorted(STAGES)
+    backbone = next(x for x in data["layers"] if x["name"] == "backbone")
+    assert backbone["share"] == pytest.approx(100 / 150)  # 100 of the frame's 150 us of kernels
+    [fr] = [r for r in data["ranges"] if r["name"] == "(frame)"]
+    assert fr["made_from"].startswith("one range per repetition of the stage ranges read_input > preprocess")
+    assert "stages the layers" in inf["chosen"]
+    # inside a one-off range (main around the loop) too
+    inside = analyze(trace_of(*staged(wrapper="main"))).to_json()["inference"]
+    assert (inside["series"], inside["count"]) == ("(frame)", 30)
+
+
+def test_sequences_that_do_not_repeat_as_a_whole_make_no_frame():
+    # one frame runs its stages in another order: the stages stay as they are, the busiest one the unit
+    data = analyze(trace_of(*staged(swap=7))).to_json()
+    assert data["inference"]["series"] == "backbone" and not any(r["name"] == "(frame)" for r in data["ranges"])
+    # two alternating ranges (a request and its sync point) are no pipeline of stages
+    data = analyze(trace_of(*staged(stages=("request", "backbone")))).to_json()
+    assert data["inference"]["series"] == "backbone"
+    # two repetitions are too few
+    assert not any(r["name"] == "(frame)" for r in analyze(trace_of(*staged(n=2))).to_json()["ranges"])
+
+
+def chained(n: int = 20, engines: int = 4, outer: str | None = "Inference {}"):
+    """``n`` inferences, each ``engines`` TensorRT enqueues one after another (each one 60 us kernel), inside an
+    application range named ``outer.format(i)`` (none when ``outer`` is None) that waits for the results."""
+    nv, kr, calls, t = [], [], [], 0
+    for i in range(n):
+        s0 = t
+        for e in range(engines):
+            nv.append(("ExecutionContext::enqueueV3", t + 5 * T, t + 25 * T, 5, "TensorRT"))
+            kr.append((t + 30 * T, t + 90 * T, 5, t + 10 * T))
+            calls.append(("cudaLaunchKernel", t + 10 * T, t + 12 * T, 5, "launch"))
+            t += 100 * T
+        calls.append(("cudaStreamSynchronize", t, t + 5 * T, 5, "sync"))
+        if outer:
+            nv.append((outer.format(i), s0, t + 10 * T, 5))
+        t += 50 * T
+    return nv, kr, calls
+
+
+def test_an_inference_of_several_chained_enqueues_is_the_range_around_them():
+    data = analyze(trace_of(*chained())).to_json()
+    inf = data["inference"]
+    assert (inf["series"], inf["source"], inf["count"]) == ("Inference #", "nvtx", 20)
+    assert "holds 4 TensorRT enqueues per instance" in inf["chosen"]
+    assert inf["gpu_ms"]["median"] == pytest.approx(4 * 0.060)
+    [layer] = data["layers"]
+    assert layer["name"] == "TensorRT:ExecutionContext::enqueueV3" and layer["share"] == pytest.approx(1.0)
+    # one enqueue per application range: the enqueue stays the unit
+    one = analyze(trace_of(*chained(engines=1))).to_json()["inference"]
+    assert (one["series"], one["source"]) == ("TensorRT:ExecutionContext::enqueueV3", "tensorrt")
+    assert one["chosen"] == "TensorRT's range around each enqueue of an execution context"
+
+
+def test_name_index_is_minus_one_for_ordinary_ranges():
+    from profiler.capture.series import build_series
+
+    nv, kr, calls = numbered_loop("Inference {}", n=5)
+    nv.append(("other", 0, T, 5))
+    table = build_series(trace_of(nv, kr, calls))
+    idx = table.instances["name_index"].to_numpy()
+    assert sorted(idx.tolist()) == [-1, 0, 1, 2, 3, 4]
+    assert np.issubdtype(idx.dtype, np.integer)
