@@ -91,8 +91,23 @@ def test_two_numbers_overlapping_instances_or_tensorrt_layers_are_no_numbered_se
     assert len(analyze(trace_of(nv, kr)).to_json()["ranges"]) == 10
 
 
+def test_node_numbers_of_an_exporter_are_no_index_but_every_tenth_step_is():
+    """ONNX exporters number nodes across kinds (Conv_0, Conv_3, Conv_7, ...: Relu and Add between them): once
+    each in a one-pass capture they are still layers. A loop ranged every tenth step (step_0, step_10, ...)
+    is numbered at a stride of 10."""
+    nums = [0, 3, 7, 12, 18, 25]
+    nv = [(f"Conv_{k}", i * 100 * T, i * 100 * T + 50 * T, 5) for i, k in enumerate(nums)]
+    kr = [(i * 100 * T + 5 * T, i * 100 * T + 40 * T, 5, i * 100 * T + T) for i in range(len(nums))]
+    assert len(analyze(trace_of(nv, kr)).to_json()["ranges"]) == len(nums)
+    nv, kr, calls = numbered_loop("step_{}", n=20)
+    nv = [(f"step_{10 * i}", *rest) for i, (_, *rest) in enumerate(nv)]
+    [r] = analyze(trace_of(nv, kr, calls), AnalysisOptions(include_setup=True)).to_json()["ranges"]
+    assert r["name"] == "step_#" and r["numbered"] == {"numbers": 20, "first": 0, "last": 190}
+
+
 def test_the_rule_keeps_its_parameters_declared():
     assert N.NUMBERED_MIN_NUMBERS == 3 and N.NUMBERED_MIN_SINGLE_SHARE == 0.5 and N.PLACEHOLDER == "#"
+    assert N.NUMBERED_MIN_DENSITY == 0.5
     assert N.templates("epoch 2 step 14") == ["epoch 2 step #", "epoch # step 14"]
     assert N.number_places("conv1 fp16 layer4.2 [7]") == [(21, 22)]
 
@@ -201,6 +216,15 @@ def test_an_inference_of_several_chained_enqueues_is_the_range_around_them():
     assert inf["gpu_ms"]["median"] == pytest.approx(4 * 0.060)
     [layer] = data["layers"]
     assert layer["name"] == "TensorRT:ExecutionContext::enqueueV3" and layer["share"] == pytest.approx(1.0)
+    # 20 warm-up ranges of their own before 40 inferences: the inferences, warm-up's enqueues counted as held
+    nv, kr, calls = chained(n=20, outer="Warmup {}")
+    shift = 20 * 450 * T
+    more = chained(n=40)
+    nv += [(name, s + shift, e + shift, *rest) for name, s, e, *rest in more[0]]
+    kr += [(s + shift, e + shift, tid, a + shift) for s, e, tid, a in more[1]]
+    calls += [(name, s + shift, e + shift, *rest) for name, s, e, *rest in more[2]]
+    inf = analyze(trace_of(nv, kr, calls)).to_json()["inference"]
+    assert (inf["series"], inf["count"]) == ("Inference #", 40)
     # one enqueue per application range: the enqueue stays the unit
     one = analyze(trace_of(*chained(engines=1))).to_json()["inference"]
     assert (one["series"], one["source"]) == ("TensorRT:ExecutionContext::enqueueV3", "tensorrt")

@@ -13,6 +13,9 @@ A number is an index, not part of a name, when (each a declared threshold below)
 - the numbers label instances, not kinds of work: most numbers name one instance on each thread that uses them
   (``NUMBERED_MIN_SINGLE_SHARE``). The layers of a network (``layer_3``, ``Conv_12``) run once per inference, so
   a capture of several inferences holds each of them several times;
+- the numbers run densely (``NUMBERED_MIN_DENSITY``): 0, 1, 2, ... or every tenth step (0, 10, 20: the stride
+  is their greatest common step), not an exporter's node numbers across kinds of layer (``Conv_0``, ``Conv_3``,
+  ``Conv_7``, the numbers between them taken by other layers);
 - the instances never overlap on a thread (iterations follow one another; a range is not nested in its sibling).
 
 TensorRT's own ranges (its domain: layer names, enqueues) are never numbered series. When a name holds several
@@ -33,6 +36,8 @@ NUMBERED_MIN_NUMBERS = 3
 """Distinct numbers in one place of names otherwise alike before they are one numbered series."""
 NUMBERED_MIN_SINGLE_SHARE = 0.5
 """Share of the (number, thread) pairs that must name exactly one instance: the number labels an instance."""
+NUMBERED_MIN_DENSITY = 0.5
+"""Share of the numbers from the first to the last (at their common stride) that must be there."""
 _NUMBER = re.compile(r"(?<![0-9A-Za-z.])[0-9]+(?![0-9A-Za-z.])")
 """A number standing apart in a name (see the module docstring)."""
 EXCLUDED_DOMAINS = ("TensorRT",)
@@ -83,7 +88,7 @@ def merge_numbered(names: np.ndarray, domain_of_name: np.ndarray, name_code: np.
         a, b = places[-1]  # the last number is the index; the others stay in the name
         s = str(nm)
         groups.setdefault((int(domain_of_name[i]), s[:a] + PLACEHOLDER + s[b:]), []).append((i, int(s[a:b])))
-    candidates = {k: v for k, v in groups.items() if len({num for _, num in v}) >= NUMBERED_MIN_NUMBERS}
+    candidates = {k: v for k, v in groups.items() if _dense({num for _, num in v})}
     if not candidates:
         return Numbered(np.asarray(out_names, dtype=object), code, number, 0)
     wanted = np.array([i for v in candidates.values() for i, _ in v], dtype=np.int64)
@@ -104,6 +109,15 @@ def merge_numbered(names: np.ndarray, domain_of_name: np.ndarray, name_code: np.
         merged += 1
     # names no row uses any more are left in place: the series are made from the codes the rows use
     return Numbered(np.asarray(out_names, dtype=object), code, number, merged)
+
+
+def _dense(numbers: set[int]) -> bool:
+    """Enough distinct numbers, and most of those from the first to the last at their common stride."""
+    if len(numbers) < NUMBERED_MIN_NUMBERS:
+        return False
+    v = np.array(sorted(numbers), dtype=np.int64)
+    stride = int(np.gcd.reduce(np.diff(v)))
+    return len(v) >= NUMBERED_MIN_DENSITY * ((int(v[-1]) - int(v[0])) // stride + 1)
 
 
 def _is_index(rows: pd.DataFrame) -> bool:

@@ -163,7 +163,7 @@ def choose(table: S.SeriesTable, unit_name: str | None = None) -> tuple[int | No
 
 ENCLOSING_MIN_SHARE = 0.9
 """A range of the application is the inference instead of TensorRT's enqueue when at least this share of the
-enqueues lies inside its instances ..."""
+enqueues lies inside ranges of the application that hold several per instance (its own, and its warm-up's) ..."""
 ENCLOSING_MIN_ENQUEUES = 1.5
 """... and they hold at least this many enqueues per instance on average (8 engines chained per inference, or one
 enqueue per chunk of the input): one enqueue is an eighth of the inference, not the inference."""
@@ -171,17 +171,37 @@ enqueue per chunk of the input): one enqueue is an eighth of the inference, not 
 
 def enclosing_enqueues(table: S.SeriesTable, trt: int) -> tuple[int, float] | None:
     """(series, enqueues per instance) of the repeated range of the application that holds several TensorRT
-    enqueues (series ``trt``) per instance, the innermost such (most instances); None when there is none."""
+    enqueues (series ``trt``) per instance and the most of them (then: the most instances, the innermost); None
+    when there is none."""
     series = table.series
     count = series["count"].to_numpy()
-    best = None
+    held = {}  # application ranges holding several enqueues per instance: series -> (share, per instance)
     for a, share in table.ancestor_share(trt).items():
-        if series["domain"].iat[a] == TENSORRT_DOMAIN or count[a] < 2 or share < ENCLOSING_MIN_SHARE:
-            continue
         per = share * count[trt] / count[a]
-        if per >= ENCLOSING_MIN_ENQUEUES and (best is None or count[a] > count[best[0]]):
-            best = (int(a), float(per))
-    return best
+        if series["domain"].iat[a] != TENSORRT_DOMAIN and count[a] >= 2 and per >= ENCLOSING_MIN_ENQUEUES:
+            held[int(a)] = (share, float(per))
+    # the warm-up's ranges and the timed loop's (Warmup #, Inference #) hold the enqueues together
+    if not held or _share_inside(table, trt, set(held)) < ENCLOSING_MIN_SHARE:
+        return None
+    best = max(held, key=lambda a: (held[a][0], count[a]))  # the one holding the most enqueues
+    return best, held[best][1]
+
+
+def _share_inside(table: S.SeriesTable, sid: int, around: set[int]) -> float:
+    """Share of the instances of series ``sid`` nested (at any depth) in an instance of a series of ``around``."""
+    inst = table.instances
+    series_of, parent = inst["series_id"].to_numpy(), inst["parent"].to_numpy()
+    rows = np.flatnonzero(series_of == sid)
+    if not len(rows):
+        return 0.0
+    inside = np.zeros(len(rows), dtype=bool)
+    cur, who = parent[rows], np.arange(len(rows))
+    while len(cur):
+        ok = cur >= 0
+        cur, who = cur[ok], who[ok]
+        inside[who[np.isin(series_of[cur], list(around))]] = True
+        cur = parent[cur]
+    return float(inside.mean())
 
 
 def outer_instances(table: S.SeriesTable) -> np.ndarray:
