@@ -105,6 +105,29 @@ def test_node_numbers_of_an_exporter_are_no_index_but_every_tenth_step_is():
     assert r["name"] == "step_#" and r["numbered"] == {"numbers": 20, "first": 0, "last": 190}
 
 
+def test_numbered_phases_around_loops_stay_one_off_ranges():
+    """``bs=1``, ``bs=2``, ``bs=4``, ``bs=8``, each around its own timed loop of 25 ``iter`` ranges: the numbers
+    name configurations, not iterations; each stays a one-off range and the iterations are the unit."""
+    nv, kr, calls, t = [], [], [], 0
+    for bs in (1, 2, 4, 8):
+        it, k, c = numbered_loop("iter", n=25, t0=t + 10 * T)
+        end = max(e for _, _, e, _ in it) + 10 * T
+        nv += [(name, s0, e0, tid) for name, s0, e0, tid in it] + [(f"bs={bs}", t, end, 5)]
+        kr, calls, t = kr + k, calls + c, end + 100 * T
+    data = analyze(trace_of(nv, kr, calls), AnalysisOptions(include_setup=True)).to_json()
+    assert {r["name"] for r in data["ranges"]} == {"bs=1", "bs=2", "bs=4", "bs=8", "iter"}
+    assert (data["inference"]["series"], data["inference"]["count"]) == ("iter", 100)
+    # the same names around 6 ranged steps each: iterations with their steps
+    nv, kr, calls, t = [], [], [], 0
+    for i in range(10):
+        it, k, c = numbered_loop("step", n=6, t0=t + 10 * T)
+        end = max(e for _, _, e, _ in it) + 10 * T
+        nv += it + [(f"Inference {i}", t, end, 5)]
+        kr, calls, t = kr + k, calls + c, end + 100 * T
+    data = analyze(trace_of(nv, kr, calls)).to_json()
+    assert (data["inference"]["series"], data["inference"]["count"]) == ("Inference #", 10)
+
+
 def test_the_rule_keeps_its_parameters_declared():
     assert N.NUMBERED_MIN_NUMBERS == 3 and N.NUMBERED_MIN_SINGLE_SHARE == 0.5 and N.PLACEHOLDER == "#"
     assert N.NUMBERED_MIN_DENSITY == 0.5

@@ -16,7 +16,11 @@ A number is an index, not part of a name, when (each a declared threshold below)
 - the numbers run densely (``NUMBERED_MIN_DENSITY``): 0, 1, 2, ... or every tenth step (0, 10, 20: the stride
   is their greatest common step), not an exporter's node numbers across kinds of layer (``Conv_0``, ``Conv_3``,
   ``Conv_7``, the numbers between them taken by other layers);
-- the instances never overlap on a thread (iterations follow one another; a range is not nested in its sibling).
+- the instances never overlap on a thread (iterations follow one another; a range is not nested in its sibling);
+- they are no phases around loops: when most of them each hold a loop (``NUMBERED_LOOP_ITERATIONS`` or more
+  direct children of one name, at least ``NUMBERED_LOOP_SHARE`` of their direct children, TensorRT's ranges not
+  counted), the numbers name configurations or epochs (``bs=1``, ``bs=8`` ... around each one's timed loop;
+  ``epoch 3`` around its steps): each stays a one-off range around its loop.
 
 TensorRT's own ranges (its domain: layer names, enqueues) are never numbered series. When a name holds several
 such numbers, the last one that qualifies is the index (``epoch 2 step 14``: the step, per epoch).
@@ -38,6 +42,10 @@ NUMBERED_MIN_SINGLE_SHARE = 0.5
 """Share of the (number, thread) pairs that must name exactly one instance: the number labels an instance."""
 NUMBERED_MIN_DENSITY = 0.5
 """Share of the numbers from the first to the last (at their common stride) that must be there."""
+NUMBERED_LOOP_ITERATIONS = 20
+"""Direct children of one name that make an instance a phase around a loop, not an iteration ..."""
+NUMBERED_LOOP_SHARE = 2 / 3
+"""... when they make at least this share of its direct children (a forward pass's aten::linear ranges do not)."""
 _NUMBER = re.compile(r"(?<![0-9A-Za-z.])[0-9]+(?![0-9A-Za-z.])")
 """A number standing apart in a name (see the module docstring)."""
 EXCLUDED_DOMAINS = ("TensorRT",)
@@ -96,9 +104,13 @@ def merge_numbered(names: np.ndarray, domain_of_name: np.ndarray, name_code: np.
     rows = pd.DataFrame({"c": name_code[sel], "t": tid[sel], "s": start_ns[sel], "e": end_ns[sel]})
     by_code = {c: g for c, g in rows.groupby("c")}
     existing = {(int(domain_of_name[i]), str(nm)): i for i, nm in enumerate(out_names) if domain_of_name[i] >= 0}
+    level = _Level(name_code, tid, start_ns, end_ns, excluded)
     for (dom, template), members in sorted(candidates.items(), key=lambda kv: kv[0][1]):
         parts = [by_code[i].assign(num=num) for i, num in members if i in by_code]
-        if not parts or not _is_index(pd.concat(parts, ignore_index=True)):
+        if not parts:
+            continue
+        group = pd.concat(parts, ignore_index=True)
+        if not _is_index(group) or level.hold_loops(group):
             continue
         target = existing.get((dom, template))  # a name already spelled with '#' joins them
         if target is None:
@@ -130,3 +142,46 @@ def _is_index(rows: pd.DataFrame) -> bool:
     tid, start = rows["t"].to_numpy(), rows["s"].to_numpy()
     reach = rows.groupby("t")["e"].cummax().to_numpy()  # the latest end so far on the thread
     return not ((tid[1:] == tid[:-1]) & (start[1:] < reach[:-1])).any()
+
+
+class _Level:
+    """Every range (name code, thread, start, end) sorted per thread, to look inside a group's instances."""
+
+    def __init__(self, name_code: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarray,
+                 excluded: np.ndarray | None) -> None:
+        order = np.lexsort((-end, start, tid))
+        self.code, self.tid, self.start, self.end = name_code[order], tid[order], start[order], end[order]
+        self.counted = ~excluded[self.code] if excluded is not None else np.ones(len(order), dtype=bool)
+        self.threads, self.first = np.unique(self.tid, return_index=True)
+        self.last = np.append(self.first[1:], len(self.tid))
+
+    def hold_loops(self, group: pd.DataFrame) -> bool:
+        """Whether most instances of ``group`` (columns t, s, e) each hold a loop among their direct children."""
+        held = 0
+        for t, g in group.groupby("t"):
+            k = int(np.searchsorted(self.threads, t))
+            a, b = int(self.first[k]), int(self.last[k])
+            s, e = self.start[a:b], self.end[a:b]
+            lo = np.searchsorted(s, g["s"].to_numpy(), "left")
+            hi = np.searchsorted(s, g["e"].to_numpy(), "right")
+            held += int(np.count_nonzero(self._loops(a, lo, hi, g["s"].to_numpy(), g["e"].to_numpy())))
+        return held > 0.5 * len(group)
+
+    def _loops(self, a: int, lo: np.ndarray, hi: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+        """Per instance (windows [lo, hi) of its thread's rows from ``a``), whether its direct children hold a loop."""
+        n = hi - lo
+        who = np.repeat(np.arange(len(lo)), n)
+        pos = a + np.repeat(lo, n) + (np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n))
+        inside = (self.end[pos] <= e[who]) & ~((self.start[pos] == s[who]) & (self.end[pos] == e[who]))
+        who, pos = who[inside], pos[inside]
+        if not len(pos):
+            return np.zeros(len(lo), dtype=bool)
+        reach = pd.Series(self.end[pos]).groupby(who).cummax().to_numpy()
+        head = np.concatenate(([True], who[1:] != who[:-1]))
+        direct = head | (self.start[pos] >= np.concatenate(([0], reach[:-1])))
+        who, pos = who[direct], pos[direct]
+        children = np.bincount(who, minlength=len(lo))
+        mine = self.counted[pos]
+        pairs = pd.DataFrame({"w": who[mine], "c": self.code[pos][mine]}).value_counts()
+        top = pairs.groupby(level=0).max().reindex(range(len(lo)), fill_value=0).to_numpy()
+        return (top >= NUMBERED_LOOP_ITERATIONS) & (top >= NUMBERED_LOOP_SHARE * np.maximum(children, 1))
