@@ -161,7 +161,7 @@ class _Level:
         for t, g in group.groupby("t"):
             k = int(np.searchsorted(self.threads, t))
             a, b = int(self.first[k]), int(self.last[k])
-            s, e = self.start[a:b], self.end[a:b]
+            s = self.start[a:b]
             lo = np.searchsorted(s, g["s"].to_numpy(), "left")
             hi = np.searchsorted(s, g["e"].to_numpy(), "right")
             held += int(np.count_nonzero(self._loops(a, lo, hi, g["s"].to_numpy(), g["e"].to_numpy())))
