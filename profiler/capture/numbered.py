@@ -48,6 +48,8 @@ NUMBERED_LOOP_SHARE = 2 / 3
 """... when they make at least this share of its direct children (a forward pass's aten::linear ranges do not)."""
 _NUMBER = re.compile(r"(?<![0-9A-Za-z.])[0-9]+(?![0-9A-Za-z.])")
 """A number standing apart in a name (see the module docstring)."""
+_LAST = r"^(.*)(?<![0-9A-Za-z.])([0-9]+)(?![0-9A-Za-z.])(.*)$"
+"""The last number standing apart in a name (the greedy head leaves it the last): head, number, tail."""
 EXCLUDED_DOMAINS = ("TensorRT",)
 """Domains whose ranges are never numbered series (TensorRT names its layers after the network's nodes)."""
 
@@ -86,38 +88,44 @@ def merge_numbered(names: np.ndarray, domain_of_name: np.ndarray, name_code: np.
     merged = 0
     if n == 0 or not len(name_code):
         return Numbered(np.asarray(out_names, dtype=object), code, number, 0)
-    groups: dict[tuple[int, str], list[tuple[int, int]]] = {}
-    for i, nm in enumerate(out_names):
-        if domain_of_name[i] < 0 or (excluded is not None and excluded[i]):
-            continue
-        places = number_places(str(nm))
-        if not places:
-            continue
-        a, b = places[-1]  # the last number is the index; the others stay in the name
-        s = str(nm)
-        groups.setdefault((int(domain_of_name[i]), s[:a] + PLACEHOLDER + s[b:]), []).append((i, int(s[a:b])))
-    candidates = {k: v for k, v in groups.items() if _dense({num for _, num in v})}
-    if not candidates:
+    ok = domain_of_name >= 0
+    if excluded is not None:
+        ok &= ~excluded
+    text = pd.Series([str(x) for x in np.asarray(names, dtype=object)[ok]], index=np.flatnonzero(ok), dtype=object)
+    text = text[text.str.contains(r"[0-9]", regex=True)]
+    parts = text.str.extract(_LAST).dropna()
+    parts = parts[parts[1].str.len() <= 18]  # an int64; longer digit runs are ids, no index
+    if parts.empty:
         return Numbered(np.asarray(out_names, dtype=object), code, number, 0)
-    wanted = np.array([i for v in candidates.values() for i, _ in v], dtype=np.int64)
-    sel = np.flatnonzero(np.isin(name_code, wanted))  # only the rows of candidate names are looked at
-    rows = pd.DataFrame({"c": name_code[sel], "t": tid[sel], "s": start_ns[sel], "e": end_ns[sel]})
-    by_code = {c: g for c, g in rows.groupby("c")}
-    existing = {(int(domain_of_name[i]), str(nm)): i for i, nm in enumerate(out_names) if domain_of_name[i] >= 0}
-    level = _Level(name_code, tid, start_ns, end_ns, excluded)
-    for (dom, template), members in sorted(candidates.items(), key=lambda kv: kv[0][1]):
-        parts = [by_code[i].assign(num=num) for i, num in members if i in by_code]
-        if not parts:
-            continue
-        group = pd.concat(parts, ignore_index=True)
+    found = pd.DataFrame({"i": parts.index.to_numpy(np.int64), "d": domain_of_name[parts.index.to_numpy()],
+                          "t": (parts[0] + PLACEHOLDER + parts[2]).to_numpy(), "num": parts[1].astype(np.int64)})
+    many = found.groupby(["d", "t"])["num"].transform("nunique") >= NUMBERED_MIN_NUMBERS
+    candidates = {}
+    for (dom, template), g in found[many.to_numpy()].groupby(["d", "t"]):
+        if _dense(set(g["num"].tolist())):
+            candidates[(int(dom), str(template))] = list(zip(g["i"].tolist(), g["num"].tolist()))
+    keys = sorted(candidates, key=lambda k: k[1])
+    group_of, num_of = np.full(n, -1, np.int64), np.full(n, -1, np.int64)
+    for g, key in enumerate(keys):
+        for i, num in candidates[key]:
+            group_of[i], num_of[i] = g, num
+    sel = np.flatnonzero(group_of[name_code] >= 0)  # only the rows of candidate names are looked at
+    c = name_code[sel]
+    rows = pd.DataFrame({"g": group_of[c], "num": num_of[c], "t": tid[sel], "s": start_ns[sel], "e": end_ns[sel]})
+    # a name already spelled with '#' in the same domain joins them
+    spelled = pd.Index(np.asarray(names, dtype=object)).get_indexer([t for _, t in keys])
+    level = None
+    for g, group in rows.groupby("g"):
+        level = level or _Level(name_code, tid, start_ns, end_ns, excluded)
         if not _is_index(group) or level.hold_loops(group):
             continue
-        target = existing.get((dom, template))  # a name already spelled with '#' joins them
+        dom, template = keys[int(g)]
+        target = int(spelled[int(g)]) if spelled[int(g)] >= 0 and domain_of_name[spelled[int(g)]] == dom else None
         if target is None:
             out_names.append(template)
             target = len(out_names) - 1
-        for i, num in members:
-            code[i], number[i] = target, num
+        members = np.array([i for i, _ in candidates[keys[int(g)]]], dtype=np.int64)
+        code[members], number[members] = target, num_of[members]
         merged += 1
     # names no row uses any more are left in place: the series are made from the codes the rows use
     return Numbered(np.asarray(out_names, dtype=object), code, number, merged)
