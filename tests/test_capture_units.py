@@ -263,3 +263,100 @@ def test_name_index_is_minus_one_for_ordinary_ranges():
     idx = table.instances["name_index"].to_numpy()
     assert sorted(idx.tolist()) == [-1, 0, 1, 2, 3, 4]
     assert np.issubdtype(idx.dtype, np.integer)
+
+
+# ----------------------------------------------------------------------------- H200 captures (sample_traces)
+
+def _sql(path, query: str) -> list[tuple]:
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return con.execute(query).fetchall()
+    finally:
+        con.close()
+
+
+def _ranges_like(path, pattern: str, domain_id: int | None = 0) -> list[tuple[int, int]]:
+    """(start, end) of the closed NVTX push/pop and start/end ranges whose text matches the SQL LIKE ``pattern``
+    (in the domain ``domain_id``; 0 is the default one), in start order."""
+    where = "" if domain_id is None else f" AND COALESCE(n.domainId, 0) = {domain_id}"
+    return _sql(path, "SELECT n.start, n.end FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
+                      f"WHERE n.eventType IN (59, 60) AND n.end IS NOT NULL AND COALESCE(n.text, s.value) LIKE "
+                      f"'{pattern}'{where} ORDER BY n.start")
+
+
+def _median_ms(spans: list[tuple[int, int]]) -> float:
+    return float(np.median([e - s for s, e in spans])) / 1e6
+
+
+@pytest.fixture(scope="module")
+def samples():
+    from tests.capture_builders import capture_or_skip, result_of
+    from tests.conftest import SAMPLE_TRACES
+
+    def get(name: str, steady: bool = False):
+        path = capture_or_skip(SAMPLE_TRACES / f"{name}.sqlite")
+        if steady:
+            from profiler.capture.analyze import analyze_path
+
+            return path, analyze_path(path, cache=False).to_json()
+        return path, result_of(path).to_json()
+
+    return get
+
+
+@pytest.mark.parametrize("name", ["numbered_eager", "numbered_graph"])
+def test_numbered_h200_captures_have_their_inferences_and_warm_up_as_setup(samples, name):
+    """``Warmup 0..4`` then ``Inference 0..59`` (no enclosing range): the unit is ``Inference #`` with the 60
+    inferences SQL counts, each keeping its number; the warm-up is setup, the steady state begins with the first
+    steady inference, and the host time is SQL's median over the steady inferences."""
+    path, whole = samples(name)
+    inf_spans, warm_spans = _ranges_like(path, "Inference %"), _ranges_like(path, "Warmup %")
+    assert (len(inf_spans), len(warm_spans)) == (60, 5)
+    inf = whole["inference"]
+    assert (inf["series"], inf["count"], inf["source"]) == ("Inference #", len(inf_spans), "nvtx")
+    [r] = [r for r in whole["ranges"] if r["name"] == "Inference #"]
+    assert r["numbered"] == {"numbers": 60, "first": 0, "last": 59} and r["instances"]["number"] == list(range(60))
+    _, data = samples(name, steady=True)
+    st = data["inference"]
+    assert st["host_ms"]["median"] == pytest.approx(_median_ms(inf_spans[st["warmup_count"]:]), abs=1e-6)
+    first_steady_ms = (inf_spans[st["warmup_count"]][0] - data["capture"]["capture_start_ns"]) / 1e6
+    assert data["phases"]["steady"]["start_ms"] == pytest.approx(first_steady_ms, abs=1e-6)
+    warm_ms = sum(e - s for s, e in warm_spans) / 1e6
+    assert data["phases"]["setup"]["what"]["ranges"]["Warmup #"] == pytest.approx(warm_ms, abs=1e-6)
+    assert not any(r["name"] == "Warmup #" for r in data["ranges"])  # setup, not a loop of the steady state
+    assert "differ only by a number (60 numbers, 0 to 59)" in st["chosen"]
+
+
+def test_stages_h200_capture_is_one_frame_per_repetition_of_its_six_stages(samples):
+    """Six sibling stage ranges per frame, 100 frames, no enclosing range: the unit is the frame; its host time
+    is SQL's median of ``postprocess`` end minus ``read_input`` start per frame; the stages are its layers."""
+    path, whole = samples("stages")
+    stages = ("read_input", "preprocess", "backbone", "neck", "head", "postprocess")
+    spans = {st: _ranges_like(path, st) for st in stages}
+    assert {len(v) for v in spans.values()} == {100}
+    inf = whole["inference"]
+    assert (inf["series"], inf["count"]) == ("(frame)", 100)
+    frames = [(a[0], b[1]) for a, b in zip(spans["read_input"], spans["postprocess"])]
+    _, data = samples("stages", steady=True)
+    st = data["inference"]
+    assert st["host_ms"]["median"] == pytest.approx(_median_ms(frames[st["warmup_count"]:]), abs=1e-6)
+    assert sorted(x["name"] for x in data["layers"]) == sorted(stages)
+    assert all(x["count"] == st["steady_count"] for x in data["layers"])  # each stage once per frame
+    assert "read_input > preprocess > backbone > neck > head > postprocess" in st["chosen"]
+
+
+def test_chained_enqueues_h200_capture_is_the_range_around_the_four_enqueues(samples):
+    """``infer 0..49``, each four TensorRT-shaped engines enqueued in a chain: the unit is ``infer #`` with the
+    enqueues (200, SQL's count) as its layer, not one enqueue."""
+    path, whole = samples("chained_enqueues")
+    infer = _ranges_like(path, "infer %")
+    enqueues = _ranges_like(path, "ExecutionContext::enqueue%", domain_id=None)
+    assert (len(infer), len(enqueues)) == (50, 200)
+    inf = whole["inference"]
+    assert (inf["series"], inf["count"], inf["source"]) == ("infer #", 50, "nvtx")
+    assert "holds 4 TensorRT enqueues per instance" in inf["chosen"]
+    [layer] = [x for x in whole["layers"] if "enqueue" in x["name"]]
+    assert layer["count"] == 4 * inf["steady_count"]
+    assert inf["host_ms"]["median"] == pytest.approx(_median_ms(infer[inf["warmup_count"]:]), abs=1e-6)
