@@ -194,6 +194,10 @@ def test_stage_ranges_repeated_as_a_whole_are_frames_with_the_stages_as_layers()
     assert sorted(x["name"] for x in data["layers"]) == sorted(STAGES)
     backbone = next(x for x in data["layers"] if x["name"] == "backbone")
     assert backbone["share"] == pytest.approx(100 / 150)  # 100 of the frame's 150 us of kernels
+    from profiler.report.inference import inference_section
+
+    intro = inference_section(data).intro  # the report's inference section says it too
+    assert intro.startswith("One inference is a frame: one repetition of the stage ranges") and "Why this unit: " in intro
     [fr] = [r for r in data["ranges"] if r["name"] == "(frame)"]
     assert fr["made_from"].startswith("one range per repetition of the stage ranges read_input > preprocess")
     assert "stages the layers" in inf["chosen"]
