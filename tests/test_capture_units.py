@@ -128,6 +128,23 @@ def test_numbered_phases_around_loops_stay_one_off_ranges():
     assert (data["inference"]["series"], data["inference"]["count"]) == ("Inference #", 10)
 
 
+def test_numbered_inferences_inside_numbered_runs_are_the_unit():
+    """``Run 0`` ... ``Run 4``, each around ``Inference 0`` ... ``Inference 29``: the inferences' numbers repeat
+    once per run (one per number inside each run's range), so they are one series, the unit; the runs, each
+    around a loop of 30 inferences, stay one-off ranges."""
+    nv, kr, calls, t = [], [], [], 0
+    for run in range(5):
+        it, k, c = numbered_loop("Inference {}", n=30, t0=t + 10 * T)
+        end = max(e for _, _, e, _ in it) + 10 * T
+        nv += it + [(f"Run {run}", t, end, 5)]
+        kr, calls, t = kr + k, calls + c, end + 100 * T
+    data = analyze(trace_of(nv, kr, calls), AnalysisOptions(include_setup=True)).to_json()
+    assert (data["inference"]["series"], data["inference"]["count"]) == ("Inference #", 150)
+    assert {r["name"] for r in data["ranges"]} == {"Inference #"} | {f"Run {i}" for i in range(5)}
+    [r] = [r for r in data["ranges"] if r["name"] == "Inference #"]
+    assert r["instances"]["number"] == list(range(30)) * 5
+
+
 def test_the_rule_keeps_its_parameters_declared():
     assert N.NUMBERED_MIN_NUMBERS == 3 and N.NUMBERED_MIN_SINGLE_SHARE == 0.5 and N.PLACEHOLDER == "#"
     assert N.NUMBERED_MIN_DENSITY == 0.5

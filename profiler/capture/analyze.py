@@ -16,14 +16,17 @@ statistics, GPU busy projection, idle gaps, then the capture rules with each fin
                  cause, detail}], "outlier_count", per-instance host figures (api_ms_per_instance,
                  launches_per_instance, sync_calls_per_instance, compute_ms_per_instance,
                  copy_ms_per_instance, osrt_ms_per_instance, total_wall_ms, ...),
-                 "instances": {"start_ms", "wall_ms", "gpu_busy_ms"}, made_from (a range made from CUDA calls,
-                 not an NVTX range)}, ...],   # biggest total wall first
+                 "instances": {"start_ms", "wall_ms", "gpu_busy_ms", "number" (numbered series)}, made_from (a
+                 range made from CUDA calls or a frame of stage ranges, not an NVTX range), numbered: {numbers,
+                 first, last} (names that differ only by a number, profiler.capture.numbered)}, ...],
+                 # biggest total wall first
      "findings": [{rule, scope: "capture", severity, title, range, evidence, threshold, recommendation,
                    impact: {ms_per_instance, share}}, ...],       # costliest first
      "inference": {series, source: "tensorrt"|"nvtx"|"window", count, steady_count, warmup_count,
                    gpu_ms, gpu_latency_ms, queue_ms, host_ms (statistics like wall_ms), graph_launches,
                    bound_by: "host"|"compute"|"HtoD"|"DtoH"|..., graph_replays: true when each inference is
-                   a cudaGraphLaunch of TensorRT's captured enqueue (profiler.capture.replays)},
+                   a cudaGraphLaunch of TensorRT's captured enqueue (profiler.capture.replays), chosen: why this
+                   unit, in words (absent for a window)},
      "layers": [{name, parent, count, gpu_ms (per inference), share, kernels: [{name, count, total_ms,
                  tensor_cores}], tensor_cores, engine (with --layer-info)}],   # most GPU time first
      "layer_total": {layers_gpu_ms, inference_gpu_ms (means per inference), difference_ms, note,

@@ -11,8 +11,9 @@ A number is an index, not part of a name, when (each a declared threshold below)
   dot (``conv1``, ``fp16``, ``resnet50``, ``sm80`` and ``layer4.2``, ``h.0``, ``v1.2`` keep their numbers);
 - at least ``NUMBERED_MIN_NUMBERS`` distinct numbers take that place in names otherwise alike;
 - the numbers label instances, not kinds of work: most numbers name one instance on each thread that uses them
-  (``NUMBERED_MIN_SINGLE_SHARE``). The layers of a network (``layer_3``, ``Conv_12``) run once per inference, so
-  a capture of several inferences holds each of them several times;
+  inside ranges of one name (``NUMBERED_MIN_SINGLE_SHARE``). The layers of a network (``layer_3``) run once in
+  every ``infer`` range, so a capture of several inferences holds each of them several times in ranges of one
+  name; ``Inference 0`` ... ``Inference 99`` inside each of ``Run 0`` ... ``Run 4`` are one per number in each;
 - the numbers run densely (``NUMBERED_MIN_DENSITY``): 0, 1, 2, ... or every tenth step (0, 10, 20: the stride
   is their greatest common step), not an exporter's node numbers across kinds of layer (``Conv_0``, ``Conv_3``,
   ``Conv_7``, the numbers between them taken by other layers);
@@ -116,8 +117,8 @@ def merge_numbered(names: np.ndarray, domain_of_name: np.ndarray, name_code: np.
     spelled = pd.Index(np.asarray(names, dtype=object)).get_indexer([t for _, t in keys])
     level = None
     for g, group in rows.groupby("g"):
-        level = level or _Level(name_code, tid, start_ns, end_ns, excluded)
-        if not _is_index(group) or level.hold_loops(group):
+        level = level or _Level(name_code, tid, start_ns, end_ns, excluded, group_of)
+        if not _is_index(group.assign(p=level.parent_name(group))) or level.hold_loops(group):
             continue
         dom, template = keys[int(g)]
         target = int(spelled[int(g)]) if spelled[int(g)] >= 0 and domain_of_name[spelled[int(g)]] == dom else None
@@ -141,9 +142,9 @@ def _dense(numbers: set[int]) -> bool:
 
 
 def _is_index(rows: pd.DataFrame) -> bool:
-    """Whether the numbers of one template label instances: mostly one instance per (number, thread), and no
-    two instances overlapping on a thread."""
-    per = rows.groupby(["num", "t"]).size().to_numpy()
+    """Whether the numbers of one template label instances: mostly one instance per (number, thread, name of the
+    range around it: column p), and no two instances overlapping on a thread."""
+    per = rows.groupby(["num", "t", "p"]).size().to_numpy()
     if not len(per) or np.count_nonzero(per == 1) < NUMBERED_MIN_SINGLE_SHARE * len(per):
         return False
     rows = rows.sort_values(["t", "s", "e"], kind="stable")
@@ -156,12 +157,40 @@ class _Level:
     """Every range (name code, thread, start, end) sorted per thread, to look inside a group's instances."""
 
     def __init__(self, name_code: np.ndarray, tid: np.ndarray, start: np.ndarray, end: np.ndarray,
-                 excluded: np.ndarray | None) -> None:
+                 excluded: np.ndarray | None, group_of: np.ndarray) -> None:
         order = np.lexsort((-end, start, tid))
         self.code, self.tid, self.start, self.end = name_code[order], tid[order], start[order], end[order]
+        # names of one numbered template count as one name (a loop of Inference 0 ... Inference 99)
+        self.kind = np.where(group_of[self.code] >= 0, len(group_of) + group_of[self.code], self.code)
+        self._parent: np.ndarray | None = None
         self.counted = ~excluded[self.code] if excluded is not None else np.ones(len(order), dtype=bool)
         self.threads, self.first = np.unique(self.tid, return_index=True)
         self.last = np.append(self.first[1:], len(self.tid))
+
+    def parent_name(self, group: pd.DataFrame) -> np.ndarray:
+        """Per row of ``group`` (columns t, s, e), the name code of the range directly around it (-1: none)."""
+        if self._parent is None:
+            from profiler.capture.keys import ThreadKeys
+            from profiler.capture.series import nesting
+
+            keys = ThreadKeys([self.tid], [self.start, self.end])
+            parent = nesting(keys, self.tid, self.start, self.end)[1]
+            self._parent = np.where(parent >= 0, self.code[np.maximum(parent, 0)], -1)
+        out = np.full(len(group), -1, np.int64)
+        for t, g in group.groupby("t"):
+            k = int(np.searchsorted(self.threads, t))
+            a, b = int(self.first[k]), int(self.last[k])
+            pos = a + np.searchsorted(self.start[a:b], g["s"].to_numpy(), "left")
+            # the row itself: the first of its start with its end (outer ranges of one start come first)
+            while True:
+                off = (pos < b) & ((self.start[np.minimum(pos, b - 1)] != g["s"].to_numpy())
+                                   | (self.end[np.minimum(pos, b - 1)] != g["e"].to_numpy()))
+                off &= pos < b - 1
+                if not off.any():
+                    break
+                pos = np.where(off, pos + 1, pos)
+            out[np.flatnonzero(group["t"].to_numpy() == t)] = self._parent[np.minimum(pos, b - 1)]
+        return out
 
     def hold_loops(self, group: pd.DataFrame) -> bool:
         """Whether most instances of ``group`` (columns t, s, e) each hold a loop among their direct children."""
@@ -190,6 +219,6 @@ class _Level:
         who, pos = who[direct], pos[direct]
         children = np.bincount(who, minlength=len(lo))
         mine = self.counted[pos]
-        pairs = pd.DataFrame({"w": who[mine], "c": self.code[pos][mine]}).value_counts()
+        pairs = pd.DataFrame({"w": who[mine], "c": self.kind[pos][mine]}).value_counts()
         top = pairs.groupby(level=0).max().reindex(range(len(lo)), fill_value=0).to_numpy()
         return (top >= NUMBERED_LOOP_ITERATIONS) & (top >= NUMBERED_LOOP_SHARE * np.maximum(children, 1))

@@ -1,8 +1,11 @@
 """The inference unit of a capture: what one inference is, and what each one cost on the GPU.
 
-The unit is, in this order: the range the user names (``--unit NAME``), TensorRT's
-``ExecutionContext::enqueue*`` / ``execute*`` ranges (NVTX domain "TensorRT"), the user's outermost
-repeated range that launches a fair share of the GPU work, or the whole capture window. A range that occurs
+The unit is, in this order: the range the user names (``--unit NAME``, a numbered series by its placeholder
+name or any member's), TensorRT's ``ExecutionContext::enqueue*`` / ``execute*`` ranges (NVTX domain "TensorRT")
+unless a repeated range of the application holds several of them per instance (engines chained: that range,
+:func:`enclosing_enqueues`), the user's outermost repeated range that launches a fair share of the GPU work
+(numbered names merged first, :mod:`profiler.capture.numbered`; stage ranges repeated as a whole made frames,
+:mod:`profiler.capture.stages`), or the whole capture window. ``Unit.chosen`` says which rule took it. A range that occurs
 once (``benchmark`` around the timed loop, a sweep's ``sweep/<variant>``) does not hide the loop inside it:
 see :func:`outer_instances`. Per instance, the GPU work it launched (kernels, copies, memsets, graph launches,
 joined to the launching API call through the correlation id by the loader, attributed by thread and
