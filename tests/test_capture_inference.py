@@ -180,12 +180,13 @@ def test_a_few_requests_after_a_long_unranged_warm_up_are_the_inference():
         krows.append((t0, t0 + 650 * T, 5, t0 - 5 * T))
     data = analyze(Trace(kernels=kernels(*krows), nvtx=ranges(*nv))).to_json()
     assert data["inference"]["source"] == "window"
-    # two marked iterations in the middle of a 100-iteration loop: the loop goes on after them, no unit
+    # two marked iterations in the middle of a 100-iteration loop: the loop goes on after them, no unit (the
+    # other iterations carry one-off names: numbered ones, iter#0 ... iter#99, would be a series of their own)
     loop, marks = [], []
     for i in range(100):
         t = 100_000 * T + i * 200 * T
         loop.append((t + 20 * T, t + 120 * T, 5, t + 10 * T))
-        marks.append(("iter" if i in (50, 51) else f"iter#{i}", t, t + 150 * T, 5))
+        marks.append(("iter" if i in (50, 51) else f"iter{chr(65 + i % 26)}{chr(65 + i // 26)}", t, t + 150 * T, 5))
     data = analyze(Trace(kernels=kernels(*loop), nvtx=ranges(*marks))).to_json()
     assert data["inference"]["source"] == "window"
 

@@ -16,14 +16,17 @@ statistics, GPU busy projection, idle gaps, then the capture rules with each fin
                  cause, detail}], "outlier_count", per-instance host figures (api_ms_per_instance,
                  launches_per_instance, sync_calls_per_instance, compute_ms_per_instance,
                  copy_ms_per_instance, osrt_ms_per_instance, total_wall_ms, ...),
-                 "instances": {"start_ms", "wall_ms", "gpu_busy_ms"}, made_from (a range made from CUDA calls,
-                 not an NVTX range)}, ...],   # biggest total wall first
+                 "instances": {"start_ms", "wall_ms", "gpu_busy_ms", "number" (numbered series)}, made_from (a
+                 range made from CUDA calls or a frame of stage ranges, not an NVTX range), numbered: {numbers,
+                 first, last} (names that differ only by a number, profiler.capture.numbered)}, ...],
+                 # biggest total wall first
      "findings": [{rule, scope: "capture", severity, title, range, evidence, threshold, recommendation,
                    impact: {ms_per_instance, share}}, ...],       # costliest first
      "inference": {series, source: "tensorrt"|"nvtx"|"window", count, steady_count, warmup_count,
                    gpu_ms, gpu_latency_ms, queue_ms, host_ms (statistics like wall_ms), graph_launches,
                    bound_by: "host"|"compute"|"HtoD"|"DtoH"|..., graph_replays: true when each inference is
-                   a cudaGraphLaunch of TensorRT's captured enqueue (profiler.capture.replays),
+                   a cudaGraphLaunch of TensorRT's captured enqueue (profiler.capture.replays), chosen: why this
+                   unit, in words (absent for a window),
                    copies_outside_per_inference: {ms, count}, io_bytes_per_inference: {HtoD, DtoH} (all of
                    the steady state's copies per inference), alternates_with: [ranges taking turns with it],
                    throughput: {inferences, duration_ms, per_s, per_thread: [{tid, count, per_s}],
@@ -79,7 +82,7 @@ from profiler.capture import series as S
 from profiler.capture import summary as SM
 from profiler.capture.keys import ROW_CHUNK, blocks
 from profiler.capture.options import AnalysisOptions  # noqa: F401 - defined apart: the cache's key needs no pandas
-from profiler.capture.unit import is_graph_replay
+from profiler.capture.unit import is_graph_replay, label_of
 from profiler.capture.waits import host_waits_on_gpu_ms
 from profiler.findings import Finding, json_safe
 from profiler.rules.context import CaptureContext
@@ -377,6 +380,7 @@ def _round(values: np.ndarray) -> list[float]:
 def _ranges_json(ctx: CaptureContext, options: AnalysisOptions) -> list[dict[str, Any]]:
     inst = ctx.table.instances
     start, wall, busy = (inst[c].to_numpy() for c in ("start_ns", "wall_ns", "gpu_busy_ns"))
+    number = inst["name_index"].to_numpy() if "name_index" in inst.columns else np.full(len(inst), -1)
     outl = ctx.outliers
     o_sid = outl["series_id"].to_numpy().astype(np.int64)
     o_idx, o_wall, o_exc = (outl[c].to_numpy() for c in ("idx", "wall_ms", "excess_ms"))
@@ -393,6 +397,9 @@ def _ranges_json(ctx: CaptureContext, options: AnalysisOptions) -> list[dict[str
         rj["parent"] = ctx.label(r["parent_id"]) if r["parent_id"] >= 0 else None
         if is_graph_replay(rj["domain"], rj["name"]):  # no NVTX range: made by capture/replays.py
             rj["made_from"] = "cudaGraphLaunch calls outside TensorRT's enqueue ranges, one range each"
+        made = ctx.table.made_from.get(label_of(rj["domain"], rj["name"]))
+        if made:  # a frame of stage ranges (capture/stages.py)
+            rj["made_from"] = made
         rj["outliers"] = [{"index": int(o_idx[i]), "wall_ms": float(o_wall[i]), "excess_ms": float(o_exc[i]),
                            "cause": o_cause[i], "detail": o_detail[i]} for i in pos]
         rj["outlier_count"] = len(r["outlier_indices"])
@@ -403,6 +410,11 @@ def _ranges_json(ctx: CaptureContext, options: AnalysisOptions) -> list[dict[str
             "wall_ms": _round(wall[keep] / 1e6),
             "gpu_busy_ms": _round(busy[keep] / 1e6),
         }
+        numbers = number[sl]
+        if (numbers >= 0).any():  # names that differ only by a number (capture/numbered.py)
+            distinct = np.unique(numbers[numbers >= 0])
+            rj["numbered"] = {"numbers": len(distinct), "first": int(distinct[0]), "last": int(distinct[-1])}
+            rj["instances"]["number"] = numbers[keep.start - sl.start:keep.stop - sl.start].tolist()
         if sl.stop > keep.stop:
             rj["instances_truncated"] = True
         out.append(rj)

@@ -114,6 +114,8 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
         return []
     st = lambda d, k="median": (d or {}).get(k)  # noqa: E731
     what = {"tensorrt": "TensorRT enqueue", "nvtx": "outermost repeated NVTX range"}.get(inf.get("source"), "?")
+    if str(inf.get("series") or "").startswith("(frame"):
+        what = "stage ranges repeated as a whole, one frame per repetition"
     if inf.get("graph_replays"):
         what = "CUDA graph replays of TensorRT's enqueue, one per cudaGraphLaunch call: its ranges exist only at capture"
     if inf.get("inside"):
@@ -138,6 +140,8 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
         lines = [f"inference: {inf.get('series')} ({what}), {n_inst} instance{'' if n_inst == 1 else 's'} "
                  f"({inf.get('steady_count')} steady): {gpu}, host {_fmt(st(inf['host_ms']))} ms"
                  f"{_outside(inf)}{_throughput(inf)}{bound_txt}"]
+    if inf.get("chosen") and inf.get("source") != "window":
+        lines.append(f"  unit chosen: {inf['chosen']}")
     gen_line = generation_line(data.get("generation"))
     if gen_line:
         lines.append(gen_line)
