@@ -52,6 +52,11 @@ def _cost_ms(f: Finding) -> float | None:
 GPU_TIME_COSTS = frozenset({"transfer_bound", "pageable_memcpy"})
 
 
+CORRECTNESS_RULES = frozenset({"stream_race"})
+"""Rules whose findings are correctness warnings: no cost, and the severity the rule gave (by how often the
+problem happens) stands."""
+
+
 def _gpus_at_work(ctx: CaptureContext) -> int:
     act = getattr(getattr(ctx, "table", None), "activity", None)
     return max(1, int(len(np.unique(act.device_id)))) if act is not None and len(act.device_id) else 1
@@ -117,6 +122,9 @@ def calibrate(ctx: CaptureContext, findings: list[Finding]) -> list[Finding]:
             if gpus > 1:
                 f.impact["gpus"] = gpus  # the share is of the steady state's GPU time on all of them
         f.evidence["impact"] = dict(f.impact)
+        if f.rule in CORRECTNESS_RULES:
+            out.append(f)
+            continue
         if share is None:
             bound = f.evidence.get("cost_upper_bound_ms")  # the most it can cost, when the cost is unknown
             if isinstance(bound, (int, float)) and steady_ms > 0 and bound / steady_ms < IMPACT_MIN_SHARE:

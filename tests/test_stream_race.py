@@ -1,0 +1,92 @@
+"""stream_race: a kernel of an inference starting on one stream while that inference's input copy still runs on
+another, nothing ordering them, against its healthy twins (the streams joined by an event wait, the next
+inference's copy overlapping this one's compute); and the streams' overlap statistics leave racing overlap out."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from profiler.capture.analyze import AnalysisOptions, analyze
+from profiler.capture.trace import Trace
+from tests.capture_builders import T, api, kernels, ranges
+
+N = 20
+PERIOD = 200 * T
+COPY_STREAM, TRT_STREAM = 9, 8
+
+
+def _copy(i: int, launch_ns: int, start_ns: int, end_ns: int) -> dict:
+    return {"start_ns": start_ns, "end_ns": end_ns, "api_tid": 5, "api_start_ns": launch_ns,
+            "correlation_id": 5000 + i, "device_id": 0, "stream_id": COPY_STREAM, "pid": 1, "bytes": 602112,
+            "copy_kind": "HtoD", "src_kind": "pinned", "dst_kind": "device"}
+
+
+def _app(mode: str, racing: int = N) -> Trace:
+    """A pycuda-shaped loop: the input copy on stream 9 (launched before the 'infer' range), then three kernels on
+    stream 8 launched inside it, then a stream synchronisation. ``race``: the first kernel starts 10 us into the
+    50 us copy; ``joined``: a cudaStreamWaitEvent before the range, the kernels after the copy; ``pipelined``: the
+    next inference's copy is launched inside this one's range after its kernels, overlapping them, and joined by
+    an event wait before the next range. ``racing`` inferences race (the others' kernels start late)."""
+    krows, copies, calls, nv = [], [], [], []
+    for i in range(N):
+        t = i * PERIOD
+        nv.append(("infer", t + 10 * T, t + 150 * T, 5))
+        if mode == "pipelined":
+            if i == 0:
+                copies.append(_copy(0, t + 1 * T, t + 3 * T, t + 8 * T))
+            calls.append(("cudaStreamWaitEvent", t + 8 * T, t + 9 * T, 5, "other"))
+            first = t + 20 * T
+            if i + 1 < N:  # the next input, behind this inference's launches, overlapping its kernels
+                copies.append(_copy(i + 1, t + 40 * T, t + 45 * T, t + 95 * T))
+        else:
+            copies.append(_copy(i, t + 1 * T, t + 5 * T, t + 55 * T))
+            if mode == "joined":
+                calls.append(("cudaStreamWaitEvent", t + 4 * T, t + 5 * T, 5, "other"))
+            first = t + (15 if mode == "race" and i < racing else 60) * T
+        for j in range(3):
+            krows.append((first + j * 25 * T, first + (j * 25 + 20) * T, 5, t + (12 + 2 * j) * T, 100 * i + j + 1))
+        calls.append(("cudaStreamSynchronize", t + 20 * T, t + 140 * T, 5, "sync"))
+    return Trace(kernels=kernels(*krows, stream_id=TRT_STREAM), memcpy=pd.DataFrame(copies), api=api(*calls),
+                 nvtx=ranges(*nv))
+
+
+def _race_findings(trace: Trace):
+    res = analyze(trace, AnalysisOptions(include_setup=True))
+    return res, [f for f in res.findings if f.rule == "stream_race"]
+
+
+def test_a_copy_racing_the_inference_kernels_is_a_correctness_warning():
+    res, [f] = _race_findings(_app("race"))
+    ev = f.evidence
+    # every inference: kernels start at +15 and +40 us while the copy runs until +55 us: two pairs, and the
+    # copy overlaps them over [15, 35) and [40, 55) us: 35 us
+    assert (ev["instances"], ev["racing_instances"], ev["racing_pairs"]) == (N, N, 2 * N)
+    assert ev["copy_producers"] == 2 * N and ev["racing_overlap_ms"] == pytest.approx(N * 35e-3)
+    assert ev["streams"] == [{"device": 0, "producer_stream": COPY_STREAM, "kernel_stream": TRT_STREAM, "pairs": 2 * N}]
+    assert f.severity == "high" and f.range == "infer" and "20 of 20 inferences" in f.title
+    assert "cudaStreamWaitEvent" in f.recommendation and f.impact["ms_total"] is None
+    # the overlap statistics do not count the race as a saving: the copy and kernels overlap only racing
+    assert res.extra["racing_overlap_ms"] == pytest.approx(N * 35e-3)
+    assert res.extra["overlap_saved_ms"] == pytest.approx(0.0)
+    ov = res.extra["copy_compute_overlap"]
+    assert ov["overlap_ms"] == pytest.approx(0.0) and ov["racing_ms"] == pytest.approx(N * 35e-3)
+
+
+def test_severity_follows_how_often_and_a_rare_race_is_not_reported():
+    _, [f] = _race_findings(_app("race", racing=6))  # 6 of 20: 30% -> medium
+    assert f.severity == "medium" and f.evidence["racing_instances"] == 6
+    _, found = _race_findings(_app("race", racing=2))  # under min_racing_instances
+    assert found == []
+    res = analyze(_app("race", racing=2), AnalysisOptions(include_setup=True))
+    assert "racing_overlap_ms" not in res.extra  # what the rule does not report stays a saving
+
+
+@pytest.mark.parametrize("mode", ["joined", "pipelined"])
+def test_streams_joined_by_events_and_the_next_inference_copy_are_silent(mode):
+    res, found = _race_findings(_app(mode))
+    assert found == []
+    assert "racing_overlap_ms" not in res.extra
+    if mode == "pipelined":  # the next input's copy hides behind this inference's kernels: a real saving
+        assert res.extra["copy_compute_overlap"]["overlap_ms"] == pytest.approx((N - 1) * 40e-3)  # [45, 65) and [70, 90) us
+        assert "racing_ms" not in res.extra["copy_compute_overlap"]
