@@ -43,6 +43,7 @@ def _cost_ms(f: Finding) -> float | None:
         "sync_api": ev.get("sync_cost_ms", ev.get("gpu_idle_during_sync_ms")),
         "pageable_memcpy": ev.get("estimated_saving_ms"),
         "transfer_bound": ev.get("exposed_copy_ms_total"),
+        "repeated_setup": ev.get("setup_ms_total"),
     }.get(f.rule)
     return float(value) if isinstance(value, (int, float)) and np.isfinite(value) else None
 
@@ -150,10 +151,16 @@ def calibrate(ctx: CaptureContext, findings: list[Finding]) -> list[Finding]:
 
 def _same_cause(findings: list[Finding]) -> None:
     """Idle GPU time caused by what a launch_overhead finding already prices (the gaps fall inside its range,
-    or in launch calls) is one problem seen twice: the gpu_idle finding says which finding holds its cost
+    or in launch calls), or by setup work a repeated_setup finding prices, is one problem seen twice: the gpu_idle finding says which finding holds its cost
     (``impact.included_in``) and is low severity, so the two shares are not read as separate costs."""
     launch = [f for f in findings if f.rule == "launch_overhead"]
+    setup = [f for f in findings if f.rule == "repeated_setup"]
     for f in findings:
+        if f.rule == "gpu_idle" and setup and f.evidence.get("setup_repeats") and f.evidence.get("impact"):
+            # idle gaps spent in setup that repeats between inferences: repeated_setup prices that work
+            f.impact["included_in"] = f.evidence["impact"]["included_in"] = "repeated_setup"
+            f.severity = "low"
+            continue
         if f.rule != "gpu_idle" or not launch:
             continue
         cause, where = f.evidence.get("host_cause"), f.evidence.get("host_cause_range")

@@ -177,6 +177,7 @@ def _finding(ctx: CaptureContext, d: SM.DeviceGaps, idle: _Idle, t: Thresholds, 
         # much of a short capture it fills (a capture of first uses has no steady state to judge)
         sev, what = "low", what + " (kernels' first launches: a one-time cost)"
     largest = float((ge - gs).max())
+    text, setup = _recommendation(ctx, cause, short)
     return Finding(
         rule="gpu_idle", severity=sev, range=None,
         title=f"{what}; meanwhile the host was {cause.sentence()}",
@@ -188,13 +189,35 @@ def _finding(ctx: CaptureContext, d: SM.DeviceGaps, idle: _Idle, t: Thresholds, 
             "largest_gap_share": largest / idle.idle_ns, "one_time_pause": one_off, "host_cause": cause.kind,
             **({"one_time_cost": True} if first_uses else {}),
             **({"counted_min_gap_us": 0.0} if short else {}),  # gaps of any length: what impact shares out
+            **({"setup_repeats": True} if setup else {}),  # the cause is repeated_setup's
             "host_cause_range": cause.name if cause.kind == "range" else None,
             "host_during_gaps_ms": host, "top_gaps": _top_gaps(ctx, gs, ge, top, per_gap),
         },
         threshold=t.pick("min_gap_us", "min_idle_fraction"),
-        recommendation=(SHORT_GAPS_ADVICE if short else advice(cause, ctx.tensorrt))
-        + (TRT_IDLE_ADVICE if ctx.tensorrt and cause.kind != "range" else ""),
+        recommendation=text,
     )
+
+
+def _recommendation(ctx: CaptureContext, cause: Any, short: bool) -> tuple[str, bool]:
+    """The advice for the cause, and whether the cause is setup calls (module loads, allocations ...) that recur
+    between inferences: repeated_setup's diagnosis, whose advice (build once, reuse) replaces warm-up and
+    CUDA-graph advice then."""
+    if not short and cause.kind in ("api", "lazy_load") and _is_setup(cause.name):
+        from profiler.rules.capture import repeated_setup as RS
+
+        setup = RS.setup_of(ctx, RS.DEFAULTS)
+        if RS.recurs(setup, RS.DEFAULTS):
+            return ("The gaps are spent in setup work that repeats between inferences (repeated_setup). "
+                    + RS.advice(setup, ctx.tensorrt)), True
+    return ((SHORT_GAPS_ADVICE if short else advice(cause, ctx.tensorrt))
+            + (TRT_IDLE_ADVICE if ctx.tensorrt and cause.kind != "range" else "")), False
+
+
+def _is_setup(names: str) -> bool:
+    """Whether the cause's call names (``/``-joined for allocation calls) are all setup calls."""
+    from profiler.capture.recurring import setup_kind
+
+    return bool(names) and all(setup_kind(n) is not None for n in names.split("/"))
 
 
 def _short_headline(ctx: CaptureContext, d: SM.DeviceGaps, idle: _Idle) -> tuple[str, str, bool]:
