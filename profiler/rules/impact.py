@@ -44,6 +44,7 @@ def _cost_ms(f: Finding) -> float | None:
         "pageable_memcpy": ev.get("estimated_saving_ms"),
         "transfer_bound": ev.get("exposed_copy_ms_total"),
         "repeated_setup": ev.get("setup_ms_total"),
+        "host_sleeps": ev.get("gpu_idle_during_sleeps_ms"),
     }.get(f.rule)
     return float(value) if isinstance(value, (int, float)) and np.isfinite(value) else None
 
@@ -151,14 +152,18 @@ def calibrate(ctx: CaptureContext, findings: list[Finding]) -> list[Finding]:
 
 def _same_cause(findings: list[Finding]) -> None:
     """Idle GPU time caused by what a launch_overhead finding already prices (the gaps fall inside its range,
-    or in launch calls), or by setup work a repeated_setup finding prices, is one problem seen twice: the gpu_idle finding says which finding holds its cost
+    or in launch calls), or by setup work a repeated_setup finding prices, or by sleeps a host_sleeps finding
+    prices, is one problem seen twice: the gpu_idle finding says which finding holds its cost
     (``impact.included_in``) and is low severity, so the two shares are not read as separate costs."""
     launch = [f for f in findings if f.rule == "launch_overhead"]
-    setup = [f for f in findings if f.rule == "repeated_setup"]
+    holders = {r for r in ("repeated_setup", "host_sleeps") if any(f.rule == r for f in findings)}
     for f in findings:
-        if f.rule == "gpu_idle" and setup and f.evidence.get("setup_repeats") and f.evidence.get("impact"):
-            # idle gaps spent in setup that repeats between inferences: repeated_setup prices that work
-            f.impact["included_in"] = f.evidence["impact"]["included_in"] = "repeated_setup"
+        held = [r for r, key in (("repeated_setup", "setup_repeats"), ("host_sleeps", "host_sleeps"))
+                if r in holders and f.evidence.get(key)]
+        if f.rule == "gpu_idle" and held and f.evidence.get("impact"):
+            # idle gaps spent in setup that repeats between inferences, or in the host's sleeps: that rule
+            # prices them
+            f.impact["included_in"] = f.evidence["impact"]["included_in"] = held[0]
             f.severity = "low"
             continue
         if f.rule != "gpu_idle" or not launch:

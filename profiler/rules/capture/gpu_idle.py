@@ -178,9 +178,13 @@ def _finding(ctx: CaptureContext, d: SM.DeviceGaps, idle: _Idle, t: Thresholds, 
         sev, what = "low", what + " (kernels' first launches: a one-time cost)"
     largest = float((ge - gs).max())
     text, setup = _recommendation(ctx, cause, short)
+    sleeps = _timed_out(ctx, cause) if not setup and not short else None
+    if sleeps is not None:
+        text = sleeps
     return Finding(
         rule="gpu_idle", severity=sev, range=None,
-        title=f"{what}; meanwhile the host was {cause.sentence()}",
+        title=f"{what}; meanwhile the host was {cause.sentence()}"
+        + (", returning after the same time each call: a timeout, the host sleeping" if sleeps is not None else ""),
         evidence={
             "device_id": d.device_id, "active_window_ms": idle.active_ns / 1e6, "busy_ms": d.busy_ns / 1e6,
             "initialization_gaps": idle.init_gaps, "initialization_gaps_ms": idle.init_ns / 1e6,
@@ -190,6 +194,7 @@ def _finding(ctx: CaptureContext, d: SM.DeviceGaps, idle: _Idle, t: Thresholds, 
             **({"one_time_cost": True} if first_uses else {}),
             **({"counted_min_gap_us": 0.0} if short else {}),  # gaps of any length: what impact shares out
             **({"setup_repeats": True} if setup else {}),  # the cause is repeated_setup's
+            **({"host_sleeps": True} if sleeps is not None else {}),  # the cause is host_sleeps's
             "host_cause_range": cause.name if cause.kind == "range" else None,
             "host_during_gaps_ms": host, "top_gaps": _top_gaps(ctx, gs, ge, top, per_gap),
         },
@@ -211,6 +216,21 @@ def _recommendation(ctx: CaptureContext, cause: Any, short: bool) -> tuple[str, 
                     + RS.advice(setup, ctx.tensorrt)), True
     return ((SHORT_GAPS_ADVICE if short else advice(cause, ctx.tensorrt))
             + (TRT_IDLE_ADVICE if ctx.tensorrt and cause.kind != "range" else "")), False
+
+
+def _timed_out(ctx: CaptureContext, cause: Any) -> str | None:
+    """host_sleeps' advice when the OS call that fills the gaps waits with a timeout and returns after it,
+    repeatedly (the program sleeping: never a slow producer or a wait for input); else None."""
+    if cause.kind != "os_runtime":
+        return None
+    from profiler.rules.capture import host_sleeps as HS
+
+    found = HS.sleeps_of(ctx, HS.DEFAULTS)
+    groups = [g for g in found.groups if g["name"] == cause.name]
+    if not groups:
+        return None
+    calls, each = HS.describe(groups)
+    return "The gaps are the host sleeping (host_sleeps). " + HS.SLEEP_ADVICE.format(calls=calls, each=each)
 
 
 def _is_setup(names: str) -> bool:

@@ -1,0 +1,86 @@
+"""host_sleeps: a feeding thread whose select() returns after the same 50.06 ms every time is sleeping on a
+timeout, not waiting for input: said so and priced, never "waits for its next input"; a thread whose select()
+returns when input arrives (times that vary) is waiting, and host_sleeps stays silent."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from profiler.capture.analyze import AnalysisOptions, analyze
+from profiler.capture.trace import Trace
+from tests.capture_builders import T, api, kernels, ranges
+
+N = 10
+KERNEL_US = 2000
+
+
+def _app(waits_us: list[int]) -> Trace:
+    """N 'infer' ranges of one 2 ms kernel and its sync; before each but the first, the feeding thread (5) is in
+    select() for ``waits_us[i]``, the GPU idle meanwhile."""
+    krows, calls, nv, os_calls = [], [], [], []
+    t = 0
+    for i in range(N):
+        if i:
+            os_calls.append({"name": "select", "start_ns": t, "end_ns": t + waits_us[i] * T, "global_tid": 5,
+                             "tid": 5, "pid": 1})
+            t += waits_us[i] * T + 10 * T
+        nv.append(("infer", t, t + (KERNEL_US + 30) * T, 5))
+        krows.append((t + 10 * T, t + (10 + KERNEL_US) * T, 5, t + 2 * T, i + 1))
+        calls.append(("cudaStreamSynchronize", t + 5 * T, t + (KERNEL_US + 15) * T, 5, "sync"))
+        t += (KERNEL_US + 40) * T
+    return Trace(kernels=kernels(*krows), api=api(*calls), nvtx=ranges(*nv), osrt=pd.DataFrame(os_calls))
+
+
+def _exact(n: int = N) -> list[int]:
+    """50.06 ms, give or take the timer's 20-odd microseconds."""
+    return [50_060 + d for d in ([0, 12, -8, 25, 3, -15, 9, 0, 18, -4] * 2)[:n]]
+
+
+def _findings(trace: Trace, rule: str):
+    res = analyze(trace, AnalysisOptions(include_setup=True))
+    return [f for f in res.findings if f.rule == rule]
+
+
+def _gaps_inside_select_ms(trace: Trace) -> float:
+    """The GPU's idle time that the select calls cover, from the frames: the gap between consecutive kernels
+    intersected with each call."""
+    k = trace.kernels.sort_values("start_ns")
+    gs, ge = k["end_ns"].to_numpy()[:-1], k["start_ns"].to_numpy()[1:]
+    total = 0
+    for s, e in zip(trace.osrt["start_ns"], trace.osrt["end_ns"]):
+        total += int(np.clip(np.minimum(ge, e) - np.maximum(gs, s), 0, None).sum())
+    return total / 1e6
+
+
+def test_select_returning_after_the_same_timeout_is_the_program_sleeping():
+    trace = _app(_exact())
+    [f] = _findings(trace, "host_sleeps")
+    [g] = f.evidence["groups"]
+    assert (g["name"], g["calls"], g["of_calls"]) == ("select", N - 1, N - 1)
+    assert g["duration_ms"] == pytest.approx(float(np.median(_exact()[1:])) / 1e3)
+    assert g["spread_us"] == pytest.approx(max(_exact()[1:]) - min(_exact()[1:]))
+    assert f.evidence["gpu_idle_during_sleeps_ms"] == pytest.approx(_gaps_inside_select_ms(trace))
+    assert f.impact["ms_total"] == pytest.approx(_gaps_inside_select_ms(trace)) and f.severity == "high"
+    assert "timeout" in f.title and "input arriving" in f.title
+    [idle] = _findings(trace, "gpu_idle")  # the same gaps: named sleeps, priced once
+    assert idle.evidence["host_sleeps"] and idle.impact["included_in"] == "host_sleeps"
+    for h in (f, idle):
+        assert "waits for its next input" not in h.recommendation and "producer is slower" not in h.recommendation
+        assert "sleeps" in h.recommendation
+
+
+def test_select_that_returns_when_input_arrives_is_a_wait():
+    rng = np.random.default_rng(3)
+    trace = _app([int(w) for w in rng.integers(5_000, 80_000, N)])
+    assert _findings(trace, "host_sleeps") == []
+    [idle] = _findings(trace, "gpu_idle")
+    assert "waits for its next input" in idle.recommendation and "host_sleeps" not in idle.evidence
+
+
+def test_too_few_equal_calls_are_no_pattern():
+    waits = _exact()
+    rng = np.random.default_rng(4)
+    varied = [int(w) for w in rng.integers(5_000, 80_000, N)]
+    assert _findings(_app(waits[:4] + varied[4:]), "host_sleeps") == []  # 3 equal calls, 6 others
