@@ -5,37 +5,11 @@ returns when input arrives (times that vary) is waiting, and host_sleeps stays s
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from profiler.capture.analyze import AnalysisOptions, analyze
 from profiler.capture.trace import Trace
-from tests.capture_builders import T, api, kernels, ranges
-
-N = 10
-KERNEL_US = 2000
-
-
-def _app(waits_us: list[int]) -> Trace:
-    """N 'infer' ranges of one 2 ms kernel and its sync; before each but the first, the feeding thread (5) is in
-    select() for ``waits_us[i]``, the GPU idle meanwhile."""
-    krows, calls, nv, os_calls = [], [], [], []
-    t = 0
-    for i in range(N):
-        if i:
-            os_calls.append({"name": "select", "start_ns": t, "end_ns": t + waits_us[i] * T, "global_tid": 5,
-                             "tid": 5, "pid": 1})
-            t += waits_us[i] * T + 10 * T
-        nv.append(("infer", t, t + (KERNEL_US + 30) * T, 5))
-        krows.append((t + 10 * T, t + (10 + KERNEL_US) * T, 5, t + 2 * T, i + 1))
-        calls.append(("cudaStreamSynchronize", t + 5 * T, t + (KERNEL_US + 15) * T, 5, "sync"))
-        t += (KERNEL_US + 40) * T
-    return Trace(kernels=kernels(*krows), api=api(*calls), nvtx=ranges(*nv), osrt=pd.DataFrame(os_calls))
-
-
-def _exact(n: int = N) -> list[int]:
-    """50.06 ms, give or take the timer's 20-odd microseconds."""
-    return [50_060 + d for d in ([0, 12, -8, 25, 3, -15, 9, 0, 18, -4] * 2)[:n]]
+from tests.capture_builders import SLEEP_N as N, exact_timeouts_us as _exact, sleep_app as _app
 
 
 def _findings(trace: Trace, rule: str):

@@ -4,54 +4,11 @@ those gaps was warm-up, defers to it."""
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
 
 from profiler.capture.analyze import AnalysisOptions, analyze
-from profiler.capture.trace import Trace
-from tests.capture_builders import T, api, kernels, ranges
-
-N = 12
-PERIOD = 19_600 * T  # 15.5 ms per image: the host is in setup calls for most of the time the GPU idles
-WEIGHTS = 64 << 20
-MODULES = 5
-
-
-def _setup_calls(t: int) -> list[tuple]:
-    """Before an inference: MODULES cuModuleLoadData of 1 ms, a stream creation, three cudaMalloc of 100 us."""
-    calls = [("cuModuleLoadData", t + j * 1000 * T, t + (j + 1) * 1000 * T - 10 * T, 5, "other") for j in range(MODULES)]
-    calls.append(("cudaStreamCreateWithFlags", t + 5000 * T, t + 5050 * T, 5, "other"))
-    calls += [("cudaMalloc_v3020", t + (5100 + 200 * j) * T, t + (5200 + 200 * j) * T, 5, "other") for j in range(3)]
-    return calls
-
-
-def _teardown_calls(t: int) -> list[tuple]:
-    """After an inference: the modules unloaded (1 ms each) and the buffers freed (50 us each)."""
-    calls = [("cuModuleUnload", t + j * 1000 * T, t + (j + 1) * 1000 * T - 5 * T, 5, "other") for j in range(MODULES)]
-    calls += [("cudaFree", t + (5000 + 100 * j) * T, t + (5050 + 100 * j) * T, 5, "other") for j in range(3)]
-    return calls
-
-
-def _app(rebuild: bool) -> Trace:
-    """N images; each inference is an 'infer' range of 10 kernels of 200 us. ``rebuild``: every image first loads
-    the engine (_setup_calls), uploads its 64 MiB of weights (6 ms) and afterwards tears it down (_teardown_calls);
-    else that happens once, before the first image."""
-    krows, copies, calls, nv = [], [], [], []
-    for i in range(N):
-        t = i * PERIOD
-        if rebuild or i == 0:
-            calls += _setup_calls(t)
-            copies.append({"start_ns": t + 5800 * T, "end_ns": t + 11_800 * T, "api_tid": 5, "api_start_ns": t + 5790 * T,
-                           "correlation_id": 9000 + i, "device_id": 0, "stream_id": 7, "pid": 1, "bytes": WEIGHTS,
-                           "copy_kind": "HtoD", "src_kind": "pageable", "dst_kind": "device"})
-        s = t + 12_000 * T
-        nv.append(("infer", s, s + 2100 * T, 5))
-        for j in range(10):
-            krows.append((s + (10 + 205 * j) * T, s + (210 + 205 * j) * T, 5, s + (2 + 3 * j) * T, 100 * i + j + 1))
-        calls.append(("cudaStreamSynchronize", s + 40 * T, s + 2080 * T, 5, "sync"))
-        if rebuild:
-            calls += _teardown_calls(s + 2200 * T)
-    return Trace(kernels=kernels(*krows), memcpy=pd.DataFrame(copies), api=api(*calls), nvtx=ranges(*nv))
+from tests.capture_builders import SETUP_MODULES as MODULES, SETUP_N as N, SETUP_WEIGHTS_BYTES as WEIGHTS
+from tests.capture_builders import rebuild_app as _app
 
 
 def _setup_ms_between_images() -> float:

@@ -4,51 +4,11 @@ inference's copy overlapping this one's compute); and the streams' overlap stati
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
 
 from profiler.capture.analyze import AnalysisOptions, analyze
 from profiler.capture.trace import Trace
-from tests.capture_builders import T, api, kernels, ranges
-
-N = 20
-PERIOD = 200 * T
-COPY_STREAM, TRT_STREAM = 9, 8
-
-
-def _copy(i: int, launch_ns: int, start_ns: int, end_ns: int) -> dict:
-    return {"start_ns": start_ns, "end_ns": end_ns, "api_tid": 5, "api_start_ns": launch_ns,
-            "correlation_id": 5000 + i, "device_id": 0, "stream_id": COPY_STREAM, "pid": 1, "bytes": 602112,
-            "copy_kind": "HtoD", "src_kind": "pinned", "dst_kind": "device"}
-
-
-def _app(mode: str, racing: int = N) -> Trace:
-    """A pycuda-shaped loop: the input copy on stream 9 (launched before the 'infer' range), then three kernels on
-    stream 8 launched inside it, then a stream synchronisation. ``race``: the first kernel starts 10 us into the
-    50 us copy; ``joined``: a cudaStreamWaitEvent before the range, the kernels after the copy; ``pipelined``: the
-    next inference's copy is launched inside this one's range after its kernels, overlapping them, and joined by
-    an event wait before the next range. ``racing`` inferences race (the others' kernels start late)."""
-    krows, copies, calls, nv = [], [], [], []
-    for i in range(N):
-        t = i * PERIOD
-        nv.append(("infer", t + 10 * T, t + 150 * T, 5))
-        if mode == "pipelined":
-            if i == 0:
-                copies.append(_copy(0, t + 1 * T, t + 3 * T, t + 8 * T))
-            calls.append(("cudaStreamWaitEvent", t + 8 * T, t + 9 * T, 5, "other"))
-            first = t + 20 * T
-            if i + 1 < N:  # the next input, behind this inference's launches, overlapping its kernels
-                copies.append(_copy(i + 1, t + 40 * T, t + 45 * T, t + 95 * T))
-        else:
-            copies.append(_copy(i, t + 1 * T, t + 5 * T, t + 55 * T))
-            if mode == "joined":
-                calls.append(("cudaStreamWaitEvent", t + 4 * T, t + 5 * T, 5, "other"))
-            first = t + (15 if mode == "race" and i < racing else 60) * T
-        for j in range(3):
-            krows.append((first + j * 25 * T, first + (j * 25 + 20) * T, 5, t + (12 + 2 * j) * T, 100 * i + j + 1))
-        calls.append(("cudaStreamSynchronize", t + 20 * T, t + 140 * T, 5, "sync"))
-    return Trace(kernels=kernels(*krows, stream_id=TRT_STREAM), memcpy=pd.DataFrame(copies), api=api(*calls),
-                 nvtx=ranges(*nv))
+from tests.capture_builders import COPY_STREAM, TRT_STREAM, RACE_N as N, race_app as _app
 
 
 def _race_findings(trace: Trace):

@@ -35,6 +35,8 @@ allocations (cudaMallocAsync, cudaFreeAsync) are meant for the loop and are not 
 
 UPLOAD = "upload"
 """The kind of a weight-sized host-to-device copy."""
+REBUILD_KINDS = ("module", "context")
+"""Setup kinds that rebuild an engine: a large upload beside them is its weights."""
 
 
 def setup_kind(name: str) -> str | None:
@@ -100,8 +102,10 @@ def recurring_setup(table: Any, series_id: int | None, upload_min_bytes: int) ->
     at = np.concatenate(s_parts + [up_launch])  # when the host issued it
     k = np.searchsorted(ends, at, "left")  # interval k: (ends[k - 1], ends[k]]
     inside = (k >= 1) & (k < len(ends))
-    # an upload alone is an inference's input, however large: it is setup only beside setup calls
-    keep = inside & ((kind != UPLOAD) | np.isin(k, k[inside & (kind != UPLOAD)]))
+    # an upload alone is an inference's input, however large (so is one beside an allocation): it is the weights
+    # only where the engine is rebuilt, beside module loads or a context creation
+    rebuild = inside & np.isin(kind, list(REBUILD_KINDS))
+    keep = inside & ((kind != UPLOAD) | np.isin(k, k[rebuild]))
     _fill(out, k[keep], kind[keep], label[keep], start[keep], end[keep], ends)
     out.upload_bytes = int(size[keep].sum())
     return out

@@ -277,7 +277,8 @@ def command(ctx: click.Context, captures: tuple[str, ...], json_path: str | None
 
     Each NVTX range name becomes a series of iterations (without NVTX the whole capture is one window);
     prints the series and the findings of the capture rules (launch_overhead, gpu_idle, jitter,
-    sync_api, pageable_memcpy, transfer_bound) and stores the run unless --no-store.
+    sync_api, pageable_memcpy, transfer_bound, stream_race, repeated_setup, host_sleeps) and stores the run
+    unless --no-store.
 
     Several captures (or --jobs/--scheduler): each is analysed, reported and stored in a task of its own;
     --out gets index.html (a sortable table of every capture with a link to its report) and index.json.

@@ -42,6 +42,15 @@ def pct(x: float) -> float:
     return round(100.0 * x, 1)
 
 
+def unit_series_id(ctx: CaptureContext) -> int | None:
+    """The inference unit's series id in ``ctx.table`` (the steady-state table numbers its series afresh: the
+    unit's own id is the full capture's), found by its label; None without an NVTX unit."""
+    unit = ctx.unit
+    if unit is None or unit.source == "window" or unit.series_id is None or ctx.table.window:
+        return None
+    return next((int(r["series_id"]) for r in ctx.ranges if ctx.label(r["series_id"]) == unit.label), None)
+
+
 def ranges_of(ctx: CaptureContext, min_count: int = 1) -> list[dict[str, Any]]:
     """The range summaries with at least ``min_count`` instances."""
     return [r for r in ctx.ranges if r["count"] >= min_count]

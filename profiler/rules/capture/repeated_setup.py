@@ -8,7 +8,7 @@ from profiler.capture.recurring import UPLOAD, Setup, recurring_setup
 from profiler.findings import Finding
 from profiler.report.fmt import fmt_num
 from profiler.rules import Thresholds, rule
-from profiler.rules.capture._common import pct
+from profiler.rules.capture._common import pct, unit_series_id
 from profiler.rules.context import CaptureContext
 
 SETUP_MIN_INTERVALS = 3
@@ -17,8 +17,8 @@ SETUP_MIN_SHARE = 0.5
 """... and in at least this share of the intervals between them (the odd allocation of a caching allocator that
 grows, or a stream made once mid-run, is no pattern)."""
 UPLOAD_MIN_BYTES = 16 << 20
-"""A host-to-device copy this large beside recurring setup calls is a weight upload (an engine's weights), counted
-with them."""
+"""A host-to-device copy this large between the same two inferences as module loads or a context creation is a
+weight upload (the rebuilt engine's weights), counted with them."""
 
 ADVICE = {
     "module": ("modules are loaded and unloaded for every inference: the engine (or the library holding its "
@@ -39,9 +39,7 @@ KIND_WORDS = {"module": "module loads/unloads", "context": "context creations", 
 
 def setup_of(ctx: CaptureContext, t: Thresholds | dict) -> Setup:
     """The setup work between the capture's inferences (none without an NVTX unit)."""
-    unit = ctx.unit
-    sid = None if unit is None or unit.source == "window" else unit.series_id
-    return recurring_setup(ctx.table, sid, int(t["upload_min_bytes"]))
+    return recurring_setup(ctx.table, unit_series_id(ctx), int(t["upload_min_bytes"]))
 
 
 def recurs(setup: Setup, t: Thresholds | dict) -> bool:
@@ -73,7 +71,7 @@ def repeated_setup(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
     cost_ms = setup.cost_ns / 1e6
     return [Finding(
         rule="repeated_setup", severity="medium",  # impact sets it from the cost
-        range=ctx.label(ctx.unit.series_id),
+        range=ctx.unit.label if ctx.unit is not None else None,
         title=(f"Setup repeats between inferences: {kinds} between {n} of {setup.intervals} pairs of consecutive "
                f"inferences ({pct(setup.share)}%), {fmt_num(cost_ms / n, 3)} ms per interval "
                f"({fmt_num(cost_ms, 4)} ms in all)"),

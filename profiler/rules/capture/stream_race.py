@@ -9,7 +9,7 @@ from __future__ import annotations
 from profiler.capture.races import Races, find_races
 from profiler.findings import Finding
 from profiler.rules import Thresholds, rule
-from profiler.rules.capture._common import band, pct
+from profiler.rules.capture._common import band, pct, unit_series_id
 from profiler.rules.context import CaptureContext
 
 RACE_MIN_INSTANCES = 3
@@ -32,9 +32,7 @@ TRT_RACE_ADVICE = (" With TensorRT: pass the stream that did the input copy to e
 
 def races_of(ctx: CaptureContext) -> Races:
     """The racing pairs of the capture's inference unit (none without an NVTX unit)."""
-    unit = ctx.unit
-    sid = None if unit is None or unit.source == "window" else unit.series_id
-    return find_races(ctx.table, sid)
+    return find_races(ctx.table, unit_series_id(ctx))
 
 
 def fires(races: Races, t: dict) -> bool:
@@ -57,7 +55,7 @@ def stream_race(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
                       for (d, a, b), _ in pairs[:3])
     return [Finding(
         rule="stream_race", severity=band(races.share, t["high_racing_share"], t["medium_racing_share"]),
-        range=ctx.label(ctx.unit.series_id) if ctx.unit is not None and ctx.unit.series_id is not None else None,
+        range=ctx.unit.label if ctx.unit is not None else None,
         title=(f"Unsynchronised streams in {races.racing_instances} of {races.instances} inferences "
                f"({pct(races.share)}%): a kernel starts while {what} of the same inference still runs on another "
                f"stream ({where}), with no event wait or synchronisation between their launches"),
