@@ -81,12 +81,20 @@ def race_app(mode: str, racing: int = 20) -> Trace:
     stream 8 launched inside it, then a stream synchronisation. ``race``: the first kernel starts 10 us into the
     50 us copy; ``joined``: a cudaStreamWaitEvent before the range, the kernels after the copy; ``pipelined``: the
     next inference's copy is launched inside this one's range after its kernels, overlapping them, and joined by
-    an event wait before the next range. ``racing`` inferences race (the others' kernels start late)."""
+    an event wait before the next range; ``prefetch``: the same, the next copy launched before this inference's
+    kernels (each range starts with the event wait). ``racing`` inferences race (the others' kernels start late)."""
     krows, copies, calls, nv = [], [], [], []
     for i in range(RACE_N):
         t = i * RACE_PERIOD_NS
         nv.append(("infer", t + 10 * T, t + 150 * T, 5))
-        if mode == "pipelined":
+        if mode == "prefetch":  # the next input copied first, then this inference's kernels launched
+            calls.append(("cudaStreamWaitEvent", t + 11 * T, t + 11 * T + 500, 5, "other"))
+            if i == 0:
+                copies.append(_race_copy(0, t + 1 * T, t + 3 * T, t + 8 * T))
+            if i + 1 < RACE_N:
+                copies.append(_race_copy(i + 1, t + 11 * T + 600, t + 16 * T, t + 66 * T))
+            first = t + 15 * T
+        elif mode == "pipelined":
             if i == 0:
                 copies.append(_race_copy(0, t + 1 * T, t + 3 * T, t + 8 * T))
             calls.append(("cudaStreamWaitEvent", t + 8 * T, t + 9 * T, 5, "other"))

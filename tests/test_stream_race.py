@@ -42,7 +42,7 @@ def test_severity_follows_how_often_and_a_rare_race_is_not_reported():
     assert "racing_overlap_ms" not in res.extra  # what the rule does not report stays a saving
 
 
-@pytest.mark.parametrize("mode", ["joined", "pipelined"])
+@pytest.mark.parametrize("mode", ["joined", "pipelined", "prefetch"])
 def test_streams_joined_by_events_and_the_next_inference_copy_are_silent(mode):
     res, found = _race_findings(_app(mode))
     assert found == []
@@ -50,3 +50,5 @@ def test_streams_joined_by_events_and_the_next_inference_copy_are_silent(mode):
     if mode == "pipelined":  # the next input's copy hides behind this inference's kernels: a real saving
         assert res.extra["copy_compute_overlap"]["overlap_ms"] == pytest.approx((N - 1) * 40e-3)  # [45, 65) and [70, 90) us
         assert "racing_ms" not in res.extra["copy_compute_overlap"]
+    if mode == "prefetch":  # copy [16, 66) us against kernels [15, 35), [40, 60), [65, 85): 19 + 20 + 1 us saved
+        assert res.extra["copy_compute_overlap"]["overlap_ms"] == pytest.approx((N - 1) * 40e-3)

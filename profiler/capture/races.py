@@ -13,6 +13,10 @@ no consumer:
   cudaStreamWaitEvent, a stream, event, context or device synchronisation);
 - no kernel was launched on the producer's stream after it within the instance (work that its own stream consumes,
   as independent chains on several streams do, is not handed to another stream);
+- the thread made no stream wait (:data:`STREAM_WAITS`) from the producer's launch until its next launch on the
+  producer's stream (the end of the capture for the last): a program that joins its copy stream into its compute
+  stream with events is pipelining, its copy meant for a later kernel (the next batch's input, copied before this
+  batch's kernels are launched);
 - the kernel is on the same device and starts before the producer ends.
 
 Pipelining done right (the next inference's copy overlapping this one's compute, streams joined by events) makes no
@@ -38,6 +42,9 @@ JOIN_CALLS = frozenset({
 """CUDA API calls (base names) that order work on two streams, or let the host wait for one before launching on
 the other (a query loop polls until the work is done): one of them between two launches makes them no race."""
 
+STREAM_WAITS = frozenset({"cudaStreamWaitEvent", "cuStreamWaitEvent", "cuStreamWaitValue32", "cuStreamWaitValue64"})
+"""Joining calls that make one stream wait for another on the GPU: the program orders its streams with them."""
+
 MAX_EXAMPLES = 5
 """Racing pairs listed in the evidence (the first ones)."""
 
@@ -60,11 +67,11 @@ class Races:
         return self.racing_instances / self.instances if self.instances else 0.0
 
 
-def _join_times(api: Any, tid: int) -> np.ndarray:
-    """Sorted start times (ns) of thread ``tid``'s joining calls."""
+def _join_times(api: Any, tid: int, names: frozenset[str] = JOIN_CALLS) -> np.ndarray:
+    """Sorted start times (ns) of thread ``tid``'s calls named ``names`` (base names)."""
     if not len(api):
         return np.zeros(0, np.int64)
-    joins = np.array([base_api_name(str(n)) in JOIN_CALLS for n in api.names], dtype=bool)
+    joins = np.array([base_api_name(str(n)) in names for n in api.names], dtype=bool)
     if not joins.any():
         return np.zeros(0, np.int64)
     rows = np.flatnonzero(joins[api.name_code] & (api.tid == tid))
@@ -95,6 +102,8 @@ def find_races(table: Any, series_id: int | None) -> Races:
         k = np.searchsorted(ends, launch, "left")  # the instance owning each launch: (end before, own end]
         ok = k < len(ends)
         rows, k = rows[ok], k[ok]
+        waits = _join_times(table.api, tid, STREAM_WAITS)
+        rows, k = _unjoined(act, rows, k, waits)
         order = np.argsort(k, kind="stable")
         rows, k = rows[order], k[order]
         joins = _join_times(table.api, tid)
@@ -106,6 +115,22 @@ def find_races(table: Any, series_id: int | None) -> Races:
     if pieces:
         _tally(out, act, pieces)
     return out
+
+
+def _unjoined(act: Any, rows: np.ndarray, k: np.ndarray, waits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The thread's launches (``rows``, of instances ``k``) less the copies and memsets followed by a stream wait
+    before the thread's next launch on their stream: their stream is joined into another with events. Kernels
+    stay (they are also the consumers)."""
+    if not len(waits):
+        return rows, k
+    launch, stream = act.api_start_ns[rows], act.stream_id[rows]
+    order = np.lexsort((launch, stream))
+    nxt = np.full(len(rows), np.iinfo(np.int64).max, dtype=np.int64)
+    same = stream[order][1:] == stream[order][:-1]
+    nxt[order[:-1][same]] = launch[order][1:][same]
+    joined = np.searchsorted(waits, nxt, "left") > np.searchsorted(waits, launch, "right")
+    drop = joined & (act.kind[rows] != KERNEL)
+    return rows[~drop], k[~drop]
 
 
 def _pairs_of(act: Any, rows: np.ndarray, joins: np.ndarray
