@@ -8,7 +8,7 @@ from profiler.capture.recurring import UPLOAD, Setup, recurring_setup
 from profiler.findings import Finding
 from profiler.report.fmt import fmt_num
 from profiler.rules import Thresholds, rule
-from profiler.rules.capture._common import pct, unit_series_id
+from profiler.rules.capture._common import pct, repeated_series_id
 from profiler.rules.context import CaptureContext
 
 SETUP_MIN_INTERVALS = 3
@@ -38,8 +38,11 @@ KIND_WORDS = {"module": "module loads/unloads", "context": "context creations", 
 
 
 def setup_of(ctx: CaptureContext, t: Thresholds | dict) -> Setup:
-    """The setup work between the capture's inferences (none without an NVTX unit)."""
-    return recurring_setup(ctx.table, unit_series_id(ctx), int(t["upload_min_bytes"]))
+    """The setup work between the capture's inferences (the unit's instances, else those of the outermost range
+    repeated most: a rebuild per image can leave the image's range too little of the GPU work to be the unit;
+    none without NVTX ranges)."""
+    sid, _ = repeated_series_id(ctx, int(t["min_intervals"]) + 1)
+    return recurring_setup(ctx.table, sid, int(t["upload_min_bytes"]))
 
 
 def recurs(setup: Setup, t: Thresholds | dict) -> bool:
@@ -71,7 +74,7 @@ def repeated_setup(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
     cost_ms = setup.cost_ns / 1e6
     return [Finding(
         rule="repeated_setup", severity="medium",  # impact sets it from the cost
-        range=ctx.unit.label if ctx.unit is not None else None,
+        range=repeated_series_id(ctx, int(t["min_intervals"]) + 1)[1],
         title=(f"Setup repeats between inferences: {kinds} between {n} of {setup.intervals} pairs of consecutive "
                f"inferences ({pct(setup.share)}%), {fmt_num(cost_ms / n, 3)} ms per interval "
                f"({fmt_num(cost_ms, 4)} ms in all)"),
