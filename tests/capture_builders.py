@@ -180,3 +180,21 @@ def sleep_app(waits_us: list[int]) -> Trace:
 def exact_timeouts_us(n: int = 10) -> list[int]:
     """50.06 ms, give or take the timer's 20-odd microseconds."""
     return [50_060 + d for d in ([0, 12, -8, 25, 3, -15, 9, 0, 18, -4] * 2)[:n]]
+
+
+def sleep_in_range_app(sleep_us: int = 50_060, n: int = 40) -> Trace:
+    """``n`` 'infer' ranges of a 1 ms kernel and its sync; every fifth also sleeps in select() for ``sleep_us``
+    inside the range, before its launch (the range's outliers)."""
+    krows, calls, nv, os_calls = [], [], [], []
+    t = 0
+    for i in range(n):
+        w = sleep_us if i % 5 == 4 else 0
+        nv.append(("infer", t, t + (1030 + w) * T, 5))
+        if w:
+            os_calls.append({"name": "select", "start_ns": t + 5 * T, "end_ns": t + (5 + w) * T, "global_tid": 5,
+                             "tid": 5, "pid": 1})
+        s = t + (10 + w) * T
+        krows.append((s + 10 * T, s + 1010 * T, 5, s + 2 * T, i + 1))
+        calls.append(("cudaStreamSynchronize", s + 5 * T, s + 1015 * T, 5, "sync"))
+        t += (1100 + w) * T
+    return Trace(kernels=kernels(*krows), api=api(*calls), nvtx=ranges(*nv), osrt=pd.DataFrame(os_calls))

@@ -58,3 +58,14 @@ def test_too_few_equal_calls_are_no_pattern():
     rng = np.random.default_rng(4)
     varied = [int(w) for w in rng.integers(5_000, 80_000, N)]
     assert _findings(_app(waits[:4] + varied[4:]), "host_sleeps") == []  # 3 equal calls, 6 others
+
+
+def test_outliers_sleeping_in_select_are_no_hand_over():
+    from tests.capture_builders import sleep_in_range_app
+
+    res = analyze(sleep_in_range_app(), AnalysisOptions(include_setup=True))
+    [j] = [f for f in res.findings if f.rule == "jitter"]
+    assert j.evidence["outlier_causes"] == {"host_stall": 8}
+    assert "another thread" not in j.title and "hand-over" not in j.recommendation
+    [s] = [f for f in res.findings if f.rule == "host_sleeps"]
+    assert s.evidence["groups"][0]["calls"] == 8 and s.evidence["groups"][0]["duration_ms"] == pytest.approx(50.06)
