@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from profiler.capture import intervals
+from profiler.capture.blockwise import blocks
 from profiler.capture.frames import GRAPH, KERNEL, MEMCPY
 from profiler.capture.nsys_names import base_api_name
 
@@ -67,6 +68,14 @@ class Races:
         return self.racing_instances / self.instances if self.instances else 0.0
 
 
+def _launched_by(act: Any, tid: int) -> np.ndarray:
+    """Rows of the activity thread ``tid`` launched (its launch call in the capture), a block at a time."""
+    none = np.iinfo(np.int64).min
+    parts = [sl.start + np.flatnonzero((act.api_tid[sl] == tid) & (act.api_start_ns[sl] > none))
+             for sl in blocks(len(act))]
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
 def _join_times(api: Any, tid: int, names: frozenset[str] = JOIN_CALLS) -> np.ndarray:
     """Sorted start times (ns) of thread ``tid``'s calls named ``names`` (base names)."""
     if not len(api):
@@ -74,7 +83,8 @@ def _join_times(api: Any, tid: int, names: frozenset[str] = JOIN_CALLS) -> np.nd
     joins = np.array([base_api_name(str(n)) in names for n in api.names], dtype=bool)
     if not joins.any():
         return np.zeros(0, np.int64)
-    rows = np.flatnonzero(joins[api.name_code] & (api.tid == tid))
+    rows = np.concatenate([sl.start + np.flatnonzero(joins[api.name_code[sl]] & (api.tid[sl] == tid))
+                           for sl in blocks(len(api))])
     return np.sort(api.start_ns[rows])
 
 
@@ -87,13 +97,13 @@ def find_races(table: Any, series_id: int | None) -> Races:
     act = table.activity
     inst = table.instances_of(series_id)
     out.instances = len(inst)
-    if not len(act) or len(np.unique(act.stream_id)) < 2:  # one stream orders everything itself
+    if not len(act) or act.stream_id.min() == act.stream_id.max():  # one stream orders everything itself
         return out
     pieces: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
     for tid in np.unique(inst["tid"].to_numpy()).tolist():
         mine = inst[inst["tid"].to_numpy() == tid]
         ends = np.sort(mine["end_ns"].to_numpy().astype(np.int64))
-        rows = np.flatnonzero((act.api_tid == tid) & (act.api_start_ns > np.iinfo(np.int64).min))
+        rows = _launched_by(act, tid)
         if not len(rows):
             continue
         launch = act.api_start_ns[rows]

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from profiler.capture import intervals
+from profiler.capture.blockwise import blocks
 from profiler.capture.frames import MEMCPY, CopyKind
 from profiler.capture.nsys_names import base_api_name
 
@@ -81,14 +82,15 @@ def recurring_setup(table: Any, series_id: int | None, upload_min_bytes: int) ->
     kinds = np.array([setup_kind(str(n)) or "" for n in api.names], dtype=object)
     s_parts, e_parts, k_parts, labels = [], [], [], []
     if len(api) and (kinds != "").any():
-        rows = np.flatnonzero((kinds[api.name_code] != "") & api.top_level & np.isin(api.tid, tids))
+        rows = _rows_where(api, kinds != "", tids)
         s_parts.append(api.start_ns[rows])
         e_parts.append(api.end_ns[rows])
         k_parts.append(kinds[api.name_code[rows]])
         labels.append(api.names[api.name_code[rows]])
     act = table.activity
-    up = np.flatnonzero((act.kind == MEMCPY) & (act.copy_kind == CopyKind.HtoD) &
-                        np.isin(act.api_tid, tids))
+    up = np.concatenate([sl.start + np.flatnonzero((act.kind[sl] == MEMCPY) & (act.copy_kind[sl] == CopyKind.HtoD) &
+                                                   np.isin(act.api_tid[sl], tids))
+                         for sl in blocks(len(act))] or [np.zeros(0, np.int64)])
     nbytes = act.bytes[up] if len(up) else np.zeros(0, np.int64)
     up, nbytes = up[nbytes >= upload_min_bytes], nbytes[nbytes >= upload_min_bytes]
     up_launch = act.api_start_ns[up]
@@ -109,6 +111,14 @@ def recurring_setup(table: Any, series_id: int | None, upload_min_bytes: int) ->
     _fill(out, k[keep], kind[keep], label[keep], start[keep], end[keep], ends)
     out.upload_bytes = int(size[keep].sum())
     return out
+
+
+def _rows_where(calls: Any, named: np.ndarray, tids: np.ndarray) -> np.ndarray:
+    """Rows of the top-level calls of the threads ``tids`` whose name code ``named`` marks, a block at a time (a
+    launch-bound capture holds millions of calls)."""
+    parts = [sl.start + np.flatnonzero(named[calls.name_code[sl]] & calls.top_level[sl] & np.isin(calls.tid[sl], tids))
+             for sl in blocks(len(calls))]
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
 def _fill(out: Setup, k: np.ndarray, kind: np.ndarray, label: np.ndarray, start: np.ndarray, end: np.ndarray,

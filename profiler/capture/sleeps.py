@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from profiler.capture import intervals
+from profiler.capture.blockwise import blocks
 
 TIMED_CALLS = ("select", "pselect", "pselect6", "poll", "ppoll", "epoll_wait", "epoll_pwait", "epoll_pwait2",
                "sem_timedwait", "sem_clockwait", "pthread_cond_timedwait", "pthread_cond_clockwait",
@@ -56,8 +57,9 @@ def timed_out_calls(osrt: Any, tids: np.ndarray, lo_ns: int, hi_ns: int, *, min_
     timed = np.array([str(n) in TIMED_CALLS for n in osrt.names], dtype=bool)
     if not timed.any():
         return out
-    rows = np.flatnonzero(timed[osrt.name_code] & osrt.top_level & np.isin(osrt.tid, tids) &
-                          (osrt.start_ns >= lo_ns) & (osrt.start_ns < hi_ns))
+    rows = np.concatenate([sl.start + np.flatnonzero(
+        timed[osrt.name_code[sl]] & osrt.top_level[sl] & np.isin(osrt.tid[sl], tids) &
+        (osrt.start_ns[sl] >= lo_ns) & (osrt.start_ns[sl] < hi_ns)) for sl in blocks(len(osrt))])
     dur = osrt.end_ns[rows] - osrt.start_ns[rows]
     rows, dur = rows[dur >= min_ms * 1e6], dur[dur >= min_ms * 1e6]
     found = []
