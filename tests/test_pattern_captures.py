@@ -78,6 +78,12 @@ def test_the_race_capture_is_a_correctness_warning_with_the_sql_counts():
     ov, plain_ov = res.extra["copy_compute_overlap"], plain["copy_compute_overlap"]
     assert ov["overlap_ms"] == pytest.approx(plain_ov["overlap_ms"] - ov["racing_ms"], abs=1e-9)
     assert ov["racing_ms"] == pytest.approx(min(racing_ms, plain_ov["overlap_ms"]))
+    from profiler.cli.analyze import inference_lines
+    from profiler.report.inference import _streams
+
+    [line] = [x for x in inference_lines(res.to_json()) if x.startswith("streams:")]
+    assert line.endswith(f"; {racing_ms:.1f} ms more overlap races (stream_race), no saving")
+    assert f"Another {racing_ms:.3g} ms of overlap is streams racing" in _streams(res.to_json())[-1]["text"]
 
 
 @pytest.mark.parametrize("name", ["race_fixed", "pipelined"])

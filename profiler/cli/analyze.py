@@ -191,8 +191,10 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
         total_ms = sum(s.get("busy_ms") or 0 for s in streams)
         big = sum(1 for s in streams if (s.get("busy_ms") or 0) > MAIN_STREAM_SHARE * total_ms)
         main = f" ({big} with more than {MAIN_STREAM_SHARE:.0%} of the GPU time)" if big < len(streams) else ""
+        racing = (f"; {_fmt(data['racing_overlap_ms'], '.1f')} ms more overlap races (stream_race), no saving"
+                  if data.get("racing_overlap_ms") else "")
         lines.append(f"streams: {len(streams)} with GPU work{where}{main}; concurrency{per_gpu} {_fmt(conc, '.2f')}x "
-                     f"(overlap saved {_fmt(data.get('overlap_saved_ms'), '.1f')} ms){copies}")
+                     f"(overlap saved {_fmt(data.get('overlap_saved_ms'), '.1f')} ms){copies}{racing}")
     return lines
 
 
