@@ -20,7 +20,7 @@ from profiler.documents import AnalysisDocument, ComparisonDocument, ImportDocum
 
 from profiler.report.fmt import fmt_ms, fmt_num, is_number
 
-STATUSES = ("PASS", "ISSUES FOUND", "GATE FAILED", "REGRESSION", "INCONCLUSIVE", "FAILED")
+STATUSES = ("PASS", "ISSUES FOUND", "GATE FAILED", "REGRESSION", "INCONCLUSIVE", "IMPROVEMENT", "FAILED")
 SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2, "info": 3}
 TOP_ITEMS = 5
 #: evidence keys that say how much time a finding costs, most specific first, with how to say it
@@ -314,7 +314,8 @@ def layers_verdict(data: ImportDocument) -> dict[str, Any]:
 
 def compare_verdict(data: ComparisonDocument, summary: dict[str, Any]) -> dict[str, Any]:
     """The compare verdict (``profiler.report.compare.verdict_summary``) as a strip: REGRESSION,
-    GATE FAILED (the run's gate says so), INCONCLUSIVE or PASS."""
+    GATE FAILED (the run's gate says so), INCONCLUSIVE, IMPROVEMENT (two captures whose inference got faster)
+    or PASS."""
     gate = data.get("gate_failed")
     if gate is True:
         status = "GATE FAILED"
@@ -322,6 +323,8 @@ def compare_verdict(data: ComparisonDocument, summary: dict[str, Any]) -> dict[s
         status = "REGRESSION"
     elif summary.get("cls") == "warn":
         status = "INCONCLUSIVE"
+    elif data.get("captures") and data.get("verdict") == "improvement":
+        status = "IMPROVEMENT"  # two captures decided on their inference: say what the verdict is
     else:
         status = "PASS"
     groups = merge_findings(data.get("findings_appeared") or [])
