@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from profiler.capture.analyze import AnalysisOptions, analyze_path
+from profiler.capture.trace import Trace
 
 _CACHE: dict[Path, object] = {}
 
@@ -86,3 +87,139 @@ def two_threads(*, same_context: bool, overlap: bool, waits: str | None):
     osrt = pd.DataFrame(os_rows) if os_rows else None
     return Trace.from_frames(meta={"gpus": gpus}, kernels=frame, nvtx=ranges(*rs),
                              **({"osrt": osrt} if osrt is not None else {}))
+
+
+# -- stream_race, repeated_setup and host_sleeps: each pattern and its healthy twins --------------------------
+RACE_N = 20
+RACE_PERIOD_NS = 200 * T
+COPY_STREAM, TRT_STREAM = 9, 8
+
+
+def _race_copy(i: int, launch_ns: int, start_ns: int, end_ns: int) -> dict:
+    return {"start_ns": start_ns, "end_ns": end_ns, "api_tid": 5, "api_start_ns": launch_ns,
+            "correlation_id": 5000 + i, "device_id": 0, "stream_id": COPY_STREAM, "pid": 1, "bytes": 602112,
+            "copy_kind": "HtoD", "src_kind": "pinned", "dst_kind": "device"}
+
+
+def race_app(mode: str, racing: int = 20) -> Trace:
+    """A pycuda-shaped loop: the input copy on stream 9 (launched before the 'infer' range), then three kernels on
+    stream 8 launched inside it, then a stream synchronisation. ``race``: the first kernel starts 10 us into the
+    50 us copy; ``joined``: a cudaStreamWaitEvent before the range, the kernels after the copy; ``pipelined``: the
+    next inference's copy is launched inside this one's range after its kernels, overlapping them, and joined by
+    an event wait before the next range; ``prefetch``: the same, the next copy launched before this inference's
+    kernels (each range starts with the event wait). ``racing`` inferences race (the others' kernels start late)."""
+    krows, copies, calls, nv = [], [], [], []
+    for i in range(RACE_N):
+        t = i * RACE_PERIOD_NS
+        nv.append(("infer", t + 10 * T, t + 150 * T, 5))
+        if mode == "prefetch":  # the next input copied first, then this inference's kernels launched
+            calls.append(("cudaStreamWaitEvent", t + 11 * T, t + 11 * T + 500, 5, "other"))
+            if i == 0:
+                copies.append(_race_copy(0, t + 1 * T, t + 3 * T, t + 8 * T))
+            if i + 1 < RACE_N:
+                copies.append(_race_copy(i + 1, t + 11 * T + 600, t + 16 * T, t + 66 * T))
+            first = t + 15 * T
+        elif mode == "pipelined":
+            if i == 0:
+                copies.append(_race_copy(0, t + 1 * T, t + 3 * T, t + 8 * T))
+            calls.append(("cudaStreamWaitEvent", t + 8 * T, t + 9 * T, 5, "other"))
+            first = t + 20 * T
+            if i + 1 < RACE_N:  # the next input, behind this inference's launches, overlapping its kernels
+                copies.append(_race_copy(i + 1, t + 40 * T, t + 45 * T, t + 95 * T))
+        else:
+            copies.append(_race_copy(i, t + 1 * T, t + 5 * T, t + 55 * T))
+            if mode == "joined":
+                calls.append(("cudaStreamWaitEvent", t + 4 * T, t + 5 * T, 5, "other"))
+            first = t + (15 if mode == "race" and i < racing else 60) * T
+        for j in range(3):
+            krows.append((first + j * 25 * T, first + (j * 25 + 20) * T, 5, t + (12 + 2 * j) * T, 100 * i + j + 1))
+        calls.append(("cudaStreamSynchronize", t + 20 * T, t + 140 * T, 5, "sync"))
+    return Trace(kernels=kernels(*krows, stream_id=TRT_STREAM), memcpy=pd.DataFrame(copies), api=api(*calls),
+                 nvtx=ranges(*nv))
+
+
+SETUP_N = 12
+SETUP_PERIOD_NS = 19_600 * T  # per image: the host is in setup calls for most of the time the GPU idles
+SETUP_WEIGHTS_BYTES = 64 << 20
+SETUP_MODULES = 5
+
+
+def _setup_calls_at(t: int) -> list[tuple]:
+    """Before an inference: SETUP_MODULES cuModuleLoadData of 1 ms, a stream creation, three cudaMalloc of 100 us."""
+    calls = [("cuModuleLoadData", t + j * 1000 * T, t + (j + 1) * 1000 * T - 10 * T, 5, "other") for j in range(SETUP_MODULES)]
+    calls.append(("cudaStreamCreateWithFlags", t + 5000 * T, t + 5050 * T, 5, "other"))
+    calls += [("cudaMalloc_v3020", t + (5100 + 200 * j) * T, t + (5200 + 200 * j) * T, 5, "other") for j in range(3)]
+    return calls
+
+
+def _teardown_calls_at(t: int) -> list[tuple]:
+    """After an inference: the modules unloaded (1 ms each) and the buffers freed (50 us each)."""
+    calls = [("cuModuleUnload", t + j * 1000 * T, t + (j + 1) * 1000 * T - 5 * T, 5, "other") for j in range(SETUP_MODULES)]
+    calls += [("cudaFree", t + (5000 + 100 * j) * T, t + (5050 + 100 * j) * T, 5, "other") for j in range(3)]
+    return calls
+
+
+def rebuild_app(rebuild: bool) -> Trace:
+    """SETUP_N images; each inference is an 'infer' range of 10 kernels of 200 us. ``rebuild``: every image first loads
+    the engine (_setup_calls_at), uploads its 64 MiB of weights (6 ms) and afterwards tears it down (_teardown_calls_at);
+    else that happens once, before the first image."""
+    krows, copies, calls, nv = [], [], [], []
+    for i in range(SETUP_N):
+        t = i * SETUP_PERIOD_NS
+        if rebuild or i == 0:
+            calls += _setup_calls_at(t)
+            copies.append({"start_ns": t + 5800 * T, "end_ns": t + 11_800 * T, "api_tid": 5, "api_start_ns": t + 5790 * T,
+                           "correlation_id": 9000 + i, "device_id": 0, "stream_id": 7, "pid": 1, "bytes": SETUP_WEIGHTS_BYTES,
+                           "copy_kind": "HtoD", "src_kind": "pageable", "dst_kind": "device"})
+        s = t + 12_000 * T
+        nv.append(("infer", s, s + 2100 * T, 5))
+        for j in range(10):
+            krows.append((s + (10 + 205 * j) * T, s + (210 + 205 * j) * T, 5, s + (2 + 3 * j) * T, 100 * i + j + 1))
+        calls.append(("cudaStreamSynchronize", s + 40 * T, s + 2080 * T, 5, "sync"))
+        if rebuild:
+            calls += _teardown_calls_at(s + 2200 * T)
+    return Trace(kernels=kernels(*krows), memcpy=pd.DataFrame(copies), api=api(*calls), nvtx=ranges(*nv))
+
+
+SLEEP_N = 10
+SLEEP_KERNEL_US = 2000
+
+
+def sleep_app(waits_us: list[int]) -> Trace:
+    """SLEEP_N 'infer' ranges of one 2 ms kernel and its sync; before each but the first, the feeding thread (5) is in
+    select() for ``waits_us[i]``, the GPU idle meanwhile."""
+    krows, calls, nv, os_calls = [], [], [], []
+    t = 0
+    for i in range(SLEEP_N):
+        if i:
+            os_calls.append({"name": "select", "start_ns": t, "end_ns": t + waits_us[i] * T, "global_tid": 5,
+                             "tid": 5, "pid": 1})
+            t += waits_us[i] * T + 10 * T
+        nv.append(("infer", t, t + (SLEEP_KERNEL_US + 30) * T, 5))
+        krows.append((t + 10 * T, t + (10 + SLEEP_KERNEL_US) * T, 5, t + 2 * T, i + 1))
+        calls.append(("cudaStreamSynchronize", t + 5 * T, t + (SLEEP_KERNEL_US + 15) * T, 5, "sync"))
+        t += (SLEEP_KERNEL_US + 40) * T
+    return Trace(kernels=kernels(*krows), api=api(*calls), nvtx=ranges(*nv), osrt=pd.DataFrame(os_calls))
+
+
+def exact_timeouts_us(n: int = 10) -> list[int]:
+    """50.06 ms, give or take the timer's 20-odd microseconds."""
+    return [50_060 + d for d in ([0, 12, -8, 25, 3, -15, 9, 0, 18, -4] * 2)[:n]]
+
+
+def sleep_in_range_app(sleep_us: int = 50_060, n: int = 40) -> Trace:
+    """``n`` 'infer' ranges of a 1 ms kernel and its sync; every fifth also sleeps in select() for ``sleep_us``
+    inside the range, before its launch (the range's outliers)."""
+    krows, calls, nv, os_calls = [], [], [], []
+    t = 0
+    for i in range(n):
+        w = sleep_us if i % 5 == 4 else 0
+        nv.append(("infer", t, t + (1030 + w) * T, 5))
+        if w:
+            os_calls.append({"name": "select", "start_ns": t + 5 * T, "end_ns": t + (5 + w) * T, "global_tid": 5,
+                             "tid": 5, "pid": 1})
+        s = t + (10 + w) * T
+        krows.append((s + 10 * T, s + 1010 * T, 5, s + 2 * T, i + 1))
+        calls.append(("cudaStreamSynchronize", s + 5 * T, s + 1015 * T, 5, "sync"))
+        t += (1100 + w) * T
+    return Trace(kernels=kernels(*krows), api=api(*calls), nvtx=ranges(*nv), osrt=pd.DataFrame(os_calls))

@@ -17,7 +17,8 @@ from tests.conftest import NSYS_FIXTURES, SAMPLE_TRACES
 from tests.capture_builders import T, api, kernels, ranges
 
 CAPTURE_RULES = {"launch_overhead", "gpu_idle", "jitter", "sync_api", "pageable_memcpy", "transfer_bound",
-                 "fp32_math", "time_slicing", "serialised_threads", "decode_drift"}
+                 "fp32_math", "time_slicing", "serialised_threads", "decode_drift",
+                 "stream_race", "repeated_setup", "host_sleeps"}
 REFERENCE = SAMPLE_TRACES / "reference"
 _CACHE: dict[str, object] = {}
 

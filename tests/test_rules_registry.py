@@ -49,7 +49,17 @@ def capture_contexts() -> list:
 
     out.append(analyze(two_threads(same_context=True, overlap=False, waits="alternate"),
                        AnalysisOptions(include_setup=True)).context)
-    return out
+    return out + synthetic_capture_contexts()
+
+
+def synthetic_capture_contexts() -> list:
+    """The patterns no healthy sample capture shows (each rule must fire somewhere): streams that race, an
+    engine rebuilt for every inference, a host sleeping in select() on a timeout."""
+    from profiler.capture.analyze import analyze
+    from tests.capture_builders import exact_timeouts_us, race_app, rebuild_app, sleep_app
+
+    traces = [race_app("race"), rebuild_app(rebuild=True), sleep_app(exact_timeouts_us())]
+    return [analyze(t, AnalysisOptions(include_setup=True)).context for t in traces]
 
 
 def _timing(key: str, version: str | None, enq: float, comp: float, h2d: float, d2h: float, cov: float,

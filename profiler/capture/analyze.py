@@ -225,7 +225,7 @@ def _analyze(trace: Any, options: AnalysisOptions | None) -> AnalysisResult:
     ranges = _ranges_json(ctx, options)
     extra = {
         **whole,
-        **streams.streams_json(table.activity),
+        **streams.streams_json(table.activity, _racing_ns(ctx, judged.thresholds)),
         "top_kernels": top_kernels(trace, options.top_kernels),
         "gap_histogram": _gap_histograms(ctx, judged.thresholds["gpu_idle"]["min_gap_us"]),
         "sync_summary": sync_summary(table),
@@ -240,6 +240,17 @@ def _analyze(trace: Any, options: AnalysisOptions | None) -> AnalysisResult:
         extra["layer_info"] = layer_table.join_layer_info(extra["layers"], options.layer_info)
     extra["phases"]["included_in_statistics"] = "steady state" if trimmed else "whole capture"
     return AnalysisResult(capture=capture, ranges=ranges, findings=findings, extra=extra, context=ctx)
+
+
+def _racing_ns(ctx: CaptureContext, thresholds: dict[str, Any]) -> tuple[int, int]:
+    """(racing overlap, its part behind copies) in ns where stream_race's thresholds call the races frequent
+    (the streams' overlap statistics leave it out); (0, 0) otherwise."""
+    from profiler.rules.capture.stream_race import fires, races_of
+
+    races = races_of(ctx)
+    if not races.pairs or not fires(races, thresholds["stream_race"]):
+        return 0, 0
+    return races.overlap_ns, races.copy_overlap_ns
 
 
 GPU_TIME_RULES = ("gpu_idle", "launch_overhead", "transfer_bound")

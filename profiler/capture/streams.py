@@ -2,7 +2,10 @@
 
 ``gpu_concurrency`` = (sum of per-stream busy time) / (busy union per device, summed over devices):
 1.0 when the streams never overlap, 2.0 when two streams run side by side all the time. What overlap
-bought is the difference (``overlap_saved_ms``): the GPU time that would have run back to back.
+bought is the difference (``overlap_saved_ms``): the GPU time that would have run back to back. Overlap of
+streams that race (:mod:`profiler.capture.races`: a kernel starting on one while a copy of the same inference still
+runs on another, nothing ordering them) is no saving: it is left out of both figures and given as
+``racing_overlap_ms`` (and ``copy_compute_overlap.racing_ms``), present only where there is some.
 
 The activity has millions of rows on long captures: every per-row step here runs over blocks of rows
 (:mod:`profiler.capture.blockwise`), so the transient memory is a few blocks, not copies of the columns.
@@ -19,8 +22,9 @@ from profiler.capture import series as S
 from profiler.capture.blockwise import blocks, union_lengths
 
 
-def streams_json(act: S.Activity) -> dict[str, Any]:
-    """``streams`` (list, busiest first), ``gpu_concurrency`` and ``copy_compute_overlap``."""
+def streams_json(act: S.Activity, racing_ns: tuple[int, int] = (0, 0)) -> dict[str, Any]:
+    """``streams`` (list, busiest first), ``gpu_concurrency`` and ``copy_compute_overlap``; ``racing_ns`` is
+    (racing overlap, the part of it whose producer is a copy) in ns, left out of the overlap figures."""
     if not len(act):
         return {"streams": [], "gpu_concurrency": None,
                 "copy_compute_overlap": {"overlap_ms": 0.0, "copy_ms": 0.0, "compute_ms": 0.0,
@@ -39,13 +43,21 @@ def streams_json(act: S.Activity) -> dict[str, Any]:
     rows.sort(key=lambda r: -r["busy_ms"])
     total_union = float(union.sum())
     ov, copy_ns, comp_ns = _copy_compute(act, codes, dev_of_pair, union, counts[:, S.MEMCPY].any())
-    return {
+    race, copy_race = racing_ns
+    saved = max(float(busy.sum()) - total_union, 0.0)
+    copy_race = min(copy_race, ov)
+    out = {
         "streams": rows,
         "gpu_concurrency": float(busy.sum()) / total_union if total_union > 0 else None,
-        "overlap_saved_ms": max(float(busy.sum()) - total_union, 0.0) / 1e6,
-        "copy_compute_overlap": {"overlap_ms": ov / 1e6, "copy_ms": copy_ns / 1e6, "compute_ms": comp_ns / 1e6,
-                                 "share_of_copy": ov / copy_ns if copy_ns > 0 else None},
+        "overlap_saved_ms": max(saved - race, 0.0) / 1e6,
+        "copy_compute_overlap": {"overlap_ms": (ov - copy_race) / 1e6, "copy_ms": copy_ns / 1e6,
+                                 "compute_ms": comp_ns / 1e6,
+                                 "share_of_copy": (ov - copy_race) / copy_ns if copy_ns > 0 else None},
     }
+    if race > 0:
+        out["racing_overlap_ms"] = min(race, saved) / 1e6
+        out["copy_compute_overlap"]["racing_ms"] = copy_race / 1e6
+    return out
 
 
 def _pair_codes(act: S.Activity) -> tuple[np.ndarray, list[tuple[int, int]]]:

@@ -201,8 +201,10 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
         total_ms = sum(s.get("busy_ms") or 0 for s in streams)
         big = sum(1 for s in streams if (s.get("busy_ms") or 0) > MAIN_STREAM_SHARE * total_ms)
         main = f" ({big} with more than {MAIN_STREAM_SHARE:.0%} of the GPU time)" if big < len(streams) else ""
+        racing = (f"; {_fmt(data['racing_overlap_ms'], '.1f')} ms more overlap races (stream_race), no saving"
+                  if data.get("racing_overlap_ms") else "")
         lines.append(f"streams: {len(streams)} with GPU work{where}{main}; concurrency{per_gpu} {_fmt(conc, '.2f')}x "
-                     f"(overlap saved {_fmt(data.get('overlap_saved_ms'), '.1f')} ms){copies}")
+                     f"(overlap saved {_fmt(data.get('overlap_saved_ms'), '.1f')} ms){copies}{racing}")
     return lines
 
 
@@ -321,7 +323,7 @@ def command(ctx: click.Context, captures: tuple[str, ...], json_path: str | None
     Each NVTX range name becomes a series of iterations (without NVTX the whole capture is one window);
     prints the series and the findings of the capture rules (launch_overhead, gpu_idle, jitter,
     sync_api, pageable_memcpy, transfer_bound, fp32_math, time_slicing, serialised_threads,
-    decode_drift) and stores the run unless --no-store.
+    decode_drift, stream_race, repeated_setup, host_sleeps) and stores the run unless --no-store.
 
     Several captures (or --jobs/--scheduler): each is analysed, reported and stored in a task of its own;
     --out gets index.html (a sortable table of every capture with a link to its report) and index.json.

@@ -141,7 +141,9 @@ def _streams(result: dict) -> list[dict]:
     conc = result.get("gpu_concurrency")
     text = (f"Concurrency {conc:.2f}x: the streams' busy time adds up to {conc:.2f} times the GPU's busy union "
             f"(overlap saved {result.get('overlap_saved_ms') or 0:.3g} ms); copies overlapped compute for "
-            f"{ov.get('overlap_ms') or 0:.3g} of {ov.get('copy_ms') or 0:.3g} ms of copy time.") if conc else ""
+            f"{ov.get('overlap_ms') or 0:.3g} of {ov.get('copy_ms') or 0:.3g} ms of copy time."
+            + (f" Another {result['racing_overlap_ms']:.3g} ms of overlap is streams racing (stream_race): no saving, "
+               "and not counted above." if result.get("racing_overlap_ms") else "")) if conc else ""
     return [{"type": "heading", "text": "Streams"},
             table(["device", "stream", "busy ms", "kernels", "graph launches", "copies", "copy ms"],
                   [[s.get("device"), s.get("stream"), s.get("busy_ms"), s.get("kernels"), s.get("graph_launches"),

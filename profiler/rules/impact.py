@@ -47,6 +47,8 @@ def _cost_ms(f: Finding) -> float | None:
         "transfer_bound": ev.get("exposed_copy_ms_total"),
         "fp32_math": ev.get("estimated_saving_ms"),
         "decode_drift": ev.get("excess_ms"),
+        "repeated_setup": ev.get("setup_ms_total"),
+        "host_sleeps": ev.get("gpu_idle_during_sleeps_ms"),
     }.get(f.rule)
     return float(value) if isinstance(value, (int, float)) and np.isfinite(value) else None
 
@@ -54,6 +56,11 @@ def _cost_ms(f: Finding) -> float | None:
 #: Rules whose cost is GPU time summed over devices: its share is of the steady state times the GPUs that
 #: worked in it (two GPUs copying side by side for a whole second cost 2 s of GPU time in 1 s).
 GPU_TIME_COSTS = frozenset({"transfer_bound", "pageable_memcpy", "fp32_math"})
+
+
+CORRECTNESS_RULES = frozenset({"stream_race"})
+"""Rules whose findings are correctness warnings: no cost, and the severity the rule gave (by how often the
+problem happens) stands."""
 
 
 def _gpus_at_work(ctx: CaptureContext) -> int:
@@ -130,6 +137,9 @@ def calibrate(ctx: CaptureContext, findings: list[Finding]) -> list[Finding]:
             if gpus > 1:
                 f.impact["gpus"] = gpus  # the share is of the steady state's GPU time on all of them
         f.evidence["impact"] = dict(f.impact)
+        if f.rule in CORRECTNESS_RULES:
+            out.append(f)
+            continue
         if share is None:
             bound = f.evidence.get("cost_upper_bound_ms")  # the most it can cost, when the cost is unknown
             if isinstance(bound, (int, float)) and steady_ms > 0 and bound / steady_ms < IMPACT_MIN_SHARE:
@@ -156,10 +166,20 @@ def calibrate(ctx: CaptureContext, findings: list[Finding]) -> list[Finding]:
 
 def _same_cause(findings: list[Finding]) -> None:
     """Idle GPU time caused by what a launch_overhead finding already prices (the gaps fall inside its range,
-    or in launch calls) is one problem seen twice: the gpu_idle finding says which finding holds its cost
+    or in launch calls), or by setup work a repeated_setup finding prices, or by sleeps a host_sleeps finding
+    prices, is one problem seen twice: the gpu_idle finding says which finding holds its cost
     (``impact.included_in``) and is low severity, so the two shares are not read as separate costs."""
     launch = [f for f in findings if f.rule == "launch_overhead"]
+    holders = {r for r in ("repeated_setup", "host_sleeps") if any(f.rule == r for f in findings)}
     for f in findings:
+        held = [r for r, key in (("repeated_setup", "setup_repeats"), ("host_sleeps", "host_sleeps"))
+                if r in holders and f.evidence.get(key)]
+        if f.rule == "gpu_idle" and held and f.evidence.get("impact"):
+            # idle gaps spent in setup that repeats between inferences, or in the host's sleeps: that rule
+            # prices them
+            f.impact["included_in"] = f.evidence["impact"]["included_in"] = held[0]
+            f.severity = "low"
+            continue
         if f.rule != "gpu_idle" or not launch:
             continue
         cause, where = f.evidence.get("host_cause"), f.evidence.get("host_cause_range")

@@ -7,7 +7,8 @@ every one can be overridden per run (``AnalysisOptions.thresholds = {"jitter": {
 The severity a rule gives is provisional: :mod:`profiler.rules.impact` sets it from the finding's cost where that is known.
 
 Rule ids (scope ``capture``) are public: ``launch_overhead``, ``gpu_idle``, ``jitter``, ``sync_api``,
-``pageable_memcpy``, ``transfer_bound``.
+``pageable_memcpy``, ``transfer_bound``, ``stream_race`` (a correctness warning: it carries no cost),
+``repeated_setup``, ``host_sleeps``.
 
 A new capture rule is one module here with one decorated function (``profiler.rules`` finds it).
 """

@@ -42,6 +42,32 @@ def pct(x: float) -> float:
     return round(100.0 * x, 1)
 
 
+def unit_series_id(ctx: CaptureContext) -> int | None:
+    """The inference unit's series id in ``ctx.table`` (the steady-state table numbers its series afresh: the
+    unit's own id is the full capture's), found by its label; None without an NVTX unit."""
+    unit = ctx.unit
+    if unit is None or unit.source == "window" or unit.series_id is None or ctx.table.window:
+        return None
+    return next((int(r["series_id"]) for r in ctx.ranges if ctx.label(r["series_id"]) == unit.label), None)
+
+
+def repeated_series_id(ctx: CaptureContext, min_count: int) -> tuple[int | None, str | None]:
+    """(series id, label) of what repeats per inference: the unit's series, else, where no range qualified as the
+    inference (one that launches little of the GPU work, as a loop that uploads an engine's weights for every image
+    does), the outermost NVTX range of at least ``min_count`` instances with the most of them; (None, None)
+    without NVTX ranges."""
+    sid = unit_series_id(ctx)
+    if sid is not None:
+        return sid, ctx.label(sid)
+    if ctx.table.window or (ctx.unit is not None and ctx.unit.source != "window"):
+        return None, None
+    top = [r for r in ctx.ranges if r["depth"] == 0 and r["count"] >= min_count]
+    if not top:
+        return None, None
+    best = max(top, key=lambda r: (r["count"], -r["series_id"]))
+    return int(best["series_id"]), ctx.label(best["series_id"])
+
+
 def ranges_of(ctx: CaptureContext, min_count: int = 1) -> list[dict[str, Any]]:
     """The range summaries with at least ``min_count`` instances."""
     return [r for r in ctx.ranges if r["count"] >= min_count]

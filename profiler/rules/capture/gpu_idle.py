@@ -177,9 +177,14 @@ def _finding(ctx: CaptureContext, d: SM.DeviceGaps, idle: _Idle, t: Thresholds, 
         # much of a short capture it fills (a capture of first uses has no steady state to judge)
         sev, what = "low", what + " (kernels' first launches: a one-time cost)"
     largest = float((ge - gs).max())
+    text, setup = _recommendation(ctx, cause, short)
+    sleeps = _timed_out(ctx, cause) if not setup and not short else None
+    if sleeps is not None:
+        text = sleeps
     return Finding(
         rule="gpu_idle", severity=sev, range=None,
-        title=f"{what}; meanwhile the host was {cause.sentence()}",
+        title=f"{what}; meanwhile the host was {cause.sentence()}"
+        + (", returning after the same time each call: a timeout, the host sleeping" if sleeps is not None else ""),
         evidence={
             "device_id": d.device_id, "active_window_ms": idle.active_ns / 1e6, "busy_ms": d.busy_ns / 1e6,
             "initialization_gaps": idle.init_gaps, "initialization_gaps_ms": idle.init_ns / 1e6,
@@ -188,13 +193,51 @@ def _finding(ctx: CaptureContext, d: SM.DeviceGaps, idle: _Idle, t: Thresholds, 
             "largest_gap_share": largest / idle.idle_ns, "one_time_pause": one_off, "host_cause": cause.kind,
             **({"one_time_cost": True} if first_uses else {}),
             **({"counted_min_gap_us": 0.0} if short else {}),  # gaps of any length: what impact shares out
+            **({"setup_repeats": True} if setup else {}),  # the cause is repeated_setup's
+            **({"host_sleeps": True} if sleeps is not None else {}),  # the cause is host_sleeps's
             "host_cause_range": cause.name if cause.kind == "range" else None,
             "host_during_gaps_ms": host, "top_gaps": _top_gaps(ctx, gs, ge, top, per_gap),
         },
         threshold=t.pick("min_gap_us", "min_idle_fraction"),
-        recommendation=(SHORT_GAPS_ADVICE if short else advice(cause, ctx.tensorrt))
-        + (TRT_IDLE_ADVICE if ctx.tensorrt and cause.kind != "range" else ""),
+        recommendation=text,
     )
+
+
+def _recommendation(ctx: CaptureContext, cause: Any, short: bool) -> tuple[str, bool]:
+    """The advice for the cause, and whether the cause is setup calls (module loads, allocations ...) that recur
+    between inferences: repeated_setup's diagnosis, whose advice (build once, reuse) replaces warm-up and
+    CUDA-graph advice then."""
+    if not short and cause.kind in ("api", "lazy_load") and _is_setup(cause.name):
+        from profiler.rules.capture import repeated_setup as RS
+
+        setup = RS.setup_of(ctx, RS.DEFAULTS)
+        if RS.recurs(setup, RS.DEFAULTS):
+            return ("The gaps are spent in setup work that repeats between inferences (repeated_setup). "
+                    + RS.advice(setup, ctx.tensorrt)), True
+    return ((SHORT_GAPS_ADVICE if short else advice(cause, ctx.tensorrt))
+            + (TRT_IDLE_ADVICE if ctx.tensorrt and cause.kind != "range" else "")), False
+
+
+def _timed_out(ctx: CaptureContext, cause: Any) -> str | None:
+    """host_sleeps' advice when the OS call that fills the gaps waits with a timeout and returns after it,
+    repeatedly (the program sleeping: never a slow producer or a wait for input); else None."""
+    if cause.kind != "os_runtime":
+        return None
+    from profiler.rules.capture import host_sleeps as HS
+
+    found = HS.sleeps_of(ctx, HS.DEFAULTS)
+    groups = [g for g in found.groups if g["name"] == cause.name]
+    if not groups:
+        return None
+    calls, each = HS.describe(groups)
+    return "The gaps are the host sleeping (host_sleeps). " + HS.SLEEP_ADVICE.format(calls=calls, each=each)
+
+
+def _is_setup(names: str) -> bool:
+    """Whether the cause's call names (``/``-joined for allocation calls) are all setup calls."""
+    from profiler.capture.recurring import setup_kind
+
+    return bool(names) and all(setup_kind(n) is not None for n in names.split("/"))
 
 
 def _short_headline(ctx: CaptureContext, d: SM.DeviceGaps, idle: _Idle) -> tuple[str, str, bool]:

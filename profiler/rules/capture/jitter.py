@@ -120,7 +120,7 @@ def _finding(ctx: CaptureContext, r: dict, ev: dict, t: Thresholds) -> Finding:
     if main == "cuda_api" and _launch_queue_full(ev["outliers"], busiest):
         main = "launch_queue"
         ev["gpu_busy_fraction_max"] = busiest
-    if main == "host_stall" and _waits_on_handover(ev["outliers"]):
+    if main == "host_stall" and _waits_on_handover(ev["outliers"], _timed_out_names(ctx)):
         main = "handover"
     if main == "gpu_backlog":
         ev["gpu_busy_fraction_max"] = busiest
@@ -272,11 +272,19 @@ def _launch_queue_title(ev: dict, busiest: float) -> str:
             f"take {ev['median_ms']:.3g} ms (median; instances {_shown([o['index'] for o in waits])})")
 
 
-def _waits_on_handover(outliers: list[dict]) -> bool:
+def _timed_out_names(ctx: CaptureContext) -> set[str]:
+    """The OS call names whose calls time out over and over (host_sleeps): sleeps, not hand-overs."""
+    from profiler.rules.capture import host_sleeps as HS
+
+    return HS.sleeps_of(ctx, HS.DEFAULTS).names
+
+
+def _waits_on_handover(outliers: list[dict], timed_out: set[str] = frozenset()) -> bool:
     """Most of the host-stall outliers' longest OS runtime call waits for another thread or process to hand
-    over (sem_wait, pthread_cond_wait, a queue's get): the range's thread is idle, the time is the other's."""
+    over (sem_wait, pthread_cond_wait, a queue's get): the range's thread is idle, the time is the other's. A call
+    that returns after its timeout again and again (``timed_out``) is a sleep, no hand-over."""
     stalls = [o for o in outliers if o["cause"] == "host_stall"]
-    waits = [o for o in stalls if os_call_kind(str(o.get("call", ""))) == "input"]
+    waits = [o for o in stalls if os_call_kind(str(o.get("call", ""))) == "input" and o.get("call") not in timed_out]
     return 2 * len(waits) > len(stalls)
 
 
