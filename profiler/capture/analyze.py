@@ -152,7 +152,7 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
 
 
 def _analyze(trace: Any, options: AnalysisOptions | None) -> AnalysisResult:
-    from profiler.capture import layer_table, phases, streams, unit as U
+    from profiler.capture import integrity, layer_table, phases, streams, unit as U
     from profiler.capture.heap import release_memory
     from profiler.rules import registry, run_rules
     from profiler.rules.impact import calibrate
@@ -171,6 +171,9 @@ def _analyze(trace: Any, options: AnalysisOptions | None) -> AnalysisResult:
     unrecorded = kernels_not_recorded(full, 0 if kernels is None else len(kernels))
     if unrecorded:  # the GPU's kernels are not in the export: no verdict on GPU time
         meta["missing"] = list(meta.get("missing") or []) + [_unrecorded_sentence(unrecorded)]
+    # first: whether the capture holds what nsys traced decides what may be judged (capture/integrity.py)
+    integ = integrity.check(trace, full, unit, kernels_unrecorded=unrecorded)
+    gpu_lost = "gpu" in integ.lost
     # what reads the whole capture's table comes first: the steady-state table then replaces it, so the
     # two copies of the capture's GPU activity and API calls are never held through the rules. (Running
     # the pieces that only read the tables on threads was measured on the 2xH200 host: 1.04x the time and
@@ -192,9 +195,9 @@ def _analyze(trace: Any, options: AnalysisOptions | None) -> AnalysisResult:
                          capture_start_ns=int(start_ns), unit=unit, phases=ph, tensorrt=trt,
                          include_setup=options.include_setup)
     only = options.rules
-    if unrecorded:  # an explicit list keeps its unknown ids, so run_rules still refuses them
-        only = [r for r in (only if only is not None else [s.id for s in registry("capture")])
-                if r not in GPU_TIME_RULES]
+    not_run = integ.skipped_rules()
+    if not_run:  # rules that need the lost data; an explicit list keeps its unknown ids, so run_rules refuses them
+        only = [r for r in (only if only is not None else [s.id for s in registry("capture")]) if r not in not_run]
     judged = run_rules("capture", ctx, only=only, overrides=options.rule_overrides())
     release_memory()
     findings = calibrate(ctx, judged.findings)
@@ -210,8 +213,10 @@ def _analyze(trace: Any, options: AnalysisOptions | None) -> AnalysisResult:
     }
     if unrecorded:
         capture["kernel_launches_without_records"] = unrecorded
+    if gpu_lost:
         _forget_gpu_time(extra, ranges)
-    extra["inference"]["bound_by"] = None if unrecorded else _bound_by(
+    extra = {"integrity": integ.to_json(), **extra}
+    extra["inference"]["bound_by"] = None if gpu_lost else _bound_by(
         extra["phases"]["steady"], host_waits_on_gpu_ms(table, ctx.devices, ph.steady_start_ns, ph.steady_end_ns))
     if options.layer_info:
         extra["layer_info"] = layer_table.join_layer_info(extra["layers"], options.layer_info)

@@ -11,7 +11,7 @@ import click
 from profiler.cli.options import Finite, db_option, db_url, open_store
 from profiler.cli.outputs import check_output_file, write_text
 from profiler.distributed.cli import analyze_batch, analyze_options, is_batch
-from profiler.errors import InputError, UsageError
+from profiler.errors import GateFailed, InputError, UsageError
 
 MAX_RANGES_SHOWN = 15
 MAX_LAYERS_SHOWN = 10
@@ -266,12 +266,16 @@ def _label(r: dict[str, Any]) -> str:
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
               help="Write the capture with the findings as annotations in the Chrome Trace Event format here "
                    "(opens in ui.perfetto.dev and chrome://tracing; at most 200,000 events, the earliest).")
+@click.option("--fail-on-incomplete", is_flag=True,
+              help="Exit 1 when the capture lacks data nsys traced (the verdict INCOMPLETE CAPTURE), for CI; "
+                   "without it an incomplete capture is analysed as far as it can be and exits 0.")
 @analyze_options
 @click.pass_context
 def command(ctx: click.Context, captures: tuple[str, ...], json_path: str | None, report_path: str | None,
             no_store: bool, label: str | None, db: str | None, min_gap_us: float | None, unit: str | None,
             include_setup: bool, layer_info: str | None, cdn: bool, no_cache: bool, trace_path: str | None,
-            jobs: int | None, scheduler: str | None, batch_out: str | None, memory_limit: str | None) -> None:
+            fail_on_incomplete: bool, jobs: int | None, scheduler: str | None, batch_out: str | None,
+            memory_limit: str | None) -> None:
     """Diagnose CAPTURE, an nsys SQLite export, a .nsys-rep (exported with nsys when it is on PATH), or the
     folder of an 'nsys export --type parquetdir' (or arrowdir).
 
@@ -293,6 +297,9 @@ def command(ctx: click.Context, captures: tuple[str, ...], json_path: str | None
     if is_batch(captures, jobs, scheduler, batch_out):
         if trace_path:
             raise UsageError("--trace writes one capture's trace: give one capture")
+        if fail_on_incomplete:
+            raise UsageError("--fail-on-incomplete judges one capture: give one capture (index.json says "
+                             "which captures of a batch are incomplete)")
         analyze_batch(ctx, captures, jobs=jobs, scheduler=scheduler, out=batch_out, memory_limit=memory_limit,
                       json_path=json_path, report_path=report_path, no_store=no_store, label=label, db=db,
                       min_gap_us=min_gap_us, cdn=cdn, no_cache=no_cache,
@@ -324,15 +331,19 @@ def command(ctx: click.Context, captures: tuple[str, ...], json_path: str | None
     try:
         options = AnalysisOptions(min_gap_us=min_gap_us, unit=unit, include_setup=include_setup,
                                   layer_info=layer_info)
-        _analyze(capture, json_path, report_path, store, label, options, cdn, cache=False if no_cache else None,
-                 trace_path=trace_path)
+        data = _analyze(capture, json_path, report_path, store, label, options, cdn,
+                        cache=False if no_cache else None, trace_path=trace_path)
     finally:
         if store is not None:
             store.close()
+    integ = data.get("integrity") if isinstance(data.get("integrity"), dict) else {}
+    if fail_on_incomplete and integ.get("complete") is False:
+        kinds = ", ".join(dict.fromkeys(str(p.get("kind")) for p in integ.get("problems") or []))
+        raise GateFailed(f"incomplete capture ({kinds}): --fail-on-incomplete")
 
 
 def _analyze(capture: str, json_path: str | None, report_path: str | None, store, label: str | None,
-             options: Any, cdn: bool, cache: bool | None = None, trace_path: str | None = None) -> None:
+             options: Any, cdn: bool, cache: bool | None = None, trace_path: str | None = None) -> dict[str, Any]:
     from profiler.capture.result_cache import analyze_path_cached  # a hit imports no pandas
 
     result = analyze_path_cached(capture, options, cache=cache, results=cache is not False)
@@ -371,6 +382,7 @@ def _analyze(capture: str, json_path: str | None, report_path: str | None, store
             click.echo(line)
         if data.get("run_id") is not None:
             click.echo(f"stored run {data['run_id']}")
+    return data
 
 
 def _write_trace(trace: Any, findings: list, data: dict[str, Any], path: str) -> None:

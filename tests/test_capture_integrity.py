@@ -1,0 +1,246 @@
+"""Capture integrity: real exports damaged the ways captures break (tail of the kernel table gone, one stream's
+kernels gone, nsys's own loss messages, the CUDA trace stopping while the program goes on, an export nsys failed
+to write) read INCOMPLETE CAPTURE with the right kind and amount; every healthy capture we have stays complete."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from profiler.capture import integrity as I
+from profiler.capture import series as S
+from profiler.capture import unit as U
+from profiler.capture.analyze import AnalysisOptions, analyze_path
+from profiler.capture.loader import load_trace
+from profiler.errors import InputError
+from profiler.report.verdict import analysis_verdict, terminal_lines
+from tests.conftest import ROOT, SAMPLE_TRACES, SHARED
+
+FIXTURES = SHARED / "fixtures"
+HEALTHY = sorted([*FIXTURES.glob("nsys/*.sqlite"), *FIXTURES.glob("nsys-tensorrt/*.sqlite"),
+                  *FIXTURES.glob("nsys-real/*.sqlite"), *SAMPLE_TRACES.glob("*.sqlite"),
+                  *SAMPLE_TRACES.glob("*/*.sqlite")])
+HEALTHY = [p for p in HEALTHY if p.stem not in ("killed", "tiny_buffer", "launcher")]  # made incomplete on purpose
+LAUNCH_BOUND = SAMPLE_TRACES / "launch_bound.sqlite"
+MULTISTREAM = SAMPLE_TRACES / "multistream.sqlite"
+TRT_EAGER = SAMPLE_TRACES / "trt_eager.sqlite"
+
+
+def _check(path: Path) -> I.Integrity:
+    trace = load_trace(path)
+    full = S.build_series(trace)
+    return I.check(trace, full, U.build_unit(full, None))
+
+
+def _copy(src: Path, tmp_path: Path, name: str) -> Path:
+    if not src.is_file():
+        pytest.skip(f"{src} not found")
+    dst = tmp_path / name
+    shutil.copyfile(src, dst)
+    return dst
+
+
+def _sql(path: Path, sql: str, *args):
+    con = sqlite3.connect(path)
+    try:
+        rows = con.execute(sql, args).fetchall()
+        con.commit()
+        return rows
+    finally:
+        con.close()
+
+
+def _analyse(path: Path) -> dict:
+    return analyze_path(path, AnalysisOptions(), cache=False).to_json()
+
+
+def _kinds(doc: dict) -> list[str]:
+    return [p["kind"] for p in doc["integrity"]["problems"]]
+
+
+# ----------------------------------------------------------------------------- healthy captures
+
+@pytest.mark.parametrize("path", HEALTHY, ids=[p.name for p in HEALTHY])
+def test_every_healthy_capture_is_complete(path):
+    result = _check(path)
+    assert result.complete, [p.what for p in result.problems]
+
+
+@pytest.mark.parametrize("path", [p for p in HEALTHY if "nsys-tensorrt" in str(p)][:1] or [FIXTURES / "absent"],
+                         ids=lambda p: p.name)
+def test_the_cookbook_warnings_are_notes_not_problems(path):
+    """The cookbook capture says 'driver ... not supported' and 'No CUDA events collected' for a child
+    process: said as notes, the capture complete, the verdict not INCOMPLETE."""
+    if not path.is_file():
+        pytest.skip("nsys-tensorrt fixtures absent")
+    said = [t for (t,) in _sql(path, "SELECT text FROM DIAGNOSTIC_EVENT")]
+    assert any("is not supported" in t for t in said) and any("No CUDA events collected" in t for t in said)
+    doc = _analyse(path)
+    assert doc["integrity"]["complete"] is True and doc["integrity"]["problems"] == []
+    assert len(doc["integrity"]["notes"]) == 2
+    assert analysis_verdict(doc)["status"] != "INCOMPLETE CAPTURE"
+
+
+def test_nsys_counts_are_read_per_process():
+    if not TRT_EAGER.is_file():
+        pytest.skip("sample trace absent")
+    trace = load_trace(TRT_EAGER)
+    counts = I.nsys_counts(trace.meta["diagnostics"])
+    # nsys's own numbers, read with SQL: the process of the 'Number of CUPTI events produced' row
+    [(gpid, text)] = _sql(TRT_EAGER, "SELECT globalPid, text FROM DIAGNOSTIC_EVENT WHERE text LIKE "
+                                     "'Number of CUPTI events produced%'")
+    pid = (gpid >> 24) & 0xFFFFFF
+    assert counts[pid]["cupti"] == int(re.search(r"(\d+)", text).group(1))
+    [(nvtx_rows,)] = _sql(TRT_EAGER, "SELECT count(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60, 34)")
+    assert abs(I.export_rows(trace)[pid]["nvtx"] - nvtx_rows) == 0
+
+
+# ----------------------------------------------------------------------------- damage
+
+def test_the_tail_of_the_kernel_table_dropped(tmp_path):
+    path = _copy(LAUNCH_BOUND, tmp_path, "tail.sqlite")
+    [(n,)] = _sql(path, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    keep = n // 2
+    _sql(path, "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid NOT IN "
+               "(SELECT rowid FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start LIMIT ?)", keep)
+    doc = _analyse(path)
+    integ = doc["integrity"]
+    assert integ["complete"] is False
+    assert _kinds(doc)[0] == "launches_without_records"
+    lead = integ["problems"][0]["evidence"]
+    assert lead["without_record"] == n - keep and lead["launch_calls"] == n  # one kernel per launch call here
+    missing = next(p for p in integ["problems"] if p["kind"] == "export_missing_events")["evidence"]
+    assert missing["missing"] == n - keep
+    assert "gpu_busy_time" in integ["untrusted"] and "host_range_timing" in integ["trusted"]
+    assert {"gpu_idle", "launch_overhead", "transfer_bound"} <= set(integ["rules_not_run"])
+    assert not [f for f in doc["findings"] if f["rule"] in integ["rules_not_run"]]
+    assert doc["phases"]["steady"]["gpu_busy_fraction"] is None
+    v = analysis_verdict(doc)
+    assert v["status"] == "INCOMPLETE CAPTURE" and f"{n - keep:,} of {n:,} kernel launch calls" in v["headline"]
+    host = doc["inference"]["host_ms"]["median"]
+    assert any(line.startswith("still holds: host time per inference") and f"{host:.4g}" in line
+               for line in v["lines"])
+    assert any("not run" in line and "gpu_idle" in line for line in v["lines"])
+    assert terminal_lines(v)[0].startswith("INCOMPLETE CAPTURE: ")
+
+
+def test_the_kernels_of_one_stream_deleted(tmp_path):
+    path = _copy(MULTISTREAM, tmp_path, "stream.sqlite")
+    per_stream = dict(_sql(path, "SELECT streamId, count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY streamId"))
+    stream = sorted(per_stream)[1]
+    _sql(path, "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE streamId = ?", stream)
+    doc = _analyse(path)
+    assert _kinds(doc) == ["launches_without_records"]
+    ev = doc["integrity"]["problems"][0]["evidence"]
+    assert ev["without_record"] == per_stream[stream] and ev["launch_calls"] == sum(per_stream.values())
+    assert analysis_verdict(doc)["status"] == "INCOMPLETE CAPTURE"
+
+
+def _diagnostic(path: Path, text: str, severity: int = 2, source: int = 3) -> None:
+    [(gpid,)] = _sql(path, "SELECT globalPid FROM DIAGNOSTIC_EVENT WHERE text LIKE 'Number of CUDA events%'")
+    _sql(path, "INSERT INTO DIAGNOSTIC_EVENT (timestamp, timestampType, source, severity, text, globalPid) "
+               "VALUES (0, 1, ?, ?, ?, ?)", source, severity, text, gpid)
+
+
+@pytest.mark.parametrize("text, severity, kind", [
+    ("Number of incomplete CUPTI events dropped: 4200. Incomplete events appear when GPU timestamp information "
+     "have not been retrieved at the time the profiling session was stopped.", 1, "nsys_dropped_events"),
+    ("Error when processing events: Unknown driver API function index: 812", 3, "nsys_processing_errors"),
+    ("Not all CUDA events might have been collected.", 2, "nsys_not_all_collected"),
+    ("Some CUPTI activity buffers were dropped: 12 buffers lost.", 2, "nsys_lost_events"),
+])
+def test_what_nsys_says_when_it_loses_events(tmp_path, text, severity, kind):
+    path = _copy(TRT_EAGER, tmp_path, "diag.sqlite")
+    _diagnostic(path, text, severity)
+    doc = _analyse(path)
+    assert _kinds(doc) == [kind]
+    assert doc["integrity"]["problems"][0]["evidence"]["nsys_said"] in (text, [text])
+    assert analysis_verdict(doc)["status"] == "INCOMPLETE CAPTURE"
+
+
+def test_cupti_events_produced_but_not_collected(tmp_path):
+    """The issue's capture: 'Number of CUPTI events produced: 34429' yet 'Number of CUDA events collected: 909'."""
+    path = _copy(TRT_EAGER, tmp_path, "lost.sqlite")
+    [(collected_text,)] = _sql(path, "SELECT text FROM DIAGNOSTIC_EVENT WHERE text LIKE 'Number of CUDA events%'")
+    collected = int(re.search(r"(\d+)", collected_text).group(1))
+    produced = collected * 20
+    _sql(path, "UPDATE DIAGNOSTIC_EVENT SET text = ? WHERE text LIKE 'Number of CUPTI events produced%'",
+         f"Number of CUPTI events produced: \t{produced}, CUPTI buffers: 50.")
+    doc = _analyse(path)
+    assert _kinds(doc) == ["cuda_events_lost"]
+    ev = doc["integrity"]["problems"][0]["evidence"]
+    assert (ev["cupti_events_produced"], ev["cuda_events_collected"]) == (produced, collected)
+    assert f"{collected:,} CUDA events of the {produced:,}" in analysis_verdict(doc)["headline"]
+
+
+def test_routine_warnings_do_not_count(tmp_path):
+    path = _copy(TRT_EAGER, tmp_path, "routine.sqlite")
+    _diagnostic(path, "Installed CUDA driver version (13.2) is not supported by this build of Nsight Systems. CUDA "
+                      "trace will be collected using libraries for driver version 13.1", 2, 1)
+    _sql(path, "INSERT INTO DIAGNOSTIC_EVENT VALUES (0, 1, 3, 2, 'No CUDA events collected. Does the process use "
+               "CUDA?', ?)", (1 << 24) | (77 << 24))
+    _diagnostic(path, "Number of incomplete CUPTI events dropped: 2. Incomplete events appear when GPU timestamp "
+                      "information have not been retrieved at the time the profiling session was stopped.", 1, 1)
+    doc = _analyse(path)
+    assert doc["integrity"]["complete"] is True, _kinds(doc)
+    assert len(doc["integrity"]["notes"]) == 2
+
+
+def test_the_cuda_trace_stops_while_the_inferences_go_on(tmp_path):
+    """API rows ending at 853 ms while the NVTX ranges run to 1019 ms: the inferences after the last CUDA call."""
+    path = _copy(LAUNCH_BOUND, tmp_path, "stopped.sqlite")
+    ranges = _sql(path, "SELECT n.start, n.end FROM NVTX_EVENTS n WHERE n.eventType = 59 AND n.end IS NOT NULL "
+                        "ORDER BY n.start")
+    cut = ranges[-30][0] - 1  # the last 30 instances lose their CUDA calls and activity
+    for table in ("CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
+                  "CUPTI_ACTIVITY_KIND_MEMSET"):
+        if _sql(path, "SELECT 1 FROM sqlite_master WHERE name = ?", table):
+            _sql(path, f"DELETE FROM {table} WHERE start > ?", cut)
+    [(last_api,)] = _sql(path, "SELECT max(end) FROM CUPTI_ACTIVITY_KIND_RUNTIME")
+    after = sum(1 for s, _ in ranges if s > last_api)
+    doc = _analyse(path)
+    problem = next(p for p in doc["integrity"]["problems"] if p["kind"] == "cuda_trace_ends_early")
+    assert problem["evidence"]["instances_without_cuda"] == after >= 30
+    assert analysis_verdict(doc)["status"] == "INCOMPLETE CAPTURE"
+
+
+def test_an_export_nsys_failed_to_write_is_bad_input(tmp_path):
+    path = tmp_path / "failed.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)")
+    con.execute("CREATE TABLE ANALYSIS_FILE (id INTEGER PRIMARY KEY, filename TEXT)")
+    con.execute("CREATE TABLE ProcessStreams (globalPid INTEGER, filenameId INTEGER, contentId INTEGER)")
+    con.execute("INSERT INTO StringIds VALUES (1, 'x')")
+    con.commit()
+    con.close()
+    with pytest.raises(InputError, match="not a usable Nsight Systems export"):
+        load_trace(path)
+    r = subprocess.run([sys.executable, "-m", "profiler", "analyze", str(path), "--no-store", "--no-cache"],
+                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 3, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "no event table" in r.stderr
+
+
+def test_fail_on_incomplete_exits_1_and_without_it_0(tmp_path):
+    path = _copy(MULTISTREAM, tmp_path, "ci.sqlite")
+    _sql(path, "DELETE FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE streamId = "
+               "(SELECT max(streamId) FROM CUPTI_ACTIVITY_KIND_KERNEL)")
+    html = tmp_path / "r.html"
+    run = lambda *extra: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "profiler", "analyze", str(path), "--no-store", "--no-cache", *extra],
+        capture_output=True, text=True, cwd=ROOT, timeout=300)
+    plain = run("--report", str(html))
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.splitlines()[0].startswith("INCOMPLETE CAPTURE: ")
+    assert "INCOMPLETE CAPTURE" in html.read_text()
+    gated = run("--fail-on-incomplete")
+    assert gated.returncode == 1 and "launches_without_records" in gated.stderr
+    healthy = subprocess.run([sys.executable, "-m", "profiler", "analyze", str(MULTISTREAM), "--no-store",
+                              "--fail-on-incomplete"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert healthy.returncode == 0, healthy.stderr
