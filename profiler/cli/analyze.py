@@ -129,11 +129,13 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
                  f"host {_fmt(st(inf['host_ms']))} ms{bound_txt}"]
     else:
         n_inst = inf.get("count")
-        gpu = (f"GPU {_fmt(st(inf['gpu_ms']))} ms median (p99 {_fmt(st(inf['gpu_ms'], 'p99'))}), GPU latency "
+        spread = "" if n_inst == 1 else f" median (p99 {_fmt(st(inf['gpu_ms'], 'p99'))})"  # one value: no spread
+        gpu = (f"GPU {_fmt(st(inf['gpu_ms']))} ms{spread}, GPU latency "
                f"{_fmt(st(inf['gpu_latency_ms']))} ms, queue {_fmt(st(inf['queue_ms']))} ms{_behind(inf)}"
                if (inf.get("gpu_latency_ms") or {}).get("count") != 0 else "no GPU work in any instance")
-        lines = [f"inference: {inf.get('series')} ({what}), {n_inst} instance{'' if n_inst == 1 else 's'} "
-                 f"({inf.get('steady_count')} steady): {gpu}, host {_fmt(st(inf['host_ms']))} ms"
+        count = ("the capture holds one inference" if n_inst == 1 else
+                 f"{n_inst} instances ({inf.get('steady_count')} steady)")
+        lines = [f"inference: {inf.get('series')} ({what}), {count}: {gpu}, host {_fmt(st(inf['host_ms']))} ms"
                  f"{_outside(inf)}{bound_txt}"]
     layers = data.get("layers") or []
     total = data.get("layer_total") or {}
@@ -178,7 +180,8 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
                       f"inferences {_fmt(w.get('gpu_work_outside_inferences_ms'), '.1f')} ms)")
         lines.append(f"setup: {_fmt(su.get('duration_ms'), '.1f')} ms {before}; "
                      f"steady state {_fmt(sd.get('duration_ms'), '.1f')} ms, GPU busy {_busy_text(sd)} "
-                     f"(statistics and findings: {ph.get('included_in_statistics', 'steady state')})")
+                     f"(statistics and findings: {ph.get('included_in_statistics', 'steady state')})"
+                     f"{_teardown_text(ph.get('teardown'))}")
     streams = [s for s in data.get("streams") or [] if (s.get("busy_ms") or 0) > 0]
     if streams:
         ov = data.get("copy_compute_overlap") or {}
@@ -194,6 +197,20 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
         lines.append(f"streams: {len(streams)} with GPU work{where}{main}; concurrency{per_gpu} {_fmt(conc, '.2f')}x "
                      f"(overlap saved {_fmt(data.get('overlap_saved_ms'), '.1f')} ms){copies}")
     return lines
+
+
+TEARDOWN_WORDS = (("module_unloading_ms", "module unloading"), ("frees_ms", "frees"),
+                  ("context_destruction_ms", "context, stream and graph destruction"))
+
+
+def _teardown_text(td: Any) -> str:
+    """'; teardown 277.5 ms after it, 2.3 ms of it in release calls (module unloading 2.1 ms, ...)': the window
+    from the first release call after the steady state's last GPU work to the capture's last CUDA call."""
+    if not isinstance(td, dict):
+        return ""
+    parts = [f"{label} {_fmt(td.get(key), '.1f')} ms" for key, label in TEARDOWN_WORDS if (td.get(key) or 0) >= 0.05]
+    return (f"; teardown {_fmt(td.get('duration_ms'), '.1f')} ms after it, {_fmt(td.get('release_ms'), '.1f')} ms "
+            f"of it in release calls ({', '.join(parts) or 'none over 0.05 ms'})")
 
 
 WINDOW_SETUP_CALLS = (("context_creation_ms", "context creation"), ("module_loading_ms", "module loading"),
