@@ -139,6 +139,15 @@ def test_the_kernels_of_one_stream_deleted(tmp_path):
     assert _kinds(doc) == ["launches_without_records"]
     ev = doc["integrity"]["problems"][0]["evidence"]
     assert ev["without_record"] == per_stream[stream] and ev["launch_calls"] == sum(per_stream.values())
+    # the inference's instances that launched onto that stream, counted with SQL: ranges of the unit holding a
+    # launch call whose kernel ran on it
+    unit = doc["inference"]["series"].split(":")[-1]
+    kept = _copy(MULTISTREAM, tmp_path, "kept.sqlite")
+    [(hit,)] = _sql(kept, "SELECT count(DISTINCT n.start) FROM NVTX_EVENTS n JOIN StringIds s ON s.id = n.textId "
+                          "JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.start >= n.start AND r.start <= n.end "
+                          "JOIN CUPTI_ACTIVITY_KIND_KERNEL k ON k.correlationId = r.correlationId "
+                          "WHERE k.streamId = ? AND (s.value = ? OR n.text = ?)", stream, unit, unit)
+    assert ev["series"] == doc["inference"]["series"] and ev["instances_with_missing_kernels"] == hit
     assert analysis_verdict(doc)["status"] == "INCOMPLETE CAPTURE"
 
 

@@ -197,7 +197,7 @@ def check(trace: Any, table: Any = None, unit: Any = None, *, kernels_unrecorded
     t = thresholds
     counts = nsys_counts(diags)
     rows = export_rows(trace)
-    launches = launches_without_records(trace, kernels_unrecorded, t)
+    launches = launches_without_records(trace, kernels_unrecorded, t, unit)
     explained = {p.evidence.get("pid") for p in launches}  # their kernels are what the export's count lacks
     out.problems += [*nsys_said(diags, counts, rows, t), *cuda_events_lost(counts, t), *launches,
                      *unit_uncovered(table, unit, t), *export_short(counts, rows, t, explained),
@@ -325,9 +325,11 @@ def export_short(counts: dict[int, dict[str, int]], rows: dict[int, dict[str, in
     return out
 
 
-def launches_without_records(trace: Any, kernels_unrecorded: int, t: IntegrityThresholds) -> list[Problem]:
+def launches_without_records(trace: Any, kernels_unrecorded: int, t: IntegrityThresholds,
+                             unit: Any = None) -> list[Problem]:
     """Kernel launch calls whose kernel is not in the export, per process (launches inside CUDA stream
-    capture make no kernel and are left out; a process's activity rows that lack their call are subtracted)."""
+    capture make no kernel and are left out; a process's activity rows that lack their call are subtracted),
+    with how many of the inference's instances (``unit``) made such calls."""
     if kernels_unrecorded:
         return [Problem("kernels_not_recorded", f"the export has {kernels_unrecorded:,} kernel launch calls but no "
                         "kernel record", {"launch_calls": kernels_unrecorded, "kernel_records": 0}, ("gpu",))]
@@ -362,8 +364,23 @@ def launches_without_records(trace: Any, kernels_unrecorded: int, t: IntegrityTh
             + (f" of a {span:.1f} ms capture)" if span else ")"),
             {"pid": int(p), "launch_calls": n, "without_record": unmatched,
              "first_ms": (int(when.min()) - t0) / 1e6, "last_ms": (int(when.max()) - t0) / 1e6,
-             "threads": _by_thread(gtid[launch][missing_rows])}, ("gpu",)))
+             "threads": _by_thread(gtid[launch][missing_rows]), **_instances_hit(unit, when)}, ("gpu",)))
     return out
+
+
+def _instances_hit(unit: Any, when_ns: np.ndarray) -> dict[str, Any]:
+    """How many of the inference's instances hold a launch call (at ``when_ns``) whose kernel is missing."""
+    if unit is None or getattr(unit, "series_id", None) is None or not unit.count:
+        return {}
+    lo = np.asarray(unit.start_ns, dtype=np.int64)
+    hi = lo + np.asarray(unit.host_ns, dtype=np.int64)
+    order = np.argsort(lo, kind="stable")
+    lo, hi = lo[order], hi[order]
+    i = np.searchsorted(lo, when_ns, side="right") - 1  # the last instance starting at or before each call
+    inside = i >= 0
+    inside[inside] = when_ns[inside] <= hi[i[inside]]
+    hit = np.unique(i[inside])
+    return {"series": unit.label, "instances": int(unit.count), "instances_with_missing_kernels": int(len(hit))}
 
 
 def _key(gtid: np.ndarray, start: np.ndarray) -> np.ndarray:
