@@ -253,3 +253,44 @@ def test_fail_on_incomplete_exits_1_and_without_it_0(tmp_path):
     healthy = subprocess.run([sys.executable, "-m", "profiler", "analyze", str(MULTISTREAM), "--no-store",
                               "--fail-on-incomplete"], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert healthy.returncode == 0, healthy.stderr
+
+
+# ----------------------------------------------------------------------------- real incomplete H200 captures
+
+def _nsys_count(path: Path, what: str) -> int:
+    [(text,)] = _sql(path, "SELECT text FROM DIAGNOSTIC_EVENT WHERE text LIKE ?", f"Number of {what} events collected%")
+    return int(re.search(r"(\d+)", text).group(1))
+
+
+def test_a_process_killed_before_its_cupti_buffers_flushed():
+    """sample_traces/killed.sqlite: SIGKILL in the 151st of 400 inferences (48 kernels each); nsys kept 3 CUDA
+    events and said not all CUDA, NVTX and OS runtime events might have been collected."""
+    path = SAMPLE_TRACES / "killed.sqlite"
+    if not path.is_file():
+        pytest.skip("killed.sqlite absent")
+    doc = _analyse(path)
+    integ = doc["integrity"]
+    assert integ["complete"] is False and set(_kinds(doc)) == {"nsys_not_all_collected"}
+    said = [p["evidence"] for p in integ["problems"]]
+    assert [e["events"] for e in said] == ["CUDA", "NVTX", "OS runtime libraries"]  # the GPU's loss first
+    assert said[0]["nsys_collected"] == _nsys_count(path, "CUDA")
+    assert said[1]["nsys_collected"] == _nsys_count(path, "NVTX")
+    v = analysis_verdict(doc)
+    assert v["status"] == "INCOMPLETE CAPTURE" and "not all CUDA events" in v["headline"]
+    assert "gpu_busy_time" in integ["untrusted"] and "host_range_timing" in integ["trusted"]
+
+
+def test_nsys_wrapping_a_launcher_that_starts_the_gpu_process():
+    """sample_traces/launcher.sqlite: nsys profiled a client that starts the server in a clean environment;
+    the server's GPU work is not in the capture."""
+    path = SAMPLE_TRACES / "launcher.sqlite"
+    if not path.is_file():
+        pytest.skip("launcher.sqlite absent")
+    assert not _sql(path, "SELECT name FROM sqlite_master WHERE name LIKE 'CUPTI_ACTIVITY_KIND_%'")
+    spawned = {n for (n,) in _sql(path, "SELECT DISTINCT s.value FROM OSRT_API o JOIN StringIds s ON s.id = o.nameId "
+                                        "WHERE s.value IN ('waitpid', 'posix_spawn', 'fork', 'vfork', 'execve')")}
+    doc = _analyse(path)
+    assert _kinds(doc) == ["gpu_process_not_traced"]
+    ev = doc["integrity"]["problems"][0]["evidence"]
+    assert set(ev["spawn_calls"]) == spawned and ev["cuda_rows"] == 0
+    assert analysis_verdict(doc)["status"] == "INCOMPLETE CAPTURE"

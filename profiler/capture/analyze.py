@@ -9,6 +9,8 @@ statistics, GPU busy projection, idle gaps, then the capture rules with each fin
 ``AnalysisResult.to_json()`` is the ``trtprof analyze --json`` document::
 
     {"kind": "analyze",
+     "integrity": {complete, problems: [{kind, what, evidence, lost}], trusted, untrusted, rules_not_run, notes,
+                   parts, thresholds},   # checked first: profiler.capture.integrity
      "capture": {source_path, nsys_version, schema_version, gpus, processes, capture_start_ns,
                  duration_ms, counts: {kernels, memcpy, ...}, missing: [...], warnings: [...]},
      "ranges": [{"name", "domain", "count", "wall_ms": {min, mean, median, p90, p95, p99, max, cov_pct},
@@ -30,7 +32,9 @@ statistics, GPU busy projection, idle gaps, then the capture rules with each fin
                      gpu_tensor_cores (false on GPUs of compute capability below 7.0, null unknown)},
      "phases": {setup: {start_ms, end_ms, duration_ms, what}, steady: {start_ms, end_ms, duration_ms,
                 gpu_busy_ms, gpu_busy_fraction, gpu_ms_by_kind}, time_to_first_inference_ms (null when
-                the capture does not hold the CUDA start-up), startup_in_capture, included_in_statistics},
+                the capture does not hold the CUDA start-up), startup_in_capture, included_in_statistics,
+                teardown: {start_ms, end_ms, duration_ms, calls, cuda_call_ms, release_ms, module_unloading_ms,
+                frees_ms, context_destruction_ms} (only when release calls dominate the capture's last CUDA calls)},
      "streams": [{device, stream, busy_ms, kernels, graph_launches, copies, copy_ms}], "gpu_concurrency",
      "overlap_saved_ms", "copy_compute_overlap": {overlap_ms, copy_ms, compute_ms, share_of_copy},
      "top_kernels": [{name, short_name, count, total_ms, mean_ms, median_ms, min_ms, max_ms, share_pct}],

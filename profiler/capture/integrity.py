@@ -40,26 +40,33 @@ PARTS = {
     "gpu_time_per_inference": "GPU time, GPU latency and layer times per inference",
     "cuda_calls_per_inference": "launches, CUDA calls and synchronisation per inference",
     "osrt_stalls": "OS runtime calls (host stalls)",
+    "range_counts": "how many instances each NVTX range has (nsys drops whole events: those it kept are right)",
 }
 """The parts of an analysis a problem can take away, id -> what the part is."""
 
 UNTRUSTED_BY_LOSS = {
     "gpu": ("gpu_busy_time", "gpu_time_per_inference", "cuda_calls_per_inference"),
     "api": ("gpu_time_per_inference", "cuda_calls_per_inference"),
-    "nvtx": ("host_range_timing", "gpu_time_per_inference", "cuda_calls_per_inference"),
+    "nvtx": ("range_counts",),
     "osrt": ("osrt_stalls",),
 }
 """What lost data takes away: activity records carry the GPU's time and the launches per inference; API calls
-tie GPU work to the ranges that launched it; NVTX ranges are the inferences."""
+tie GPU work to the ranges that launched it; lost NVTX events leave the ranges kept whole but fewer."""
 
 RULES_BY_LOSS = {
     "gpu": ("gpu_idle", "launch_overhead", "transfer_bound"),
     "api": ("launch_overhead", "sync_api"),
-    "nvtx": ("jitter",),
+    "nvtx": (),
     "osrt": (),
 }
-"""Capture rules that need the data a problem lost: they do not run on such a capture."""
+"""Capture rules that need the data a problem lost: they do not run on such a capture (the ranges nsys kept are
+whole, so the rules over them still hold)."""
 
+LOSS_ORDER = ("gpu", "api", "nvtx", "osrt")
+"""The order problems are told in: by the most important data they take away."""
+SPAWN_CALLS = ("waitpid", "wait4", "waitid", "wait", "posix_spawn", "posix_spawnp", "fork", "vfork", "execve",
+               "execv", "execvp", "execl", "execlp", "system", "popen")
+"""OS runtime calls by which a traced process starts another process (or waits for one it started)."""
 STREAM_CAPTURE_BEGIN = ("cudaStreamBeginCapture", "cuStreamBeginCapture")
 STREAM_CAPTURE_END = ("cudaStreamEndCapture", "cuStreamEndCapture")
 DIAGNOSTICS_MAX_ROWS = 10_000
@@ -199,9 +206,11 @@ def check(trace: Any, table: Any = None, unit: Any = None, *, kernels_unrecorded
     rows = export_rows(trace)
     launches = launches_without_records(trace, kernels_unrecorded, t, unit)
     explained = {p.evidence.get("pid") for p in launches}  # their kernels are what the export's count lacks
-    out.problems += [*nsys_said(diags, counts, rows, t), *cuda_events_lost(counts, t), *launches,
-                     *unit_uncovered(table, unit, t), *export_short(counts, rows, t, explained),
-                     *osrt_stops_early(trace, t)]
+    found = [*nsys_said(diags, counts, rows, t), *cuda_events_lost(counts, t), *launches,
+             *unit_uncovered(table, unit, t), *export_short(counts, rows, t, explained),
+             *gpu_process_not_traced(trace, diags, rows), *osrt_stops_early(trace, t)]
+    # the loss of GPU data first (it decides the most), then of API calls, NVTX, OS runtime; stable within
+    out.problems = sorted(found, key=lambda p: min(LOSS_ORDER.index(x) for x in p.lost) if p.lost else len(LOSS_ORDER))
     out.notes = routine_notes(diags)
     return out
 
@@ -268,12 +277,15 @@ def nsys_said(diags: list[dict[str, Any]], counts: dict[int, dict[str, int]], ro
             continue
         not_all = _NOT_ALL.search(text)
         if not_all:
-            kind = _KIND_OF.get(not_all.group("what"))
-            if (pid, not_all.group("what")) in none_of or not (rows.get(pid) or {}).get(kind or "", 0):
+            what = not_all.group("what")
+            kind = _KIND_OF.get(what)
+            if (pid, what) in none_of:
                 continue  # said beside "No X events collected": the process made none, nothing is missing
-            out.append(Problem("nsys_not_all_collected", f"nsys says not all {not_all.group('what')} events of process "
-                               f"{pid} might have been collected", {"pid": pid, "nsys_said": text},
-                               (kind if kind in UNTRUSTED_BY_LOSS else "api",)))
+            got = (counts.get(pid) or {}).get(kind or "")
+            lost = {"cuda": ("gpu", "api"), "nvtx": ("nvtx",), "osrt": ("osrt",)}.get(kind or "", ("gpu", "api"))
+            out.append(Problem("nsys_not_all_collected", f"nsys says not all {what} events of process {pid} might "
+                               f"have been collected" + (f" (it collected {got:,})" if got is not None else ""),
+                               {"pid": pid, "events": what, "nsys_collected": got, "nsys_said": text}, lost))
             continue
         if _PROCESSING.search(text):
             errors.append(text)
@@ -484,6 +496,37 @@ def unit_uncovered(table: Any, unit: Any, t: IntegrityThresholds) -> list[Proble
              else None, "cuda_calls_start_ns": first if where == "before" else None,
              "uncovered_from_ns": lo, "uncovered_to_ns": hi, "uncovered_ms": (hi - lo) / 1e6}, ("gpu", "api")))
     return out
+
+
+_NO_CUDA = re.compile(r"No CUDA events collected|CUDA profiling might have not been started correctly")
+
+
+def gpu_process_not_traced(trace: Any, diags: list[dict[str, Any]], rows: dict[int, dict[str, int]]) -> list[Problem]:
+    """nsys traced CUDA but the capture holds none, and the traced process started another one: nsys wrapped a
+    launcher or client, and the process doing the GPU work was not traced (a child whose environment dropped
+    nsys's injection, or a server started elsewhere)."""
+    if any((r.get("cuda") or 0) for r in rows.values()):
+        return []
+    said = sorted({d["pid"] for d in diags if d.get("pid") and _NO_CUDA.search(d.get("text") or "")})
+    traced = sorted(p for p, r in rows.items() if r.get("nvtx") or r.get("osrt"))
+    if not said or not set(traced) <= set(said):
+        return []
+    osrt = getattr(trace, "osrt", None)
+    if osrt is None or not len(osrt):
+        return []
+    names = osrt["name"].astype(str)
+    spawn = names.str.startswith(SPAWN_CALLS)
+    if not spawn.any():
+        return []
+    calls = sorted(set(names[spawn].tolist()))
+    procs = {p["pid"]: p.get("name") for p in (getattr(trace, "meta", None) or {}).get("processes") or []
+             if isinstance(p, dict)}
+    who = ", ".join(f"{p} ({procs[p]})" if procs.get(p) else str(p) for p in traced)
+    return [Problem("gpu_process_not_traced",
+                    f"nsys traced CUDA in process {who}, which made no CUDA call and started or waited for another "
+                    f"process ({', '.join(calls[:4])}) that nsys did not trace: the GPU work is not in the capture "
+                    "(profile the process that does it, or let nsys follow the child)",
+                    {"traced_pids": traced, "spawn_calls": calls, "cuda_rows": 0}, ("gpu", "api"))]
 
 
 def osrt_stops_early(trace: Any, t: IntegrityThresholds) -> list[Problem]:
