@@ -178,6 +178,8 @@ def _analyze(trace: Any, options: AnalysisOptions | None) -> AnalysisResult:
     # first: whether the capture holds what nsys traced decides what may be judged (capture/integrity.py)
     integ = integrity.check(trace, full, unit, kernels_unrecorded=unrecorded)
     gpu_lost = "gpu" in integ.lost
+    if gpu_lost:  # "captured without CUDA tracing, or no GPU work" is not what happened: nsys lost it
+        meta["missing"] = [m for m in meta.get("missing") or [] if not str(m).startswith(NO_GPU_ACTIVITY)]
     # what reads the whole capture's table comes first: the steady-state table then replaces it, so the
     # two copies of the capture's GPU activity and API calls are never held through the rules. (Running
     # the pieces that only read the tables on threads was measured on the 2xH200 host: 1.04x the time and
@@ -205,7 +207,7 @@ def _analyze(trace: Any, options: AnalysisOptions | None) -> AnalysisResult:
     judged = run_rules("capture", ctx, only=only, overrides=options.rule_overrides())
     release_memory()
     findings = calibrate(ctx, judged.findings)
-    capture = _capture_info(trace, meta, table)
+    capture = _capture_info(trace, meta, table, gpu_lost)
     ranges = _ranges_json(ctx, options)
     extra = {
         **whole,
@@ -322,7 +324,12 @@ def _inverted(frame: Any) -> int:
     return int(np.count_nonzero(S.i64(frame, "end_ns", 0) < S.i64(frame, "start_ns", 0)))
 
 
-def _capture_info(trace: Any, meta: dict[str, Any], table: S.SeriesTable) -> dict[str, Any]:
+NO_GPU_ACTIVITY = "The export has no CUDA GPU activity"
+"""How the loader's note on an export without GPU activity begins (dropped when the integrity check finds that
+nsys lost the GPU's activity: it was traced)."""
+
+
+def _capture_info(trace: Any, meta: dict[str, Any], table: S.SeriesTable, gpu_lost: bool = False) -> dict[str, Any]:
     counts = {name: int(len(getattr(trace, name, None) if getattr(trace, name, None) is not None else []))
               for name in ("kernels", "memcpy", "memset", "graphs", "api", "nvtx", "osrt")}
     counts["nvtx_range_instances"] = 0 if table.window else int(len(table.instances))
@@ -342,7 +349,8 @@ def _capture_info(trace: Any, meta: dict[str, Any], table: S.SeriesTable) -> dic
     elif table.window:
         missing.append("no closed NVTX ranges: the whole capture is analysed as one window")
     if not any(counts[k] for k in ("kernels", "memcpy", "memset", "graphs")):
-        missing.append("no GPU activity (kernels, copies, memsets, graph launches): GPU busy time is zero")
+        missing.append("no GPU activity (kernels, copies, memsets, graph launches): " +
+                       ("nsys lost it (see integrity), GPU busy time is unknown" if gpu_lost else "GPU busy time is zero"))
     return {
         "source_path": meta.get("source_path"),
         "nsys_version": meta.get("nsys_version"),
