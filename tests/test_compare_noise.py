@@ -7,6 +7,8 @@ rule's edges (overlapping repeats, the margin, history, inconclusive)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import sys
 
@@ -53,15 +55,34 @@ def _sweep(store, model, label, tmp_path, repeat=3, **extra):
     return run_sweep(cfg, store=store)
 
 
+@contextlib.contextmanager
+def _host_load(share: str):
+    """Every timed phase (this process's and its repeat processes') reports ``share`` as the others' load."""
+    old = os.environ.get("TRTPROF_HOST_LOAD")
+    os.environ["TRTPROF_HOST_LOAD"] = share
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["TRTPROF_HOST_LOAD"]
+        else:
+            os.environ["TRTPROF_HOST_LOAD"] = old
+
+
 @pytest.fixture(scope="module")
 def cpu_runs(tmp_path_factory):
-    """Six sweeps of one model, then one of a model with 10x the layers: all with 3 process repeats."""
+    """Six sweeps of one model under the machine's real load (its probe measuring it); then, with the load
+    probe injected, the same model with the baseline reported half taken by other processes and a model with
+    10x the layers on a quiet host: all with 3 process repeats."""
     tmp = tmp_path_factory.mktemp("noise")
     store = Store.open(f"sqlite:///{tmp / 'n.db'}")
     fast, slow = _matmul_chain(tmp / "fast.onnx", 4), _matmul_chain(tmp / "slow.onnx", 40)
     for i in range(6):
         _sweep(store, fast, f"same{i}", tmp)
-    _sweep(store, slow, "slow", tmp)
+    with _host_load("0.5"):
+        _sweep(store, fast, "loaded-base", tmp)
+    with _host_load("0"):
+        _sweep(store, slow, "slow", tmp)
     return store, tmp
 
 
@@ -102,15 +123,19 @@ def test_same_config_pairs_are_never_a_change(cpu_runs):
 
 
 def test_a_slower_model_is_a_regression_with_the_variant_named(cpu_runs):
+    """Load on the baseline side (injected: the machine's own load must not decide) cannot explain a slower
+    candidate: 10x the MatMuls is a regression."""
     store, tmp = cpu_runs
-    out = compare_runs(store, "same5", "slow")
+    base = store.run_dict("loaded-base")["variants"][0]["metrics"]["repeats"]["host_others_shares"]
+    assert base == [0.5, 0.5, 0.5]
+    out = compare_runs(store, "loaded-base", "slow")
     v = out["variants"][0]
     assert v["verdict"] == "regression" and v["noise"]["source"] == "repeats" and v["noise"]["confirmed"]
     assert v["noise"]["repeat_ratio"] > 3  # 10x the MatMuls: at least 3x the time on any box
     assert out["latency_regressions"] == ["fp32-wsdefault-s1"]
     assert any(e["field"] == "source_hash" for e in out["environment_changes"])  # the model changed, and says so
     db = f"sqlite:///{tmp / 'n.db'}"
-    r = subprocess.run([sys.executable, "-m", "profiler", "--db", db, "compare", "same5", "slow",
+    r = subprocess.run([sys.executable, "-m", "profiler", "--db", db, "compare", "loaded-base", "slow",
                         "--json", str(tmp / "c.json"), "--report", str(tmp / "c.html")],
                        capture_output=True, text=True)
     assert r.returncode == 1, r.stderr

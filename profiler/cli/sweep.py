@@ -18,6 +18,7 @@ from profiler.cli.options import Finite, db_option, db_url, open_store
 from profiler.cli.outputs import check_output_dir
 from profiler.distributed.cli import parallel_runner, sweep_options
 from profiler.errors import GateFailed, InputError, UsageError
+from profiler.harness.hostload import injected_share
 
 # the sweep library (profiler.sweep: numpy, the backends) is imported by the functions that run it, so that
 # `trtprof sweep --help` and usage errors stay instant
@@ -151,6 +152,7 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
     from profiler.sweep.outputs import write_outputs
 
     say = lambda msg: click.echo(msg, err=True)  # noqa: E731 - progress goes to stderr
+    injected_share()  # a wrong TRTPROF_HOST_LOAD is refused before anything is built
     if repeat and (devices or scheduler):
         raise UsageError("--repeat times its repeats on this machine, one process at a time; it cannot be combined with "
                          "--devices or --scheduler yet")
