@@ -294,3 +294,15 @@ def test_nsys_wrapping_a_launcher_that_starts_the_gpu_process():
     ev = doc["integrity"]["problems"][0]["evidence"]
     assert set(ev["spawn_calls"]) == spawned and ev["cuda_rows"] == 0
     assert analysis_verdict(doc)["status"] == "INCOMPLETE CAPTURE"
+
+
+def test_os_runtime_calls_that_stop_while_cuda_calls_go_on(tmp_path):
+    path = _copy(LAUNCH_BOUND, tmp_path, "osrt.sqlite")
+    [(first_api, last_api)] = _sql(path, "SELECT min(start), max(start) FROM CUPTI_ACTIVITY_KIND_RUNTIME")
+    _sql(path, "DELETE FROM OSRT_API WHERE end > ?", first_api)  # the OS runtime trace ends at the first CUDA call
+    [(osrt_end,)] = _sql(path, "SELECT max(end) FROM OSRT_API")
+    doc = _analyse(path)
+    problem = next(p for p in doc["integrity"]["problems"] if p["kind"] == "osrt_trace_ends_early")
+    assert problem["evidence"]["gap_ms"] == pytest.approx((last_api - osrt_end) / 1e6)
+    assert problem["lost"] == ["osrt"] and "osrt_stalls" in doc["integrity"]["untrusted"]
+    assert doc["integrity"]["problems"][-1]["lost"] == ["osrt"]  # told after every loss of GPU or API data
