@@ -113,8 +113,9 @@ class IntegrityThresholds:
     osrt_min_gap_ms: float = 100.0
     """OS runtime calls that end this long before the last CUDA call ..."""
     osrt_min_gap_share: float = 0.1
-    """... and this share of the capture mean the OS runtime trace stopped early (a live process keeps
-    calling the C library while it calls CUDA)."""
+    """... and this share of the span of the CUDA calls mean the OS runtime trace stopped early (a live process
+    keeps calling the C library while it calls CUDA; on every healthy capture the OS runtime calls outlast the
+    CUDA calls)."""
 
 
 DEFAULT_THRESHOLDS = IntegrityThresholds()
@@ -560,10 +561,10 @@ def osrt_stops_early(trace: Any, t: IntegrityThresholds) -> list[Problem]:
     if osrt is None or api is None or not len(osrt) or not len(api):
         return []
     o_end = int(np.asarray(osrt["end_ns"].to_numpy(), dtype=np.int64).max())
-    a_end = int(np.asarray(api["start_ns"].to_numpy(), dtype=np.int64).max())
-    span = _span_ms(trace) or 0.0
+    a_start = np.asarray(api["start_ns"].to_numpy(), dtype=np.int64)
+    a_first, a_end = int(a_start.min()), int(a_start.max())
     gap_ms = (a_end - o_end) / 1e6
-    if gap_ms < t.osrt_min_gap_ms or gap_ms < t.osrt_min_gap_share * span:
+    if gap_ms < t.osrt_min_gap_ms or gap_ms < t.osrt_min_gap_share * (a_end - a_first) / 1e6:
         return []
     t0 = _capture_start(trace)
     return [Problem("osrt_trace_ends_early", f"the OS runtime calls end at {(o_end - t0) / 1e6:.1f} ms, "
