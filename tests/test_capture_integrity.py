@@ -26,7 +26,8 @@ FIXTURES = SHARED / "fixtures"
 HEALTHY = sorted([*FIXTURES.glob("nsys/*.sqlite"), *FIXTURES.glob("nsys-tensorrt/*.sqlite"),
                   *FIXTURES.glob("nsys-real/*.sqlite"), *SAMPLE_TRACES.glob("*.sqlite"),
                   *SAMPLE_TRACES.glob("*/*.sqlite")])
-HEALTHY = [p for p in HEALTHY if p.stem not in ("killed", "tiny_buffer", "launcher")]  # made incomplete on purpose
+INCOMPLETE = ("killed", "tiny_buffer", "launcher", "truncated", "mp_fork")  # sample traces made incomplete on purpose
+HEALTHY = [p for p in HEALTHY if p.stem not in INCOMPLETE]
 LAUNCH_BOUND = SAMPLE_TRACES / "launch_bound.sqlite"
 MULTISTREAM = SAMPLE_TRACES / "multistream.sqlite"
 TRT_EAGER = SAMPLE_TRACES / "trt_eager.sqlite"
@@ -306,3 +307,32 @@ def test_os_runtime_calls_that_stop_while_cuda_calls_go_on(tmp_path):
     assert problem["evidence"]["gap_ms"] == pytest.approx((last_api - osrt_end) / 1e6)
     assert problem["lost"] == ["osrt"] and "osrt_stalls" in doc["integrity"]["untrusted"]
     assert doc["integrity"]["problems"][-1]["lost"] == ["osrt"]  # told after every loss of GPU or API data
+
+
+def test_a_capture_cut_by_nsys_duration():
+    """sample_traces/truncated.sqlite: nsys --duration stopped the session while the program ran; one CUPTI buffer
+    of 50 never came back ('CUPTI buffers: 49 of 50. Some CUPTI events might be missing')."""
+    path = SAMPLE_TRACES / "truncated.sqlite"
+    if not path.is_file():
+        pytest.skip("truncated.sqlite absent")
+    doc = _analyse(path)
+    kinds = _kinds(doc)
+    assert {"nsys_cupti_buffers_missing", "nsys_not_all_collected"} <= set(kinds)
+    assert doc["integrity"]["problems"][0]["evidence"]["events"] == "CUDA"  # the GPU's loss is told first
+    ev = next(p for p in doc["integrity"]["problems"] if p["kind"] == "nsys_cupti_buffers_missing")["evidence"]
+    [(text,)] = _sql(path, "SELECT text FROM DIAGNOSTIC_EVENT WHERE text LIKE 'Number of CUPTI events produced%'")
+    got, of = map(int, re.search(r"CUPTI buffers:\s*(\d+) of (\d+)", text).groups())
+    assert (ev["cupti_buffers"], ev["cupti_buffers_expected"]) == (got, of) and got < of
+    assert ev["cuda_events_collected"] == _nsys_count(path, "CUDA")
+    assert analysis_verdict(doc)["status"] == "INCOMPLETE CAPTURE"
+
+
+def test_a_multiprocessing_worker_nsys_does_not_trace():
+    """sample_traces/mp_fork.sqlite: the GPU work runs in a forked worker nsys does not follow: no CUDA table."""
+    path = SAMPLE_TRACES / "mp_fork.sqlite"
+    if not path.is_file():
+        pytest.skip("mp_fork.sqlite absent")
+    assert not _sql(path, "SELECT name FROM sqlite_master WHERE name LIKE 'CUPTI_ACTIVITY_KIND_%'")
+    doc = _analyse(path)
+    assert _kinds(doc) == ["gpu_process_not_traced"]
+    assert analysis_verdict(doc)["status"] == "INCOMPLETE CAPTURE"

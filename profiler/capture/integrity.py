@@ -266,6 +266,7 @@ def _value_counts(values: np.ndarray) -> dict[int, int]:
     return out
 
 
+_CUPTI_MISSING = re.compile(r"CUPTI buffers:\s*(?P<got>\d+) of (?P<of>\d+)\.\s*Some CUPTI events might be missing")
 _DROPPED = re.compile(r"Number of incomplete CUPTI events dropped:\s*(\d+)")
 _LOSS = re.compile(r"\b(lost|dropped|discarded|overflow(ed)?|overwritten)\b", re.I)
 _NOT_ALL = re.compile(r"Not all (?P<what>.+?) events might have been collected")
@@ -283,6 +284,18 @@ def nsys_said(diags: list[dict[str, Any]], counts: dict[int, dict[str, int]], ro
     for d in diags:
         text = d.get("text") or ""
         pid = d.get("pid")
+        cupti = _CUPTI_MISSING.search(text)
+        if cupti:  # a CUPTI buffer never came back: the session stopped before the process flushed it
+            c = counts.get(pid) or {}
+            out.append(Problem(
+                "nsys_cupti_buffers_missing", f"nsys says some CUPTI events of process {pid} might be missing "
+                f"({cupti.group('got')} of {cupti.group('of')} CUPTI buffers came back"
+                + (f"; {c['cuda']:,} CUDA events collected of {c['cupti']:,} produced)" if "cuda" in c and "cupti" in c
+                   else ")"),
+                {"pid": pid, "cupti_buffers": int(cupti.group("got")), "cupti_buffers_expected": int(cupti.group("of")),
+                 "cupti_events_produced": c.get("cupti"), "cuda_events_collected": c.get("cuda"), "nsys_said": text},
+                ("gpu", "api")))
+            continue
         dropped = _DROPPED.search(text)
         if dropped:
             n = int(dropped.group(1))
