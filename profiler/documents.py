@@ -64,6 +64,7 @@ class AnalysisDocument(TypedDict, total=False):
     """``trtprof analyze --json``: one capture diagnosed (field by field in :mod:`profiler.capture.analyze`)."""
 
     kind: Literal["analyze"]
+    integrity: dict[str, Any]  # complete, problems [{kind, what, evidence, lost}], trusted, untrusted, rules_not_run
     capture: dict[str, Any]  # source_path, nsys_version, gpus, duration_ms, counts, missing, warnings
     ranges: list[dict[str, Any]]  # per NVTX series: name, domain, count, wall_ms/gpu_busy_ms Stats, outliers
     findings: list[FindingRecord]  # costliest first

@@ -151,6 +151,7 @@ REAL_INPUTS = [
     ("analysis-no-nvtx", _analysis, ROOT / "sample_traces" / "no_nvtx.sqlite"),
     ("analysis-tensorrt-htod", _analysis, SHARED / "fixtures" / "nsys-tensorrt" / "multistream_HtoD-bound.sqlite"),
     ("analysis-tensorrt-dtoh", _analysis, SHARED / "fixtures" / "nsys-tensorrt" / "multistream_DtoH-bound.sqlite"),
+    ("incomplete-killed", _analysis, ROOT / "sample_traces" / "killed.sqlite"),
     ("sweep-h200", _sweep, ROOT / "sample_traces" / "harness_cls.summary.json"),
     ("sweep-h200-streams", _sweep, ROOT / "sample_traces" / "harness_cls_streams.summary.json"),
     ("sweep-h200-nsys", _sweep_nsys, ROOT / "sample_traces" / "harness_cls.sqlite"),
@@ -190,7 +191,10 @@ def test_real_reports_open_with_the_verdict_and_never_scroll_sideways_at_1400px(
     assert lay["hidden"] == [], f"tables hiding columns behind a scroll bar in {lay['hidden']}"
     assert errors == []
     status = page.inner_text("#verdict .vstatus")
-    assert status in ("PASS", "ISSUES FOUND", "GATE FAILED", "REGRESSION", "INCONCLUSIVE", "FAILED")
+    assert status in ("PASS", "ISSUES FOUND", "GATE FAILED", "REGRESSION", "INCONCLUSIVE", "FAILED",
+                      "INCOMPLETE CAPTURE")
+    if name.startswith("incomplete"):  # a capture that lost data never reads PASS: what was lost comes first
+        assert status == "INCOMPLETE CAPTURE" and "not all CUDA events" in page.inner_text("#verdict .vheadline")
     if name.startswith("analysis") or name.endswith("-nsys"):
         lanes = page.evaluate("() => [...new Set([...document.querySelectorAll('#timeline div.chart')]"
                               ".flatMap(d => d.data.flatMap(t => t.y)))]")

@@ -9,6 +9,8 @@ statistics, GPU busy projection, idle gaps, then the capture rules with each fin
 ``AnalysisResult.to_json()`` is the ``trtprof analyze --json`` document::
 
     {"kind": "analyze",
+     "integrity": {complete, problems: [{kind, what, evidence, lost}], trusted, untrusted, rules_not_run, notes,
+                   parts, thresholds},   # checked first: profiler.capture.integrity
      "capture": {source_path, nsys_version, schema_version, gpus, processes, capture_start_ns,
                  duration_ms, counts: {kernels, memcpy, ...}, missing: [...], warnings: [...]},
      "ranges": [{"name", "domain", "count", "wall_ms": {min, mean, median, p90, p95, p99, max, cov_pct},
@@ -46,7 +48,9 @@ statistics, GPU busy projection, idle gaps, then the capture rules with each fin
                      gpu_tensor_cores (false on GPUs of compute capability below 7.0, null unknown)},
      "phases": {setup: {start_ms, end_ms, duration_ms, what}, steady: {start_ms, end_ms, duration_ms,
                 gpu_busy_ms, gpu_busy_fraction, gpu_ms_by_kind}, time_to_first_inference_ms (null when
-                the capture does not hold the CUDA start-up), startup_in_capture, included_in_statistics},
+                the capture does not hold the CUDA start-up), startup_in_capture, included_in_statistics,
+                teardown: {start_ms, end_ms, duration_ms, calls, cuda_call_ms, release_ms, module_unloading_ms,
+                frees_ms, context_destruction_ms} (only when release calls dominate the capture's last CUDA calls)},
      "streams": [{device, stream, busy_ms, kernels, graph_launches, copies, copy_ms}], "gpu_concurrency",
      "overlap_saved_ms", "copy_compute_overlap": {overlap_ms, copy_ms, compute_ms, share_of_copy},
      "top_kernels": [{name, short_name, count, total_ms, mean_ms, median_ms, min_ms, max_ms, share_pct}],
@@ -168,7 +172,7 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
 
 
 def _analyze(trace: Any, options: AnalysisOptions | None) -> AnalysisResult:
-    from profiler.capture import concurrency, generation, layer_table, phases, streams, unit as U
+    from profiler.capture import concurrency, generation, integrity, layer_table, phases, streams, unit as U
     from profiler.capture.heap import release_memory
     from profiler.rules import registry, run_rules
     from profiler.rules.impact import calibrate
@@ -187,6 +191,11 @@ def _analyze(trace: Any, options: AnalysisOptions | None) -> AnalysisResult:
     unrecorded = kernels_not_recorded(full, 0 if kernels is None else len(kernels))
     if unrecorded:  # the GPU's kernels are not in the export: no verdict on GPU time
         meta["missing"] = list(meta.get("missing") or []) + [_unrecorded_sentence(unrecorded)]
+    # first: whether the capture holds what nsys traced decides what may be judged (capture/integrity.py)
+    integ = integrity.check(trace, full, unit, kernels_unrecorded=unrecorded)
+    gpu_lost = "gpu" in integ.lost
+    if gpu_lost:  # "captured without CUDA tracing, or no GPU work" is not what happened: nsys lost it
+        meta["missing"] = [m for m in meta.get("missing") or [] if not str(m).startswith(NO_GPU_ACTIVITY)]
     # what reads the whole capture's table comes first: the steady-state table then replaces it, so the
     # two copies of the capture's GPU activity and API calls are never held through the rules. (Running
     # the pieces that only read the tables on threads was measured on the 2xH200 host: 1.04x the time and
@@ -215,13 +224,13 @@ def _analyze(trace: Any, options: AnalysisOptions | None) -> AnalysisResult:
                          capture_start_ns=int(start_ns), unit=unit, phases=ph, tensorrt=trt,
                          include_setup=options.include_setup, concurrency=conc, generation=gen)
     only = options.rules
-    if unrecorded:  # an explicit list keeps its unknown ids, so run_rules still refuses them
-        only = [r for r in (only if only is not None else [s.id for s in registry("capture")])
-                if r not in GPU_TIME_RULES]
+    not_run = integ.skipped_rules()
+    if not_run:  # rules that need the lost data; an explicit list keeps its unknown ids, so run_rules refuses them
+        only = [r for r in (only if only is not None else [s.id for s in registry("capture")]) if r not in not_run]
     judged = run_rules("capture", ctx, only=only, overrides=options.rule_overrides())
     release_memory()
     findings = calibrate(ctx, judged.findings)
-    capture = _capture_info(trace, meta, table)
+    capture = _capture_info(trace, meta, table, gpu_lost)
     ranges = _ranges_json(ctx, options)
     extra = {
         **whole,
@@ -233,8 +242,10 @@ def _analyze(trace: Any, options: AnalysisOptions | None) -> AnalysisResult:
     }
     if unrecorded:
         capture["kernel_launches_without_records"] = unrecorded
+    if gpu_lost:
         _forget_gpu_time(extra, ranges)
-    extra["inference"]["bound_by"] = None if unrecorded else _bound_by(
+    extra = {"integrity": integ.to_json(), **extra}
+    extra["inference"]["bound_by"] = None if gpu_lost else _bound_by(
         extra["phases"]["steady"], host_waits_on_gpu_ms(table, ctx.devices, ph.steady_start_ns, ph.steady_end_ns))
     if options.layer_info:
         extra["layer_info"] = layer_table.join_layer_info(extra["layers"], options.layer_info)
@@ -347,7 +358,12 @@ def _inverted(frame: Any) -> int:
     return int(np.count_nonzero(S.i64(frame, "end_ns", 0) < S.i64(frame, "start_ns", 0)))
 
 
-def _capture_info(trace: Any, meta: dict[str, Any], table: S.SeriesTable) -> dict[str, Any]:
+NO_GPU_ACTIVITY = "The export has no CUDA GPU activity"
+"""How the loader's note on an export without GPU activity begins (dropped when the integrity check finds that
+nsys lost the GPU's activity: it was traced)."""
+
+
+def _capture_info(trace: Any, meta: dict[str, Any], table: S.SeriesTable, gpu_lost: bool = False) -> dict[str, Any]:
     counts = {name: int(len(getattr(trace, name, None) if getattr(trace, name, None) is not None else []))
               for name in ("kernels", "memcpy", "memset", "graphs", "api", "nvtx", "osrt")}
     counts["nvtx_range_instances"] = 0 if table.window else int(len(table.instances))
@@ -367,7 +383,8 @@ def _capture_info(trace: Any, meta: dict[str, Any], table: S.SeriesTable) -> dic
     elif table.window:
         missing.append("no closed NVTX ranges: the whole capture is analysed as one window")
     if not any(counts[k] for k in ("kernels", "memcpy", "memset", "graphs")):
-        missing.append("no GPU activity (kernels, copies, memsets, graph launches): GPU busy time is zero")
+        missing.append("no GPU activity (kernels, copies, memsets, graph launches): " +
+                       ("nsys lost it (see integrity), GPU busy time is unknown" if gpu_lost else "GPU busy time is zero"))
     return {
         "source_path": meta.get("source_path"),
         "nsys_version": meta.get("nsys_version"),

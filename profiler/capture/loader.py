@@ -24,6 +24,7 @@ from profiler.capture.export import (  # noqa: F401 - re-exported: the loader's 
 )
 from profiler.capture import spill
 from profiler.capture.heap import release_memory
+from profiler.capture.integrity import read_diagnostics
 from profiler.capture.ids import (
     ApiIndex, Strings, categorical_from_codes, compact_constant, enum_column, nullable, placeholder, take_column,
 )
@@ -571,10 +572,28 @@ def _load_file(path: Path, source: Path, wanted: set[str], cols: dict[str, set[s
         if not any(export.has(t) for t in _NSYS_MARKERS):
             raise InputError(f"{path} is an SQLite database but not an Nsight Systems export "
                              f"(no StringIds, META_DATA_EXPORT or CUPTI tables)")
+        _check_usable(export, path)
         try:
             return _load(export, wanted, source, cols)
         except sqlite3.DatabaseError as exc:
             raise _corrupt(path, exc) from exc
+
+
+_USABLE_PREFIXES = ("CUPTI_", "NVTX_", "OSRT_", "TARGET_INFO_", "META_DATA", "EXPORT_META", "DIAGNOSTIC_EVENT",
+                    "ANALYSIS_DETAILS", "SCHED_", "COMPOSITE_", "SAMPLING_")
+"""Tables of a usable export: events, its description or nsys's own messages. An export that nsys failed to
+write ('Exportation error') holds only ANALYSIS_FILE, ProcessStreams and StringIds."""
+
+
+def _check_usable(export: Export, path: Path) -> None:
+    """InputError for an export with no event, metadata or diagnostic table at all (nsys's export failed)."""
+    names = export.scalar("SELECT group_concat(name, ',') FROM sqlite_master WHERE type IN ('table', 'view')") or ""
+    tables = [n for n in str(names).split(",") if n]
+    if not any(t.startswith(_USABLE_PREFIXES) for t in tables):
+        shown = ", ".join(sorted(t for t in tables if not t.startswith("sqlite_"))[:6]) or "no table"
+        raise InputError(f"{path} is not a usable Nsight Systems export: it holds no event table ({shown} only), "
+                         "as when nsys's export failed ('Exportation error'); export the .nsys-rep again "
+                         "(nsys export --type sqlite)")
 
 
 def _load(export: Export, wanted: set[str], source: Path, columns: dict[str, set[str]] | None = None) -> Trace:
@@ -639,6 +658,7 @@ def _load(export: Export, wanted: set[str], source: Path, columns: dict[str, set
         "absent_columns": ld.absent_columns, "correlation": ld.correlation,
         "nvtx_unclosed": getattr(ld, "nvtx_unclosed", 0),
         "gpu_metrics": bool(export.has("GPU_METRICS")),  # nsys --gpu-metrics-devices: clocks were sampled
+        "diagnostics": read_diagnostics(export),
     })
     if export.bad_text[0]:  # after the metadata reads (GPU and process names) that count too
         ld.warnings.append(f"{export.bad_text[0]} name(s) in the export were not valid UTF-8; they are shown "

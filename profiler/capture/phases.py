@@ -33,6 +33,22 @@ RUNTIME_INIT_PREFIXES = ("cuInit", "cuModuleGetLoadingMode")
 PROFILER_START_PREFIXES = ("cuProfilerStart", "cudaProfilerStart")
 WORK_PREFIXES = ("cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cuGraphLaunch", "cudaMemcpy", "cuMemcpy",
                  "cudaMemset", "cuMemset")
+TEARDOWN_PREFIXES = {
+    "module_unloading_ms": ("cuModuleUnload", "cuLibraryUnload"),
+    "frees_ms": ("cudaFree", "cuMemFree", "cudaFreeHost", "cuMemFreeHost", "cudaFreeAsync", "cuMemRelease",
+                 "cuMemUnmap", "cuMemAddressFree", "cudaFreeArray", "cuArrayDestroy", "cuMemHostUnregister",
+                 "cudaHostUnregister"),
+    "context_destruction_ms": ("cuCtxDestroy", "cuDevicePrimaryCtxRelease", "cuDevicePrimaryCtxReset",
+                               "cudaDeviceReset", "cuStreamDestroy", "cudaStreamDestroy", "cuEventDestroy",
+                               "cudaEventDestroy", "cudaGraphExecDestroy", "cudaGraphDestroy", "cuGraphExecDestroy",
+                               "cuGraphDestroy"),
+}
+"""The CUDA calls a process makes as it tears down, by what they release (the teardown phase's contents)."""
+TEARDOWN_MIN_SHARE = 0.5
+"""After the steady state, the CUDA calls are a teardown phase when the release calls above take at least this
+share of their time (a program that goes on computing after its loop has no teardown yet) ..."""
+TEARDOWN_MIN_MS = 0.1
+"""... and at least this long (a stream destroyed in a few microseconds is no phase)."""
 STARTUP_FIRST_CALLS = 20
 """How many of the capture's first CUDA calls may show a start-up ..."""
 STARTUP_CALL_MIN_MS = 20.0
@@ -51,6 +67,7 @@ class Phases:
     first_event_ns: int = 0  # the capture's first event (a capture can begin long before it)
     what: dict[str, Any] = field(default_factory=dict)
     startup_calls: bool = False  # the capture's first CUDA calls are the runtime's start-up (startup_seen)
+    teardown: dict[str, Any] | None = None  # the release calls after the steady state (:func:`teardown`)
 
     @property
     def has_setup(self) -> bool:
@@ -92,7 +109,33 @@ def split(table: S.SeriesTable, unit: Unit, capture_start_ns: int) -> Phases:
                 first_inference_end_ns=first_end, first_event_ns=min(first_event, start))
     ph.what = setup_contents(table, unit, ph.first_event_ns, start)
     ph.startup_calls = startup_seen(table.api)
+    ph.teardown = teardown(table.api, ph.steady_end_ns)
     return ph
+
+
+def teardown(api: S.HostCalls, after_ns: int) -> dict[str, Any] | None:
+    """The window of CUDA calls at the end of the capture, from the first release call after the program's last
+    GPU work and wait (after the steady state), when release calls dominate it (module unloading, frees, context,
+    stream and graph destruction): ``{start_ns, end_ns, release_ms, cuda_call_ms, calls, <kind>_ms}``, else None."""
+    if not len(api):
+        return None
+    late = (api.start_ns >= after_ns) & api.top_level
+    work = late & (api.named_prefix(WORK_PREFIXES) | (api.category == S.ApiCategory.sync))
+    if work.any():  # the teardown begins after the program's last GPU work and wait
+        late &= api.start_ns > api.start_ns[work].max()
+    release = late & np.logical_or.reduce([api.named_prefix(p) for p in TEARDOWN_PREFIXES.values()])
+    if not release.any():
+        return None
+    late &= api.start_ns >= api.start_ns[release].min()  # from its first release call
+    rows = np.flatnonzero(late)
+    dur_ns = np.maximum(api.end_ns[rows] - api.start_ns[rows], 0)
+    kinds = {k: float(dur_ns[api.named_prefix(p)[rows]].sum()) / 1e6 for k, p in TEARDOWN_PREFIXES.items()}
+    release_ms = sum(kinds.values())
+    total_ms = float(dur_ns.sum()) / 1e6
+    if release_ms < TEARDOWN_MIN_MS or release_ms < TEARDOWN_MIN_SHARE * total_ms:
+        return None
+    return {"start_ns": int(api.start_ns[rows].min()), "end_ns": int(api.end_ns[rows].max()),
+            "release_ms": release_ms, "cuda_call_ms": total_ms, "calls": int(len(rows)), **kinds}
 
 
 def startup_seen(api: S.HostCalls) -> bool:
@@ -300,7 +343,16 @@ def phases_json(ph: Phases, act: S.Activity) -> dict[str, Any]:
         "time_to_first_inference_ms": (ph.first_inference_end_ns - ph.first_event_ns) / 1e6
         if ph.first_inference_end_ns and started else None,
         "startup_in_capture": started,
+        **({"teardown": _teardown_json(ph.teardown, rel)} if ph.teardown else {}),
     }
+
+
+def _teardown_json(td: dict[str, Any], rel: Any) -> dict[str, Any]:
+    """The ``phases.teardown`` object: its window (ms from the capture start) and what it released."""
+    return {"start_ms": rel(td["start_ns"]), "end_ms": rel(td["end_ns"]),
+            "duration_ms": (td["end_ns"] - td["start_ns"]) / 1e6, "calls": td["calls"],
+            "cuda_call_ms": td["cuda_call_ms"], "release_ms": td["release_ms"],
+            **{k: td[k] for k in TEARDOWN_PREFIXES}}
 
 
 def startup_in_capture(ph: Phases) -> bool:

@@ -11,7 +11,7 @@ import click
 from profiler.cli.options import Finite, db_option, db_url, open_store
 from profiler.cli.outputs import check_output_file, write_text
 from profiler.distributed.cli import analyze_batch, analyze_options, is_batch
-from profiler.errors import InputError, UsageError
+from profiler.errors import GateFailed, InputError, UsageError
 
 MAX_RANGES_SHOWN = 15
 MAX_LAYERS_SHOWN = 10
@@ -134,11 +134,13 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
                  f"host {_fmt(st(inf['host_ms']))} ms{bound_txt}"]
     else:
         n_inst = inf.get("count")
-        gpu = (f"GPU {_fmt(st(inf['gpu_ms']))} ms median (p99 {_fmt(st(inf['gpu_ms'], 'p99'))}), GPU latency "
+        spread = "" if n_inst == 1 else f" median (p99 {_fmt(st(inf['gpu_ms'], 'p99'))})"  # one value: no spread
+        gpu = (f"GPU {_fmt(st(inf['gpu_ms']))} ms{spread}, GPU latency "
                f"{_fmt(st(inf['gpu_latency_ms']))} ms, queue {_fmt(st(inf['queue_ms']))} ms{_behind(inf)}"
                if (inf.get("gpu_latency_ms") or {}).get("count") != 0 else "no GPU work in any instance")
-        lines = [f"inference: {inf.get('series')} ({what}), {n_inst} instance{'' if n_inst == 1 else 's'} "
-                 f"({inf.get('steady_count')} steady): {gpu}, host {_fmt(st(inf['host_ms']))} ms"
+        count = ("the capture holds one inference" if n_inst == 1 else
+                 f"{n_inst} instances ({inf.get('steady_count')} steady)")
+        lines = [f"inference: {inf.get('series')} ({what}), {count}: {gpu}, host {_fmt(st(inf['host_ms']))} ms"
                  f"{_outside(inf)}{_throughput(inf)}{bound_txt}"]
     if inf.get("chosen") and inf.get("source") != "window":
         lines.append(f"  unit chosen: {inf['chosen']}")
@@ -188,7 +190,8 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
                       f"inferences {_fmt(w.get('gpu_work_outside_inferences_ms'), '.1f')} ms)")
         lines.append(f"setup: {_fmt(su.get('duration_ms'), '.1f')} ms {before}; "
                      f"steady state {_fmt(sd.get('duration_ms'), '.1f')} ms, GPU busy {_busy_text(sd)} "
-                     f"(statistics and findings: {ph.get('included_in_statistics', 'steady state')})")
+                     f"(statistics and findings: {ph.get('included_in_statistics', 'steady state')})"
+                     f"{_teardown_text(ph.get('teardown'))}")
     streams = [s for s in data.get("streams") or [] if (s.get("busy_ms") or 0) > 0]
     if streams:
         ov = data.get("copy_compute_overlap") or {}
@@ -206,6 +209,20 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
         lines.append(f"streams: {len(streams)} with GPU work{where}{main}; concurrency{per_gpu} {_fmt(conc, '.2f')}x "
                      f"(overlap saved {_fmt(data.get('overlap_saved_ms'), '.1f')} ms){copies}{racing}")
     return lines
+
+
+TEARDOWN_WORDS = (("module_unloading_ms", "module unloading"), ("frees_ms", "frees"),
+                  ("context_destruction_ms", "context, stream and graph destruction"))
+
+
+def _teardown_text(td: Any) -> str:
+    """'; teardown 277.5 ms after it, 2.3 ms of it in release calls (module unloading 2.1 ms, ...)': the window
+    from the first release call after the steady state's last GPU work to the capture's last CUDA call."""
+    if not isinstance(td, dict):
+        return ""
+    parts = [f"{label} {_fmt(td.get(key), '.1f')} ms" for key, label in TEARDOWN_WORDS if (td.get(key) or 0) >= 0.05]
+    return (f"; teardown {_fmt(td.get('duration_ms'), '.1f')} ms after it, {_fmt(td.get('release_ms'), '.1f')} ms "
+            f"of it in release calls ({', '.join(parts) or 'none over 0.05 ms'})")
 
 
 WINDOW_SETUP_CALLS = (("context_creation_ms", "context creation"), ("module_loading_ms", "module loading"),
@@ -311,12 +328,16 @@ def _label(r: dict[str, Any]) -> str:
 @click.option("--trace", "trace_path", type=click.Path(dir_okay=False), default=None,
               help="Write the capture with the findings as annotations in the Chrome Trace Event format here "
                    "(opens in ui.perfetto.dev and chrome://tracing; at most 200,000 events, the earliest).")
+@click.option("--fail-on-incomplete", is_flag=True,
+              help="Exit 1 when the capture lacks data nsys traced (the verdict INCOMPLETE CAPTURE), for CI; "
+                   "without it an incomplete capture is analysed as far as it can be and exits 0.")
 @analyze_options
 @click.pass_context
 def command(ctx: click.Context, captures: tuple[str, ...], json_path: str | None, report_path: str | None,
             no_store: bool, label: str | None, db: str | None, min_gap_us: float | None, unit: str | None,
             include_setup: bool, layer_info: str | None, cdn: bool, no_cache: bool, trace_path: str | None,
-            jobs: int | None, scheduler: str | None, batch_out: str | None, memory_limit: str | None) -> None:
+            fail_on_incomplete: bool, jobs: int | None, scheduler: str | None, batch_out: str | None,
+            memory_limit: str | None) -> None:
     """Diagnose CAPTURE, an nsys SQLite export, a .nsys-rep (exported with nsys when it is on PATH), or the
     folder of an 'nsys export --type parquetdir' (or arrowdir).
 
@@ -339,6 +360,9 @@ def command(ctx: click.Context, captures: tuple[str, ...], json_path: str | None
     if is_batch(captures, jobs, scheduler, batch_out):
         if trace_path:
             raise UsageError("--trace writes one capture's trace: give one capture")
+        if fail_on_incomplete:
+            raise UsageError("--fail-on-incomplete judges one capture: give one capture (index.json says "
+                             "which captures of a batch are incomplete)")
         analyze_batch(ctx, captures, jobs=jobs, scheduler=scheduler, out=batch_out, memory_limit=memory_limit,
                       json_path=json_path, report_path=report_path, no_store=no_store, label=label, db=db,
                       min_gap_us=min_gap_us, cdn=cdn, no_cache=no_cache,
@@ -370,15 +394,19 @@ def command(ctx: click.Context, captures: tuple[str, ...], json_path: str | None
     try:
         options = AnalysisOptions(min_gap_us=min_gap_us, unit=unit, include_setup=include_setup,
                                   layer_info=layer_info)
-        _analyze(capture, json_path, report_path, store, label, options, cdn, cache=False if no_cache else None,
-                 trace_path=trace_path)
+        data = _analyze(capture, json_path, report_path, store, label, options, cdn,
+                        cache=False if no_cache else None, trace_path=trace_path)
     finally:
         if store is not None:
             store.close()
+    integ = data.get("integrity") if isinstance(data.get("integrity"), dict) else {}
+    if fail_on_incomplete and integ.get("complete") is False:
+        kinds = ", ".join(dict.fromkeys(str(p.get("kind")) for p in integ.get("problems") or []))
+        raise GateFailed(f"incomplete capture ({kinds}): --fail-on-incomplete")
 
 
 def _analyze(capture: str, json_path: str | None, report_path: str | None, store, label: str | None,
-             options: Any, cdn: bool, cache: bool | None = None, trace_path: str | None = None) -> None:
+             options: Any, cdn: bool, cache: bool | None = None, trace_path: str | None = None) -> dict[str, Any]:
     from profiler.capture.result_cache import analyze_path_cached  # a hit imports no pandas
 
     result = analyze_path_cached(capture, options, cache=cache, results=cache is not False)
@@ -417,6 +445,7 @@ def _analyze(capture: str, json_path: str | None, report_path: str | None, store
             click.echo(line)
         if data.get("run_id") is not None:
             click.echo(f"stored run {data['run_id']}")
+    return data
 
 
 def _write_trace(trace: Any, findings: list, data: dict[str, Any], path: str) -> None:

@@ -265,6 +265,10 @@ def _head(page: dict, doc: AnalysisDocument) -> None:
         page["cards"].append(card("GPUs", str(len(gpus)), sub=", ".join(names)))
     findings_cards(page, doc.get("findings") or [])
     page["cards"] += inference_cards(doc)
+    integ = doc.get("integrity") if isinstance(doc.get("integrity"), dict) else {}
+    for p in (integ.get("problems") or [])[4:] if integ.get("complete") is False else []:
+        if isinstance(p, dict):  # the verdict names the first four signs of missing data, the banners the rest
+            banner(page, "high", f"incomplete capture ({p.get('kind')}): {p.get('what')}")
     for w in doc.get("warnings") or capture.get("warnings") or []:
         banner(page, "medium", str(w))
     for k in ("missing", "degraded"):
@@ -279,7 +283,10 @@ def _findings(doc: AnalysisDocument) -> Section:
     sec = Section("findings", "Findings", "Each diagnosis with the numbers that prove it, the threshold it was "
                                           "held to and what to do; one card per problem.")
     unjudged = (doc.get("capture") or {}).get("kernel_launches_without_records")
-    empty = ("No findings from the rules that could run: those judging GPU time need the kernels this export "
+    not_run = (doc.get("integrity") or {}).get("rules_not_run") or []
+    empty = (f"No findings from the rules that could run; {', '.join(map(str, not_run))} did not run: they need "
+             "the data this capture lost." if not_run else
+             "No findings from the rules that could run: those judging GPU time need the kernels this export "
              "lacks." if unjudged else "No findings: every rule passed.")
     sec.add(_by_impact(findings_block(doc.get("findings") or [], empty), doc.get("findings") or []))
     sync = [x for x in doc.get("sync_summary") or [] if isinstance(x, dict)]

@@ -127,8 +127,15 @@ def _phases(ph: dict) -> list[dict]:
                for dev, v in (sd.get("gpu_busy_fraction_by_device") or {}).items()],
              ("statistics and findings over", ph.get("included_in_statistics", "steady state"))]
     items += [(f"setup range {k} ms", v) for k, v in (w.get("ranges") or {}).items()]
+    td = ph.get("teardown") if isinstance(ph.get("teardown"), dict) else {}
+    if td:  # the release calls that end the capture
+        items += [("teardown ms", td.get("duration_ms")), ("teardown release calls ms", td.get("release_ms")),
+                  ("teardown module unloading ms", td.get("module_unloading_ms")),
+                  ("teardown frees ms", td.get("frees_ms")),
+                  ("teardown context, stream and graph destruction ms", td.get("context_destruction_ms"))]
     by_kind = sd.get("gpu_ms_by_kind") or {}
-    return [{"type": "heading", "text": "Setup and steady state"}, kv(items),
+    return [{"type": "heading", "text": "Setup, steady state and teardown" if td else "Setup and steady state"},
+            kv(items),
             table(["steady-state GPU work", "ms"], [[BOUND.get(k, k), v] for k, v in by_kind.items()],
                   numeric=[False, True])]
 

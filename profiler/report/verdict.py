@@ -20,7 +20,8 @@ from profiler.documents import AnalysisDocument, ComparisonDocument, ImportDocum
 
 from profiler.report.fmt import fmt_ms, fmt_num, is_number
 
-STATUSES = ("PASS", "ISSUES FOUND", "GATE FAILED", "REGRESSION", "INCONCLUSIVE", "IMPROVEMENT", "FAILED")
+STATUSES = ("PASS", "ISSUES FOUND", "GATE FAILED", "REGRESSION", "INCONCLUSIVE", "IMPROVEMENT", "FAILED",
+            "INCOMPLETE CAPTURE")
 SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2, "info": 3}
 TOP_ITEMS = 5
 #: evidence keys that say how much time a finding costs, most specific first, with how to say it
@@ -304,8 +305,12 @@ def fastest_variant(summary: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def analysis_verdict(result: AnalysisDocument) -> dict[str, Any]:
-    """ISSUES FOUND (a high or medium finding), PASS, or INCONCLUSIVE (nothing to judge: no GPU activity)."""
+    """INCOMPLETE CAPTURE (the export lacks data nsys traced: ``integrity.complete`` false), ISSUES FOUND (a high
+    or medium finding), PASS, or INCONCLUSIVE (nothing to judge: no GPU activity)."""
     result = result if isinstance(result, dict) else {}
+    integ = result.get("integrity") if isinstance(result.get("integrity"), dict) else {}
+    if integ.get("complete") is False:
+        return incomplete_verdict(result, integ)
     cap = result.get("capture") if isinstance(result.get("capture"), dict) else {}
     groups = merge_findings(result.get("findings") or [])
     counts = cap.get("counts") if isinstance(cap.get("counts"), dict) else {}
@@ -345,6 +350,33 @@ def analysis_verdict(result: AnalysisDocument) -> dict[str, Any]:
         lines.append(f"busiest series: {name}: {fmt_num(r.get('count'))} instances, median "
                      f"{fmt_ms(w.get('median'))}, p99 {fmt_ms(w.get('p99'))}")
     return {"status": status, "cls": cls, "headline": head, "lines": lines, "items": _items(groups)}
+
+
+def incomplete_verdict(result: dict[str, Any], integ: dict[str, Any]) -> dict[str, Any]:
+    """The verdict of a capture that lacks data: what was lost and how much first, then what still holds (host
+    time per inference), the rules that did not run, and the findings of those that did."""
+    parts = integ.get("parts") if isinstance(integ.get("parts"), dict) else {}
+    problems = [p for p in integ.get("problems") or [] if isinstance(p, dict)]
+    head = str(problems[0].get("what") or problems[0].get("kind")) if problems else "the export lacks data"
+    if len(problems) > 1:
+        head += f" (and {_plural(len(problems) - 1, 'more sign')} of missing data)"
+    lines = [f"also: {p.get('what') or p.get('kind')}" for p in problems[1:4]]
+    inf = result.get("inference") if isinstance(result.get("inference"), dict) else {}
+    host = inf.get("host_ms") if isinstance(inf.get("host_ms"), dict) else {}
+    trusted = [t for t in integ.get("trusted") or [] if t in parts]
+    if "host_range_timing" in trusted and inf.get("source") in ("tensorrt", "nvtx") and is_number(host.get("median")):
+        lines.append(f"still holds: host time per inference of {inf.get('series')}: median {fmt_ms(host['median'])}, "
+                     f"p99 {fmt_ms(host.get('p99'))} over {fmt_num(inf.get('count'))} instances")
+    elif trusted:
+        lines.append("still holds: " + "; ".join(str(parts[t]) for t in trusted))
+    untrusted = [str(parts[t]) for t in integ.get("untrusted") or [] if t in parts]
+    if untrusted:
+        lines.append("does not hold: " + "; ".join(untrusted))
+    not_run = [str(r) for r in integ.get("rules_not_run") or []]
+    if not_run:
+        lines.append(f"not run (they need the lost data): {', '.join(not_run)}")
+    groups = merge_findings(result.get("findings") or [])
+    return {"status": "INCOMPLETE CAPTURE", "cls": "bad", "headline": head, "lines": lines, "items": _items(groups)}
 
 
 def layers_verdict(data: ImportDocument) -> dict[str, Any]:
