@@ -131,19 +131,21 @@ def _out_of_space(exc: BaseException) -> str | None:
     return None
 
 
-def _ignore_further_interrupts() -> None:
+def _ignore_further_interrupts(terminate_too: bool = False) -> None:
     """An impatient second Ctrl-C while the first one is being reported must not kill the process
     mid-exit (it would die by SIGINT instead of exiting 130 with its message)."""
     import signal
 
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if terminate_too:  # a process of its own: a SIGTERM on the way out is the same impatience
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
     except ValueError:  # not the main thread (embedded use): nothing to do
         pass
 
 
 def _exit_interrupted(exc: BaseException, *, hard: bool) -> None:
-    """Exit 130 after Ctrl-C (everything measured is already stored by then).
+    """Exit 130 after Ctrl-C, 143 after SIGTERM in a sweep (everything measured is already stored by then).
 
     The traceback still references the engines and inference sessions of the interrupted work; left to
     interpreter shutdown, a native runtime can be torn down in the wrong order and abort the process
@@ -153,14 +155,16 @@ def _exit_interrupted(exc: BaseException, *, hard: bool) -> None:
     import gc
     import os
 
-    _ignore_further_interrupts()
-    click.echo("trtprof: interrupted", err=True)
+    _ignore_further_interrupts(terminate_too=hard)
+    cause = exc.__cause__ or exc.__context__  # click turns the KeyboardInterrupt into Abort
+    code = getattr(exc, "exit_code", None) or getattr(cause, "exit_code", None) or 130
+    click.echo("trtprof: terminated (SIGTERM)" if code == 143 else "trtprof: interrupted", err=True)
     exc.__traceback__ = None
     exc.__context__ = None
     gc.collect()
     if hard:
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(130)
-    sys.exit(130)
+        os._exit(code)
+    sys.exit(code)
 

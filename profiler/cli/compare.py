@@ -6,7 +6,7 @@ import json
 
 import click
 
-from profiler.cli.options import db_option, open_store
+from profiler.cli.options import db_option, db_url, open_store
 from profiler.errors import GateFailed
 from profiler.findings import json_safe
 
@@ -38,11 +38,12 @@ def command(ctx, baseline, candidate, db, json_path, report_path, alpha, thresho
     accuracy regression is an output that passed its threshold in the baseline and fails it in the
     candidate. Runs of different kinds, models or input shapes are refused (exit 2) unless --force.
     """
-    from profiler.cli.outputs import check_output_file, write_text
+    from profiler.cli.outputs import check_output_file, check_outputs, store_file, write_text
     from profiler.compare import compare_runs
 
     check_output_file(json_path, "--json")
     check_output_file(report_path, "--report")
+    check_outputs([("--json", json_path), ("--report", report_path)], store=store_file(db_url(ctx, db)))
 
     rule = {}
     if alpha is not None:

@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from profiler.cli.options import db_option, open_store
-from profiler.cli.outputs import check_output_file, write_text
+from profiler.cli.options import db_option, db_url, open_store
+from profiler.cli.outputs import check_output_file, check_outputs, store_file, write_text
 from profiler.layers.importer import build_import, store_import
 
 
@@ -35,6 +35,8 @@ def command(ctx: click.Context, paths: tuple[str, ...], json_path: str | None, r
     from --exportTimes, trtexec logs). Stores a run with its variants, layers, samples and findings."""
     check_output_file(json_path, "--json")
     check_output_file(report_path, "--report")
+    check_outputs([("--json", json_path), ("--report", report_path)], [("the import path", p) for p in paths],
+                  store=None if no_store else store_file(db_url(ctx, db)))
     store = None if no_store else open_store(ctx, db)  # a bad --db fails before the exports are read
     data, exports = build_import(list(paths), variant_names, label)
     if store is not None:
