@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from profiler.cli.terminal import guarded
+from profiler.cli.terminal import guarded, one_line
 from profiler.errors import EXIT_BUG, EXIT_INPUT, EXIT_USAGE, TrtprofError
 
 # name -> (module, one-line help shown by --help without importing the module)
@@ -82,7 +82,7 @@ def _main(argv: list[str] | None, debug: bool) -> None:
     except TrtprofError as exc:
         if debug:
             raise
-        click.echo(f"trtprof: error: {exc}", err=True)
+        click.echo(f"trtprof: error: {one_line(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort as exc:
         _exit_interrupted(exc, hard=argv is None)
@@ -92,7 +92,7 @@ def _main(argv: list[str] | None, debug: bool) -> None:
         hint = ""
         if isinstance(exc, click.UsageError) and exc.ctx is not None:
             hint = f" (see '{exc.ctx.command_path} --help')"
-        click.echo(f"trtprof: error: {exc.format_message()}{hint}", err=True)
+        click.echo(f"trtprof: error: {one_line(exc.format_message())}{hint}", err=True)
         sys.exit(EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from profiler.cli.options import Finite, db_option, db_url, open_store
+from profiler.cli.terminal import lines_of
 from profiler.cli.outputs import check_output_file, check_outputs, store_file, write_text
 from profiler.distributed.cli import analyze_batch, analyze_options, is_batch
 from profiler.errors import InputError, UsageError
@@ -70,7 +71,7 @@ def summary_lines(data: dict[str, Any], max_ranges: int = MAX_RANGES_SHOWN) -> l
             lines.append(f"... {len(ranges) - max_ranges} more range series (by total wall time) in --json")
         lines.append("(GPU busy: GPU busy time of the work a range launched, over the longer of its wall time and "
                      "the span of that work; launches: the kernel and graph launches of that work per instance)")
-    return lines
+    return lines_of(lines)
 
 
 BOUND_WORDS = {"host": "the host (the GPU waits on it longer than it waits on the GPU)", "compute": "compute"}

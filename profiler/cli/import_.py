@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from profiler.cli.options import db_option, db_url, open_store
+from profiler.cli.terminal import one_line
 from profiler.cli.outputs import check_output_file, check_outputs, store_file, write_text
 from profiler.layers.importer import build_import, store_import
 
@@ -60,15 +61,15 @@ def command(ctx: click.Context, paths: tuple[str, ...], json_path: str | None, r
         else:
             write_layers_report(data, report_path, cdn=False)
     for w in data["run"]["warnings"]:
-        click.echo(f"warning: {w}", err=True)
+        click.echo(one_line(f"warning: {w}"), err=True)
     if json_path != "-":
         for v in data["variants"]:
             g = v.get("gpu_compute_ms") or {}
             med = g.get("median")
             med_s = _ms(med)
-            click.echo(f"{v['key']}: {v['layer_count']} layers, GPU compute median {med_s}, "
-                       f"layer sum {_ms(v['layer_sum_ms'])}, precision {v.get('precision') or '?'}")
+            click.echo(one_line(f"{v['key']}: {v['layer_count']} layers, GPU compute median {med_s}, "
+                                f"layer sum {_ms(v['layer_sum_ms'])}, precision {v.get('precision') or '?'}"))
         for f in data["findings"]:
-            click.echo(f"[{f['severity']}] {f['rule']}: {f['title']}")
+            click.echo(one_line(f"[{f['severity']}] {f['rule']}: {f['title']}"))
         if data["run"].get("id") is not None:
             click.echo(f"stored run {data['run']['id']}")

@@ -16,6 +16,7 @@ import click
 from profiler.backends import BACKENDS
 from profiler.cli.options import Finite, db_option, db_url, open_store
 from profiler.cli.outputs import check_output_dir
+from profiler.cli.terminal import lines_of
 from profiler.distributed.cli import parallel_runner, sweep_options
 from profiler.errors import GateFailed, InputError, UsageError
 
@@ -249,7 +250,7 @@ def _conclude(sweep: Any, summary: dict[str, Any], written: list[Path]) -> None:
     for line in terminal_lines(sweep_verdict(summary), top=8):
         click.echo(line)
     click.echo("")
-    click.echo(format_table(summary))
+    click.echo("\n".join(lines_of(format_table(summary).splitlines())))
     click.echo("")
     for p in written:
         click.echo(f"wrote {p}")

@@ -130,6 +130,7 @@ class Sweep:
         self.say(f"model {model_path}")
         info = inspect_model(model_path)
         self._check_resumed_model(model_path, info.model_hash)
+        self._check_output_names(model_path, [t.name for t in info.outputs])
         shapes = resolve_shapes(info, {k: tuple(v) for k, v in (c.shapes or {}).items()})
         backend = self._resolve_backend()
         self.say(f"backend {backend.name}: {self.backend_reason}")
@@ -157,6 +158,17 @@ class Sweep:
             raise UsageError(f"run {self.run_id}'s model {model_path} changed since the run started (sha256 "
                              f"{was[:16]}... then, {model_hash[:16]}... now); start a new sweep instead of "
                              "resuming it")
+
+    def _check_output_names(self, model_path: Path, outputs: list[str]) -> None:
+        """--output-kind and --output-tolerance name outputs of the model (a typo would go unused, unsaid)."""
+        from profiler.errors import UsageError
+
+        for option, names in (("--output-kind", self.config.output_kinds),
+                              ("--output-tolerance", self.config.output_tolerances)):
+            unknown = [n for n in names or {} if n not in outputs]
+            if unknown:
+                raise UsageError(f"{option} names {unknown[0]!r}, which is not an output of {model_path.name} "
+                                 f"(its outputs: {', '.join(map(repr, outputs)) or 'none'})")
 
     def _open_run(self, model_path: Path, model_hash: str, backend: Backend, env: dict[str, Any]) -> None:
         """Store a new run (or claim the resumed one) and hold its lease while this process runs it."""
