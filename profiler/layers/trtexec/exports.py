@@ -15,6 +15,7 @@ from profiler.layers.trtexec.common import (
     DEFAULT_WARMUP_MS,
     DETAILED_HINT,
     SUFFIXES,
+    mapping,
     read_json,
 )
 from profiler.layers.trtexec.layer_files import (
@@ -212,6 +213,37 @@ def merge_profile_and_info(profile: pd.DataFrame | None, info: pd.DataFrame | No
     return lf.make_frame(df.drop(columns=["order"], errors="ignore")), messages
 
 
+def _build_metadata(path: Path) -> dict[str, Any]:
+    """A ``*.build.metadata.json``: its build options, and its model options as ``model_*`` keys."""
+    bm = read_json(path)
+    if not isinstance(bm, dict):
+        return {}
+    build = dict(mapping(bm.get("build_options"), f"{path.name}: build_options"))
+    model = mapping(bm.get("model_options"), f"{path.name}: model_options")
+    build.update({f"model_{k}".lower(): v for k, v in model.items()})
+    return build
+
+
+def _device_metadata(path: Path) -> dict[str, Any]:
+    """A ``*.metadata.json`` (the device list): the first device's name and compute capability."""
+    dv = read_json(path)
+    if not (isinstance(dv, list) and dv and isinstance(dv[0], dict)):
+        return {}
+    out: dict[str, Any] = {}
+    name = dv[0].get("Name")
+    if name is not None:
+        out["Selected Device"] = str(name)
+    cc = dv[0].get("ComputeCapability")
+    if isinstance(cc, (list, tuple)) and all(isinstance(x, int) and not isinstance(x, bool) for x in cc) and cc:
+        out["Compute Capability"] = ".".join(map(str, cc))
+    elif isinstance(cc, (int, float, str)) and not isinstance(cc, bool) and str(cc):
+        out["Compute Capability"] = str(cc)  # 90 or "9.0": kept as written
+    elif cc:
+        raise InputError(f"{path.name}: ComputeCapability is {type(cc).__name__}, not a list of integers: "
+                         "the export is damaged")
+    return out
+
+
 def load_export(s: ExportSet, variant: str | None = None) -> EngineExport:
     """Read one engine's files into an :class:`EngineExport` (partial when files are missing)."""
     messages: list[str] = []
@@ -246,17 +278,10 @@ def load_export(s: ExportSet, variant: str | None = None) -> EngineExport:
         device.update(meta.pop("device", {}))
         trt.update({k: v for k, v in meta.items() if v is not None})
     if "build_meta" in s.files:
-        bm = readable(read_json, s.files["build_meta"])
-        if isinstance(bm, dict):
-            build.update(bm.get("build_options", {}))
-            build.update({f"model_{k}".lower(): v for k, v in bm.get("model_options", {}).items()})
+        build.update(readable(_build_metadata, s.files["build_meta"]) or {})
     if "device" in s.files:
-        dv = readable(read_json, s.files["device"])
-        if isinstance(dv, list) and dv and isinstance(dv[0], dict):
-            device.setdefault("Selected Device", dv[0].get("Name"))
-            cc = dv[0].get("ComputeCapability")
-            if cc:
-                device.setdefault("Compute Capability", ".".join(map(str, cc)))
+        device.update({k: v for k, v in (readable(_device_metadata, s.files["device"]) or {}).items()
+                       if k not in device})
     source = s.prefix
     profile, count = None, None
     if "profile" in s.files:
