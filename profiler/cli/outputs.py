@@ -83,10 +83,31 @@ def _same(a: tuple, b: tuple) -> bool:
     return a[0] == b[0] or (a[1] is not None and a[1] == b[1])
 
 
-def _inside(out: tuple, folder: tuple) -> bool:
-    """An existing file under an input folder (a Parquet capture, a folder of trtexec exports)."""
-    return (folder[2] is not None and stat.S_ISDIR(folder[2]) and out[1] is not None
-            and out[0].startswith(folder[0].rstrip(os.sep) + os.sep))
+#: The most files of an input folder whose inodes are compared with the outputs (a folder of exports has tens).
+MAX_FOLDER_FILES = 100_000
+
+
+def _inside(out: tuple, folder: tuple, inodes: set[tuple[int, int]]) -> bool:
+    """An existing file under an input folder (a Parquet capture, a folder of trtexec exports), by its path or
+    as another name (a hard link) of one of the folder's files."""
+    if folder[2] is None or not stat.S_ISDIR(folder[2]) or out[1] is None:
+        return False
+    return out[0].startswith(folder[0].rstrip(os.sep) + os.sep) or out[1] in inodes
+
+
+def _folder_inodes(path: str) -> set[tuple[int, int]]:
+    """(device, inode) of the files under ``path`` (at most :data:`MAX_FOLDER_FILES`)."""
+    found: set[tuple[int, int]] = set()
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                st = os.stat(os.path.join(root, name))
+            except OSError:
+                continue
+            found.add((st.st_dev, st.st_ino))
+            if len(found) >= MAX_FOLDER_FILES:
+                return found
+    return found
 
 
 def check_outputs(outputs: Iterable[tuple[str, str | None]], inputs: Iterable[tuple[str, str | None]] = (),
@@ -100,13 +121,14 @@ def check_outputs(outputs: Iterable[tuple[str, str | None]], inputs: Iterable[tu
     ins = [(what, p, _identity(p)) for what, p in inputs if p and p != "-"]
     if store:
         ins.append(("the run store (--db)", store, _identity(store)))
+    folders = {p: _folder_inodes(p) for _, p, ident in ins if ident[2] is not None and stat.S_ISDIR(ident[2])}
     for i, (opt, path, ident) in enumerate(outs):
         for what, in_path, in_ident in ins:
             if _same(ident, in_ident):
                 raise UsageError(f"{opt} {path} is {what} {in_path}, which this command reads; "
                                  "give the output another file name")
-            if _inside(ident, in_ident):
-                raise UsageError(f"{opt} {path} is a file inside {what} {in_path}, which this command reads; "
+            if _inside(ident, in_ident, folders.get(in_path, set())):
+                raise UsageError(f"{opt} {path} is one of the files of {what} {in_path}, which this command reads; "
                                  "write the output elsewhere")
         for other, other_path, other_ident in outs[:i]:
             in_place = ident[2] is not None and not stat.S_ISREG(ident[2])

@@ -72,6 +72,21 @@ def mapping(value: Any, what: str) -> dict[str, Any]:
     return value
 
 
+def options(value: Any, what: str) -> dict[str, Any]:
+    """trtexec's printed options (``inference_options``, ``build_options``, ``device_information``): an object of
+    plain values (strings, numbers); a nested list or object in it is damage (InputError naming ``what``)."""
+    out = mapping(value, what)
+    for key, v in out.items():
+        if isinstance(v, (dict, list)):
+            raise InputError(f"{what} {key!r} is a {type(v).__name__}, not a value: the export is damaged")
+    return out
+
+
+def text_of(value: Any) -> str | None:
+    """An option's value as text (trtexec prints strings; a number or a boolean from another writer is shown)."""
+    return None if value is None else str(value)
+
+
 def log_number(text: str, what: str) -> float:
     """A number printed in a trtexec log ('1.25', '3e-05'), else InputError naming ``what``."""
     try:

@@ -15,8 +15,9 @@ from profiler.layers.trtexec.common import (
     DEFAULT_WARMUP_MS,
     DETAILED_HINT,
     SUFFIXES,
-    mapping,
+    options,
     read_json,
+    text_of,
 )
 from profiler.layers.trtexec.layer_files import (
     fused_nodes_from_name,
@@ -218,8 +219,8 @@ def _build_metadata(path: Path) -> dict[str, Any]:
     bm = read_json(path)
     if not isinstance(bm, dict):
         return {}
-    build = dict(mapping(bm.get("build_options"), f"{path.name}: build_options"))
-    model = mapping(bm.get("model_options"), f"{path.name}: model_options")
+    build = dict(options(bm.get("build_options"), f"{path.name}: build_options"))
+    model = options(bm.get("model_options"), f"{path.name}: model_options")
     build.update({f"model_{k}".lower(): v for k, v in model.items()})
     return build
 
@@ -282,6 +283,8 @@ def load_export(s: ExportSet, variant: str | None = None) -> EngineExport:
     if "device" in s.files:
         device.update({k: v for k, v in (readable(_device_metadata, s.files["device"]) or {}).items()
                        if k not in device})
+    if device.get("Selected Device") is not None:  # a name, whatever type another writer gave it
+        device["Selected Device"] = text_of(device["Selected Device"])
     source = s.prefix
     profile, count = None, None
     if "profile" in s.files:
@@ -307,7 +310,7 @@ def load_export(s: ExportSet, variant: str | None = None) -> EngineExport:
     elif profile is not None and "times" not in s.files:
         messages.append(f"{source}: no per-query times (--exportTimes): latency statistics come from the "
                         "trtexec summary when present")
-    precision = _precision_from_build(build.get("Precision"))
+    precision = _precision_from_build(text_of(build.get("Precision")))
     if precision is None and len(layers) and layers["precision_in"].notna().any():
         mix = lf.precision_mix(layers)
         precision = max(mix, key=lambda k: lf.PRECISION_RANK.get(k, -1)) if mix else None
@@ -315,5 +318,5 @@ def load_export(s: ExportSet, variant: str | None = None) -> EngineExport:
     layers = lf.make_frame(layers, key)
     return EngineExport(prefix=s.prefix, directory=s.directory, layers=layers, samples=samples, summary=summary,
                         trtexec=trt, build=build, device=device, tensorrt_version=version,
-                        precision=precision, model=model_key(build.get("model_model"), s.prefix),
+                        precision=precision, model=model_key(text_of(build.get("model_model")), s.prefix),
                         messages=messages, files=files, profile_count=count, detailed=detailed)

@@ -18,6 +18,7 @@ from profiler.layers.trtexec.common import (
     log_number,
     mapping,
     number,
+    options,
     read_json,
     read_text,
 )
@@ -167,8 +168,8 @@ def parse_run_metadata(path: str | Path) -> dict[str, Any]:
                        ("Total GPU Compute Time", "total_gpu_compute_s")):
         if label in perf:
             out[key] = number(perf[label], f"{name}: {label}", hi=MAX_COUNT)
-    out["inference_options"] = mapping(data.get("inference_options"), f"{name}: inference_options")
-    out["device"] = mapping(data.get("device_information"), f"{name}: device_information")
+    out["inference_options"] = options(data.get("inference_options"), f"{name}: inference_options")
+    out["device"] = options(data.get("device_information"), f"{name}: device_information")
     out["warmup_ms"] = _warmup_from_text(str(out["inference_options"].get("Duration", "")))
     return out
 
