@@ -311,3 +311,113 @@ def test_runs_and_show_never_print_a_raw_escape(tmp_path, capsys, command):
     assert exc.value.code == 0
     assert not any(ord(c) < 32 and c not in "\n\t" or 0x7f <= ord(c) <= 0x9f for c in out), repr(out)
     assert "nightly" in out
+
+
+# ------------------------------------------------------------------- outputs (issue 33)
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from profiler.errors import InputError
+    from profiler.files import atomic_write_bytes
+
+    out = tmp_path / "summary.json"
+    out.write_text("old")
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(InputError, match="cannot write --json .*summary.json: No space left on device"):
+        atomic_write_bytes(out, b"new document", "--json")
+    assert out.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]
+
+
+def test_a_fifo_is_written_in_place_and_stays_a_fifo(tmp_path):
+    import os
+    import stat
+    import threading
+
+    from profiler.files import atomic_write_bytes
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    atomic_write_bytes(fifo, b"x" * 200_000, "--json")  # more than a pipe's buffer: written in full
+    reader.join(10)
+    assert got == [b"x" * 200_000]
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_a_symlink_stays_a_link_and_its_target_gets_the_document(tmp_path):
+    from profiler.files import atomic_write_bytes
+
+    target, link = tmp_path / "real.json", tmp_path / "link.json"
+    target.write_text("old")
+    link.symlink_to(target)
+    atomic_write_bytes(link, b"new", "--json")
+    assert link.is_symlink() and target.read_text() == "new"
+    dangling = tmp_path / "d.json"
+    dangling.symlink_to(tmp_path / "later.json")
+    atomic_write_bytes(dangling, b"made", "--json")
+    assert dangling.is_symlink() and (tmp_path / "later.json").read_text() == "made"
+
+
+def test_dash_writes_to_standard_output(capfdbinary):
+    from pathlib import Path
+
+    from profiler.files import atomic_write_bytes
+
+    atomic_write_bytes(Path("-"), b"{}\n", "--report")
+    assert capfdbinary.readouterr().out == b"{}\n"
+    assert not Path("-").exists()
+
+
+def test_outputs_checked_against_inputs_the_store_and_each_other(tmp_path):
+    import os
+
+    from profiler.cli.outputs import check_outputs
+
+    cap, db = tmp_path / "cap.sqlite", tmp_path / "s.db"
+    cap.write_bytes(b"capture")
+    db.write_bytes(b"")
+    os.link(cap, tmp_path / "other-name")
+    cases = [
+        ([("--json", str(tmp_path / "other-name"))], "is the capture"),
+        ([("--report", str(tmp_path / "x" / ".." / "s.db"))], "is the run store"),
+        ([("--json", str(tmp_path / "o")), ("--trace", str(tmp_path / "o"))], "--json and --trace both name"),
+    ]
+    (tmp_path / "x").mkdir()
+    for outputs, words in cases:
+        with pytest.raises(UsageError, match=words):
+            check_outputs(outputs, [("the capture", str(cap))], store=str(db))
+    # devices written in place may be named twice; '-' and unset outputs are not files
+    check_outputs([("--json", "/dev/null"), ("--report", "/dev/null"), ("--trace", "-"), ("-o", None)],
+                  [("the capture", str(cap))], store=str(db))
+
+
+def test_resume_refuses_a_model_that_changed_naming_both_hashes(tmp_path):
+    pytest.importorskip("onnxruntime")
+    from profiler.hashing import file_sha256
+    from profiler.sweep import SweepConfig, open_resume, run_sweep
+    from tests.onnx_models import FAST_SWEEP as FAST, conv_model
+
+    model = conv_model(tmp_path / "conv.onnx")
+    before = file_sha256(model)
+    store = Store.open(f"sqlite:///{tmp_path / 's.db'}")
+    run_sweep(SweepConfig(model=model, precisions=["fp32"], backend="onnxruntime", layers=False, **FAST),
+              store=store)
+    run_id = store.list_runs(kind="sweep")[0]["id"]
+    store.update_run(run_id, status="interrupted")
+    conv_model(model, opset=18)  # another model with the same input and output names
+    after = file_sha256(model)
+    assert after != before
+    with pytest.raises(UsageError) as exc:
+        open_resume(store, run_id).run()
+    assert before[:16] in str(exc.value) and after[:16] in str(exc.value)
+    assert [v["key"] for v in store.run_dict(run_id)["variants"]] == ["fp32-wsdefault-s1"]
+    store.close()

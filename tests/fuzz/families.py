@@ -322,7 +322,7 @@ def _import_with(edit: Callable[[Path, str], None]) -> Callable[[Path], list[str
     return build
 
 
-def trtexec_shape_cases(per_file: int = 24) -> list[Case]:
+def trtexec_shape_cases(per_file: int = 16) -> list[Case]:
     c: list[Case] = []
     if not TRTEXEC_BASE.exists():
         return [Case("trtexec-shape", "fixture-missing", lambda tmp: [], TRTEXEC_BASE)]
@@ -367,7 +367,7 @@ def _log_case(text: str) -> Callable[[Path], list[str]]:
     return build
 
 
-def trtexec_log_cases(count: int = 24) -> list[Case]:
+def trtexec_log_cases(count: int = 16) -> list[Case]:
     import re
 
     numbers = [m for m in re.finditer(r"(?<![\w\[/:-])\d+(?:\.\d+)?", LOG)]
