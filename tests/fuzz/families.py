@@ -405,6 +405,46 @@ def _stats_possible(tmp: Path, out: str, err: str) -> list[str]:
     return bad
 
 
+# ------------------------------------------------------------------------------------------ extremes
+
+EXTREMES = {"2^62": 2**62, "-2^62": -(2**62), "int64-max": 2**63 - 1, "2^53+1": 2**53 + 1, "-1": -1}
+
+
+def _columns(path: Path) -> dict[str, list[str]]:
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return {t: [r[1] for r in con.execute(f'PRAGMA table_info("{t}")')] for t in tables}
+    finally:
+        con.close()
+
+
+def extreme_cases(count: int = 12) -> list[Case]:
+    """Integer columns the loader reads (every required one, and the copies' byte counts) set to values no
+    capture holds on a few rows, and small tables with a repeated row that disagrees with the first: a
+    seeded sample of the product. The analysis must exit cleanly and its JSON hold no impossible number."""
+    from profiler.capture.validate import REQUIRED
+
+    from tests.fuzz.hostile import sql_case
+
+    have = _columns(BASE)
+    pairs = [(t, col) for t, cols in REQUIRED.items() if t in have and t != "StringIds" for col in cols
+             if col in have[t]]
+    products = [(t, col, name) for t, col in pairs for name in EXTREMES]
+    c = []
+    for t, col, name in random.Random("extremes").sample(products, min(count, len(products))):
+        c.append(Case("extreme", f"{t}.{col}={name}", sql_case(
+            f'UPDATE "{t}" SET "{col}" = {EXTREMES[name]} WHERE rowid IN (SELECT rowid FROM "{t}" LIMIT 3)')))
+    for t in ("TARGET_INFO_GPU", "PROCESSES", "META_DATA_EXPORT", "ANALYSIS_DETAILS"):
+        if t in have:
+            text_col = next((col for col in ("name", "value") if col in have[t]), None)
+            edit = (f'UPDATE "{t}" SET "{text_col}" = \'other\' WHERE rowid = (SELECT max(rowid) FROM "{t}")'
+                    if text_col else "SELECT 1")
+            c.append(Case("extreme", f"{t}-repeated-row-disagrees", sql_case(
+                f'INSERT INTO "{t}" SELECT * FROM "{t}"', edit)))
+    return c
+
+
 # ------------------------------------------------------------------------------------------- forgery
 
 BREAKS = {"lf": "\n", "cr": "\r", "crlf": "\r\n", "vt": "\v", "ff": "\f", "nel": "\x85", "ls": "\u2028"}
@@ -462,4 +502,5 @@ def forgery_cases(per_place: int = 3) -> list[Case]:
 
 
 def all_family_cases() -> list[Case]:
-    return clobber_cases() + write_target_cases() + value_cases() + trtexec_shape_cases() + forgery_cases()
+    return (clobber_cases() + write_target_cases() + value_cases() + trtexec_shape_cases() + extreme_cases()
+            + forgery_cases())
