@@ -445,6 +445,32 @@ def extreme_cases(count: int = 12) -> list[Case]:
     return c
 
 
+VIEWS = {
+    "plain": 'SELECT * FROM "{old}"',
+    "cross-join": 'SELECT a.* FROM "{old}" a, "{old}" b, "{old}" c',
+    "recursive": ('WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) '
+                  'SELECT o.* FROM r, (SELECT * FROM "{old}" LIMIT 1) o'),
+}
+
+
+def view_cases(count: int = 6) -> list[Case]:
+    """A table the loader reads replaced by a view (a plain one, one that expands, one that never ends):
+    refused in one sentence (exit 3), never read until memory or patience runs out."""
+    from profiler.capture.validate import REQUIRED
+
+    from tests.fuzz.hostile import sql_case
+
+    have = _columns(BASE)
+    products = [(t, kind) for t in REQUIRED if t in have for kind in VIEWS]
+    c = []
+    for t, kind in random.Random("views").sample(products, min(count, len(products))):
+        old = f"{t}_old"
+        c.append(Case("view", f"{t}-{kind}", sql_case(f'ALTER TABLE "{t}" RENAME TO "{old}"',
+                                                      f'CREATE VIEW "{t}" AS {VIEWS[kind].format(old=old)}'),
+                      expect=(3,)))
+    return c
+
+
 # ------------------------------------------------------------------------------------------- forgery
 
 BREAKS = {"lf": "\n", "cr": "\r", "crlf": "\r\n", "vt": "\v", "ff": "\f", "nel": "\x85", "ls": "\u2028"}
@@ -503,4 +529,4 @@ def forgery_cases(per_place: int = 3) -> list[Case]:
 
 def all_family_cases() -> list[Case]:
     return (clobber_cases() + write_target_cases() + value_cases() + trtexec_shape_cases() + extreme_cases()
-            + forgery_cases())
+            + view_cases() + forgery_cases())
