@@ -421,3 +421,50 @@ def test_resume_refuses_a_model_that_changed_naming_both_hashes(tmp_path):
     assert before[:16] in str(exc.value) and after[:16] in str(exc.value)
     assert [v["key"] for v in store.run_dict(run_id)["variants"]] == ["fp32-wsdefault-s1"]
     store.close()
+
+
+# --------------------------------------------------------------- trtexec files of the wrong shape
+
+TRTEXEC_LOG = ("[06/01/2022-10:00:05] [I] === Performance summary ===\n"
+               "[06/01/2022-10:00:05] [I] GPU Compute Time: min = {lo} ms, max = {hi} ms, mean = 1.9 ms, "
+               "median = 1.9 ms, percentile(99%) = 2.4 ms\n")
+
+
+@pytest.mark.parametrize("lo, hi, words", [
+    ("2.5", "1.5", "min = 2.5 ms is above max = 1.5 ms"), ("-5.0", "2.5", "is -5.0, not a number from 0"),
+    ("-", "2.5", "is '-', not a number"), ("e", "2.5", "is 'e', not a number"), (".", "2.5", "is '.', not a number"),
+    ("1.95", "2.5", "mean = 1.9 ms is outside min..max (1.95..2.5 ms)"),
+])
+def test_a_trtexec_log_with_impossible_statistics_is_refused(lo, hi, words, tmp_path):
+    from profiler.errors import InputError
+    from profiler.layers.trtexec.timing import parse_log
+
+    log = tmp_path / "engine.log"
+    log.write_text(TRTEXEC_LOG.format(lo=lo, hi=hi))
+    with pytest.raises(InputError, match=words.replace("(", r"\(").replace(".", r"\.")):
+        parse_log(log)
+    log.write_text(TRTEXEC_LOG.format(lo="1.5", hi="2.5"))
+    assert parse_log(log)["gpu_compute_ms"] == {"min": 1.5, "max": 2.5, "mean": 1.9, "median": 1.9, "p99": 2.4}
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("performance_summary", [1, 2], "performance_summary is list, not an object"),
+    ("inference_options", ["a"], "inference_options is list, not an object"),
+    ("performance_summary", {"Throughput": "fast"}, 'Throughput is "fast", not a number'),
+    ("performance_summary", {"Latency": [3, 1, 2, 2, 2]}, "min = 3 ms is above max = 1 ms"),
+])
+def test_trtexec_run_metadata_of_the_wrong_shape_is_one_sentence(field, value, words, tmp_path):
+    import json
+
+    from profiler.errors import InputError
+    from profiler.layers.trtexec.timing import parse_run_metadata
+
+    p = tmp_path / "e.profile.metadata.json"
+    p.write_text(json.dumps({field: value}))
+    with pytest.raises(InputError, match=words):
+        parse_run_metadata(p)
+    p.write_text('{"performance_summary": {"Throughput": ' + "9" * 5000 + "}}")
+    from profiler.layers.trtexec.common import read_json
+
+    with pytest.raises(InputError, match="holds a number no trtexec export has"):
+        read_json(p)
