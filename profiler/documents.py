@@ -131,7 +131,13 @@ class ComparisonDocument(TypedDict, total=False):
     rule: dict[str, Any]  # the decision rule's thresholds
     baseline: dict[str, Any]  # id, label, kind, source, created_at, environment fields
     candidate: dict[str, Any]
-    variants: list[dict[str, Any]]  # key, verdict, median_ratio, ci_low/high, p_value, both runs' samples
+    # key, verdict, median_ratio, ci_low/high, p_value, both runs' samples; detectable_change {rel, source,
+    # underpowered, repeats_to_decide, text}; noise.disturbance {baseline/candidate: {host_others_share,
+    # pushes_toward}, explains}; two captures: role (unit | range), matched_by, measure (inference | host)
+    variants: list[dict[str, Any]]
+    # two captures only: decided_by (unit | kernels | ranges), ranges_compared, unmatched {baseline, candidate},
+    # baseline_unit, candidate_unit, unit, kernels (per-kernel-name comparison), summary
+    captures: dict[str, Any]
     environment_changes: list[dict[str, Any]]  # field, baseline, candidate
     findings_appeared: list[FindingRecord]
     findings_disappeared: list[FindingRecord]

@@ -19,14 +19,16 @@ Say = Callable[[str], None]
 
 @contextlib.contextmanager
 def phase(say: Say, what: str, *, every_s: float = 3.0, quiet_s: float = 1.0,
-          clock: Callable[[], float] = time.monotonic) -> Iterator[None]:
+          clock: Callable[[], float] = time.monotonic,
+          wait: Callable[[threading.Event, float], bool] = threading.Event.wait) -> Iterator[None]:
     """Announce ``what`` every ``every_s`` seconds while the block runs, and how long it took if that
-    was more than ``quiet_s`` seconds."""
+    was more than ``quiet_s`` seconds. ``clock`` and ``wait`` (True once the block has ended) are the
+    ticker's time, injected by tests."""
     start = clock()
     stop = threading.Event()
 
     def tick() -> None:
-        while not stop.wait(every_s):
+        while not wait(stop, every_s):
             say(f"{what}... {clock() - start:.0f} s")
 
     ticker = threading.Thread(target=tick, name="trtprof-progress", daemon=True)

@@ -4,6 +4,7 @@ read from the export, from the cached frames, stored in and read back from the a
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 
@@ -11,10 +12,10 @@ from profiler.capture import spill
 from profiler.capture.analyze import analyze_path
 from profiler.capture.cache import TraceCache
 from profiler.capture.result_cache import AnalysisCache, analyze_path_cached
-from tests.conftest import SAMPLE_TRACES, SHARED, nsys_fixture_files
+from tests import golden
+from tests.conftest import SAMPLE_TRACES
 
-CAPTURES = (nsys_fixture_files() + sorted((SHARED / "fixtures" / "nsys-tensorrt").glob("*.sqlite"))
-            + sorted(SAMPLE_TRACES.glob("*.sqlite")))
+CAPTURES = golden.captures()
 
 
 def _text(result) -> str:
@@ -38,6 +39,11 @@ def test_cold_cached_frames_and_cached_analysis_give_one_document(path, tmp_path
     assert _text(stored) == want
     assert _text(hit) == want
     assert [f.to_dict() for f in hit.findings] == [f.to_dict() for f in cold.findings]
+    other = golden.same_libraries()
+    if other is None:  # the golden guard: the document is the one committed (tests/golden.py)
+        assert golden.mismatch(path, want) is None, golden.mismatch(path, want)
+    else:
+        warnings.warn(other)
 
 
 @pytest.mark.skipif(not spill.supported(), reason="column files need Linux")

@@ -43,8 +43,10 @@ def test_summary_json_and_exit_code(stored):
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert "host_stall.query" in out and "100" in out
-    first = out.splitlines()[0]
-    assert first.startswith("ISSUES FOUND: 1 problem found (and 1 minor finding)")  # the verdict comes first
+    lines = out.splitlines()
+    # the verdict comes first, wrapped to the terminal's width: its lines up to the first finding
+    first = " ".join(line.strip() for line in lines[:next(i for i, x in enumerate(lines) if x.startswith("  1. "))])
+    assert first.startswith("ISSUES FOUND: 1 problem found (and 1 minor finding)")
     # the stalls are the outliers' excess and the GPU's idle gaps at once: priced once, by jitter; the idle
     # GPU keeps the 1% beyond them
     assert "1. HIGH jitter [host_stall.query]: " in out and "2. LOW gpu_idle: " in out

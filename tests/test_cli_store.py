@@ -135,3 +135,27 @@ def test_missing_psycopg_names_the_postgres_extra():
     assert r.returncode == 3 and "Traceback" not in r.stderr
     assert r.stderr.strip() == ("trtprof: error: 'psycopg' is needed for a PostgreSQL run store but is not "
                                 "installed: pip install 'trtprof[postgres]'")
+
+
+def test_runs_show_what_a_run_came_to_not_only_that_it_finished(filled, capsys):
+    """A sweep stores 'ok' once it finishes: one whose variants failed is listed as partial (some) or
+    failed (all), beside the stored status in --json."""
+    url, a, b = filled
+    store = Store.open(url)
+    c = store.create_run(kind="sweep", source="models/x.onnx", label="allbad")
+    store.add_variant(c, {"key": "fp16-s1", "status": "failed", "error": "GridSample"})
+    store.add_variant(c, {"key": "int8-s1", "status": "failed", "error": "no calibration data"})
+    store.finish_run(c)
+    d = store.create_run(kind="sweep", source="models/y.onnx", label="good")
+    store.add_variant(d, {"key": "fp32-s1", "latency_ms": {"count": 10, "median": 1.0}})
+    store.add_variant(d, {"key": "int8-s1", "status": "skipped", "error": "no int8 on this backend"})
+    store.finish_run(d)
+    store.close()
+    code, out, _ = run_cli(["runs", "--db", url], capsys)
+    status = {line.split()[0]: line.split()[5] for line in out.splitlines()[1:]}
+    assert status == {str(a): "partial", str(b): "failed", str(c): "failed", str(d): "ok"}
+    code, out, _ = run_cli(["runs", "--db", url, "--json"], capsys)
+    rows = {r["id"]: r for r in json.loads(out)}
+    assert (rows[a]["status"], rows[a]["outcome"], rows[a]["failed_variant_count"]) == ("ok", "partial", 1)
+    assert (rows[c]["status"], rows[c]["outcome"]) == ("ok", "failed")
+    assert rows[d]["outcome"] == "ok"  # a skipped variant is no failure

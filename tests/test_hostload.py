@@ -54,3 +54,43 @@ def test_a_busy_child_process_shows_as_others_load():
         spin.wait()
     ncpu = os.cpu_count() or 1
     assert load.others_share is not None and 0.6 / ncpu <= load.others_share <= 1.0
+
+
+@pytest.mark.parametrize("value, want", [("0.35", 0.35), ("0", 0.0), ("1", 1.0), ("unknown", None), (" UNKNOWN ", None)])
+def test_an_injected_share_replaces_the_probe(monkeypatch, value, want):
+    monkeypatch.setenv("TRTPROF_HOST_LOAD", value)
+
+    def never() -> tuple[int, int]:
+        raise AssertionError("the counters were read although a share was injected")
+
+    with HostLoad(stat=never, own=never) as load:
+        pass
+    assert load.others_share == want
+
+
+@pytest.mark.parametrize("value", ["nan", "-0.1", "1.5", "inf", "busy"])
+def test_a_wrong_injected_share_is_one_usage_sentence(monkeypatch, value):
+    from profiler.errors import UsageError
+
+    monkeypatch.setenv("TRTPROF_HOST_LOAD", value)
+    with pytest.raises(UsageError, match=r"^TRTPROF_HOST_LOAD=.* is neither a share of the host's CPU from 0 to 1 "):
+        HostLoad().__enter__()
+
+
+def test_an_empty_override_leaves_the_probe_in_place(monkeypatch):
+    monkeypatch.setenv("TRTPROF_HOST_LOAD", "")
+    ticks = iter([(0, 0), (100, 400)])
+    own = iter([0.0, 0.0])
+    with HostLoad(stat=lambda: next(ticks), own=lambda: next(own)) as load:
+        pass
+    assert load.others_share == pytest.approx(100 / 400)
+
+
+def test_sweep_refuses_a_wrong_override_before_it_builds_anything(tmp_path):
+    env = {**os.environ, "TRTPROF_HOST_LOAD": "2"}
+    r = subprocess.run([sys.executable, "-m", "profiler", "--db", str(tmp_path / "t.db"), "sweep", "--out",
+                        str(tmp_path / "o")], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == ["trtprof: error: TRTPROF_HOST_LOAD='2' is neither a share of the host's CPU "
+                                             "from 0 to 1 nor 'unknown'"]
+    assert not (tmp_path / "t.db").exists() and not (tmp_path / "o").exists()

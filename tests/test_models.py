@@ -123,6 +123,16 @@ def test_parse_shape_args():
         parse_shape_args(["x:1", "x:2"])
 
 
+def test_parse_shape_args_accepts_polygraphy_s_spelling():
+    """Polygraphy writes --input-shapes image:[1,3,60,160]; trtexec image:1x3x60x160: both mean the same."""
+    assert parse_shape_args(["image:[1,3,60,160]"]) == parse_shape_args(["image:1x3x60x160"]) == {
+        "image": (1, 3, 60, 160)}
+    assert parse_shape_args(["input:0:[2, 8]"]) == {"input:0": (2, 8)}
+    for bad in ["x:[1,3", "x:1,3]", "x:[]", "x:[0,3]", "x:[1;3]"]:
+        with pytest.raises(UsageError):
+            parse_shape_args([bad])
+
+
 def test_dynamic_input_without_shape_names_input_and_dims():
     info = inspect_model(ocr_model(DET))
     with pytest.raises(UsageError) as err:

@@ -203,12 +203,13 @@ def test_layer_time_by_type_sums_per_variant_and_folds_the_rest():
     assert sum(lt["ms"][t][0] for t in lt["types"]) == 15.0
 
 
-def test_sweep_page_opens_with_verdict_and_findings_and_the_checklist_marks_failures():
+def test_sweep_page_opens_with_verdict_and_variants_and_the_checklist_marks_failures():
     s = sweep_example()
     page = build_sweep_page(s)
     assert page["verdict"]["status"] == "FAILED"  # a variant failed to build
     assert "1 of 8 variants failed" in page["verdict"]["headline"]
-    assert [x["id"] for x in page["sections"][:2]] == ["findings", "variants"]
+    # the variants table first (what the verdict is about), the findings' evidence after it
+    assert [x["id"] for x in page["sections"][:2]] == ["variants", "findings"]
     checklist = next(x for x in page["sections"] if x["id"] == "checklist")
     rows = checklist["blocks"][0]["rows"]
     assert len(rows) == len(s["variants"])

@@ -235,3 +235,37 @@ def test_synthetic_reports_too(browser, tmp_path):
             xs = page.evaluate("() => document.getElementById('fig-layers').data.map(t => t.x)")
             assert all(x == xs[0] for x in xs) and len(xs[0]) == 20 and "?" not in xs[0]
         page.close()
+
+
+def _in_first_viewport(page, selector: str) -> bool:
+    """Whether the element ``selector`` starts inside the first 1000 px of the page (the first screen)."""
+    return page.evaluate(f"""() => {{ const e = document.querySelector({selector!r});
+        return e !== null && e.getBoundingClientRect().top + window.scrollY < window.innerHeight; }}""")
+
+
+def test_the_first_screen_holds_the_verdict_and_what_it_is_about(browser, tmp_path):
+    """At 1400x1000: an analysis report shows its verdict and the inference count (not the layer ranges'
+    instances); a sweep report its verdict and the variants table, above the findings' evidence."""
+    from profiler.capture.analyze import analyze_path
+
+    capture = ROOT / "sample_traces" / "trt_eager.sqlite"
+    if not capture.is_file():
+        pytest.skip(f"{capture} not found")
+    data = analyze_path(capture).to_json()
+    page, errors = _open_at_1400(browser, write_report(data, tmp_path / "analysis.html"))
+    assert _in_first_viewport(page, "#verdict .vstatus") and _in_first_viewport(page, ".cards .card")
+    first = page.evaluate("() => [...document.querySelectorAll('.cards .card')][0].innerText")
+    assert first.split("\n")[:2] == ["INFERENCES", str(data["inference"]["count"])]
+    ranges = sum(r["count"] for r in data["ranges"])
+    assert ranges > data["inference"]["count"]  # the layer ranges outnumber the inferences
+    assert errors == []
+    page.close()
+    summary = sweep_example()
+    summary["run"]["random_calibration"] = True
+    page, errors = _open_at_1400(browser, write_report(summary, tmp_path / "sweep.html"))
+    assert _in_first_viewport(page, "#verdict .vstatus")
+    assert _in_first_viewport(page, "#variants table thead")
+    order = page.evaluate("() => [...document.querySelectorAll('main section.sec')].map(s => s.id).slice(0, 2)")
+    assert order == ["variants", "findings"]
+    assert errors == []
+    page.close()

@@ -110,7 +110,7 @@ def test_sweep_status_for_every_kind_of_outcome():
 
 def test_fastest_is_computed_once_single_stream_by_median_and_the_page_agrees():
     variants = [_variant("fp32-s1", 1.0), _variant("fp16-s1", 0.70), _variant("fp16-s2", 0.66, streams=2)]
-    assert fastest_variant({"variants": variants}) == {"key": "fp16-s1", "median_ms": 0.70}
+    assert fastest_variant({"variants": variants}) == {"key": "fp16-s1", "median_ms": 0.70, "breaching_faster": []}
     # the rule's choice wins where the run has one
     rule = {"rule": "fastest_variant", "severity": "info", "evidence": {"lowest_latency_variant": "fp32-s1"}}
     assert fastest_variant({"variants": variants, "findings": [rule]})["key"] == "fp32-s1"
@@ -122,7 +122,7 @@ def test_fastest_is_computed_once_single_stream_by_median_and_the_page_agrees():
 def test_terminal_lines_put_the_verdict_first_and_name_each_finding_s_variants():
     gate = {"variants": [_variant("fp32-s1", 1.0), _variant("fp16-s1", 0.6), _variant("fp16-s2", 0.7)],
             "findings": [_breach("fp16-s1", 1e-3), _breach("fp16-s2", 1e-3), _jitter("fp32-s1", 40.0)]}
-    lines = terminal_lines(sweep_verdict(gate))
+    lines = terminal_lines(sweep_verdict(gate), width=160)
     assert lines[0].startswith("GATE FAILED: Accuracy gate failed: 2 variants")
     assert lines[2].startswith("  1. MEDIUM precision_regression [fp16-s1, fp16-s2]: ")
     assert sum("precision_regression" in line for line in lines) == 1  # said once, not per variant
@@ -230,3 +230,101 @@ def test_variant_colours_are_the_same_in_every_chart(tmp_path):
 ])
 def test_idle_left_to_jitter_is_said_in_the_unit_of_the_cost_beside_it(given, said):
     assert impact({"rule": "gpu_idle", "impact": given})["text"] == said
+
+
+# -- one verdict per page, consistent with the tables under it -----------------------------------------------
+def _breaching(key: str, median: float, **extra) -> dict:
+    """A measured variant whose output is outside its thresholds (the variants table's BREACH)."""
+    return _variant(key, median, accuracy={"probs": {"rel_l2": 0.05, "passed": False}}, **extra)
+
+
+def test_an_ungated_breach_is_named_in_the_pass_headline():
+    """int8 calibrated on random inputs breaches but does not gate: the headline says PASS for the gated
+    variants and names the breach and why it does not gate, as the variants table shows it."""
+    summary = {"run": {"random_calibration": True},
+               "variants": [_variant("fp32-s1", 1.0), _variant("fp16-s1", 0.7,
+                                                               accuracy={"probs": {"passed": True}}),
+                            _breaching("int8-s1", 0.5)],
+               "findings": [{**_breach("int8-s1", 0.05), "severity": "info",
+                             "evidence": {"calibration_meaningless": True}}]}
+    v = sweep_verdict(summary)
+    assert v["status"] == "PASS" and v["cls"] == "warn"
+    assert v["headline"] == ("Gated variants within their accuracy thresholds; 1 ungated breach: "
+                             "int8-s1 (random calibration)")
+    assert "within their accuracy thresholds" in v["headline"] and "All" not in v["headline"]
+    # the tables under it say the same: the terminal's variants table and the page's accuracy column
+    from profiler.sweep.outputs import format_table
+
+    row = next(line for line in format_table(summary).splitlines() if line.startswith("int8-s1"))
+    assert row.endswith("BREACH (not gated: random calibration)")
+    sec = next(s for s in build_sweep_page(summary)["sections"] if s["id"] == "variants")
+    acc = {r[0]["text"] if isinstance(r[0], dict) else r[0]: r[3] for r in sec["blocks"][0]["rows"]}
+    assert acc["int8-s1"]["sub"] == "outside threshold, not gated: random calibration"
+    clean = {"variants": [_variant("fp32-s1", 1.0), _variant("fp16-s1", 0.7)], "findings": []}
+    assert sweep_verdict(clean)["headline"] == "All 2 measured variants within their accuracy thresholds"
+
+
+def test_fastest_is_picked_among_variants_within_their_thresholds():
+    variants = [_variant("fp32-s1", 1.0), _variant("fp16-s1", 0.7), _breaching("int8-s1", 0.5),
+                _breaching("int8-s1-graph", 0.45)]
+    rule = {"rule": "fastest_variant", "severity": "info", "evidence": {"lowest_latency_variant": "int8-s1-graph"}}
+    fast = fastest_variant({"variants": variants, "findings": [rule]})  # the rule's pick breaches: not taken
+    assert fast == {"key": "fp16-s1", "median_ms": 0.7, "breaching_faster": ["int8-s1-graph", "int8-s1"]}
+    page = build_sweep_page({"variants": variants, "findings": [rule]})
+    card = next(c for c in page["cards"] if c["label"].startswith("fastest"))
+    assert card["label"] == "fastest within thresholds (median, 1 stream)" and card["sub"].startswith("fp16-s1")
+    assert "int8-s1-graph" in card["sub"] and card["cls"] == "ok"
+    assert any(line.startswith("fastest (median latency): fp16-s1") and "int8-s1-graph" in line
+               for line in page["verdict"]["lines"])
+    # every measured variant breaches (fp32 alone is no choice here): the card marks the breach
+    only = fastest_variant({"variants": [_breaching("int8-s1", 0.5)]})
+    assert only["key"] == "int8-s1" and only["breaches"]
+    card = next(c for c in build_sweep_page({"variants": [_breaching("int8-s1", 0.5)]})["cards"]
+                if c["label"].startswith("fastest"))
+    assert card["sub"] == "int8-s1: BREACH" and card["cls"] == "bad"
+
+
+def test_terminal_lines_wrap_to_the_width_and_lose_nothing():
+    long_title = "Launch-bound: the GPU is busy 21.1% of the range while the host issues 21 launches " * 3
+    v = {"status": "ISSUES FOUND", "headline": "1 problem found; the costliest: launch_overhead, 0.5549 ms",
+         "lines": [], "items": [{"rule": "launch_overhead", "severity": "high", "title": long_title.strip(),
+                                 "impact": "0.5549 ms per inference, 61.5% of the steady state",
+                                 "applies_to": ["TensorRT:ExecutionContext::enqueue"],
+                                 "recommendation": "Replay the enqueue as a CUDA graph (--useCudaGraph). " * 4}]}
+    for width in (60, 100, 160):
+        lines = terminal_lines(v, width=width)
+        assert all(len(line) <= width for line in lines)
+        words = " ".join(lines).split()
+        assert "61.5%" in words and words.count("launches") == 3  # cut nowhere, mid-number least of all
+        assert " ".join(words).count("--useCudaGraph).") == 4
+        first = next(i for i, line in enumerate(lines) if line.startswith("  1. HIGH launch_overhead"))
+        assert all(line.startswith("     ") for line in lines[first + 1:])  # continuations under their entry
+        assert all(line.startswith("  ") for line in lines[1:first])  # the headline's too
+    # a word longer than the line (a kernel name) stays whole rather than split
+    v["items"][0]["title"] = "k" * 90
+    assert any("k" * 90 in line for line in terminal_lines(v, width=60))
+
+
+def test_analysis_cards_open_with_the_inference_count():
+    doc = analysis_example()
+    doc["inference"] = {"series": "infer", "source": "nvtx", "count": 1381, "steady_count": 1379,
+                        "gpu_ms": {"median": 0.5}, "host_ms": {"median": 0.6}}
+    doc["ranges"][0]["count"] = 35_880  # layer ranges nested in the inference outnumber it
+    page = build_analysis_page(doc)
+    assert page["cards"][0]["label"] == "inferences" and page["cards"][0]["value"] == "1,381"
+    assert page["cards"][0]["sub"] == "1,379 in the steady state"
+    assert not any(c["label"] == "instances" for c in page["cards"])
+    ranges = next(c for c in page["cards"] if c["label"] == "ranges")
+    assert ranges["sub"] == "35,883 range instances"  # 35,880 + the 3 preprocess instances
+
+
+def test_compare_s_verdict_column_says_what_the_verdict_is_made_of():
+    """An 'inconclusive' read under 'verdict (within the run)' as if the samples alone had been judged: the
+    verdict is that of the samples and the run-to-run noise together."""
+    from profiler.report.compare import build_compare_page
+    from tests.report_examples import compare_example
+
+    page = build_compare_page(compare_example())
+    sec = next(s for s in page["sections"] if s["id"] == "by-variant")
+    [tab] = [b for b in sec["blocks"] if b.get("type") == "table"]
+    assert tab["columns"][:3] == ["variant", "verdict (samples and run-to-run noise)", "between runs"]

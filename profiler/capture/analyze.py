@@ -23,7 +23,9 @@ statistics, GPU busy projection, idle gaps, then the capture rules with each fin
      "inference": {series, source: "tensorrt"|"nvtx"|"window", count, steady_count, warmup_count,
                    gpu_ms, gpu_latency_ms, queue_ms, host_ms (statistics like wall_ms), graph_launches,
                    bound_by: "host"|"compute"|"HtoD"|"DtoH"|..., graph_replays: true when each inference is
-                   a cudaGraphLaunch of TensorRT's captured enqueue (profiler.capture.replays)},
+                   a cudaGraphLaunch of TensorRT's captured enqueue (profiler.capture.replays),
+                   copies_outside_per_inference: {ms, count}, io_bytes_per_inference: {HtoD, DtoH} (all of
+                   the steady state's copies per inference), alternates_with: [ranges taking turns with it]},
      "layers": [{name, parent, count, gpu_ms (per inference), share, kernels: [{name, count, total_ms,
                  tensor_cores}], tensor_cores, engine (with --layer-info)}],   # most GPU time first
      "layer_total": {layers_gpu_ms, inference_gpu_ms (means per inference), difference_ms, note,
@@ -176,7 +178,8 @@ def _analyze(trace: Any, options: AnalysisOptions | None) -> AnalysisResult:
     # the pieces that only read the tables on threads was measured on the 2xH200 host: 1.04x the time and
     # 1.14x the peak memory of this sequential order, so they run in turn.)
     whole = {"inference": {**U.unit_json(unit), "copies_outside_per_inference":
-                           U.copies_outside(full, unit, ph.steady_start_ns, ph.steady_end_ns)},
+                           U.copies_outside(full, unit, ph.steady_start_ns, ph.steady_end_ns),
+                           "io_bytes_per_inference": U.io_bytes(full, unit, ph.steady_start_ns, ph.steady_end_ns)},
              "phases": phases.phases_json(ph, full.activity),
              **layer_table.layer_table(full, unit, knames, meta.get("gpus"))}
     trimmed = not options.include_setup and _trims(full, ph)

@@ -177,6 +177,6 @@ def join_layer_info(layers: list[dict[str, Any]], path: str) -> dict[str, Any]:
             unmatched.append(layer["name"])
             continue
         layer["engine"] = {k: rec.get(k) for k in ("type", "precision_in", "precision_out", "tactic",
-                                                   "formats_in", "formats_out") if k in rec}
+                                                   "formats_in", "formats_out", "dims_in") if k in rec}
     return {"path": str(path), "matched": len(layers) - len(unmatched), "unmatched": unmatched,
             "messages": messages}

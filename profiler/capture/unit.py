@@ -56,6 +56,18 @@ least this many iterations (a worker around its loop), not a request's layers or
 server with 12 synchronised layers per request: the requests are the inference)."""
 ASYNC_MIN_ITERATIONS = 20
 """Iterations that never wait make a loop (by making every launch of the range around them) from this many."""
+ALTERNATING_COUNT_SLACK = 0.05
+"""A repeated outermost range beside a user-range unit (neither inside it nor around it) whose instance count
+is the unit's within this share (or one instance) alternates with it: a loop of its own (a pageable copy step
+beside a pinned one), whose copies are its work, not the inference's input and output copies. TensorRT units
+are never given such ranges: their applications make their I/O copies outside the enqueue, often in ranges of
+their own. (A user's own "preprocess" range around the input copies of an NVTX unit counts as such a loop too:
+its range findings judge its copies.)"""
+ALTERNATING_MIN_COUNT = 10
+"""... and both repeat at least this many times ..."""
+ALTERNATING_MIN_SHARE = 0.9
+"""... and their instances take turns: at least this share of the unit's instances are followed by one of the
+other range before the unit's next (two loops run one after the other do not alternate)."""
 NO_INT = np.iinfo(np.int64).min
 
 
@@ -78,6 +90,8 @@ class Unit:
     why: str = ""  # for a window unit: why no series was taken as the inference
     inside: str | None = None  # the one-off range around the unit's instances, if they are nested in one
     others: tuple[str, ...] = ()  # other repeated ranges that could stand for it (label xN), most wall first
+    alternating: tuple[int, ...] = ()  # series of the ranges that alternate with it (:func:`alternating_series`)
+    alternating_labels: tuple[str, ...] = ()  # their labels
 
     @property
     def count(self) -> int:
@@ -313,10 +327,47 @@ def build_unit(table: S.SeriesTable, unit_name: str | None = None) -> Unit:
     host = inst["wall_ns"].to_numpy()
     gpu = inst["gpu_busy_ns"].to_numpy()
     inside, others = _wrapped(table, sid, rows, source)
+    alt = alternating_series(table, sid, source)
     return Unit(source=source, series_id=sid, label=label, rows=rows, start_ns=inst["start_ns"].to_numpy(),
                 host_ns=host, gpu_ns=gpu, latency_ns=latency, queue_ns=queue, gpu_end_ns=last,
                 graph_launches=graphs, warmup=warmup_count(host, latency, first_is_warmup=source == "tensorrt"),
-                why=window_reason(table) if source == "window" else "", inside=inside, others=others)
+                why=window_reason(table) if source == "window" else "", inside=inside, others=others,
+                alternating=alt, alternating_labels=tuple(
+                    label_of(table.series["domain"].iat[j], table.series["name"].iat[j]) for j in alt))
+
+
+def alternating_series(table: S.SeriesTable, sid: int, source: str) -> tuple[int, ...]:
+    """The series that alternate with the unit's series ``sid`` (``ALTERNATING_COUNT_SLACK`` and after):
+    repeated about as often, mostly outermost, taking turns with it, neither inside the unit's instances nor
+    around them, launching GPU work. None for a TensorRT unit."""
+    if source != "nvtx":
+        return ()
+    series, inst = table.series, table.instances
+    count = series["count"].to_numpy()
+    n = int(count[sid])
+    isid = inst["series_id"].to_numpy()
+    top = np.bincount(isid, weights=outer_instances(table).astype(np.float64), minlength=len(series))
+    busy = np.bincount(isid, weights=inst["gpu_busy_ns"].to_numpy(dtype=np.float64), minlength=len(series))
+    slack = max(1.0, ALTERNATING_COUNT_SLACK * n)
+    if n < ALTERNATING_MIN_COUNT:
+        return ()
+    near = [j for j in range(len(series)) if j != sid and abs(int(count[j]) - n) <= slack
+            and top[j] >= 0.5 * count[j] and busy[j] > 0 and _take_turns(table, sid, j)]
+    if not near:
+        return ()
+    around = table.ancestor_share(sid)
+    return tuple(j for j in near if around.get(j, 0.0) < 0.5 and table.ancestor_share(j).get(sid, 0.0) < 0.5)
+
+
+def _take_turns(table: S.SeriesTable, a: int, b: int) -> bool:
+    """Whether instances of series ``b`` start between consecutive instances of series ``a`` (by start time)
+    for at least ``ALTERNATING_MIN_SHARE`` of them."""
+    sa = np.sort(table.instances_of(a)["start_ns"].to_numpy(np.int64))
+    sb = np.sort(table.instances_of(b)["start_ns"].to_numpy(np.int64))
+    if len(sa) < 2 or not len(sb):
+        return False
+    between = np.searchsorted(sb, sa[1:], "left") - np.searchsorted(sb, sa[:-1], "right")
+    return float(np.mean(between >= 1)) >= ALTERNATING_MIN_SHARE
 
 
 def _wrapped(table: S.SeriesTable, sid: int, rows: np.ndarray, source: str,
@@ -409,14 +460,16 @@ def unit_json(unit: Unit) -> dict[str, Any]:
         **({"graph_replays": True} if unit.series_id is not None and unit.source == "tensorrt"
            and unit.label == label_of(TENSORRT_DOMAIN, GRAPH_REPLAY) else {}),
         **({"inside": unit.inside, "other_loops": list(unit.others)} if unit.inside else {}),
+        **({"alternates_with": list(unit.alternating_labels)} if unit.alternating else {}),
     }
 
 
 def copies_outside(table: S.SeriesTable, unit: Unit, lo: int, hi: int) -> dict[str, float] | None:
     """Copies started in [lo, hi] (the steady state) that no instance of the unit launched, per steady
     inference: an application that issues its input and output copies outside the enqueue (TensorRT's
-    samples do) pays them every iteration, and the unit's GPU time alone leaves them out. None without a
-    unit or without such copies."""
+    samples do) pays them every iteration, and the unit's GPU time alone leaves them out. Copies launched in
+    a range alternating with the unit (``Unit.alternating``) are that loop's work and not counted. None
+    without a unit or without such copies."""
     if unit.source == "window" or not unit.count:
         return None
     act = table.activity
@@ -424,10 +477,30 @@ def copies_outside(table: S.SeriesTable, unit: Unit, lo: int, hi: int) -> dict[s
     if not len(copies):
         return None
     m = copies[~unit_activity(table, unit)[copies]]
+    if unit.alternating and len(m):  # a loop beside the unit copies for itself, not for the inference
+        other = table.instances[np.isin(table.instances["series_id"].to_numpy(), unit.alternating)]
+        m = m[~launched_inside(table, other)[m]]
     steady = max(unit.count - unit.warmup, 1)
     if not len(m):
         return None
     return {"ms": float((act.end_ns[m] - act.start_ns[m]).sum()) / 1e6 / steady, "count": float(len(m)) / steady}
+
+
+def io_bytes(table: S.SeriesTable, unit: Unit, lo: int, hi: int) -> dict[str, float] | None:
+    """Bytes copied host-to-device and device-to-host per steady inference, the copies started in [lo, hi]
+    (the steady state) wherever they were launched, but for those of a range alternating with the unit: the
+    size of what each inference takes in and gives out, which tells engines of one network at different
+    input shapes apart. None without a unit or without such copies."""
+    if unit.source == "window" or not unit.count:
+        return None
+    act = table.activity
+    rows = np.flatnonzero((act.kind == S.MEMCPY) & (act.start_ns >= lo) & (act.start_ns <= hi))
+    if unit.alternating and len(rows):
+        other = table.instances[np.isin(table.instances["series_id"].to_numpy(), unit.alternating)]
+        rows = rows[~launched_inside(table, other)[rows]]
+    steady = max(unit.count - unit.warmup, 1)
+    out = {d: float(act.bytes[rows[act.copy_kind[rows] == S.CopyKind[d]]].sum()) / steady for d in ("HtoD", "DtoH")}
+    return out if any(out.values()) else None
 
 
 def unit_activity(table: S.SeriesTable, unit: Unit) -> np.ndarray:

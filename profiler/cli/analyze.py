@@ -121,6 +121,9 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
         others = inf.get("other_loops") or []
         what = (f"an iteration of a loop inside the range {inf['inside']}"
                 + (f"; other loops: {', '.join(others)}, --unit NAME takes one" if others else ""))
+    if inf.get("alternates_with"):
+        what += (f"; taking turns with {', '.join(inf['alternates_with'])} (a loop of its own: its copies are not"
+                 " counted as the inference's, --unit NAME judges it)")
     bound = inf.get("bound_by")
     bound_txt = f"; steady state bound by {BOUND_WORDS.get(bound, str(bound) + ' copies')}" if bound else ""
     if inf.get("source") == "window":  # no inference identified: one window, no per-inference statistics

@@ -7,7 +7,7 @@ import json
 import click
 
 from profiler.cli.options import Finite, db_option, db_url, open_store
-from profiler.errors import GateFailed
+from profiler.errors import GateFailed, UsageError
 from profiler.findings import json_safe
 
 
@@ -28,7 +28,13 @@ from profiler.findings import json_safe
 @click.option("--cdn", is_flag=True, help="Reference plotly.js from a CDN instead of embedding it.")
 @click.pass_context
 def command(ctx, baseline, candidate, db, json_path, report_path, alpha, threshold_pct, floor_us, force, cdn):
-    """Compare CANDIDATE against BASELINE (run ids or labels). Exit 1 when anything regressed.
+    """Compare CANDIDATE against BASELINE (run ids or labels, or JSON files of `trtprof analyze`). Exit 1 when
+    anything regressed.
+
+    Two captures (stored analyses or analysis JSON files, which need no store) are compared by their
+    inference: the units matched by name or role, judged on time per inference (host time where one side's
+    GPU time is unmeasured), per-kernel GPU time where neither has a unit; the output says how many ranges
+    were compared and how many could not be matched.
 
     A latency regression needs all of: within the run, statistically significant (Mann-Whitney p < alpha
     and a bootstrap confidence interval of the median ratio that excludes 1), larger than
@@ -39,11 +45,13 @@ def command(ctx, baseline, candidate, db, json_path, report_path, alpha, thresho
     candidate. Runs of different kinds, models or input shapes are refused (exit 2) unless --force.
     """
     from profiler.cli.outputs import check_output_file, check_outputs, store_file, write_text
-    from profiler.compare import compare_runs
 
     check_output_file(json_path, "--json")
     check_output_file(report_path, "--report")
-    check_outputs([("--json", json_path), ("--report", report_path)], store=store_file(db_url(ctx, db)))
+    files = [ref if _is_json_file(ref) else None for ref in (baseline, candidate)]
+    check_outputs([("--json", json_path), ("--report", report_path)],
+                  [("the baseline", files[0]), ("the candidate", files[1])],
+                  store=None if all(files) else store_file(db_url(ctx, db)))
 
     rule = {}
     if alpha is not None:
@@ -52,8 +60,7 @@ def command(ctx, baseline, candidate, db, json_path, report_path, alpha, thresho
         rule["rel_threshold"] = threshold_pct / 100
     if floor_us is not None:
         rule["abs_floor_ms"] = floor_us / 1000
-    store = open_store(ctx, db, must_exist=True)
-    result = compare_runs(store, baseline, candidate, rule, force=force)
+    result = _compare(ctx, db, baseline, candidate, rule, force)
     # the files first: nothing the terminal summary does can lose them
     if json_path:
         text = json.dumps(json_safe(result), indent=2, default=str, allow_nan=False)
@@ -71,6 +78,35 @@ def command(ctx, baseline, candidate, db, json_path, report_path, alpha, thresho
     if result["verdict"] == "regression":
         what = result["latency_regressions"] + [f"{k} (accuracy)" for k in result["accuracy_regressions"]]
         raise GateFailed(f"regression in {len(what)} variant(s): {', '.join(what)}")
+
+
+def _is_json_file(ref: str) -> bool:
+    """A ref naming an existing .json file (an analysis document), not a run id or label."""
+    from pathlib import Path
+
+    return ref.lower().endswith(".json") and Path(ref).is_file()
+
+
+def _compare(ctx, db, baseline: str, candidate: str, rule: dict, force: bool) -> dict:
+    """Two analysis JSON files (no store needed), a file against a stored analysis, or two stored runs."""
+    from profiler.compare import compare_runs
+    from profiler.compare.captures import compare_captures, load_document, side_from_document, side_from_run
+
+    files = [_is_json_file(x) for x in (baseline, candidate)]
+    if not any(files):
+        return compare_runs(open_store(ctx, db, must_exist=True), baseline, candidate, rule, force=force)
+    store = None if all(files) else open_store(ctx, db, must_exist=True)
+    sides = []
+    for ref, is_file in zip((baseline, candidate), files):
+        if is_file:
+            sides.append(side_from_document(load_document(ref), ref))
+            continue
+        run = store.run_dict(ref)
+        if run.get("kind") != "analyze":
+            raise UsageError(f"{ref!r} is {run.get('kind')} run {run.get('id')}; an analysis JSON file compares "
+                             "only with another analysis (a file, or a run stored by `trtprof analyze`)")
+        sides.append(side_from_run(store, run))
+    return compare_captures(sides[0], sides[1], rule)
 
 
 def _num(x, spec: str) -> str:
@@ -93,8 +129,11 @@ def _print(result: dict, *, err: bool = False) -> None:
     b, c = result["baseline"], result["candidate"]
     if result.get("forced"):
         echo(f"FORCED COMPARISON (--force): {'; '.join(result['forced'])}")
-    echo(f"baseline  run {b['id']} {b.get('label') or ''}  ({b.get('created_at')})")
-    echo(f"candidate run {c['id']} {c.get('label') or ''}  ({c.get('created_at')})")
+    for name, side in (("baseline ", b), ("candidate", c)):
+        echo(f"{name} run {side['id']} {side.get('label') or ''}  ({side.get('created_at')})" if side.get("id")
+             is not None else f"{name} file {side.get('source')}")
+    if result.get("captures"):
+        echo(f"compared: {result['captures']['summary']}")
     echo(f"{'variant':<36} {'verdict':<12} {'ratio':>7} {'95% CI':>15} {'p':>9}  why")
     for v in result["variants"]:
         lo, hi = _num(v.get("ci_low"), ".3f"), _num(v.get("ci_high"), ".3f")
@@ -104,8 +143,19 @@ def _print(result: dict, *, err: bool = False) -> None:
         verdict = str(v.get("verdict")) + ("+acc" if v.get("accuracy_verdict") == "regression" else "")
         echo(f"{str(v['key'])[:36]:<36} {verdict:<12} {_num(v.get('median_ratio'), '.3f'):>7} "
              f"{ci:>15} {p:>9}  {v.get('reason', '')}")
+        d = v.get("detectable_change") or {}
+        if d.get("text") and v.get("role") != "range":
+            said = d.get("what") if v.get("verdict") in ("regression", "improvement") else d["text"]
+            echo(f"{'':<36} smallest detectable change: {said or d['text']}")
+        from profiler.report.compare import disturbance_text
+
+        if disturbance_text(v):
+            echo(f"{'':<36} {disturbance_text(v)}")
     for v in result["variants"]:
-        if v.get("baseline_key"):
+        if v.get("baseline_key") and v.get("matched_by"):
+            echo(f"matched: {v['baseline_key']} (baseline) with {v['key']} (candidate), {v['matched_by']}: each "
+                 "is its capture's inference")
+        elif v.get("baseline_key"):
             echo(f"matched: {v['baseline_key']} (baseline) with {v['key']} (candidate), TensorRT's inference "
                  "range under another API name")
     for e in result["environment_changes"]:
@@ -125,10 +175,13 @@ def _print(result: dict, *, err: bool = False) -> None:
 
     by_cause: dict[str, list[str]] = {}
     for v in result["variants"]:
-        if v.get("verdict") == "inconclusive":
+        if v.get("verdict") == "inconclusive" and v["key"] in result["inconclusive"]:
             by_cause.setdefault(inconclusive_cause(v), []).append(str(v["key"]))
     for cause, keys in by_cause.items():
         what, todo = INCONCLUSIVE_CAUSES[cause]
-        echo(f"INCONCLUSIVE: {len(keys)} variant(s) changed within one run, but {what} ({', '.join(keys)}); "
+        seen = "showed no change within one run" if cause == "underpowered" and not any(
+            v.get("verdict_within_run") in ("regression", "improvement") for v in result["variants"]
+            if v["key"] in keys) else "changed within one run"
+        echo(f"INCONCLUSIVE: {len(keys)} variant(s) {seen}, but {what} ({', '.join(keys)}); "
              f"this gate does not fail on them: {todo}")
     echo(f"verdict: {result['verdict']}" + (" (forced comparison)" if result.get("forced") else ""))

@@ -24,7 +24,10 @@ MAX_LIMIT = 1_000_000
 @db_option
 @click.pass_context
 def command(ctx: click.Context, kind, label, model, gpu, limit: int, as_json: bool, db: str | None) -> None:
-    """List stored runs: id, created, kind, label, status, source, GPU and number of variants."""
+    """List stored runs: id, created, kind, label, status, source, GPU and number of variants.
+
+    The status is what the run came to: ``partial`` when some of its variants failed, ``failed`` when all
+    did (``outcome`` in --json, beside the stored ``status``)."""
     store = open_store(ctx, db)
     try:
         runs = store.list_runs(kind=kind, label=label, model=model, gpu=gpu, limit=limit)
@@ -51,7 +54,7 @@ def format_runs(runs: list[dict]) -> str:
     for r in runs:
         created = (r.get("created_at") or "")[:19].replace("T", " ")
         rows.append((str(r["id"]), created, r.get("kind") or "", _short(r.get("label"), 24),
-                     r.get("status") or "", _short(r.get("source"), 40), _short(r.get("gpu"), 28),
+                     r.get("outcome") or r.get("status") or "", _short(r.get("source"), 40), _short(r.get("gpu"), 28),
                      str(r.get("variant_count", ""))))
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]

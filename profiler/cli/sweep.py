@@ -19,6 +19,7 @@ from profiler.cli.outputs import check_output_dir
 from profiler.cli.terminal import lines_of
 from profiler.distributed.cli import parallel_runner, sweep_options
 from profiler.errors import GateFailed, InputError, UsageError
+from profiler.harness.hostload import injected_share
 
 # the sweep library (profiler.sweep: numpy, the backends) is imported by the functions that run it, so that
 # `trtprof sweep --help` and usage errors stay instant
@@ -86,7 +87,7 @@ def _sweep_under_nsys(ctx: click.Context, out_dir: str, db: str | None, no_store
 @click.option("--streams", default="1", show_default=True, help="Concurrent streams (contexts), e.g. 1,2,4.")
 @click.option("--cuda-graph", "cuda_graph", default="off", show_default=True, help="CUDA graph: off, on or off,on.")
 @click.option("--shape", "shapes", multiple=True, metavar="NAME:DIMS",
-              help="Concrete shape of a dynamic input, e.g. x:1x3x224x224 (repeatable).")
+              help="Concrete shape of a dynamic input, e.g. x:1x3x224x224 or x:[1,3,224,224] (repeatable).")
 @click.option("--calib", default=None, metavar="DATA", help="INT8 calibration data: .npz keyed by input name, or a directory.")
 @click.option("--calib-method", default="entropy", show_default=True,
               type=click.Choice(["entropy", "minmax", "percentile"]), help="INT8 calibration method.")
@@ -119,6 +120,10 @@ def _sweep_under_nsys(ctx: click.Context, out_dir: str, db: str | None, no_store
 @click.option("--localize/--no-localize", default=True, show_default=True,
               help="When an fp16/int8 variant breaches its accuracy threshold, find the nodes where the error "
                    "starts and measure what keeping them in fp32 buys.")
+@click.option("--keep-fp32", "keep_fp32", multiple=True, metavar="NODE[,NODE...]",
+              help="Keep these ONNX nodes (names, or op types such as Softmax) in fp32 in the fp16 and int8 "
+                   "models: the fp16 converter's block list, the int8 quantizer's exclusions (repeatable). The "
+                   "localization of an accuracy breach names the nodes to give here.")
 @click.option("--fp16-range-check/--no-fp16-range-check", default=True, show_default=True,
               help="Keep in fp32 the nodes whose activations reach a quarter of float16's range on sample inputs "
                    "(--calib, else seeded random ones) when making the fp16 model; off: the converter's plain "
@@ -145,6 +150,7 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
             duration: float, warmup: float, backend: str, out_dir: str, label: str | None, db: str | None,
             no_store: bool, resume: str | None, thresholds: tuple[str, ...], output_kinds: tuple[str, ...],
             output_tolerances: tuple[str, ...], no_layers: bool, localize: bool, fp16_range_check: bool,
+            keep_fp32: tuple[str, ...],
             no_transfers: bool, no_overlap: bool, repeat: int, cache_dir: str | None, nsys: bool, cdn: bool,
             devices: str | None, scheduler: str | None) -> None:
     """Build and time engine variants of MODEL (default: the bundled tiny model on onnxruntime), compare each
@@ -154,6 +160,7 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
     from profiler.sweep.outputs import write_outputs
 
     say = lambda msg: click.echo(msg, err=True)  # noqa: E731 - progress goes to stderr
+    injected_share()  # a wrong TRTPROF_HOST_LOAD is refused before anything is built
     if repeat and (devices or scheduler):
         raise UsageError("--repeat times its repeats on this machine, one process at a time; it cannot be combined with "
                          "--devices or --scheduler yet")

@@ -214,6 +214,11 @@ def compare_runs(store: Store, baseline_ref: int | str, candidate_ref: int | str
     why_not = incomparable(base, cand)
     if why_not and not force:
         raise UsageError(f"refusing to compare: {'; '.join(why_not)} (--force compares them anyway)")
+    if base.get("kind") == cand.get("kind") == "analyze":  # two captures: by their inference
+        from profiler.compare.captures import compare_captures, side_from_run
+
+        return compare_captures(side_from_run(store, base), side_from_run(store, cand), r,
+                                jitter_cov_pct=_jitter_cov_pct(cand))
     variants = _variant_rows(store, base, cand, r)
     bf = {_finding_key(f): f for f in base["findings"]}
     cf = {_finding_key(f): f for f in cand["findings"]}

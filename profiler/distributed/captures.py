@@ -147,6 +147,58 @@ def unit_latency(data: dict[str, Any], source: str) -> dict[str, Any]:
     return (data.get("inference") or {}).get("gpu_latency_ms") or {}
 
 
+FINGERPRINT_KERNEL_SHARE = 0.9
+"""Without layer ranges, a capture's network is told by the kernels that make this share of its GPU time (by
+their names, the heaviest first): two captures of one engine run the same kernels; graph replays traced as
+a whole say only that a graph ran, so they are left out."""
+_GRAPH_REPLAY_ROW = re.compile(r"^CUDA graph .* \(replays\)$")
+
+
+FINGERPRINT_IO_DIGITS = 2
+"""Bytes copied per inference are compared to this many significant digits: an odd extra copy (a warm-up
+upload in the steady state) does not split one engine's captures, a batch of 8 against 1 does."""
+
+
+def _significant(x: float, digits: int = FINGERPRINT_IO_DIGITS) -> str:
+    return f"{x:.{digits}g}"
+
+
+def network_fingerprint(data: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(a short hash of what the capture's inference runs, what it was made from): the inference's layer
+    names ('layers', TensorRT's per-layer ranges) else its heaviest kernels' names ('kernels',
+    ``FINGERPRINT_KERNEL_SHARE``), with the engine's input shapes where the layer information gives them
+    ('+shapes'), else the bytes each inference copies in and out ('+io', ``FINGERPRINT_IO_DIGITS``); (None,
+    None) when the capture names neither. Captures are peers only with the same one."""
+    import hashlib
+
+    layers = [x for x in data.get("layers") or [] if isinstance(x, dict) and x.get("name")]
+    if layers:
+        parts, source = sorted({str(x["name"]) for x in layers}), "layers"
+    else:
+        kernels = [k for k in data.get("top_kernels") or [] if isinstance(k, dict) and k.get("name")
+                   and not _GRAPH_REPLAY_ROW.match(str(k["name"]))]
+        kernels.sort(key=lambda k: -float(k.get("total_ms") or 0.0))
+        total = sum(float(k.get("total_ms") or 0.0) for k in kernels)
+        parts, held = [], 0.0
+        for k in kernels:
+            if total > 0 and held >= FINGERPRINT_KERNEL_SHARE * total:
+                break
+            parts.append(str(k.get("short_name") or k["name"]))
+            held += float(k.get("total_ms") or 0.0)
+        parts, source = sorted(set(parts)), "kernels"
+    if not parts:
+        return None, None
+    shapes = (layers[0].get("engine") or {}).get("dims_in") if layers else None
+    io = ((data.get("inference") or {}).get("io_bytes_per_inference") or {})
+    if shapes:
+        parts.append("shapes=" + json.dumps(shapes))
+        source += "+shapes"
+    elif any(io.values()):  # what each inference takes in and gives out stands for its input shapes
+        parts.append("io=" + ",".join(f"{d}:{_significant(float(io.get(d) or 0.0))}" for d in ("HtoD", "DtoH")))
+        source += "+io"
+    return hashlib.sha256("\n".join(parts).encode("utf-8")).hexdigest()[:12], source
+
+
 def index_fields(data: dict[str, Any]) -> dict[str, Any]:
     """What the index shows of one analysis: the capture, its inference unit (``unit_series``) with its
     GPU latency and host wall time per inference, and its most severe findings."""
@@ -159,12 +211,16 @@ def index_fields(data: dict[str, Any]) -> dict[str, Any]:
     inference = data.get("inference") or {}
     findings = data.get("findings") or []
     counts = {s: sum(f.get("severity") == s for f in findings) for s in ("high", "medium", "low", "info")}
+    network, network_from = network_fingerprint(data)
     return {
         "gpus": gpus, "nsys_version": cap.get("nsys_version"), "duration_ms": cap.get("duration_ms"),
         "series_count": len(ranges), "unit": _label(top), "unit_source": source, "unit_count": top.get("count"),
         "unit_gpu_latency_ms": latency.get("median"), "unit_gpu_latency_p99_ms": latency.get("p99"),
         "unit_wall_ms": wall.get("median"), "unit_wall_p99_ms": wall.get("p99"), "unit_wall_cov_pct": wall.get("cov_pct"),
         "unit_gpu_busy_fraction": top.get("gpu_busy_fraction"),
+        # the GPU busy share the capture's own report gives: its steady state's
+        "gpu_busy_fraction": ((data.get("phases") or {}).get("steady") or {}).get("gpu_busy_fraction"),
+        "network": network, "network_from": network_from,
         "bound_by": inference.get("bound_by") if source != "top series" else None,
         "finding_counts": counts,
         "top_findings": [{k: f.get(k) for k in ("severity", "rule", "title", "range")}

@@ -134,8 +134,8 @@ INDEX_NOTE = (
     "GPU latency: median per inference, from its first GPU work starting to its last ending, as 'trtprof analyze'",
     "  reports it ('-': no inference unit identified). host wall: median wall time of the unit's range on the host;",
     "  for an asynchronous loop only the time to enqueue the work; with no inference unit, that of the biggest",
-    "  repeated range or of the whole capture. vs peers: GPU latency over the median of the captures whose unit has",
-    "  the same name ({min_peers} or more).")
+    "  repeated range or of the whole capture. vs peers: GPU latency over the median of the captures that run the",
+    "  same network (the same unit and layer names, else heaviest kernels; {min_peers} or more).")
 
 
 def _cell(value: Any, spec: str, suffix: str = "") -> str:

@@ -1,8 +1,11 @@
 """The index of a many-capture analysis: one row per capture, as data (index.json) and as a sortable page.
 
 An engineer triaging a fleet looks for the capture that is unlike the others: each row carries its
-inference's median GPU latency against the median of every capture whose unit has the same name
-(``vs_peers``, when at least ``MIN_PEERS`` captures share it), so the slow host sorts to the top. The
+inference's median GPU latency against the median of its peers (``vs_peers``, when at least ``MIN_PEERS``
+captures are peers), so the slow host sorts to the top. Peers run the same network: their units have the
+same name and their ``network`` fingerprints (layer names or heaviest kernels, input shapes where known:
+:func:`profiler.distributed.captures.network_fingerprint`) are equal; every TensorRT capture's unit is
+``ExecutionContext::enqueue``, so the name alone would compare unrelated engines. The
 host wall time of the unit's range is shown beside it but not compared: for an asynchronous loop (CUDA
 graphs, TensorRT's enqueueV3) it is only the time to enqueue the work.
 """
@@ -22,14 +25,14 @@ SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3, None: 4}
 
 def build_index(rows: list[dict[str, Any]], *, wall_s: float, mode: str) -> dict[str, Any]:
     """index.json: the rows (input order) with peer ratios added, the failed captures, the totals."""
-    peers: dict[str, list[float]] = {}
+    peers: dict[tuple[str, str], list[float]] = {}
     for r in rows:
         if r.get("status") == "ok" and isinstance(r.get(COMPARED), (int, float)) and _comparable(r):
-            peers.setdefault(str(r.get("unit")), []).append(float(r[COMPARED]))
+            peers.setdefault(peer_key(r), []).append(float(r[COMPARED]))
     out_rows = []
     for r in rows:
         r = dict(r)
-        group = (peers.get(str(r.get("unit"))) or []) if _comparable(r) else []
+        group = (peers.get(peer_key(r)) or []) if _comparable(r) else []
         median = statistics.median(group) if len(group) >= MIN_PEERS else None
         value = r.get(COMPARED)
         r["peer_count"] = len(group) if r.get("status") == "ok" else 0
@@ -41,6 +44,11 @@ def build_index(rows: list[dict[str, Any]], *, wall_s: float, mode: str) -> dict
     return {"kind": "analyze_index", "mode": mode, "min_peers": MIN_PEERS, "wall_s": round(wall_s, 3), "captures": out_rows,
             "counts": {"total": len(out_rows), "ok": len(out_rows) - len(failed), "failed": len(failed)},
             "failed": failed}
+
+
+def peer_key(row: dict[str, Any]) -> tuple[str, str]:
+    """What makes two captures peers: the same unit name and the same network fingerprint."""
+    return str(row.get("unit")), str(row.get("network"))
 
 
 def _comparable(row: dict[str, Any]) -> bool:
@@ -70,7 +78,7 @@ def page_rows(index: dict[str, Any], base: Path) -> list[dict[str, Any]]:
     rows = []
     for r in index["captures"]:
         counts = r.get("finding_counts") or {}
-        busy = r.get("unit_gpu_busy_fraction")
+        busy = r.get("gpu_busy_fraction", r.get("unit_gpu_busy_fraction"))  # older indexes: the unit's
         vs = r.get("vs_peers")
         cells = {
             "status": (r["status"], r["status"], "ok" if r["status"] == "ok" else "bad"),

@@ -19,15 +19,16 @@ def parse_shape_args(args: Iterable[str]) -> dict[str, tuple[int, ...]]:
     """``["x:1x3x224x224"]`` -> ``{"x": (1, 3, 224, 224)}``; UsageError on bad syntax or repeats.
 
     The name is everything before the last colon, so TensorFlow-style names (``input:0``) work.
-    Dimensions are separated by ``x`` (or commas) and must be positive integers.
+    Dimensions are separated by ``x`` as trtexec spells them (or commas) and must be positive integers;
+    Polygraphy's spelling, the dimensions in brackets (``x:[1,3,224,224]``), is accepted as well.
     """
     shapes: dict[str, tuple[int, ...]] = {}
     for raw in args:
         text = raw.strip()
         name, sep, dims = text.rpartition(":")
-        dims = dims.strip().lower()
+        dims = _unbracketed(dims.strip().lower())
         if not sep or not name or not _DIMS_RE.fullmatch(dims):
-            raise UsageError(f"--shape {raw!r} is not NAME:DIMS with DIMS like 1x3x224x224")
+            raise UsageError(f"--shape {raw!r} is not NAME:DIMS with DIMS like 1x3x224x224 (or [1,3,224,224])")
         shape = tuple(int(d) for d in re.split(r"[x,]", dims))
         if any(d <= 0 for d in shape):
             raise UsageError(f"--shape {raw!r} has a dimension that is not a positive integer")
@@ -36,6 +37,14 @@ def parse_shape_args(args: Iterable[str]) -> dict[str, tuple[int, ...]]:
         check_shape_size(raw, shape)
         shapes[name] = shape
     return shapes
+
+
+def _unbracketed(dims: str) -> str:
+    """'[1, 3, 224, 224]' -> '1,3,224,224' (Polygraphy's spelling); other text unchanged but for spaces
+    after commas."""
+    if len(dims) >= 2 and dims[0] == "[" and dims[-1] == "]":
+        dims = dims[1:-1]
+    return re.sub(r"\s*,\s*", ",", dims)
 
 
 def check_shape_size(raw: str, shape: tuple[int, ...], *, item_bytes: int = 4) -> None:

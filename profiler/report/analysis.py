@@ -15,7 +15,7 @@ from profiler.report.common import (
     findings_block, findings_cards, finite, kv, missing, new_page, note, rounded, rounded_list, scalar_items,
     short_label, stat, table, unique_labels,
 )
-from profiler.report.fmt import fmt_pct, fmt_value, is_number
+from profiler.report.fmt import fmt_num, fmt_pct, fmt_value, is_number
 from profiler.report.inference import inference_cards, inference_section
 
 MAX_DISTRIBUTION_RANGES = 16
@@ -252,8 +252,12 @@ def _head(page: dict, doc: AnalysisDocument) -> None:
     capture, ranges = _capture(doc), _ranges(doc)
     page["verdict"] = analysis_verdict(doc)
     n_inst = sum(int(r["count"]) for r in ranges if is_number(r.get("count")))
-    page["cards"].append(card("ranges", len(ranges)))
-    page["cards"].append(card("instances", n_inst))
+    inf = doc.get("inference") if isinstance(doc.get("inference"), dict) else {}
+    if is_number(inf.get("count")) and inf.get("source") != "window":  # what the verdict is about, first
+        steady = inf.get("steady_count")
+        page["cards"].append(card("inferences", int(inf["count"]),
+                                  sub=f"{fmt_num(steady)} in the steady state" if is_number(steady) else ""))
+    page["cards"].append(card("ranges", len(ranges), sub=f"{fmt_num(n_inst)} range instances"))
     gpus = capture.get("gpus")
     if isinstance(gpus, list) and gpus:
         names = sorted({str(g.get("name") or "name not in the export") if isinstance(g, dict) else str(g)

@@ -65,6 +65,8 @@ def verdict_summary(data: dict) -> dict[str, Any]:
     ``lines`` say for each regressed (then improved) variant by how much and how sure: the median ratio
     as a change, its confidence interval and the p-value.
     """
+    if isinstance(data.get("captures"), dict):
+        return captures_summary(data)
     variants = [v for v in data.get("variants") or [] if isinstance(v, dict)]
     by = {k: [v for v in variants if _verdict(v) == k] for k in VERDICT_ORDER}
     rule = data.get("rule") if isinstance(data.get("rule"), dict) else {}
@@ -78,8 +80,9 @@ def verdict_summary(data: dict) -> dict[str, Any]:
         if b is not None and c is not None:
             parts.append(f"{fmt_ms(b)} → {fmt_ms(c)}")
         noise = v.get("noise") if isinstance(v.get("noise"), dict) else {}
-        if noise.get("source") in ("repeats", "history"):
+        if noise.get("source") in ("repeats", "history", "capture"):
             parts.append(f"· between runs: {noise.get('summary')}")
+        parts += [f"· {d}" for d in [disturbance_text(v)] if d]
         return " ".join(parts)
 
     reg = sorted(by["regression"], key=lambda v: -(finite(v.get("median_ratio")) or 0))
@@ -105,12 +108,20 @@ def verdict_summary(data: dict) -> dict[str, Any]:
         causes = dict.fromkeys(inconclusive_cause(v) for v in by["inconclusive"])
         why = " or ".join(INCONCLUSIVE_CAUSES[c][0] for c in causes)
         compared = n - len(by["missing"])  # "1 of 7" counted the variants missing from one run too
+        changed = any(v.get("verdict_within_run") in ("regression", "improvement") for v in by["inconclusive"])
+        seen = "changed within one run, but" if changed else "showed no change, but"
         cls, head = "warn", (f"Inconclusive: {len(by['inconclusive'])} of {compared} compared "
-                             f"variant{'s' if compared != 1 else ''} changed within one run, but {why}")
+                             f"variant{'s' if compared != 1 else ''} {seen} {why}")
+        worst = max((d for d in (detectable_rel(v) for v in by["inconclusive"]) if d is not None), default=None)
+        if "underpowered" in causes and worst is not None and is_number(rule.get("rel_threshold")):
+            head += f" ({worst * 100:.1f}% against a {float(rule['rel_threshold']) * 100:g}% threshold)"
     elif imp:
         cls, head = "ok", f"No regression; {len(imp)} of {n} variant{'s' if n != 1 else ''} faster"
     else:
         cls, head = "ok", f"No change beyond noise in {n} variant{'s' if n != 1 else ''}"
+        worst = max((d for d in (detectable_rel(v) for v in variants) if d is not None), default=None)
+        if worst is not None:
+            head += f" (the smallest change it could detect: {worst * 100:.1f}%)"
     if data.get("forced"):
         head = "Forced comparison: " + head
     gate = data.get("gate_failed", data.get("gate"))
@@ -123,12 +134,79 @@ def verdict_summary(data: dict) -> dict[str, Any]:
         lines += [line(v) for v in imp]
     for v in by["inconclusive"] if cls != "bad" else []:
         lines.append(f"{v.get('key', '?')}: inconclusive: {v.get('reason', '')}")
+        if disturbance_text(v):
+            lines.append(f"{v.get('key', '?')}: {disturbance_text(v)}")
     if by["missing"]:
         lines.append("missing from one run: " + ", ".join(
             str(v.get("key", "?")) + (f" ({v['reason']})" if v.get("reason") else "") for v in by["missing"]))
     return {"cls": cls, "headline": head, "lines": lines, "regressions": [v.get("key") for v in reg],
             "improvements": [v.get("key") for v in imp], "missing": [v.get("key") for v in by["missing"]],
             "accuracy_regressions": acc}
+
+
+def detectable_rel(v: dict) -> float | None:
+    """The smallest relative change the comparison of this variant could have detected, None if unknown."""
+    d = v.get("detectable_change") if isinstance(v.get("detectable_change"), dict) else {}
+    return finite(d.get("rel"))
+
+
+def disturbance_text(v: dict) -> str:
+    """Which way each side's host load pushed the ratio, e.g. 'host load: baseline 55% (pushes toward an
+    improvement), candidate 3%'; empty when not recorded."""
+    noise = v.get("noise") if isinstance(v.get("noise"), dict) else {}
+    dist = noise.get("disturbance") if isinstance(noise.get("disturbance"), dict) else None
+    if not dist:
+        return ""
+    parts = []
+    for side in ("baseline", "candidate"):
+        d = dist.get(side) or {}
+        share = finite(d.get("host_others_share"))
+        if share is None:
+            parts.append(f"{side} unknown")
+            continue
+        toward = d.get("pushes_toward")
+        parts.append(f"{side} {share * 100:.0f}%" + (f" (slows the {side}: pushes toward "
+                                                      f"{'a regression' if toward == 'regression' else 'an improvement'})"
+                                                      if toward and share >= 0.05 else ""))
+    return "host load: " + ", ".join(parts)
+
+
+_CAPTURE_HEADS = {"regression": ("bad", "Regression"), "improvement": ("ok", "Improvement"),
+                  "no_change": ("ok", "No change"), "inconclusive": ("warn", "Inconclusive")}
+
+
+def captures_summary(data: dict) -> dict[str, Any]:
+    """The headline of a comparison of two captures (``captures``): decided on the inference unit, or on the
+    per-kernel GPU time where neither capture has one, with what was compared and what was not matched."""
+    cap = data["captures"]
+    variants = [v for v in data.get("variants") or [] if isinstance(v, dict)]
+    unit = next((v for v in variants if v.get("role") == "unit"), None)
+    verdict = str(data.get("verdict") or "inconclusive")
+    cls, word = _CAPTURE_HEADS.get(verdict, ("warn", verdict))
+    head = f"{word}: {cap.get('summary', '')}"
+    lines = []
+    if unit is not None:
+        lines.append(f"{unit.get('key', '?')}: {unit.get('reason', '')}")
+        d = unit.get("detectable_change") if isinstance(unit.get("detectable_change"), dict) else {}
+        said = d.get("what") if verdict in ("regression", "improvement") else d.get("text")
+        if said:
+            lines.append(f"smallest change this comparison could detect: {said}")
+    kernels = cap.get("kernels") if isinstance(cap.get("kernels"), dict) else None
+    for r in (kernels or {}).get("significant") or []:
+        lines.append(f"kernel {r.get('name', '?')}: x{r.get('per_call_ratio', float('nan')):.3f} per call, "
+                     f"{fmt_ms(r.get('baseline_per_call_ms'))} -> {fmt_ms(r.get('candidate_per_call_ms'))}, "
+                     f"{r.get('baseline_calls')} -> {r.get('candidate_calls')} calls")
+    unmatched = cap.get("unmatched") or {}
+    for side in ("baseline", "candidate"):
+        keys = [str(k) for k in unmatched.get(side) or []]
+        if keys:
+            lines.append(f"only in the {side} ({len(keys)}): " + ", ".join(keys[:8]) + (" ..." if len(keys) > 8 else ""))
+    reg = [str(k) for k in data.get("latency_regressions") or []]
+    imp = ([unit.get("key")] if unit is not None else
+           [v.get("key") for v in variants if v.get("verdict") == "improvement"]) if verdict == "improvement" else []
+    return {"cls": cls, "headline": head, "lines": lines, "regressions": reg, "improvements": imp,
+            "missing": [k for side in ("baseline", "candidate") for k in unmatched.get(side) or []],
+            "accuracy_regressions": []}
 
 
 def overlaid_histogram(v: dict, bins: int = 40) -> dict[str, Any] | None:
@@ -278,6 +356,25 @@ def _head(page: dict, doc: ComparisonDocument) -> None:
         page["metadata"].append(table(["", "baseline", "candidate"], rows, numeric=[False] * 3))
 
 
+def _within_text(v: dict) -> str:
+    """The within-run test's own verdict and reason, under the final verdict."""
+    within = v.get("verdict_within_run") or v.get("verdict")
+    return f"within the run: {str(within).replace('_', ' ')}; {v.get('within_reason') or v.get('reason') or ''}"
+
+
+def _underpowered(v: dict) -> bool:
+    """True when the threshold is below what the comparison could detect and that left the verdict undecided."""
+    d = v.get("detectable_change") if isinstance(v.get("detectable_change"), dict) else {}
+    return bool(d.get("underpowered")) and _verdict(v) not in ("regression", "improvement")
+
+
+def _detectable_cell(v: dict) -> str:
+    """The smallest detectable change; with the threshold's comparison only where the verdict is undecided."""
+    d = v.get("detectable_change") if isinstance(v.get("detectable_change"), dict) else {}
+    said = d.get("what") if _verdict(v) in ("regression", "improvement") else d.get("text")
+    return str(said or d.get("text") or DASH)
+
+
 def _by_variant(doc: ComparisonDocument) -> Section:
     sec = Section("by-variant", "Verdict by variant",
                   "Median latency ratio candidate/baseline with its bootstrap confidence interval, and the "
@@ -298,16 +395,18 @@ def _by_variant(doc: ComparisonDocument) -> Section:
         key = str(v.get("key", "?"))  # a TensorRT inference range matched under another API name says which
         rows.append([cell(key, sub=f"baseline: {v['baseline_key']}") if v.get("baseline_key") else key,
                      cell(_verdict(v).replace("_", " "), cls=VERDICT_CLASSES.get(_verdict(v), ""),
-                                                 sub=str(v.get("within_reason") or v.get("reason") or "")),
-                     cell(str(noise.get("summary") or DASH),
-                          cls="warn" if _verdict(v) == "inconclusive" else ""),
+                          sub=_within_text(v)),
+                     cell(str(noise.get("summary") or DASH), cls="warn" if _verdict(v) == "inconclusive" else "",
+                          sub=disturbance_text(v)),
+                     cell(_detectable_cell(v), cls="warn" if _underpowered(v) else ""),
                      b, c, cell(fmt_ratio_pct(v.get("median_ratio"))), cell(ci_text(v)), cell(p_text(v.get("p_value"))),
                      cell(fmt_ratio_pct(v.get("throughput_ratio"))),
                      cell(f"{len(v.get('baseline_samples_ms') or [])} / {len(v.get('candidate_samples_ms') or [])}")])
-    return sec.add(table(["variant", "verdict (within the run)", "between runs", "baseline median ms",
+    return sec.add(table(["variant", "verdict (samples and run-to-run noise)", "between runs",
+                          "smallest detectable change", "baseline median ms",
                           "candidate median ms", "median change", "confidence interval", "p-value",
                           "throughput change", "samples (base / cand)"], rows,
-                         numeric=[False, False, False] + [True] * 7))
+                         numeric=[False, False, False, False] + [True] * 7))
 
 
 def _distributions(doc: ComparisonDocument) -> Section:
@@ -433,8 +532,38 @@ def _trend(doc: ComparisonDocument) -> Section | None:
     return sec
 
 
+def _captures(doc: ComparisonDocument) -> Section | None:
+    """Two captures: what was matched (the unit, by name or role), how many series were compared and which
+    were not matched, and the per-kernel comparison where it decided."""
+    cap = doc.get("captures") if isinstance(doc.get("captures"), dict) else None
+    if cap is None:
+        return None
+    sec = Section("captures", "What was compared",
+                  "Two captures are compared by their inference: the units matched first (by normalised name, or by "
+                  "role when the names differ), judged on time per inference (the larger of host and GPU time), "
+                  "or on host time where one side's GPU time is unmeasured. Without a unit, per-kernel GPU time.")
+    sec.add(note(str(cap.get("summary") or ""), ""))
+    unmatched = cap.get("unmatched") or {}
+    rows = [["compared", str(cap.get("ranges_compared", 0))]]
+    rows += [[f"only in the {side}", ", ".join(str(k) for k in unmatched.get(side) or []) or DASH]
+             for side in ("baseline", "candidate")]
+    rows += [[f"{side} unit", str(cap.get(f"{side}_unit") or "none")] for side in ("baseline", "candidate")]
+    sec.add(table(["", "range series"], rows, numeric=[False, False]))
+    kernels = cap.get("kernels") if isinstance(cap.get("kernels"), dict) else None
+    if kernels and kernels.get("kernels"):
+        krows = sorted(kernels["kernels"], key=lambda r: -abs(finite(r.get("delta_ms")) or 0.0))
+        sec.add(table(["kernel", "calls (base / cand)", "baseline ms per call", "candidate ms per call",
+                       "per call", "significant"],
+                      [[str(r.get("name", "?")), f"{r.get('baseline_calls')} / {r.get('candidate_calls')}",
+                        finite(r.get("baseline_per_call_ms")), finite(r.get("candidate_per_call_ms")),
+                        cell(fmt_ratio_pct(r.get("per_call_ratio"))),
+                        cell("yes" if r.get("significant") else "no", cls="warn" if r.get("significant") else "")]
+                       for r in krows], numeric=[False, False, True, True, True, False], limit=40))
+    return sec
+
+
 #: The compare page, in order. A new section is one function ``(doc) -> Section | None`` and one entry here.
-SECTIONS: list[SectionFn] = [_by_variant, _distributions, _layer_deltas, _kernel_deltas, _accuracy, _environment,
+SECTIONS: list[SectionFn] = [_captures, _by_variant, _distributions, _layer_deltas, _kernel_deltas, _accuracy, _environment,
                              _findings, _trend]
 
 

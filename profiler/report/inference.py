@@ -61,6 +61,9 @@ def inference_section(doc: AnalysisDocument) -> Section | None:
                  "the steady-state instances; GPU time is the busy union of the work each launched, on the GPU "
                  "timeline." + (f" Other loops in the capture: {', '.join(others)} (--unit NAME takes one)."
                                 if others else ""))
+        if inf.get("alternates_with"):
+            about += (f" Taking turns with it: {', '.join(inf['alternates_with'])}, a loop of its own (its copies "
+                      "are its work, not counted as the inference's; --unit NAME judges it).")
     sec = Section("inference", "Inference", about)
     rows = [[name, stat(inf.get(key), "median"), stat(inf.get(key), "p99"), stat(inf.get(key), "max")]
             for name, key in (("GPU time", "gpu_ms"), ("GPU latency (first start to last end)", "gpu_latency_ms"),

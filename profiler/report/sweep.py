@@ -22,7 +22,7 @@ from profiler.report.variants import (
     ACCURACY_KEYS, CHECKLIST_STEPS, accuracy_outputs, accuracy_vs_speed, checklist_rows,
     latency_by_workspace, layer_records, layer_time_by_type, ok_variants, throughput_by_streams, variant_key,
 )
-from profiler.report.verdict import fastest_variant
+from profiler.report.verdict import breaches, fastest_variant, ungated_breaches
 from profiler.report.fmt import DASH, fmt_bytes, fmt_ms, fmt_num, fmt_pct, fmt_value, humanize_key, is_number
 
 # ----------------------------------------------------------------------------- page
@@ -83,13 +83,26 @@ def _banners_and_cards(page: dict, summary: dict, run: dict, variants: Sequence[
                               cls="bad" if counts["failed"] or not counts["ok"] else "ok"))
     fast = fastest_variant(summary)
     if fast:
-        page["cards"].append(card("fastest (median, 1 stream)", fmt_ms(fast["median_ms"]), sub=fast["key"], cls="ok"))
+        page["cards"].append(_fastest_card(fast))
     tput = [v for v in ok_variants(variants) if finite(v.get("throughput_qps")) is not None]
     if tput:
         best = max(tput, key=lambda v: v["throughput_qps"])
         page["cards"].append(card("best throughput", f"{fmt_num(best['throughput_qps'])} qps",
-                                  sub=variant_key(best), cls="ok"))
+                                  sub=variant_key(best) + (": BREACH" if breaches(best) else ""),
+                                  cls="warn" if breaches(best) else "ok"))
     findings_cards(page, summary.get("findings") or [])
+
+
+def _fastest_card(fast: dict) -> dict:
+    """The fastest variant within the accuracy thresholds, saying which faster ones breach them; a variant
+    that breaches is marked as such (only when every measured variant does)."""
+    if fast.get("breaches"):
+        return card("fastest (median, 1 stream)", fmt_ms(fast["median_ms"]), sub=f"{fast['key']}: BREACH",
+                    cls="bad")
+    faster = fast.get("breaching_faster") or []
+    sub = fast["key"] + (f" (faster, outside the thresholds: {', '.join(faster[:3])})" if faster else "")
+    label = "fastest within thresholds (median, 1 stream)" if faster else "fastest (median, 1 stream)"
+    return card(label, fmt_ms(fast["median_ms"]), sub=sub, cls="ok")
 
 
 def _checklist_section(doc: SweepDocument) -> Section:
@@ -110,15 +123,16 @@ def _checklist_section(doc: SweepDocument) -> Section:
     return sec.add(table(["variant", "status"] + list(CHECKLIST_STEPS), rows, numeric=[False] * 7))
 
 
-def _accuracy_cell(v: dict) -> Any:
+def _accuracy_cell(v: dict, ungated: dict[str, str] | None = None) -> Any:
     acc = accuracy_vs_speed([v])
     a = acc[0] if acc else None
+    why = (ungated or {}).get(variant_key(v))
     if a is None:
         return cell("FP32 reference" if str(v.get("precision") or "").lower() == "fp32" and
                     str(v.get("status") or "") == "ok" else DASH)
     return cell(fmt_num(a["rel_l2"]) if a["rel_l2"] is not None else DASH, cls="ok" if a["passed"] else "bad",
                 sub=(f"{a['nonfinite']} NaN/Inf values, " if a.get("nonfinite") else "")
-                + ("passed" if a["passed"] else "outside threshold"),
+                + ("passed" if a["passed"] else "outside threshold" + (f", not gated: {why}" if why else "")),
                 title="worst relative L2 over the outputs, elements finite in both")
 
 
@@ -141,13 +155,14 @@ def _variants_section(doc: SweepDocument) -> Section:
     variants = _variants(doc)
     if not variants:
         return sec.add(missing("No variants " + NOT_IN_RUN + "."))
+    ungated = {u["key"]: u["reason"] for u in ungated_breaches(doc)}
     rows = []
     for v in variants:
         lat = v.get("latency_ms")
         rows.append([
             cell(variant_key(v), sub=str(v.get("error") or "")[:160] if v.get("status") != "ok" else ""),
             cell(str(v.get("status") or "?"), cls=status_class(v.get("status"))),
-            str(v.get("precision") or DASH), _accuracy_cell(v),
+            str(v.get("precision") or DASH), _accuracy_cell(v, ungated),
             stat(lat, "median"), stat(lat, "p99"), cell(fmt_pct(stat(lat, "cov_pct"))),
             finite(v.get("throughput_qps")), stat(v.get("enqueue_ms"), "median"),
             cell(fmt_bytes(v.get("workspace_bytes"))), _streams_cell(v),
@@ -364,7 +379,7 @@ def _memory_section(doc: SweepDocument) -> Section:
 
 
 #: The sweep page, in order. A new section is one function ``(doc) -> Section | None`` and one entry here.
-SECTIONS: list[SectionFn] = [_findings, _variants_section, _latency_section, _accuracy_section, _checklist_section,
+SECTIONS: list[SectionFn] = [_variants_section, _findings, _latency_section, _accuracy_section, _checklist_section,
                              _streams_section, _workspace_section, _nsys_section, _timeline, _localization_section,
                              _layers_section, _memory_section]
 

@@ -20,7 +20,7 @@ from profiler.documents import AnalysisDocument, ComparisonDocument, ImportDocum
 
 from profiler.report.fmt import fmt_ms, fmt_num, is_number
 
-STATUSES = ("PASS", "ISSUES FOUND", "GATE FAILED", "REGRESSION", "INCONCLUSIVE", "FAILED")
+STATUSES = ("PASS", "ISSUES FOUND", "GATE FAILED", "REGRESSION", "INCONCLUSIVE", "IMPROVEMENT", "FAILED")
 SEVERITY_RANK = {"high": 0, "medium": 1, "low": 2, "info": 3}
 TOP_ITEMS = 5
 #: evidence keys that say how much time a finding costs, most specific first, with how to say it
@@ -161,8 +161,8 @@ def _item(g: dict[str, Any]) -> dict[str, Any]:
             "more": f"and {n - 1} more" if n > 1 else ""}
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
+def _plural(n: int, word: str, words: str | None = None) -> str:
+    return f"{n} {word if n == 1 else words or word + 's'}"
 
 
 def _items(groups: Sequence[dict], top: int = TOP_ITEMS) -> list[dict[str, Any]]:
@@ -193,6 +193,7 @@ def sweep_verdict(summary: SweepDocument) -> dict[str, Any]:
     failed = [v for v, s in zip(variants, status_of) if s == "failed"]
     skipped = [v for v, s in zip(variants, status_of) if s == "skipped"]
     gate = [g for g in groups if g["gate"]]
+    ungated = ungated_breaches(summary)
     lines: list[str] = []
     if not ok:
         status, cls = "FAILED", "bad"
@@ -220,37 +221,86 @@ def sweep_verdict(summary: SweepDocument) -> dict[str, Any]:
     else:
         status = "PASS"  # the gate passed; the findings below still say what to look at
         cls = "ok" if _findings_status(groups)[0] == "PASS" else "warn"
-        head = f"All {_plural(len(ok), 'measured variant')} within their accuracy thresholds"
+        if ungated:  # the table below shows these as BREACH: the headline says why they pass anyway
+            cls = "warn"
+            n = _plural(len(ungated), "ungated breach", "ungated breaches")
+            head = (f"Gated variants within their accuracy thresholds; {n}: "
+                    + ", ".join(f"{u['key']} ({u['reason']})" for u in ungated[:4])
+                    + (f" and {len(ungated) - 4} more" if len(ungated) > 4 else ""))
+        else:
+            head = f"All {_plural(len(ok), 'measured variant')} within their accuracy thresholds"
     if failed:
         lines.append("failed: " + ", ".join(f"{v.get('key', '?')} ({str(v.get('error') or '')[:80]})" for v in failed[:4]))
+    if ungated and status != "PASS":  # a PASS headline names them
+        lines.append("outside the accuracy thresholds but not gated: "
+                     + ", ".join(f"{u['key']} ({u['reason']})" for u in ungated))
     if ok:
         fast = fastest_variant(summary)
         if fast:
-            lines.append(f"fastest (median latency): {fast['key']} {fmt_ms(fast['median_ms'])}")
+            lines.append(f"fastest (median latency): {fast['key']} {fmt_ms(fast['median_ms'])}"
+                         + (f"; faster but outside the accuracy thresholds: {', '.join(fast['breaching_faster'])}"
+                            if fast.get("breaching_faster") else ""))
     if run.get("random_calibration"):
         lines.append("int8 was calibrated on random inputs: its accuracy numbers mean nothing (pass --calib)")
     return {"status": status, "cls": cls, "headline": head, "lines": lines, "items": _items(groups)}
 
 
+def breaches(v: dict[str, Any]) -> bool:
+    """Whether any output of a variant is outside its accuracy thresholds (the variants table's BREACH)."""
+    acc = v.get("accuracy") if isinstance(v.get("accuracy"), dict) else {}
+    return any(isinstance(m, dict) and m.get("passed") is False for m in acc.values())
+
+
+def ungated_breaches(summary: dict[str, Any]) -> list[dict[str, str]]:
+    """Measured variants that breach their accuracy thresholds but do not fail the gate, with why:
+    ``[{"key", "reason"}]`` ("random calibration" where the int8 calibration ran on random inputs)."""
+    variants = [v for v in summary.get("variants") or [] if isinstance(v, dict)
+                and str(v.get("status") or "ok").lower() == "ok"]
+    found = [as_dict(f) or {} for f in summary.get("findings") or []]
+    gated = {str(f.get("variant")) for f in found if f.get("rule") == "precision_regression"
+             and f.get("severity") != "info"}
+    random_cal = {str(f.get("variant")) for f in found if f.get("rule") == "precision_regression"
+                  and (f.get("evidence") or {}).get("calibration_meaningless")}
+    run = summary.get("run") if isinstance(summary.get("run"), dict) else {}
+    out = []
+    for v in variants:
+        key = str(v.get("key"))
+        if not breaches(v) or key in gated:
+            continue
+        int8_random = str(v.get("precision") or "").lower() == "int8" and run.get("random_calibration")
+        out.append({"key": key, "reason": "random calibration" if key in random_cal or int8_random
+                    else "not gated"})
+    return out
+
+
 def fastest_variant(summary: dict[str, Any]) -> dict[str, Any] | None:
-    """The fastest variant by median latency, computed once: the ``fastest_variant`` finding's choice
-    (single-stream variants; multi-stream latency includes waiting for the other streams) when the
-    run has it, else the same rule here. ``{"key", "median_ms"}`` or None."""
+    """The fastest variant by median latency among those within their accuracy thresholds, computed once:
+    the ``fastest_variant`` finding's choice (single-stream variants; multi-stream latency includes waiting
+    for the other streams) when the run has it and it does not breach, else the same rule here.
+    ``{"key", "median_ms", "breaching_faster"}`` (the faster variants left out because they breach, fastest
+    first) or None; when every variant breaches, the fastest of them with ``"breaches": True``."""
     variants = [v for v in summary.get("variants") or [] if isinstance(v, dict)]
+    measured = [v for v in variants if str(v.get("status") or "ok").lower() == "ok"]
     med = {str(v.get("key")): _num((v.get("latency_ms") or {}).get("median")) if isinstance(v.get("latency_ms"), dict)
-           else None for v in variants if str(v.get("status") or "ok").lower() == "ok"}
+           else None for v in measured}
     med = {k: m for k, m in med.items() if m is not None}
-    for f in summary.get("findings") or []:
-        d = as_dict(f) or {}
-        key = (d.get("evidence") or {}).get("lowest_latency_variant") if d.get("rule") == "fastest_variant" else None
-        if key in med:
-            return {"key": key, "median_ms": med[key]}
+    breaching = {str(v.get("key")) for v in measured if breaches(v)}
     single = [str(v.get("key")) for v in variants if str(v.get("key")) in med and (v.get("streams") or 1) == 1]
     pool = single or list(med)
     if not pool:
         return None
-    key = min(pool, key=lambda k: med[k])
-    return {"key": key, "median_ms": med[key]}
+    within = [k for k in pool if k not in breaching]
+    for f in summary.get("findings") or []:
+        d = as_dict(f) or {}
+        key = (d.get("evidence") or {}).get("lowest_latency_variant") if d.get("rule") == "fastest_variant" else None
+        if key in med and key not in breaching:
+            return {"key": key, "median_ms": med[key], "breaching_faster": []}
+    if not within:
+        key = min(pool, key=lambda k: med[k])
+        return {"key": key, "median_ms": med[key], "breaching_faster": [], "breaches": True}
+    key = min(within, key=lambda k: med[k])
+    faster = sorted((k for k in pool if k in breaching and med[k] < med[key]), key=lambda k: med[k])
+    return {"key": key, "median_ms": med[key], "breaching_faster": faster}
 
 
 def analysis_verdict(result: AnalysisDocument) -> dict[str, Any]:
@@ -314,7 +364,8 @@ def layers_verdict(data: ImportDocument) -> dict[str, Any]:
 
 def compare_verdict(data: ComparisonDocument, summary: dict[str, Any]) -> dict[str, Any]:
     """The compare verdict (``profiler.report.compare.verdict_summary``) as a strip: REGRESSION,
-    GATE FAILED (the run's gate says so), INCONCLUSIVE or PASS."""
+    GATE FAILED (the run's gate says so), INCONCLUSIVE, IMPROVEMENT (two captures whose inference got faster)
+    or PASS."""
     gate = data.get("gate_failed")
     if gate is True:
         status = "GATE FAILED"
@@ -322,6 +373,8 @@ def compare_verdict(data: ComparisonDocument, summary: dict[str, Any]) -> dict[s
         status = "REGRESSION"
     elif summary.get("cls") == "warn":
         status = "INCONCLUSIVE"
+    elif data.get("captures") and data.get("verdict") == "improvement":
+        status = "IMPROVEMENT"  # two captures decided on their inference: say what the verdict is
     else:
         status = "PASS"
     groups = merge_findings(data.get("findings_appeared") or [])
@@ -337,20 +390,43 @@ def compare_verdict(data: ComparisonDocument, summary: dict[str, Any]) -> dict[s
 
 # ----------------------------------------------------------------------------- terminal
 
-def terminal_lines(v: dict[str, Any], *, top: int = TOP_ITEMS, width: int = 160) -> list[str]:
-    """The verdict as the first lines of a terminal summary: status and headline, then one line per
-    top finding naming what it applies to, what it costs and what to do."""
-    out = [f"{v['status']}: {v['headline']}"]
-    out += [_clip(f"  {line}", width) for line in v.get("lines") or []]
+TERMINAL_FALLBACK_COLUMNS = 160
+"""The width terminal lines are wrapped to when the output is no terminal (a pipe, a file) and COLUMNS is unset."""
+TERMINAL_MIN_COLUMNS = 40
+"""Terminal lines are never wrapped narrower than this (a tiny window would split every word onto a line)."""
+
+
+def terminal_width() -> int:
+    """The terminal's width in columns (COLUMNS, else the terminal's, else ``TERMINAL_FALLBACK_COLUMNS``)."""
+    import shutil
+
+    cols = shutil.get_terminal_size((TERMINAL_FALLBACK_COLUMNS, 24)).columns
+    return max(int(cols), TERMINAL_MIN_COLUMNS)
+
+
+def terminal_lines(v: dict[str, Any], *, top: int = TOP_ITEMS, width: int | None = None) -> list[str]:
+    """The verdict as the first lines of a terminal summary: status and headline, then one entry per
+    top finding naming what it applies to, what it costs and what to do; each wrapped (never cut) to
+    ``width`` columns (the terminal's by default), continuation lines indented under their entry."""
+    width = terminal_width() if width is None else max(int(width), TERMINAL_MIN_COLUMNS)
+    out = _wrap(f"{v['status']}: {v['headline']}", width, "  ")
+    for line in v.get("lines") or []:
+        out += _wrap(f"  {line}", width, "    ")
     for i, it in enumerate((v.get("items") or [])[:top], 1):
         names = it["applies_to"]
         on = f" [{', '.join(names[:4])}{f' +{len(names) - 4} more' if len(names) > 4 else ''}]" if names else ""
         cost = f" ({it['impact']})" if it["impact"] else ""
-        out.append(_clip(f"  {i}. {it['severity'].upper()} {it['rule']}{on}: {it['title']}{cost}", width))
+        out += _wrap(f"  {i}. {it['severity'].upper()} {it['rule']}{on}: {it['title']}{cost}", width, "     ")
         if it["recommendation"]:
-            out.append(_clip(f"     -> {it['recommendation']}", width))
+            out += _wrap(f"     -> {it['recommendation']}", width, "        ")
     return out
 
 
-def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 3] + "..."
+def _wrap(text: str, width: int, indent: str) -> list[str]:
+    """``text`` wrapped at spaces to ``width`` columns, later lines under ``indent``; a word longer than a
+    line (a kernel name, a path) stays whole on a line of its own rather than being split."""
+    import textwrap
+
+    lead = text[:len(text) - len(text.lstrip(" "))]
+    return textwrap.wrap(text, width, initial_indent="", subsequent_indent=indent, break_long_words=False,
+                         break_on_hyphens=False, drop_whitespace=True) or [lead]

@@ -5,8 +5,9 @@ period (the steady state by default) per inference and as a share of that period
 its rule measured (the launch-overhead saving, idle time, the outliers' excess, the GPU idle time a
 sync causes up to the time the host blocks in it, the pinned-copy saving, the copy time not hidden behind compute). Severity follows the
 share, not the rule; negligible findings and weak ones on one-instance series are dropped. Time two findings
-see is priced once: GPU idle time inside a launch-overhead range, or inside jitter's outlier instances, is
-that finding's cost, and the gpu_idle finding says so (``impact.included_in``, ``shared_with``).
+see is priced once: GPU idle time inside a launch-overhead range (or the capture's one window it judges), or
+inside jitter's outlier instances, is that finding's cost, and the gpu_idle finding says so
+(``impact.included_in``, ``shared_with``).
 """
 
 from __future__ import annotations
@@ -134,7 +135,8 @@ def calibrate(ctx: CaptureContext, findings: list[Finding]) -> list[Finding]:
         out.append(f)
     out = _without_nested_repeats(ctx, out)
     _same_cause(out)
-    _idle_in_outliers(ctx, out, steady_ms)
+    _idle_seen_elsewhere(ctx, out, steady_ms)
+    _copies_seen_elsewhere(out, steady_ms)
     rank = {"high": 0, "medium": 1, "low": 2, "info": 3}
     return sorted(out, key=lambda f: (-(f.impact["share"] if f.impact["share"] is not None else -1.0),
                                       rank[f.severity], f.rule, f.range or ""))
@@ -155,43 +157,148 @@ def _same_cause(findings: list[Finding]) -> None:
             f.severity = "low"
 
 
-def _idle_in_outliers(ctx: CaptureContext, findings: list[Finding], steady_ms: float) -> None:
-    """GPU idle time inside jitter's outlier instances is one cost seen twice: a pause of the host (garbage
-    collection, a stall) idles the GPU and stretches the instance it falls in. Jitter keeps that time (it
-    names the instances and their cause); the gpu_idle finding is priced by the idle time beyond it and says
-    which finding holds the rest (``impact.shared_with``, ``shared_ms``; ``included_in`` as well when nothing
-    of its own is left, under ``IMPACT_MIN_SHARE``), so the shares add up once. Per
-    outlier, the shared time is the idle time it holds in the gaps the gpu_idle finding counts beyond what
-    the series' median instance holds, at most its excess over the median."""
-    jitters = [f for f in findings if f.rule == "jitter" and f.range is not None]
-    if not jitters:
-        return
-    ids = {ctx.label(i): i for i in range(len(ctx.ranges))}
+def _idle_seen_elsewhere(ctx: CaptureContext, findings: list[Finding], steady_ms: float) -> None:
+    """A gpu_idle finding's idle time that a launch_overhead or jitter finding already prices is taken out of
+    its cost once (:func:`_leave_shared`): GPU idle time inside the instances of a launch_overhead range (the
+    whole capture, for a capture's one window) is part of that range's CUDA-graph saving, which is the
+    instances' wall time beyond their GPU work, idle gaps included, where the host spent them in what a graph
+    removes (``GRAPH_REMOVES_CAUSES``); idle time in jitter's outliers is jitter's (:func:`_outlier_shares`)."""
     for f in findings:
         if f.rule != "gpu_idle" or f.impact.get("included_in") or f.impact.get("ms_total") is None:
             continue
         gaps = _counted_gaps(ctx, f)
-        # never more than the jitter finding prices (it leaves out what a GPU backlog or the work explains)
-        shared = {j.range: min(_shared_ms(ctx, ids[j.range], gaps), j.impact.get("ms_total") or 0.0)
-                  for j in jitters if j.range in ids}
-        shared = {name: ms for name, ms in shared.items() if ms > 0}
-        if not shared:
-            continue
-        cost = f.impact["ms_total"]
-        included = min(sum(shared.values()), cost)
-        rest = cost - included
-        n_inf = f.impact["instances"]
-        share = min(max(rest / steady_ms, 0.0), 1.0) if steady_ms > 0 else None
-        names = and_list([f"jitter [{name}]" for name in shared])
-        f.impact.update({
-            "ms_total": rest, "share": share,
-            "ms_per_instance": rest / n_inf if f.impact["ms_per_instance"] is not None and n_inf else
-            f.impact["ms_per_instance"],
-            "shared_with": names, "shared_ms": included})
-        if share is None or share < IMPACT_MIN_SHARE:  # nothing of its own left: all of it is that time
+        launch = _launch_shares(ctx, findings, gaps, f.evidence.get("host_cause"))
+        _leave_shared(f, {**launch, **_outlier_shares(ctx, findings, gaps)}, steady_ms)
+
+
+GRAPH_REMOVES_CAUSES = frozenset({"launch", "code", "range"})
+"""The host causes of GPU idle time (gpu_idle's ``host_cause``) a replayed CUDA graph removes: launch calls,
+the host's own code between launches and a range's host work (TensorRT's enqueue). Idle time the host spends
+loading modules (a one-time cost), allocating, synchronising or waiting in the OS (for input, asleep) stays
+under a graph: gpu_idle keeps pricing it even inside a launch_overhead range."""
+
+
+def _launch_shares(ctx: CaptureContext, findings: list[Finding],
+                   gaps: tuple[np.ndarray, np.ndarray, np.ndarray], cause: str | None) -> dict[str, float]:
+    """The idle time (ms) of ``gaps`` inside each launch_overhead finding's instances, at most what it prices,
+    by the finding's name ('launch_overhead [range]'); none when the gaps' host ``cause`` is not one a graph
+    removes (``GRAPH_REMOVES_CAUSES``)."""
+    if cause not in GRAPH_REMOVES_CAUSES:
+        return {}
+    ids = {ctx.label(i): i for i in range(len(ctx.ranges))}
+    out = {}
+    for g in findings:
+        if g.rule == "launch_overhead" and (g.impact.get("ms_total") or 0) > 0 and g.range in ids:
+            ms = min(_idle_inside_ms(ctx, ids[g.range], gaps[0], gaps[1]), g.impact["ms_total"])
+            if ms > 0:
+                out[f"launch_overhead [{g.range}]" if g.range else "launch_overhead"] = ms
+    return out
+
+
+def _idle_inside_ms(ctx: CaptureContext, series_id: int, gs: np.ndarray, ge: np.ndarray) -> float:
+    """Idle time (ms) of the sorted gaps ``gs``-``ge`` inside the union of a series' instances."""
+    from profiler.capture.intervals import covered_before, union
+
+    if not len(gs):
+        return 0.0
+    inst = ctx.table.instances_of(series_id)
+    us, ue = union(inst["start_ns"].to_numpy(np.int64), inst["end_ns"].to_numpy(np.int64))
+    return float((covered_before(gs, ge, ue) - covered_before(gs, ge, us)).sum()) / 1e6
+
+
+def _leave_shared(f: Finding, shared: dict[str, float], steady_ms: float, keep_severity: bool = False) -> None:
+    """Take the time ``shared`` (ms by the finding that prices it) out of a finding's cost: the finding keeps
+    the rest and names the others (``shared_with``, ``shared_ms``: never more than its cost, where two of
+    them hold the same time), ``included_in`` as well when what is left is under ``IMPACT_MIN_SHARE``. Its
+    severity follows what is left. With ``keep_severity`` (a cause with advice of its own: pageable copies
+    inside a transfer-bound range's copy time) its cost, share and severity stay as measured and only the
+    names are added: ``included_in`` says its share is not to be added to the other's."""
+    if not shared:
+        return
+    cost = f.impact["ms_total"]
+    included = min(sum(shared.values()), cost)
+    rest = cost - included
+    n_inf = f.impact["instances"]
+    period = steady_ms * (f.impact.get("gpus") or 1)  # a GPU-time cost's share is of all the GPUs' time
+    share = min(max(rest / period, 0.0), 1.0) if period > 0 else None
+    names = and_list(list(shared))
+    if keep_severity:  # its cost stays its own figure; where all of it is another's time, it says so
+        f.impact.update({"shared_with": names, "shared_ms": included})
+        if share is None or share < IMPACT_MIN_SHARE:
             f.impact["included_in"] = names
         f.evidence["impact"] = dict(f.impact)
+        return
+    f.impact.update({
+        "ms_total": rest, "share": share,
+        "ms_per_instance": rest / n_inf if f.impact["ms_per_instance"] is not None and n_inf else
+        f.impact["ms_per_instance"],
+        "shared_with": names, "shared_ms": included})
+    if share is None or share < IMPACT_MIN_SHARE:  # nothing of its own left: all of it is that time
+        f.impact["included_in"] = names
+    f.evidence["impact"] = dict(f.impact)
+    if not keep_severity:
         f.severity = _banded(f, share, steady_ms)
+
+
+def _copies_seen_elsewhere(findings: list[Finding], steady_ms: float) -> None:
+    """Copy time two findings price is priced once. A transfer_bound finding over the steady state's copies
+    (the inference's, or the steady state's as a whole) holds every range's: a transfer_bound finding on
+    another range is part of it. A pageable_memcpy finding's saving is copy time a transfer_bound finding
+    prices where its pageable copies are that finding's copies (all of them for the steady state's, those in
+    its range for a range's): it keeps its severity and advice (pinned memory is a remedy of its own) and
+    says which finding holds its time."""
+    bound = [g for g in findings if g.rule == "transfer_bound" and (g.impact.get("ms_total") or 0) > 0]
+    whole = [g for g in bound if _prices_steady_copies(g)]
+    for g in bound:
+        if whole and g not in whole and not g.impact.get("included_in"):
+            _leave_shared(g, {_name(w): min(g.impact["ms_total"], w.impact["ms_total"]) for w in whole[:1]},
+                          steady_ms)
+    for f in findings:
+        if f.rule != "pageable_memcpy" or f.impact.get("ms_total") is None or f.impact.get("included_in"):
+            continue
+        copies = f.evidence.get("copies") or 0
+        per_range = f.evidence.get("ranges") or {}
+        shared = {}
+        for g in bound:
+            if g.impact.get("included_in"):
+                continue
+            part = 1.0 if _prices_steady_copies(g) else min(per_range.get(g.range, 0) / copies, 1.0) if copies else 0.0
+            ms = min(f.impact["ms_total"] * part, g.impact["ms_total"])
+            if ms > 0:
+                shared[_name(g)] = ms
+        _leave_shared(f, shared, steady_ms, keep_severity=True)
+
+
+def _prices_steady_copies(f: Finding) -> bool:
+    """Whether a transfer_bound finding prices the steady state's copies (the inference's, or all of them)
+    rather than its range's own."""
+    return "instances_with_copies" in f.evidence or "steady_state" in f.evidence
+
+
+def _name(f: Finding) -> str:
+    """How a finding is named where another says it holds its time: 'rule [range]', or the rule alone."""
+    return f"{f.rule} [{f.range}]" if f.range else f.rule
+
+
+def _idle_in_outliers(ctx: CaptureContext, findings: list[Finding], steady_ms: float) -> None:
+    """The jitter part of :func:`_idle_seen_elsewhere` alone (the idle time in jitter's outliers)."""
+    for f in findings:
+        if f.rule == "gpu_idle" and not f.impact.get("included_in") and f.impact.get("ms_total") is not None:
+            _leave_shared(f, _outlier_shares(ctx, findings, _counted_gaps(ctx, f)), steady_ms)
+
+
+def _outlier_shares(ctx: CaptureContext, findings: list[Finding],
+                    gaps: tuple[np.ndarray, np.ndarray, np.ndarray]) -> dict[str, float]:
+    """GPU idle time inside jitter's outlier instances is one cost seen twice: a pause of the host (garbage
+    collection, a stall) idles the GPU and stretches the instance it falls in. Jitter keeps that time (it
+    names the instances and their cause), so the shares add up once. Per outlier, the shared time is the
+    idle time it holds in ``gaps`` beyond what the series' median instance holds, at most its excess over
+    the median; per jitter finding never more than it prices (it leaves out what a GPU backlog or the work
+    explains). By name ('jitter [range]'), ms."""
+    ids = {ctx.label(i): i for i in range(len(ctx.ranges))}
+    shared = {f"jitter [{j.range}]": min(_shared_ms(ctx, ids[j.range], gaps), j.impact.get("ms_total") or 0.0)
+              for j in findings if j.rule == "jitter" and j.range is not None and j.range in ids}
+    return {name: ms for name, ms in shared.items() if ms > 0}
 
 
 def _banded(f: Finding, share: float | None, steady_ms: float) -> str:

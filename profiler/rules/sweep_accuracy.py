@@ -24,14 +24,15 @@ from profiler.rules import Thresholds, rule
 from profiler.rules.context import AccuracyCheck, SweepContext
 
 _RECOMMEND = {
-    "fp16": ("Keep the layers that lose precision in float32: add the op types or node names feeding "
-             "this output to the fp16 block list (keep_fp32), starting with normalizations, reductions and "
-             "the last layers; check for activations or constants beyond float16's range (65504)."),
+    "fp16": ("Keep the layers that lose precision in float32: give the op types or node names feeding "
+             "this output to trtprof sweep --keep-fp32 NODE[,NODE...] (the fp16 converter's block list), "
+             "starting with normalizations, reductions and the last layers; check for activations or constants "
+             "beyond float16's range (65504)."),
     "int8": ("Calibrate on more representative data (--calib with a few hundred real inputs), try another "
              "calibration method (--calib-method entropy|minmax|percentile: entropy clips outliers that "
              "MobileNet-style and attention layers need, minmax keeps them), and keep the sensitive layers "
              "(first and last convolutions, the classifier head, depthwise and squeeze-excitation blocks) "
-             "in float32."),
+             "in float32 with --keep-fp32 NODE[,NODE...]."),
 }
 _HARD = ("nan_count", "inf_count", "error", "top1_agreement")
 

@@ -252,6 +252,17 @@ def connection_errors(url: str | None) -> Iterator[None]:
         raise _open_error(url, resolve_url(url), exc) from exc
 
 
+def run_outcome(run: dict[str, Any]) -> str:
+    """What a run came to, as ``trtprof runs`` shows it: its stored status, except that a finished run some
+    of whose variants failed is ``partial`` and one all of whose variants failed is ``failed`` (a sweep
+    stores ``ok`` once it finishes, whatever its variants did)."""
+    status = str(run.get("status") or "")
+    failed, total = int(run.get("failed_variant_count") or 0), int(run.get("variant_count") or 0)
+    if status != "ok" or not failed:
+        return status
+    return "failed" if failed >= total else "partial"
+
+
 class Store:
     """A handle on one database. Cheap to open; safe to use from several processes."""
 
@@ -421,11 +432,18 @@ class Store:
         if gpu:
             q = q.where(runs.c.gpu.contains(gpu, autoescape=True))
         newest = q.subquery()  # count variants of the selected runs only, not of the whole history
-        n = (select(func.count()).select_from(m.Variant.__table__)
-             .where(m.Variant.__table__.c.run_id == newest.c.id).scalar_subquery())
-        outer = select(newest, n.label("variant_count")).order_by(newest.c.created_at.desc(), newest.c.id.desc())
+        variants = m.Variant.__table__
+        n = (select(func.count()).select_from(variants)
+             .where(variants.c.run_id == newest.c.id).scalar_subquery())
+        n_failed = (select(func.count()).select_from(variants)
+                    .where(variants.c.run_id == newest.c.id, variants.c.status == "failed").scalar_subquery())
+        outer = (select(newest, n.label("variant_count"), n_failed.label("failed_variant_count"))
+                 .order_by(newest.c.created_at.desc(), newest.c.id.desc()))
         with self.engine.connect() as c:
-            return [{k: iso_utc(v) for k, v in row._mapping.items()} for row in c.execute(outer)]
+            rows = [{k: iso_utc(v) for k, v in row._mapping.items()} for row in c.execute(outer)]
+        for r in rows:
+            r["outcome"] = run_outcome(r)
+        return rows
 
     def report_data(self, ref: int | str) -> dict[str, Any]:
         """A stored run's JSON output (``Run.summary``) with what summary.json leaves out added back for

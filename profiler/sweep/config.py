@@ -48,6 +48,7 @@ class SweepConfig:
     seed: int = 0
     localize: bool = True  # on a precision breach, find the nodes where the error starts and verify
     fp16_range_check: bool = True  # keep nodes whose sample activations near float16's range in fp32
+    keep_fp32: list[str] = field(default_factory=list)  # node names or op types the fp16/int8 models keep in fp32
     transfers: bool = True  # False: no per-query H2D/D2H (trtexec --noDataTransfers); latency = compute
     overlap: bool = True  # two queries in flight per stream where the backend can (trtexec's default)
     out_dir: str | None = None  # where summary.json and report.html go (--resume writes there again)

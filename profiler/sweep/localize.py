@@ -52,6 +52,9 @@ def _localize(spec: VariantSpec, model_path: Path, variant_path: Path, feeds: li
         check = _verify(spec, model_path, variant_path, feeds, keep, config, say)
         result["verification"] = check
         result["conclusion"] = check["conclusion"]["text"]
+        if check["conclusion"].get("localized"):  # the option that builds the variant so
+            result["keep_fp32_option"] = f"--keep-fp32 {','.join(keep)}"
+            result["conclusion"] += f"; build the variant so with trtprof sweep {result['keep_fp32_option']}"
     else:
         worst = max(found["curve"], key=lambda c: c["rel_l2"], default=None)
         result["conclusion"] = (

@@ -109,13 +109,42 @@ def rule_threshold_value(raw: str, name: str, value: str) -> float:
     return x
 
 
+def parse_keep_fp32(args: Iterable[str]) -> list[str]:
+    """``--keep-fp32 a,b --keep-fp32 Softmax`` -> ['Softmax', 'a', 'b']: node names or op types, comma-separated
+    and repeatable, each once; UsageError on an empty name."""
+    names: set[str] = set()
+    for raw in args:
+        parts = [p.strip() for p in str(raw).split(",")]
+        if not all(parts):
+            raise UsageError(f"--keep-fp32 {raw!r} has an empty node name; give NODE[,NODE...] (node names or op types)")
+        names.update(parts)
+    return sorted(names)
+
+
+def check_keep_fp32(model_path: Path, info: Any, keep: Iterable[str]) -> None:
+    """UsageError when a ``--keep-fp32`` name is neither a node name nor an op type of the model (a typo would
+    otherwise keep nothing in fp32, silently)."""
+    keep = list(keep)
+    if not keep:
+        return
+    from profiler.models.inspect import load_model_proto
+
+    graph = load_model_proto(model_path).graph
+    known = {n.name for n in graph.node} | set(getattr(info, "op_types", None) or {n.op_type for n in graph.node})
+    unknown = [k for k in keep if k not in known]
+    if unknown:
+        raise UsageError(f"--keep-fp32 names {', '.join(repr(k) for k in unknown)}, neither a node name nor an op "
+                         f"type of {Path(model_path).name}")
+
+
 def config_from_options(*, model: str | None = None, precision: str = "fp32,fp16", workspace: str = "default",
                         streams: str = "1", cuda_graph: str = "off", shapes: Iterable[str] = (),
                         calib: str | None = None, calib_method: str = "entropy", inputs: str | None = None,
                         iterations: int = 10, duration: float = 3.0, warmup: float = 200.0, backend: str = "auto",
                         label: str | None = None, thresholds: Iterable[str] = (), output_kinds: Iterable[str] = (),
                         output_tolerances: Iterable[str] = (), no_layers: bool = False, localize: bool = True,
-                        fp16_range_check: bool = True, no_transfers: bool = False, no_overlap: bool = False,
+                        fp16_range_check: bool = True, keep_fp32: Iterable[str] = (),
+                        no_transfers: bool = False, no_overlap: bool = False,
                         out_dir: str = "trtprof-sweep", repeat: int = 0,
                         cache_dir: str | None = None) -> SweepConfig:
     """The SweepConfig of a new sweep from ``trtprof sweep``'s options, named, spelt and typed as on the
@@ -131,7 +160,8 @@ def config_from_options(*, model: str | None = None, precision: str = "fp32,fp16
         shapes={k: list(v) for k, v in parse_shape_args(shapes).items()}, calib=calib, calib_method=calib_method,
         inputs=inputs, iterations=iterations, duration_s=duration, warmup_ms=warmup, backend=backend, label=label,
         thresholds=acc_limits, rule_thresholds=rule_limits, layers=not no_layers, cache_dir=cache_dir,
-        localize=localize, fp16_range_check=fp16_range_check, transfers=not no_transfers, overlap=not no_overlap,
+        localize=localize, fp16_range_check=fp16_range_check, keep_fp32=parse_keep_fp32(keep_fp32),
+        transfers=not no_transfers, overlap=not no_overlap,
         out_dir=str(Path(out_dir).resolve()), repeat=repeat, output_kinds=kinds, output_tolerances=tols)
 
 

@@ -21,13 +21,18 @@ def _flat(error: Any) -> str:
 
 def format_table(summary: dict[str, Any]) -> str:
     """One line per variant: status, median/p99 latency, throughput, accuracy verdict."""
+    from profiler.report.verdict import ungated_breaches
+
     header = ("variant", "status", "median ms", "p99 ms", "qps", "accuracy")
+    ungated = {u["key"]: u["reason"] for u in ungated_breaches(summary)}
     rows = []
     for v in summary["variants"]:
         lat = v.get("latency_ms") or {}
         acc = v.get("accuracy") or {}
         flags = [m.get("passed") for m in acc.values()]
         verdict = "-" if not flags else ("ok" if all(flags) else "BREACH")
+        if v["key"] in ungated:  # as the verdict says it: outside the thresholds, but not gated
+            verdict += f" (not gated: {ungated[v['key']]})"
         status = v["status"]
         if status != "ok" and v.get("error"):
             err = _flat(v["error"])

@@ -119,6 +119,7 @@ class Sweep:
         """Everything before the first variant: the model, shapes, backend, plan, inputs and (with a store and
         ``create_run``) the stored run. Also used by each worker of a parallel sweep (profiler.distributed)."""
         from profiler.models import default_model_path, inspect_model, resolve_shapes
+        from profiler.sweep.options import check_keep_fp32
 
         c = self.config
         # absolute paths are stored with the run, so --resume works from any folder
@@ -131,6 +132,7 @@ class Sweep:
         info = inspect_model(model_path)
         self._check_resumed_model(model_path, info.model_hash)
         self._check_output_names(model_path, [t.name for t in info.outputs])
+        check_keep_fp32(model_path, info, c.keep_fp32)
         shapes = resolve_shapes(info, {k: tuple(v) for k, v in (c.shapes or {}).items()})
         backend = self._resolve_backend()
         self.say(f"backend {backend.name}: {self.backend_reason}")

@@ -130,6 +130,7 @@ def precision_model(c: SweepConfig, model_path: Any, precision: str, shapes: dic
     return variants.prepare(
         model_path, precision, shapes=shapes, calib=c.calib, fp16_range_check=c.fp16_range_check,
         calib_method=c.calib_method, cache_dir=str(c.cache_root() / "variants"), progress=progress, seed=c.seed,
+        keep_fp32=c.keep_fp32,
         holdout_fraction=HOLDOUT_FRACTION if (c.calib and not c.inputs) else 0.0)
 
 

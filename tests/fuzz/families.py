@@ -112,10 +112,18 @@ def _report_saved(tmp: Path) -> tuple[list[str], dict[str, Path]]:
     return ["report", str(saved)], {"saved-json": saved}
 
 
+def _compare_files(tmp: Path) -> tuple[list[str], dict[str, Path]]:
+    a, b = tmp / "a.json", tmp / "b.json"
+    a.write_text("{}")
+    b.write_text("{}")
+    return ["compare", str(a), str(b)], {"baseline": a, "candidate": b}
+
+
 COMMANDS = [
     Command("analyze", _analyze_setup, [("--json", "o.json"), ("--report", "o.html"), ("--trace", "o.trace.json")]),
     Command("import", _import_setup, [("--json", "o.json"), ("--report", "o.html")]),
     Command("compare", _store_only("compare", "1", "2"), [("--json", "o.json"), ("--report", "o.html")]),
+    Command("compare-files", _compare_files, [("--json", "o.json"), ("--report", "o.html")]),
     Command("report-run", _store_only("report", "1"), [("-o", "o.html")]),
     Command("report-json", _report_saved, [("-o", "o.html")]),
 ]

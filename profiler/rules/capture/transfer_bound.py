@@ -84,11 +84,19 @@ def _pinned_already(pageable_copies: int) -> str:
 def transfer_bound(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
     """Ranges whose copies take as long as their compute."""
     cands = [c for c in (_candidate(ctx, r, t) for r in ranges_of(ctx)) if c is not None]
-    out = _inference_transfer_bound(ctx, t)
+    loops = _alternating(ctx)
+    out = [] if loops else _inference_transfer_bound(ctx, t)
     if out:
         cands = [c for c in cands if ctx.label(c[1]["series_id"]) != out[0].range]
     found = [_range_finding(ctx, r, ev, t) for _, r, ev in outermost(ctx, cands, int(t["max_findings"]))]
-    return out + (found if out or not found else _with_steady_copies(ctx, found, t))
+    return out + (found if out or loops or not found else _with_steady_copies(ctx, found, t))
+
+
+def _alternating(ctx: CaptureContext) -> bool:
+    """Whether loops alternate with the inference (``Unit.alternating``): each then copies for itself, so the
+    steady state's copies are no one inference's; each range's finding prices its own copies."""
+    unit = getattr(ctx, "unit", None)
+    return bool(unit is not None and getattr(unit, "alternating", ()))
 
 
 def _candidate(ctx: CaptureContext, r: dict[str, Any], t: Thresholds) -> tuple[float, dict, dict] | None:
