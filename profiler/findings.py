@@ -20,7 +20,7 @@ class Finding:
     found in several scopes is one diagnosis made from different data:
 
     - capture: ``launch_overhead``, ``gpu_idle``, ``jitter``, ``sync_api``, ``pageable_memcpy``,
-      ``transfer_bound``;
+      ``transfer_bound``, ``fp32_math``;
     - layers: ``layer_hotspot``, ``unfused_reformat``, ``precision_fallback``, ``tiny_layers``,
       ``no_tensor_cores``, ``channel_alignment``, and trtexec's warnings ``launch_overhead`` (enqueue-bound),
       ``transfer_bound``, ``jitter``;

@@ -61,3 +61,28 @@ def capture_or_skip(path: Path) -> Path:
     if not Path(path).is_file():
         pytest.skip(f"{path} not found")
     return Path(path)
+
+
+def two_threads(*, same_context: bool, overlap: bool, waits: str | None):
+    """Two threads, 20 inferences each of one 400 us kernel; contexts 1 and 2 (or one), kernels one after the
+    other (or at once); each thread waits ``waits`` ('alternate' or 'together') 450 us per iteration."""
+    from profiler.capture.trace import Trace
+
+    ks, rs, os_rows = [], [], []
+    for i in range(20):
+        for th in (1, 2):
+            t0 = 1_000_000 + i * 1000 * T + (0 if overlap or th == 1 else 500 * T)
+            rs.append(("infer", t0, t0 + 450 * T, th))
+            ks.append((t0 + 20 * T, t0 + 420 * T, th, t0 + 5 * T, 1 + 2 * (i * 2 + th)))
+            if waits:  # alternate: each waits while the other runs
+                base = 1_000_000 + i * 1000 * T
+                w0 = base + (500 * T if th == 1 or waits == "together" else 0)
+                os_rows.append({"start_ns": w0, "end_ns": w0 + 450 * T, "name": "sem_wait", "pid": 1, "tid": th,
+                                "global_tid": th})
+    frame = kernels(*ks)
+    frame["context_id"] = [1 if same_context else r[2] for r in ks]
+    frame["stream_id"] = [10 + r[2] for r in ks]
+    gpus = [{"device_id": 0, "name": "GPU", "compute_major": 8, "compute_minor": 0}]
+    osrt = pd.DataFrame(os_rows) if os_rows else None
+    return Trace.from_frames(meta={"gpus": gpus}, kernels=frame, nvtx=ranges(*rs),
+                             **({"osrt": osrt} if osrt is not None else {}))

@@ -21,7 +21,7 @@ TRT = SHARED / "fixtures" / "nsys-tensorrt"
 CAPTURES = nsys_fixture_files() + (sorted(TRT.glob("*.sqlite")) if TRT.is_dir() else []) + \
     sorted(SAMPLE_TRACES.glob("*.sqlite"))
 
-SIGNED = {"difference_ms", "start_ms", "end_ms", "capture_start_ns", "capture_end_ns", "events_start_ns",
+SIGNED = {"difference_ms", "slope_ms_per_100_steps", "start_ms", "end_ms", "capture_start_ns", "capture_end_ns", "events_start_ns",
           "events_end_ns"}
 """Numbers that may be negative: a difference, and times on the capture's clock (a capture may start
 before zero)."""

@@ -180,12 +180,13 @@ def test_a_few_requests_after_a_long_unranged_warm_up_are_the_inference():
         krows.append((t0, t0 + 650 * T, 5, t0 - 5 * T))
     data = analyze(Trace(kernels=kernels(*krows), nvtx=ranges(*nv))).to_json()
     assert data["inference"]["source"] == "window"
-    # two marked iterations in the middle of a 100-iteration loop: the loop goes on after them, no unit
+    # two marked iterations in the middle of a 100-iteration loop: the loop goes on after them, no unit (the
+    # other iterations carry one-off names: numbered ones, iter#0 ... iter#99, would be a series of their own)
     loop, marks = [], []
     for i in range(100):
         t = 100_000 * T + i * 200 * T
         loop.append((t + 20 * T, t + 120 * T, 5, t + 10 * T))
-        marks.append(("iter" if i in (50, 51) else f"iter#{i}", t, t + 150 * T, 5))
+        marks.append(("iter" if i in (50, 51) else f"iter{chr(65 + i % 26)}{chr(65 + i // 26)}", t, t + 150 * T, 5))
     data = analyze(Trace(kernels=kernels(*loop), nvtx=ranges(*marks))).to_json()
     assert data["inference"]["source"] == "window"
 
@@ -525,7 +526,9 @@ def test_tensor_core_labels_say_unknown_when_the_name_says_neither():
     from profiler.capture.layer_table import gpu_tensor_cores, uses_tensor_cores
 
     assert uses_tensor_cores("sm90_xmma_fprop_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc") is True
-    assert uses_tensor_cores("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128>>") is None
+    # FlashAttention's kernels run their matrix products on MMA atoms (the one table, profiler.kernel_math)
+    assert uses_tensor_cores("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128>>") is True
+    assert uses_tensor_cores("__myl_AddMulRouMaxMinTra_0xa2e185eeee77c88be9eabf5c34ef6679") is None
     assert uses_tensor_cores("ampere_sgemm_128x64_nn") is False
     assert uses_tensor_cores("void cudnn::engines_precompiled::nchwToNhwcKernel<__half, __half, float>") is False
     assert uses_tensor_cores("void at::native::<unnamed>::adaptive_average_pool<float>") is False
@@ -548,15 +551,15 @@ def test_tensor_core_labels_say_unknown_when_the_name_says_neither():
 
 
 def test_flash_attention_is_not_said_to_miss_tensor_cores(nsys_fixtures):
-    """nsysai mfu capture: flash::flash_fwd_kernel runs on Tensor Cores, but its name does not say so."""
+    """nsysai mfu capture: flash::flash_fwd_kernel runs on Tensor Cores (FlashAttention's MMA atoms)."""
     from profiler.cli.analyze import inference_lines
     from tests.capture_builders import result_of
 
     data = result_of(nsys_fixtures / "v2026.2.1_nsysai_mfu_2gpu_after.sqlite").to_json()
     flash = next(r for r in data["layers"] if r["name"] == "flash_attn::_flash_attn_forward")
-    assert "flash_fwd_kernel" in flash["kernels"][0]["name"] and flash["tensor_cores"] is None
+    assert "flash_fwd_kernel" in flash["kernels"][0]["name"] and flash["tensor_cores"] is True
     [line] = [x for x in inference_lines(data) if "flash_attn::_flash_attn_forward" in x]
-    assert "Tensor Cores unknown" in line and "no Tensor Cores" not in line
+    assert "Tensor Cores" in line and "no Tensor Cores" not in line and "unknown" not in line
 
 
 def test_pascal_gpu_is_said_to_have_no_tensor_cores_once(tensorrt_dtoh):

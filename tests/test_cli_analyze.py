@@ -46,18 +46,19 @@ def test_summary_json_and_exit_code(stored):
     lines = out.splitlines()
     # the verdict comes first, wrapped to the terminal's width: its lines up to the first finding
     first = " ".join(line.strip() for line in lines[:next(i for i, x in enumerate(lines) if x.startswith("  1. "))])
-    assert first.startswith("ISSUES FOUND: 1 problem found (and 1 minor finding)")
+    assert first.startswith("ISSUES FOUND: 2 problems found (and 1 minor finding)")
     # the stalls are the outliers' excess and the GPU's idle gaps at once: priced once, by jitter; the idle
-    # GPU keeps the 1% beyond them
-    assert "1. HIGH jitter [host_stall.query]: " in out and "2. LOW gpu_idle: " in out
-    assert "the costliest: jitter, 0.5193 ms per inference, 26.9% of the steady state" in first
+    # GPU keeps the 1% beyond them. Its queries are FP32 matmuls with TF32 off on an H200 (workloads.py):
+    # fp32_math prices half their kernel time (67.9 ms of the 192.7 ms steady state)
+    assert "1. HIGH fp32_math: " in out and "2. HIGH jitter [host_stall.query]: " in out and "3. LOW gpu_idle: " in out
+    assert "the costliest: fp32_math, 0.6792 ms per inference, 35.2% of the steady state" in first
     assert "gpu_idle" in out and "clock_nanosleep" in out
     assert "stored run" in out
     data = _strict(js.read_text())
     [rng] = data["ranges"]
     assert rng["count"] == 100 and len(rng["instances"]["wall_ms"]) == 100
     assert [o["index"] for o in rng["outliers"]] == [7, 17, 27, 37, 47, 57, 67, 77, 87, 97]
-    assert {f["rule"] for f in data["findings"]} == {"jitter", "gpu_idle"}
+    assert {f["rule"] for f in data["findings"]} == {"fp32_math", "jitter", "gpu_idle"}
     assert data["capture"]["nsys_version"].startswith("2025.3")
     assert data["capture"]["gpus"][0]["name"] == "NVIDIA H200"
 
@@ -79,7 +80,7 @@ def test_run_is_stored_with_range_variants_samples_findings_artifacts(stored):
     assert [s["latency_ms"] for s in samples] == pytest.approx(data["ranges"][0]["instances"]["wall_ms"], abs=1e-6)
     assert [s["gpu_busy_ms"] for s in samples] == pytest.approx(data["ranges"][0]["instances"]["gpu_busy_ms"],
                                                                  abs=1e-6)
-    assert sorted(f["rule"] for f in run["findings"]) == ["gpu_idle", "jitter"]
+    assert sorted(f["rule"] for f in run["findings"]) == ["fp32_math", "gpu_idle", "jitter"]
     kinds = {a["kind"]: a["path"] for a in run["artifacts"]}
     assert Path(kinds["capture"]) == HOST_STALL.resolve()
     assert Path(kinds["summary"]) == js.resolve()

@@ -204,13 +204,19 @@ def test_index_latency_is_the_inference_gpu_latency_not_the_enqueue_time():
     assert row["unit_gpu_latency_ms"] > 5 * row["unit_wall_ms"]  # the host wall time is the enqueue alone
 
 
-@pytest.mark.parametrize("capture", ["no_nvtx", "harness_cls"])
-def test_index_has_no_latency_without_an_inference_unit(capture):
-    """No NVTX (a whole-capture window) or no repeated outermost range (the top series stands in): the
-    analysis' GPU latency then spans the whole capture, which is no inference's latency."""
+@pytest.mark.parametrize("capture", ["no_nvtx", "nvfuser"])
+def test_index_has_no_latency_without_an_inference_unit(capture, request):
+    """No NVTX (a whole-capture window) or no repeated outermost range that launches a fair share of the GPU
+    work (nvFuser's 652 ranges): the analysis' GPU latency then spans the whole capture, which is no inference's
+    latency. (harness_cls was the second case until its per-layer pass was read as frames: its eager loop is
+    now the unit.)"""
     from profiler.capture.analyze import analyze_path
 
-    row = index_fields(analyze_path(SAMPLE_TRACES / f"{capture}.sqlite").to_json())
+    path = SAMPLE_TRACES / "no_nvtx.sqlite" if capture == "no_nvtx" else \
+        request.getfixturevalue("nsys_fixtures") / "v2024.6.2_nvfuser_h200_nvtx652.sqlite"
+    data = analyze_path(path).to_json()
+    assert data["inference"]["source"] == "window"
+    row = index_fields(data)
     assert row["unit_gpu_latency_ms"] is None and row["unit_wall_ms"] > 0
 
 

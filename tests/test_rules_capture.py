@@ -16,7 +16,8 @@ from profiler.rules import get_rule, registry, resolve_thresholds
 from tests.conftest import NSYS_FIXTURES, SAMPLE_TRACES
 from tests.capture_builders import T, api, kernels, ranges
 
-CAPTURE_RULES = {"launch_overhead", "gpu_idle", "jitter", "sync_api", "pageable_memcpy", "transfer_bound"}
+CAPTURE_RULES = {"launch_overhead", "gpu_idle", "jitter", "sync_api", "pageable_memcpy", "transfer_bound",
+                 "fp32_math", "time_slicing", "serialised_threads", "decode_drift"}
 REFERENCE = SAMPLE_TRACES / "reference"
 _CACHE: dict[str, object] = {}
 
@@ -37,7 +38,7 @@ def fired(res, rule: str, rng: str | None = "any") -> list:
 
 # ----------------------------------------------------------------------------- registry
 
-def test_registry_holds_the_six_public_rules_with_documented_defaults():
+def test_registry_holds_the_public_rules_with_documented_defaults():
     specs = {s.id: s for s in registry("capture")}
     assert set(specs) == CAPTURE_RULES
     assert specs["gpu_idle"].defaults["min_gap_us"] == 50.0  # microseconds, never nsys's 500 ms
@@ -533,12 +534,15 @@ def test_transfer_bound_sample():
     assert r["outliers"][0]["detail"]["call"] == "cuLibraryLoadData"
 
 
-def test_a_capture_without_a_unit_says_why_and_names_a_nested_candidate():
+def test_a_sweeps_per_layer_pass_is_frames_and_leaves_the_timed_loop_the_unit():
+    """harness_cls: each variant's range holds its 40 timed ``iter`` ranges and, directly, a per-layer pass (each
+    ONNX node's range once per pass, 17 passes in all). Read node by node the pass hid the loop ('none
+    identified'); as frames (every node once, in the same order, no range around a pass) the timed iterations
+    make 40 of the 57 children of the variant's range: the eager loop is the unit, the graph variant's the other."""
     inf = sample("harness_cls").to_json()["inference"]
-    assert inf["source"] == "window"
-    # the sweep's variants are the outermost ranges (one each); their per-iteration ranges repeat inside them
-    assert inf["why"].startswith("no repeated outermost NVTX range; nested ones repeat, e.g. trtprof:")
-    assert "/iter x" in inf["why"] and "--unit NAME" in inf["why"]
+    assert (inf["series"], inf["count"], inf["inside"]) == ("trtprof:fp32-wsdefault-s1/iter", 40,
+                                                            "trtprof:sweep/fp32-wsdefault-s1")
+    assert inf["other_loops"] == ["trtprof:fp32-wsdefault-s1-graph/iter x40"]
     assert sample("no_nvtx").to_json()["inference"]["why"] == "no NVTX ranges"
 
 

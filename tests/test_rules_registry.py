@@ -43,6 +43,12 @@ def capture_contexts() -> list:
     for p in paths:
         for setup in (False, True):  # the steady state, and the whole capture (start-up gaps, first copies)
             out.append(analyze_path(p, AnalysisOptions(include_setup=setup)).context)
+    # two threads taking turns on a semaphore (OS runtime calls the sample captures do not trace)
+    from profiler.capture.analyze import analyze
+    from tests.capture_builders import two_threads
+
+    out.append(analyze(two_threads(same_context=True, overlap=False, waits="alternate"),
+                       AnalysisOptions(include_setup=True)).context)
     return out
 
 

@@ -274,9 +274,10 @@ class Backend(abc.ABC):
     #: engine's own (the reference executor); None: nothing to say
     latency_note: str | None = None
 
-    def memory_snapshot(self) -> dict[str, int] | None:
+    def memory_snapshot(self, engine: Any = None) -> dict[str, Any] | None:
         """Free/used/total device memory now (the driver's view), taken while a variant's contexts are
-        alive; None for a CPU backend or where the driver does not answer."""
+        alive; None for a CPU backend or where the driver does not answer. ``engine``: the variant's,
+        for a backend that can say more about what it holds (the cuda backend's allocator columns)."""
         if not self.is_gpu:
             return None
         try:

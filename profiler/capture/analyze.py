@@ -16,16 +16,30 @@ statistics, GPU busy projection, idle gaps, then the capture rules with each fin
                  cause, detail}], "outlier_count", per-instance host figures (api_ms_per_instance,
                  launches_per_instance, sync_calls_per_instance, compute_ms_per_instance,
                  copy_ms_per_instance, osrt_ms_per_instance, total_wall_ms, ...),
-                 "instances": {"start_ms", "wall_ms", "gpu_busy_ms"}, made_from (a range made from CUDA calls,
-                 not an NVTX range)}, ...],   # biggest total wall first
+                 "instances": {"start_ms", "wall_ms", "gpu_busy_ms", "number" (numbered series)}, made_from (a
+                 range made from CUDA calls or a frame of stage ranges, not an NVTX range), numbered: {numbers,
+                 first, last} (names that differ only by a number, profiler.capture.numbered)}, ...],
+                 # biggest total wall first
      "findings": [{rule, scope: "capture", severity, title, range, evidence, threshold, recommendation,
                    impact: {ms_per_instance, share}}, ...],       # costliest first
      "inference": {series, source: "tensorrt"|"nvtx"|"window", count, steady_count, warmup_count,
                    gpu_ms, gpu_latency_ms, queue_ms, host_ms (statistics like wall_ms), graph_launches,
                    bound_by: "host"|"compute"|"HtoD"|"DtoH"|..., graph_replays: true when each inference is
-                   a cudaGraphLaunch of TensorRT's captured enqueue (profiler.capture.replays),
+                   a cudaGraphLaunch of TensorRT's captured enqueue (profiler.capture.replays), chosen: why this
+                   unit, in words (absent for a window),
                    copies_outside_per_inference: {ms, count}, io_bytes_per_inference: {HtoD, DtoH} (all of
-                   the steady state's copies per inference), alternates_with: [ranges taking turns with it]},
+                   the steady state's copies per inference), alternates_with: [ranges taking turns with it],
+                   throughput: {inferences, duration_ms, per_s, per_thread: [{tid, count, per_s}],
+                   per_stream: [{device, stream, count, per_s}]} (steady state; null without an inference)},
+     "concurrency": {contexts: [{device, context, kernels, threads, streams, busy_ms, busy_share}],
+                     context_overlap_ms: {device: ms, for devices with several contexts}, threads: [{tid,
+                     kernels, inferences, gpu_busy_ms, lock_wait_ms, lock_wait_share, lock_waits}],
+                     lock_wait_overlap_ms, thread_gpu_overlap_ms, lock_wait_calls}   # judged period
+                     (profiler.capture.concurrency),
+     "generation": {graph, requests, prefill_ms, per_request: [{prefill_start_ms, prefill_ms, decode_steps,
+                    decode_ms, first_step}], decode_steps, ms_per_token, step_gpu_ms, tokens_per_s,
+                    drift: {baseline_ms, peak_ms, last_ms, peak_over_baseline, start_step, slope_ms_per_100_steps, ...},
+                    clocks: {recorded, note}} or null: an LLM decode loop (profiler.capture.generation),
      "layers": [{name, parent, count, gpu_ms (per inference), share, kernels: [{name, count, total_ms,
                  tensor_cores}], tensor_cores, engine (with --layer-info)}],   # most GPU time first
      "layer_total": {layers_gpu_ms, inference_gpu_ms (means per inference), difference_ms, note,
@@ -68,7 +82,7 @@ from profiler.capture import series as S
 from profiler.capture import summary as SM
 from profiler.capture.keys import ROW_CHUNK, blocks
 from profiler.capture.options import AnalysisOptions  # noqa: F401 - defined apart: the cache's key needs no pandas
-from profiler.capture.unit import is_graph_replay
+from profiler.capture.unit import is_graph_replay, label_of
 from profiler.capture.waits import host_waits_on_gpu_ms
 from profiler.findings import Finding, json_safe
 from profiler.rules.context import CaptureContext
@@ -137,7 +151,7 @@ def analyze_path(path: str | os.PathLike, options: AnalysisOptions | None = None
     return analyze(trace, options)
 
 
-ANALYSIS_COLUMNS = {"kernels": ("name", "short_name", "stream_id"), "api": (), "osrt": ()}
+ANALYSIS_COLUMNS = {"kernels": ("name", "short_name", "stream_id", "context_id"), "api": (), "osrt": ()}
 """Columns of the large frames that ``analyze`` reads beyond those always loaded (times, pid,
 global_tid, device, correlation and the API link but a kernel's call end, names of API and OS runtime
 calls)."""
@@ -154,7 +168,7 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
 
 
 def _analyze(trace: Any, options: AnalysisOptions | None) -> AnalysisResult:
-    from profiler.capture import layer_table, phases, streams, unit as U
+    from profiler.capture import concurrency, generation, layer_table, phases, streams, unit as U
     from profiler.capture.heap import release_memory
     from profiler.rules import registry, run_rules
     from profiler.rules.impact import calibrate
@@ -177,9 +191,15 @@ def _analyze(trace: Any, options: AnalysisOptions | None) -> AnalysisResult:
     # two copies of the capture's GPU activity and API calls are never held through the rules. (Running
     # the pieces that only read the tables on threads was measured on the 2xH200 host: 1.04x the time and
     # 1.14x the peak memory of this sequential order, so they run in turn.)
+    judged_lo = ph.first_event_ns if options.include_setup else ph.steady_start_ns
+    gen = generation.find(trace, int(start_ns), unit.source)
+    conc = concurrency.measure(trace, judged_lo, ph.steady_end_ns, unit, full, (ph.steady_start_ns, ph.steady_end_ns))
     whole = {"inference": {**U.unit_json(unit), "copies_outside_per_inference":
                            U.copies_outside(full, unit, ph.steady_start_ns, ph.steady_end_ns),
-                           "io_bytes_per_inference": U.io_bytes(full, unit, ph.steady_start_ns, ph.steady_end_ns)},
+                           "io_bytes_per_inference": U.io_bytes(full, unit, ph.steady_start_ns, ph.steady_end_ns),
+                           "throughput": conc.throughput},
+             "concurrency": concurrency.concurrency_json(conc),
+             "generation": gen,
              "phases": phases.phases_json(ph, full.activity),
              **layer_table.layer_table(full, unit, knames, meta.get("gpus"))}
     trimmed = not options.include_setup and _trims(full, ph)
@@ -193,7 +213,7 @@ def _analyze(trace: Any, options: AnalysisOptions | None) -> AnalysisResult:
     release_memory()
     ctx = CaptureContext(trace=trace, table=table, ranges=summaries, devices=devices, outliers=outl,
                          capture_start_ns=int(start_ns), unit=unit, phases=ph, tensorrt=trt,
-                         include_setup=options.include_setup)
+                         include_setup=options.include_setup, concurrency=conc, generation=gen)
     only = options.rules
     if unrecorded:  # an explicit list keeps its unknown ids, so run_rules still refuses them
         only = [r for r in (only if only is not None else [s.id for s in registry("capture")])
@@ -360,6 +380,7 @@ def _round(values: np.ndarray) -> list[float]:
 def _ranges_json(ctx: CaptureContext, options: AnalysisOptions) -> list[dict[str, Any]]:
     inst = ctx.table.instances
     start, wall, busy = (inst[c].to_numpy() for c in ("start_ns", "wall_ns", "gpu_busy_ns"))
+    number = inst["name_index"].to_numpy() if "name_index" in inst.columns else np.full(len(inst), -1)
     outl = ctx.outliers
     o_sid = outl["series_id"].to_numpy().astype(np.int64)
     o_idx, o_wall, o_exc = (outl[c].to_numpy() for c in ("idx", "wall_ms", "excess_ms"))
@@ -376,6 +397,9 @@ def _ranges_json(ctx: CaptureContext, options: AnalysisOptions) -> list[dict[str
         rj["parent"] = ctx.label(r["parent_id"]) if r["parent_id"] >= 0 else None
         if is_graph_replay(rj["domain"], rj["name"]):  # no NVTX range: made by capture/replays.py
             rj["made_from"] = "cudaGraphLaunch calls outside TensorRT's enqueue ranges, one range each"
+        made = ctx.table.made_from.get(label_of(rj["domain"], rj["name"]))
+        if made:  # a frame of stage ranges (capture/stages.py)
+            rj["made_from"] = made
         rj["outliers"] = [{"index": int(o_idx[i]), "wall_ms": float(o_wall[i]), "excess_ms": float(o_exc[i]),
                            "cause": o_cause[i], "detail": o_detail[i]} for i in pos]
         rj["outlier_count"] = len(r["outlier_indices"])
@@ -386,6 +410,11 @@ def _ranges_json(ctx: CaptureContext, options: AnalysisOptions) -> list[dict[str
             "wall_ms": _round(wall[keep] / 1e6),
             "gpu_busy_ms": _round(busy[keep] / 1e6),
         }
+        numbers = number[sl]
+        if (numbers >= 0).any():  # names that differ only by a number (capture/numbered.py)
+            distinct = np.unique(numbers[numbers >= 0])
+            rj["numbered"] = {"numbers": len(distinct), "first": int(distinct[0]), "last": int(distinct[-1])}
+            rj["instances"]["number"] = numbers[keep.start - sl.start:keep.stop - sl.start].tolist()
         if sl.stop > keep.stop:
             rj["instances_truncated"] = True
         out.append(rj)

@@ -3,7 +3,7 @@
 Per layer (a series whose instances sit directly inside steady-state unit instances): GPU time per
 inference (the busy union of the work launched inside the layer range, summed per inference; median
 and p99), share of the inference's GPU time, the kernels it ran (TensorRT's tactics) and whether their
-names say they use Tensor Cores. The layers' sum is set against the inference GPU time.
+names say they use Tensor Cores (:mod:`profiler.kernel_math`). The layers' sum is set against the inference GPU time.
 
 Under CUDA graphs an inference is one graph launch: TensorRT's layer ranges exist only while the graph
 is captured, so per-layer GPU time is not in the capture; the replays are attributed as a unit.
@@ -11,7 +11,6 @@ is captured, so per-layer GPU time is not in the capture; the replays are attrib
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
@@ -20,12 +19,8 @@ import pandas as pd
 from profiler import stats
 from profiler.capture import series as S
 from profiler.capture.unit import Unit, label_of
+from profiler.kernel_math import TENSOR_CORE_MIN_MAJOR, gpu_tensor_cores, uses_tensor_cores  # noqa: F401 - the one table
 
-TENSOR_CORE_KERNEL = re.compile(
-    r"(h884|h1688|h16816|s1688|s16816|i8816|i16832|hmma|imma|gmma|wgmma|tensorop|tensor_op|xmma|_tc_|"
-    r"tensorcore|nvjet_(?:sm\d+_)?[hbteqi][a-z]{2}_)", re.IGNORECASE)
-"""Kernel names that say they run on Tensor Cores (cuDNN/cuBLAS/TensorRT naming: HMMA/IMMA/GMMA
-instructions, xmma kernels, tile shapes such as 1688/16816, nvjet half/bf16/tf32/fp8/int8 variants)."""
 MAX_KERNELS = 5
 
 GRAPH_NOTE = ("The inference replays a CUDA graph: TensorRT's layer ranges exist only while the graph is "
@@ -34,43 +29,6 @@ GRAPH_NOTE = ("The inference replays a CUDA graph: TensorRT's layer ranges exist
 GRAPH_NOTE_OTHER = ("The inference replays a CUDA graph: NVTX ranges inside it (per layer or per op) exist only "
                     "while the graph is captured, so per-layer GPU time is not in this capture and each replay "
                     "is attributed as a whole. Profile a run without CUDA graphs for per-layer times.")
-
-
-NO_TENSOR_CORE_KERNEL = re.compile(
-    r"(sgemm|scudnn|_simt_|ffma|gemv|elementwise|pointwise|pool|reduce|reduction|softmax|memcpy|memset|fill_|"
-    r"tonhwc|tonchw|transpose|epilogue::impl::globalkernel)",
-    re.IGNORECASE)
-"""Kernel names that say they do not: FP32 SIMT GEMM/convolution kernels (sgemm, scudnn, CUTLASS simt,
-FFMA), GEMV, and element-wise, pooling, reduction, softmax, copy and layout-transform (nchwToNhwc, transpose)
-kernels and cuBLASLt's separate epilogue kernel (bias and activation after a GEMM), which do no matrix
-multiply-accumulate."""
-CUDA_CORE_MATH = re.compile(r"(ffma|_simt_)", re.IGNORECASE)
-"""Names that say which instructions do the math, FP32 FMA on the CUDA cores: decisive even in a kernel
-family that has Tensor Core members too (``sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_..._ffma``), as the
-import rule for trtexec tactics reads them."""
-TENSOR_CORE_MIN_MAJOR = 7
-"""GPUs of compute capability below 7.0 (Pascal and older) have no Tensor Cores."""
-
-
-def uses_tensor_cores(name: str) -> bool | None:
-    """True when the kernel's name says it runs on Tensor Cores, False when it says it does not, None when
-    the name says neither (a custom kernel such as ``flash::flash_fwd_kernel`` may well use them)."""
-    if CUDA_CORE_MATH.search(name):  # the instruction is named: an xmma kernel with FFMA runs on CUDA cores
-        return False
-    if TENSOR_CORE_KERNEL.search(name):
-        return True
-    return False if NO_TENSOR_CORE_KERNEL.search(name) else None
-
-
-def gpu_tensor_cores(gpus: list[dict[str, Any]] | None) -> bool | None:
-    """Whether the capture's GPUs have Tensor Cores (compute capability 7.0 or newer); None when unknown."""
-    majors = [g.get("compute_major") for g in gpus or [] if isinstance(g, dict)]
-    majors = [m for m in majors if isinstance(m, int)]
-    if not majors:
-        return None
-    if min(majors) >= TENSOR_CORE_MIN_MAJOR:
-        return True
-    return False if max(majors) < TENSOR_CORE_MIN_MAJOR else None  # a mix: unknown which GPU ran a layer
 
 
 def _layer_tensor_cores(kernels: list[dict[str, Any]]) -> bool | None:

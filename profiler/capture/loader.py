@@ -650,6 +650,7 @@ def _load(export: Export, wanted: set[str], source: Path, columns: dict[str, set
         "missing": ld.missing, "warnings": ld.warnings,
         "absent_columns": ld.absent_columns, "correlation": ld.correlation,
         "nvtx_unclosed": getattr(ld, "nvtx_unclosed", 0),
+        "gpu_metrics": bool(export.has("GPU_METRICS")),  # nsys --gpu-metrics-devices: clocks were sampled
     })
     if export.bad_text[0]:  # after the metadata reads (GPU and process names) that count too
         ld.warnings.append(f"{export.bad_text[0]} name(s) in the export were not valid UTF-8; they are shown "

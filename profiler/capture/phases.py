@@ -14,6 +14,7 @@ uploads and warm-up instances are never blamed on the steady state.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -161,14 +162,26 @@ def _other_repeated(table: S.SeriesTable, unit: Unit) -> list[tuple[int, int]]:
         return []
     top = inst[(inst["depth"].to_numpy() == 0) & (inst["series_id"].to_numpy() != unit.series_id)]
     out = []
-    for _, series in top.groupby("series_id"):
-        if len(series) < 2:
+    first_ns = int(unit.start_ns[0]) if unit.count else 0
+    for sid, series in top.groupby("series_id"):
+        if len(series) < 2 or _warmup_before(table, int(sid), series, first_ns):
             continue
         series = series.sort_values("start_ns", kind="stable")
         wall = series["wall_ns"].to_numpy()
         warm = warmup_count(wall, np.zeros(len(wall), np.int64))
         out.append((int(series["start_ns"].iat[warm]), int(series["end_ns"].max())))
     return out
+
+
+WARMUP_RANGE = re.compile(r"warm[-_ ]?up|^warm|burn[-_ ]?in", re.IGNORECASE)
+"""Range names that say they are the warm-up (``Warmup #``, ``warm_up``, ``burn-in``): a repeated range so named
+that ends before the unit's first instance is setup, not a second loop kept in the steady state."""
+
+
+def _warmup_before(table: S.SeriesTable, sid: int, series: Any, first_ns: int) -> bool:
+    """Whether the series ``sid`` (its top-level ``series`` rows) is a warm-up loop before the unit."""
+    name = str(table.series["name"].iat[sid])
+    return bool(WARMUP_RANGE.search(name)) and int(series["end_ns"].max()) <= first_ns
 
 
 def _window_steady_start(table: S.SeriesTable, capture_start_ns: int) -> int:

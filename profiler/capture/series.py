@@ -88,6 +88,8 @@ class Ranges:
     cross_thread: int = 0
     domains: np.ndarray = field(default_factory=lambda: np.array([""], dtype=object))
     names: np.ndarray = field(default_factory=lambda: np.array([WINDOW_NAME], dtype=object))
+    numbered: int = 0  # series made from numbered names (profiler.capture.numbered)
+    made_from: dict[str, str] = field(default_factory=dict)  # label of a series made here -> how
 
 
 def extract_ranges(trace: Any) -> Ranges:
@@ -109,12 +111,34 @@ def extract_ranges(trace: Any) -> Ranges:
     dcode, dvalues = factor(r, "domain")
     ncode, nvalues = factor(r, "name")
     norm_codes, norm_values = pd.factorize(pd.Index([normalize_range_name(v) for v in nvalues], dtype=object))
+    name_code = norm_codes[ncode[keep]].astype(np.int64)
+    numbered = _merge_numbered(np.asarray(norm_values, dtype=object), name_code, dcode[keep], dvalues,
+                               tid[keep], start[keep], end[keep])
     frame = pd.DataFrame({
-        "domain": dcode[keep], "name": norm_codes[ncode[keep]].astype(np.int64),
+        "domain": dcode[keep], "name": numbered.code[name_code],
         "raw_name": ncode[keep], "start_ns": start[keep], "end_ns": end[keep], "tid": tid[keep],
+        "number": numbered.number[name_code],
     })
     return Ranges(frame, never_closed=int(end_na.sum()), negative=int(negative.sum()), cross_thread=cross,
-                  domains=dvalues, names=np.asarray(norm_values, dtype=object))
+                  domains=dvalues, names=numbered.names, numbered=numbered.merged)
+
+
+def _merge_numbered(names: np.ndarray, name_code: np.ndarray, dcode: np.ndarray, domains: np.ndarray,
+                    tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> Any:
+    """:func:`profiler.capture.numbered.merge_numbered` of the ranges' names, each name in the one domain its
+    rows use (-1 for a name used in several, never merged)."""
+    from profiler.capture.numbered import EXCLUDED_DOMAINS, merge_numbered
+
+    pairs = pd.DataFrame({"n": name_code, "d": dcode}).drop_duplicates()
+    per = pairs.groupby("n")["d"]
+    domain_of = np.full(len(names), -1, np.int64)
+    single = per.nunique()
+    single = single[single == 1].index.to_numpy()
+    domain_of[single] = per.first().reindex(single).to_numpy()
+    excluded = np.zeros(len(names), dtype=bool)
+    excluded[domain_of >= 0] = np.isin(np.asarray(domains, dtype=object)[domain_of[domain_of >= 0]],
+                                       EXCLUDED_DOMAINS)
+    return merge_numbered(names, domain_of, name_code, tid, start, end, excluded)
 
 
 # ----------------------------------------------------------------------------- the series table
@@ -145,6 +169,8 @@ class SeriesTable:
     osrt_sorted: Sorted
     window: bool
     notes: list[str] = field(default_factory=list)
+    made_from: dict[str, str] = field(default_factory=dict)
+    """Series made here, not NVTX ranges of the capture (frames of stage ranges): label -> what they are."""
 
     def rows_of(self, series_id: int) -> slice:
         """Row positions of a series' instances (they are contiguous, in start order)."""
@@ -231,7 +257,7 @@ class SeriesTable:
         inst = inst.reset_index(drop=True)
         out = SeriesTable(series=series, instances=inst, activity=act[0], api=api[0], osrt=osrt[0],
                           act_sorted=sorted_["act"], api_sorted=sorted_["api"], osrt_sorted=sorted_["osrt"],
-                          window=self.window, notes=list(self.notes))
+                          window=self.window, notes=list(self.notes), made_from=dict(self.made_from))
         if self.window and len(inst):
             _remeasure_window(out)
         inst["outlier"] = mark_outliers(inst)
@@ -350,7 +376,10 @@ def build_series(trace: Any) -> SeriesTable:
     osrt = build_host_calls(trace, "osrt")
     from profiler.capture.replays import graph_replays  # replays reads unit's names, and unit imports this module
 
+    from profiler.capture.stages import stage_frames
+
     ranges = graph_replays(extract_ranges(trace), api, trace)  # TensorRT inferences replayed as CUDA graphs
+    ranges = stage_frames(ranges)  # stage ranges repeated as a whole, no range around them
     notes: list[str] = []
     if ranges.never_closed:
         notes.append(f"{ranges.never_closed} NVTX range(s) were never closed (no end): left out of the range series")
@@ -398,6 +427,8 @@ def build_series(trace: Any) -> SeriesTable:
     counts = np.bincount(sid, minlength=len(upair)).astype(np.int64)
     first_of_series = np.concatenate([[0], np.cumsum(counts)[:-1]]) if len(counts) else np.zeros(0, np.int64)
     inst["idx"] = np.arange(len(inst), dtype=np.int64) - np.repeat(first_of_series, counts)
+    number = rf["number"].fillna(-1).to_numpy(np.int64) if "number" in rf.columns else np.full(len(rf), -1)
+    inst["name_index"] = number[order] if len(rf) else np.zeros(0, np.int64)  # the number a numbered name had
     inst["wall_ns"] = inst["end_ns"] - inst["start_ns"]
     raw_distinct = pd.DataFrame({"s": sid, "r": rf["raw_name"].to_numpy()}).drop_duplicates()["s"]
     series = pd.DataFrame({
@@ -443,7 +474,7 @@ def build_series(trace: Any) -> SeriesTable:
     inst["outlier"] = mark_outliers(inst)
     return SeriesTable(series=series, instances=inst, activity=act, api=api, osrt=osrt,
                        act_sorted=act_sorted, api_sorted=api_sorted, osrt_sorted=osrt_sorted,
-                       window=window, notes=notes)
+                       window=window, notes=notes, made_from=dict(ranges.made_from))
 
 
 def _attribution_threads(api_tid: np.ndarray, range_tid: np.ndarray, window: bool) -> tuple[np.ndarray, str]:

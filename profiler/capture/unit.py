@@ -1,8 +1,11 @@
 """The inference unit of a capture: what one inference is, and what each one cost on the GPU.
 
-The unit is, in this order: the range the user names (``--unit NAME``), TensorRT's
-``ExecutionContext::enqueue*`` / ``execute*`` ranges (NVTX domain "TensorRT"), the user's outermost
-repeated range that launches a fair share of the GPU work, or the whole capture window. A range that occurs
+The unit is, in this order: the range the user names (``--unit NAME``, a numbered series by its placeholder
+name or any member's), TensorRT's ``ExecutionContext::enqueue*`` / ``execute*`` ranges (NVTX domain "TensorRT")
+unless a repeated range of the application holds several of them per instance (engines chained: that range,
+:func:`enclosing_enqueues`), the user's outermost repeated range that launches a fair share of the GPU work
+(numbered names merged first, :mod:`profiler.capture.numbered`; stage ranges repeated as a whole made frames,
+:mod:`profiler.capture.stages`), or the whole capture window. ``Unit.chosen`` says which rule took it. A range that occurs
 once (``benchmark`` around the timed loop, a sweep's ``sweep/<variant>``) does not hide the loop inside it:
 see :func:`outer_instances`. Per instance, the GPU work it launched (kernels, copies, memsets, graph launches,
 joined to the launching API call through the correlation id by the loader, attributed by thread and
@@ -30,6 +33,7 @@ import pandas as pd
 from profiler import stats
 from profiler.capture import blockwise
 from profiler.capture import series as S
+from profiler.capture.numbered import templates
 from profiler.capture.summary import launched_inside, pair_chunks
 from profiler.errors import UsageError
 
@@ -92,6 +96,7 @@ class Unit:
     others: tuple[str, ...] = ()  # other repeated ranges that could stand for it (label xN), most wall first
     alternating: tuple[int, ...] = ()  # series of the ranges that alternate with it (:func:`alternating_series`)
     alternating_labels: tuple[str, ...] = ()  # their labels
+    chosen: str = ""  # why this unit was chosen, in words
 
     @property
     def count(self) -> int:
@@ -108,11 +113,19 @@ def label_of(domain: Any, name: Any) -> str:
 
 def choose_series(table: S.SeriesTable, unit_name: str | None = None) -> tuple[int | None, str]:
     """(series id, source) of the inference unit; (None, 'window') when nothing qualifies."""
+    sid, source, _ = choose(table, unit_name)
+    return sid, source
+
+
+def choose(table: S.SeriesTable, unit_name: str | None = None) -> tuple[int | None, str, str]:
+    """(series id, source, why it was chosen in words) of the inference unit; (None, 'window', '') when nothing
+    qualifies. A TensorRT enqueue is the unit unless a repeated range of the application holds several of them
+    per instance (:func:`enclosing_enqueues`)."""
     series = table.series
     if table.window or series.empty:
         if unit_name:
             raise UsageError(f"--unit {unit_name!r}: this capture has no NVTX ranges to choose from")
-        return (0 if len(series) else None), "window"
+        return (0 if len(series) else None), "window", ""
     inst = table.instances
     sid = inst["series_id"].to_numpy()
     wall = np.bincount(sid, weights=inst["wall_ns"].to_numpy(dtype=np.float64), minlength=len(series))
@@ -120,15 +133,26 @@ def choose_series(table: S.SeriesTable, unit_name: str | None = None) -> tuple[i
     count = series["count"].to_numpy()
     labels = [label_of(d, n) for d, n in zip(series["domain"], series["name"])]
     if unit_name:
-        hits = [i for i, lab in enumerate(labels) if unit_name in (lab, series["name"].iat[i])]
+        wanted = [unit_name] + templates(unit_name)  # 'Inference 12' names the series 'Inference #'
+        hits = []
+        for name in wanted:
+            hits = hits or [i for i, lab in enumerate(labels) if name in (lab, series["name"].iat[i])]
         if not hits:
             shown = ", ".join(sorted(labels, key=lambda x: -count[labels.index(x)])[:8])
             raise UsageError(f"--unit {unit_name!r} names no NVTX range of this capture; ranges: {shown}")
         best = max(hits, key=lambda i: (count[i], wall[i]))
-        return best, "tensorrt" if _is_trt(series, best) else "nvtx"
+        return best, "tensorrt" if _is_trt(series, best) else "nvtx", "named by --unit"
     trt = [i for i in range(len(series)) if _is_trt(series, i)]
     if trt:
-        return max(trt, key=lambda i: (count[i], wall[i])), "tensorrt"
+        best = max(trt, key=lambda i: (count[i], wall[i]))
+        around = enclosing_enqueues(table, best)
+        if around is not None:
+            return around[0], "nvtx", (f"holds {around[1]:.3g} TensorRT enqueues per instance (engines chained, or "
+                                       "one enqueue per chunk): the range around them is the inference, the enqueues "
+                                       "its layers")
+        if is_graph_replay(series["domain"].iat[best], series["name"].iat[best]):
+            return best, "tensorrt", "each a replay of the CUDA graph TensorRT's enqueue was captured into"
+        return best, "tensorrt", "TensorRT's range around each enqueue of an execution context"
     busy = np.bincount(sid, weights=inst["gpu_busy_ns"].to_numpy(dtype=np.float64), minlength=len(series))
     act = table.activity
     total_busy = blockwise.union_length(act.start_ns, act.end_ns, sorted_by_start=act.sorted_by_start) \
@@ -140,13 +164,61 @@ def choose_series(table: S.SeriesTable, unit_name: str | None = None) -> tuple[i
                        if count[i] >= 2 and top[i] >= 0.5 * count[i] and i not in wrappers),
                       key=lambda i: (-wall[i], -count[i]))
     outer = [i for i in repeated if busy[i] >= UNIT_MIN_GPU_SHARE * total_busy]
+    why = (f"the repeated outermost range with the most time of those that launch {UNIT_MIN_GPU_SHARE:.0%} or more "
+           "of the capture's GPU work")
     # else a few requests after a long warm-up outside any range (first-call autotuning, lazy loading):
     # they launch little of the capture's GPU work but a fair share of the work from their first one on
-    outer = outer or [i for i in repeated[:SPAN_CANDIDATES]
-                      if busy[i] > 0 and busy[i] >= UNIT_MIN_GPU_SHARE * _busy_from_first(table, sid, i)]
+    if not outer:
+        outer = [i for i in repeated[:SPAN_CANDIDATES]
+                 if busy[i] > 0 and busy[i] >= UNIT_MIN_GPU_SHARE * _busy_from_first(table, sid, i)]
+        why = (f"the repeated outermost range with the most time of those that launch {UNIT_MIN_GPU_SHARE:.0%} or "
+               "more of the GPU work from their first instance on")
     if outer:
-        return outer[0], "nvtx"
-    return None, "window"
+        return outer[0], "nvtx", why
+    return None, "window", ""
+
+
+ENCLOSING_MIN_SHARE = 0.9
+"""A range of the application is the inference instead of TensorRT's enqueue when at least this share of the
+enqueues lies inside ranges of the application that hold several per instance (its own, and its warm-up's) ..."""
+ENCLOSING_MIN_ENQUEUES = 1.5
+"""... and they hold at least this many enqueues per instance on average (8 engines chained per inference, or one
+enqueue per chunk of the input): one enqueue is an eighth of the inference, not the inference."""
+
+
+def enclosing_enqueues(table: S.SeriesTable, trt: int) -> tuple[int, float] | None:
+    """(series, enqueues per instance) of the repeated range of the application that holds several TensorRT
+    enqueues (series ``trt``) per instance and the most of them (then: the most instances, the innermost); None
+    when there is none."""
+    series = table.series
+    count = series["count"].to_numpy()
+    held = {}  # application ranges holding several enqueues per instance: series -> (share, per instance)
+    for a, share in table.ancestor_share(trt).items():
+        per = share * count[trt] / count[a]
+        if series["domain"].iat[a] != TENSORRT_DOMAIN and count[a] >= 2 and per >= ENCLOSING_MIN_ENQUEUES:
+            held[int(a)] = (share, float(per))
+    # the warm-up's ranges and the timed loop's (Warmup #, Inference #) hold the enqueues together
+    if not held or _share_inside(table, trt, set(held)) < ENCLOSING_MIN_SHARE:
+        return None
+    best = max(held, key=lambda a: (held[a][0], count[a]))  # the one holding the most enqueues
+    return best, held[best][1]
+
+
+def _share_inside(table: S.SeriesTable, sid: int, around: set[int]) -> float:
+    """Share of the instances of series ``sid`` nested (at any depth) in an instance of a series of ``around``."""
+    inst = table.instances
+    series_of, parent = inst["series_id"].to_numpy(), inst["parent"].to_numpy()
+    rows = np.flatnonzero(series_of == sid)
+    if not len(rows):
+        return 0.0
+    inside = np.zeros(len(rows), dtype=bool)
+    cur, who = parent[rows], np.arange(len(rows))
+    while len(cur):
+        ok = cur >= 0
+        cur, who = cur[ok], who[ok]
+        inside[who[np.isin(series_of[cur], list(around))]] = True
+        cur = parent[cur]
+    return float(inside.mean())
 
 
 def outer_instances(table: S.SeriesTable) -> np.ndarray:
@@ -308,7 +380,7 @@ def is_graph_replay(domain: Any, name: Any) -> bool:
 
 def build_unit(table: S.SeriesTable, unit_name: str | None = None) -> Unit:
     """The unit and its per-instance GPU time, latency, queueing delay and host time."""
-    sid, source = choose_series(table, unit_name)
+    sid, source, chosen = choose(table, unit_name)
     if sid is None:  # NVTX ranges, none repeated: the whole window of GPU work is the unit
         return _window_unit(table)
     rows = np.arange(table.rows_of(sid).start, table.rows_of(sid).stop)
@@ -333,7 +405,8 @@ def build_unit(table: S.SeriesTable, unit_name: str | None = None) -> Unit:
                 graph_launches=graphs, warmup=warmup_count(host, latency, first_is_warmup=source == "tensorrt"),
                 why=window_reason(table) if source == "window" else "", inside=inside, others=others,
                 alternating=alt, alternating_labels=tuple(
-                    label_of(table.series["domain"].iat[j], table.series["name"].iat[j]) for j in alt))
+                    label_of(table.series["domain"].iat[j], table.series["name"].iat[j]) for j in alt),
+                chosen=_chosen(table, sid, rows, chosen, inside))
 
 
 def alternating_series(table: S.SeriesTable, sid: int, source: str) -> tuple[int, ...]:
@@ -368,6 +441,24 @@ def _take_turns(table: S.SeriesTable, a: int, b: int) -> bool:
         return False
     between = np.searchsorted(sb, sa[1:], "left") - np.searchsorted(sb, sa[:-1], "right")
     return float(np.mean(between >= 1)) >= ALTERNATING_MIN_SHARE
+
+
+def _chosen(table: S.SeriesTable, sid: int, rows: np.ndarray, why: str, inside: str | None) -> str:
+    """Why the unit was chosen, in words: how its series was made (numbered names, frames of stages) and the
+    rule that took it."""
+    if inside and why != "named by --unit":
+        why = f"iterations of a loop inside the one-off range {inside}"
+    label = label_of(table.series["domain"].iat[sid], table.series["name"].iat[sid])
+    made = table.made_from.get(label)
+    if made:
+        return f"{made}: each repetition is one frame, its stages the layers; {why}"
+    numbers = table.instances["name_index"].to_numpy()[rows] if "name_index" in table.instances else np.zeros(0)
+    numbers = numbers[numbers >= 0]
+    if len(numbers):
+        distinct = np.unique(numbers)
+        return (f"ranges whose names differ only by a number ({len(distinct)} numbers, {int(distinct[0])} to "
+                f"{int(distinct[-1])}) are one series; {why}")
+    return why
 
 
 def _wrapped(table: S.SeriesTable, sid: int, rows: np.ndarray, source: str,
@@ -457,6 +548,7 @@ def unit_json(unit: Unit) -> dict[str, Any]:
         "host_ms": summ(unit.host_ns), "graph_launches": unit.graph_launches,
         "queued_behind": _counts(queued_behind(unit)[st]),
         **({"why": unit.why} if unit.source == "window" else {}),
+        **({"chosen": unit.chosen} if unit.chosen else {}),
         **({"graph_replays": True} if unit.series_id is not None and unit.source == "tensorrt"
            and unit.label == label_of(TENSORRT_DOMAIN, GRAPH_REPLAY) else {}),
         **({"inside": unit.inside, "other_loops": list(unit.others)} if unit.inside else {}),

@@ -115,6 +115,8 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
         return []
     st = lambda d, k="median": (d or {}).get(k)  # noqa: E731
     what = {"tensorrt": "TensorRT enqueue", "nvtx": "outermost repeated NVTX range"}.get(inf.get("source"), "?")
+    if str(inf.get("series") or "").startswith("(frame"):
+        what = "stage ranges repeated as a whole, one frame per repetition"
     if inf.get("graph_replays"):
         what = "CUDA graph replays of TensorRT's enqueue, one per cudaGraphLaunch call: its ranges exist only at capture"
     if inf.get("inside"):
@@ -138,7 +140,12 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
                if (inf.get("gpu_latency_ms") or {}).get("count") != 0 else "no GPU work in any instance")
         lines = [f"inference: {inf.get('series')} ({what}), {n_inst} instance{'' if n_inst == 1 else 's'} "
                  f"({inf.get('steady_count')} steady): {gpu}, host {_fmt(st(inf['host_ms']))} ms"
-                 f"{_outside(inf)}{bound_txt}"]
+                 f"{_outside(inf)}{_throughput(inf)}{bound_txt}"]
+    if inf.get("chosen") and inf.get("source") != "window":
+        lines.append(f"  unit chosen: {inf['chosen']}")
+    gen_line = generation_line(data.get("generation"))
+    if gen_line:
+        lines.append(gen_line)
     layers = data.get("layers") or []
     total = data.get("layer_total") or {}
     if layers:
@@ -203,6 +210,39 @@ def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) ->
 WINDOW_SETUP_CALLS = (("context_creation_ms", "context creation"), ("module_loading_ms", "module loading"),
                       ("allocation_ms", "allocations"))
 """The setup's one-time CUDA calls the setup line names for a capture without inferences (no NVTX)."""
+
+
+def generation_line(gen: Any) -> str:
+    """'generation: 4 requests (prefill 810 ms median), 394 decode steps, 13.47 ms/token, 73.9 tokens/s; ...'."""
+    if not isinstance(gen, dict):
+        return ""
+    d = gen.get("drift") or {}
+    drift = (f"; step time rises {_fmt(d.get('peak_over_baseline'), '.2f')}x ({_fmt(d.get('baseline_ms'), '.1f')} -> "
+             f"{_fmt(d.get('peak_ms'), '.1f')} ms) from step {d['start_step']} ({d.get('pattern')})"
+             if d.get("start_step") is not None else "; step time flat")
+    return (f"generation (LLM decode, CUDA graph replays): {gen.get('requests')} request(s) (prefill "
+            f"{_fmt((gen.get('prefill_ms') or {}).get('median'), '.1f')} ms median), {gen.get('decode_steps')} decode "
+            f"steps, {_fmt((gen.get('ms_per_token') or {}).get('median'), '.2f')} ms/token median, "
+            f"{_fmt(gen.get('tokens_per_s'), '.1f')} tokens/s{drift}")
+
+
+def _throughput(inf: dict[str, Any]) -> str:
+    """'; 9.84 inferences/s (2 threads: 4.88 and 4.96/s; 2 streams: ...)' of the steady state; '' without it."""
+    tp = inf.get("throughput")
+    if not isinstance(tp, dict) or tp.get("per_s") is None:
+        return ""
+    parts = []
+    for key, what in (("per_thread", "threads"), ("per_stream", "streams")):
+        rows = tp.get(key) or []
+        if len(rows) > 1:
+            rates = [_fmt(r.get("per_s"), ".3g") for r in rows[:MAX_RATES_SHOWN]]
+            more = f" and {len(rows) - MAX_RATES_SHOWN} more" if len(rows) > MAX_RATES_SHOWN else ""
+            parts.append(f"{len(rows)} {what}: {', '.join(rates)}{more}/s")
+    return f"; {_fmt(tp['per_s'], '.3g')} inferences/s" + (f" ({'; '.join(parts)})" if parts else "")
+
+
+MAX_RATES_SHOWN = 4
+"""Per-thread or per-stream rates listed on the inference line (the JSON has them all)."""
 
 
 def _no_tensor_core_gpus(data: dict[str, Any]) -> str:
@@ -281,7 +321,8 @@ def command(ctx: click.Context, captures: tuple[str, ...], json_path: str | None
 
     Each NVTX range name becomes a series of iterations (without NVTX the whole capture is one window);
     prints the series and the findings of the capture rules (launch_overhead, gpu_idle, jitter,
-    sync_api, pageable_memcpy, transfer_bound) and stores the run unless --no-store.
+    sync_api, pageable_memcpy, transfer_bound, fp32_math, time_slicing, serialised_threads,
+    decode_drift) and stores the run unless --no-store.
 
     Several captures (or --jobs/--scheduler): each is analysed, reported and stored in a task of its own;
     --out gets index.html (a sortable table of every capture with a link to its report) and index.json.

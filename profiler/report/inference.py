@@ -56,11 +56,14 @@ def inference_section(doc: AnalysisDocument) -> Section | None:
                     "exist only while the graph was captured)")
         if inf.get("inside"):
             what = f"an iteration of a loop inside the range {inf['inside']}"
+        if str(inf.get("series") or "").startswith("(frame"):
+            what = "a frame: one repetition of the stage ranges that repeat as a whole"
         others = inf.get("other_loops") or []
         about = (f"One inference is {what}: {inf.get('series')}. Statistics over "
                  "the steady-state instances; GPU time is the busy union of the work each launched, on the GPU "
                  "timeline." + (f" Other loops in the capture: {', '.join(others)} (--unit NAME takes one)."
-                                if others else ""))
+                                if others else "")
+                 + (f" Why this unit: {inf['chosen']}." if inf.get("chosen") else ""))
         if inf.get("alternates_with"):
             about += (f" Taking turns with it: {', '.join(inf['alternates_with'])}, a loop of its own (its copies "
                       "are its work, not counted as the inference's; --unit NAME judges it).")

@@ -162,7 +162,8 @@ def _variants_section(doc: SweepDocument) -> Section:
         rows.append([
             cell(variant_key(v), sub=str(v.get("error") or "")[:160] if v.get("status") != "ok" else ""),
             cell(str(v.get("status") or "?"), cls=status_class(v.get("status"))),
-            str(v.get("precision") or DASH), _accuracy_cell(v, ungated),
+            cell(str(v.get("precision") or DASH), sub=str((v.get("engine") or {}).get("precision_label") or "")),
+            _accuracy_cell(v, ungated),
             stat(lat, "median"), stat(lat, "p99"), cell(fmt_pct(stat(lat, "cov_pct"))),
             finite(v.get("throughput_qps")), stat(v.get("enqueue_ms"), "median"),
             cell(fmt_bytes(v.get("workspace_bytes"))), _streams_cell(v),

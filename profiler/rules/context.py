@@ -38,6 +38,8 @@ class CaptureContext:
     phases: Phases | None = None
     tensorrt: bool = False  # the capture holds TensorRT's NVTX ranges
     include_setup: bool = False
+    concurrency: Any = None  # profiler.capture.concurrency.Concurrency over the judged period, once measured
+    generation: dict[str, Any] | None = None  # profiler.capture.generation.find(): the decode loop, if any
 
     @property
     def judged_start_ns(self) -> int:

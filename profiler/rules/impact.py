@@ -3,7 +3,8 @@
 Each finding gets ``impact = {ms_per_instance, share}``: the time the problem costs over the judged
 period (the steady state by default) per inference and as a share of that period, from the evidence
 its rule measured (the launch-overhead saving, idle time, the outliers' excess, the GPU idle time a
-sync causes up to the time the host blocks in it, the pinned-copy saving, the copy time not hidden behind compute). Severity follows the
+sync causes up to the time the host blocks in it, the pinned-copy saving, the copy time not hidden behind compute, the
+floor of what reduced-precision math saves). Severity follows the
 share, not the rule; negligible findings and weak ones on one-instance series are dropped. Time two findings
 see is priced once: GPU idle time inside a launch-overhead range (or the capture's one window it judges), or
 inside jitter's outlier instances, is that finding's cost, and the gpu_idle finding says so
@@ -44,13 +45,15 @@ def _cost_ms(f: Finding) -> float | None:
         "sync_api": ev.get("sync_cost_ms", ev.get("gpu_idle_during_sync_ms")),
         "pageable_memcpy": ev.get("estimated_saving_ms"),
         "transfer_bound": ev.get("exposed_copy_ms_total"),
+        "fp32_math": ev.get("estimated_saving_ms"),
+        "decode_drift": ev.get("excess_ms"),
     }.get(f.rule)
     return float(value) if isinstance(value, (int, float)) and np.isfinite(value) else None
 
 
 #: Rules whose cost is GPU time summed over devices: its share is of the steady state times the GPUs that
 #: worked in it (two GPUs copying side by side for a whole second cost 2 s of GPU time in 1 s).
-GPU_TIME_COSTS = frozenset({"transfer_bound", "pageable_memcpy"})
+GPU_TIME_COSTS = frozenset({"transfer_bound", "pageable_memcpy", "fp32_math"})
 
 
 def _gpus_at_work(ctx: CaptureContext) -> int:
@@ -70,9 +73,19 @@ table's CoV and outliers are not left unexplained."""
 
 def _exposure_ms(f: Finding) -> float | None:
     """What a finding whose cost is unknown is known to take (ms): pageable copies without a pinned twin to
-    compare with take their GPU copy time, of which pinned memory would save an unmeasured part."""
-    value = {"pageable_memcpy": f.evidence.get("gpu_ms")}.get(f.rule)
+    compare with take their GPU copy time, of which pinned memory would save an unmeasured part; threads that
+    take turns on a lock wait for each other this long (per thread)."""
+    key = {"pageable_memcpy": "gpu_ms", "serialised_threads": "lock_wait_ms_per_thread"}.get(f.rule)
+    value = f.evidence.get(key) if key else None
     return float(value) if isinstance(value, (int, float)) and np.isfinite(value) else None
+
+
+EXPOSURE_TEXT = {
+    "pageable_memcpy": "{ms} ms of GPU copy time, {pct}% of the steady state's GPU time; the saving is not measured",
+    "serialised_threads": ("{ms} ms per thread waiting for the other threads' turn, {pct}% of the steady state; "
+                           "the saving is not measured (it is latency; throughput gains only where the GPU idles)"),
+}
+"""How an unpriced finding's exposure (:func:`_exposure_ms`) reads."""
 
 
 def _unpriced_severity(f: Finding, period_ms: float) -> str:
@@ -85,8 +98,7 @@ def _unpriced_severity(f: Finding, period_ms: float) -> str:
     if exposure is None or period_ms <= 0:
         return "low"
     share = min(exposure / period_ms, 1.0)
-    text = (f"{fmt_num(exposure, 4)} ms of GPU copy time, {fmt_num(100 * share, 3)}% of the steady state's GPU time; "
-            "the saving is not measured")
+    text = EXPOSURE_TEXT[f.rule].format(ms=fmt_num(exposure, 4), pct=fmt_num(100 * share, 3))
     for d in (f.impact, f.evidence["impact"]):
         d.update(exposure_ms=exposure, exposure_share=share, text=text)
     return "medium" if share >= IMPACT_HIGH_SHARE else "low"

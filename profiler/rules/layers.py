@@ -17,12 +17,12 @@ Thresholds (each rule's defaults, severity bands included):
   for (fp16 build: fp32 layers; int8 build: fp16/fp32 layers).
 - ``tiny_layers``: at least 10 layers, and at least 30 % of the timed layers, under 10 us each.
 - ``no_tensor_cores``: convolution/GEMM layers whose tactic name shows no Tensor Core kernel.
-  Heuristic over TensorRT/cuDNN/CUTLASS kernel names: Tensor Core kernels carry an MMA marker
-  (``xmma``/``hmma``/``imma``/``gmma``, cuDNN's ``h884``/``h1688``/``h16816``/``i8816``/``i16832``
-  shapes, ``tf32``). Not Tensor Core: single-precision cuDNN (``scudnn``), dp4a int8 (``int8x4``
-  cuDNN kernels), ``sgemm``/``gemv``, ``simt`` kernels, and XMMA kernels with pure fp32 math (``f32f32_f32f32``).
-  Layers without a tactic name (TensorRT's own CUDA kernels, e.g. depthwise convolution) are
-  "unknown" and not reported.
+  The tactic names are read by the one table of kernel names (:mod:`profiler.kernel_math`): Tensor Core
+  kernels name an MMA shape or instruction (cuDNN's ``h1688``/``h16816``/``i8816``, XMMA ``tensor16x8x16``,
+  HMMA/IMMA) or a reduced-precision math type in an sm70+ XMMA kernel; not Tensor Core: single-precision
+  cuDNN (``scudnn``), dp4a int8 (``int8x4`` cuDNN kernels), ``sgemm``/``gemv``, ``simt``/``ffma`` kernels,
+  ``sm50``/``sm60`` XMMA kernels and XMMA kernels with FP32 math (``f32f32_f32f32``). Layers without a
+  tactic name, or whose name says neither (Myelin), are "unknown" and not reported.
 - ``channel_alignment``: conv/GEMM input or output channels (per group) not multiples of 8 (fp16) or
   32 (int8); image inputs with at most 4 channels are expected and left out.
 - ``launch_overhead``: median enqueue > 0.8 x median GPU compute (trtexec's enqueue-bound warning).
@@ -44,6 +44,7 @@ import numpy as np
 import pandas as pd
 
 from profiler.findings import SEVERITIES, Finding, sort_findings
+from profiler.kernel_math import uses_tensor_cores
 from profiler.layers import frame as lf
 from profiler.rules import Overrides, Thresholds, rule, run_rules
 from profiler.rules._trtexec import (ENQUEUE_BOUND_RATIO, JITTER_MEDIUM_OVER_LIMIT, TRANSFER_BOUND_RATIO,
@@ -51,9 +52,6 @@ from profiler.rules._trtexec import (ENQUEUE_BOUND_RATIO, JITTER_MEDIUM_OVER_LIM
 from profiler.rules.context import LayerContext
 
 
-_TC_MARKERS = re.compile(r"xmma|hmma|imma|gmma|h884|h1688|h16816|i8816|i16832|16816|1688|884cudnn|tf32|"
-                         r"tensorop|_hgemm|wmma", re.I)
-_NON_TC = re.compile(r"scudnn|sgemm|gemv|simt|int8x4_icudnn|icudnn_int8x4|f32f32_f32f32|_fp32_icudnn_int8x4", re.I)
 _GEMM_TYPES = re.compile(r"conv|gemm|matmul|matrixmultiply|fullyconnected", re.I)
 _QUANTISED = {"int8", "uint8", "fp8", "int4", "fp4"}
 # TensorRT's tensor format strings -> trtexec layouts; first match wins; None: a layout trtexec's
@@ -317,14 +315,9 @@ def tiny_layers(v: LayerContext, t: Thresholds) -> list[Finding]:
 
 
 def tensor_core_kind(tactic: str | None) -> str:
-    """'tensor-core', 'no-tensor-core' or 'unknown' from a tactic (kernel) name; see module docs."""
-    if not isinstance(tactic, str) or not tactic:
-        return "unknown"
-    if _NON_TC.search(tactic):
-        return "no-tensor-core"
-    if _TC_MARKERS.search(tactic):
-        return "tensor-core"
-    return "no-tensor-core"
+    """'tensor-core', 'no-tensor-core' or 'unknown' from a tactic (kernel) name, read by the one table of
+    kernel names (:mod:`profiler.kernel_math`)."""
+    return {True: "tensor-core", False: "no-tensor-core"}.get(uses_tensor_cores(tactic), "unknown")
 
 
 def _is_gemm(r: dict) -> bool:
@@ -347,8 +340,8 @@ def no_tensor_cores(v: LayerContext, t: Thresholds) -> list[Finding]:
         title=f"{v.key}: {len(rows)} convolution/GEMM layer(s) ({where}) run kernels "
               "without Tensor Cores",
         evidence={"layers": [_layer_ev(r) for r in rows[:10]], "count": len(rows), "share_pct": share},
-        threshold={"heuristic": "tactic name lacks an MMA marker (xmma/hmma/imma/gmma/h1688/i8816/tf32...) "
-                                "or names a non-Tensor-Core kernel (scudnn, int8x4 cuDNN, sgemm, f32f32_f32f32)"},
+        threshold={"heuristic": "the tactic's kernel name says it runs without Tensor Cores (scudnn, int8x4 cuDNN, "
+                                "sgemm, simt/ffma, f32f32_f32f32 XMMA, sm50 XMMA; profiler.kernel_math)"},
         recommendation="Tensor Core kernels need fp16/bf16/int8 (or TF32) math and aligned channel counts; "
                        "check the layer's precision and channels, or whether TF32 was disabled.")]
 

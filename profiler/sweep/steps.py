@@ -205,7 +205,7 @@ def snapshot_memory(sw: Sweep, st: VariantState) -> str | None:
     from profiler.backends.onnxruntime import rss_bytes
 
     st.rss_after_run_bytes = rss_bytes()
-    st.device_memory_run = st.backend.memory_snapshot()
+    st.device_memory_run = st.backend.memory_snapshot(st.engine)
     return None
 
 
@@ -234,7 +234,7 @@ def compare_model_arithmetic(sw: Sweep, st: VariantState) -> str | None:
     if "accuracy" in st.skipped:
         return "no accuracy check"
     if st.spec.precision not in CPU_FAITHFUL_NOTES or st.backend.faithful_low_precision:
-        return f"{st.backend.name} computes {st.spec.precision} as a GPU engine does"
+        return f"the gated figure is {st.backend.name}'s own {st.spec.precision} arithmetic"
     st.model_arithmetic, check = model_arithmetic(st.spec, Path(st.variant.path), st.feeds, st.reference or [],
                                                   sw.config, st.calibration)
     if check is not None:

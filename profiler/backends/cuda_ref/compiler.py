@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from profiler.backends.base import BuildError, TensorInfo, UnsupportedOp
-from profiler.backends.cuda_ref import ops_math, ops_nn  # noqa: F401 - they register their ops
+from profiler.backends.cuda_ref import ops_math, ops_nn, ops_quant  # noqa: F401 - they register their ops
 from profiler.backends.cuda_ref._torch import load_torch
 from profiler.backends.cuda_ref.nodes import (NP_NAMES, OPS, Node, np_dtype_name, onnx_dtype,
                                               tensor_from_proto)

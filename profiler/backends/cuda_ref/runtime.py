@@ -37,7 +37,7 @@ class CapturedGraph:
 class CudaTorchContext(GpuExecutionContext):
     """One stream: its cuda-python stream, pinned I/O, device inputs, two event lanes, optional graphs."""
 
-    def __init__(self, engine: Any, stream_index: int = 0, graph_ok: bool = True):
+    def __init__(self, engine: Any, stream_index: int = 0, graph_ok: bool = True, node_ranges: bool = True):
         from profiler import cuda
 
         t = load_torch()
@@ -58,7 +58,7 @@ class CudaTorchContext(GpuExecutionContext):
         self.graph: Any = None
         self._graphs: tuple[CapturedGraph, CapturedGraph] | None = None
         self._graph_ok = graph_ok
-        self._plan = self.program.plan(engine._ranges())
+        self._plan = self.program.plan(engine._ranges() if node_ranges else None)
         rt = cuda.runtime()
         copies_in = [(x.data_ptr(), b.ptr, b.nbytes) for x, b in zip(self.dev_inputs, self.pinned_in)]
         self.timed = TimedStream(rt, cuda.check, self.stream.handle, (self._event_set(0), self._event_set(1)),
