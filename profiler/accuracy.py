@@ -50,6 +50,7 @@ saturate u8s8 products; the sweep shows the model's own arithmetic beside it, la
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any, Iterable
 
 import numpy as np
@@ -263,11 +264,29 @@ def parse_threshold_args(args: Iterable[str]) -> dict[str, dict[str, float]]:
         if not sep or not dot or (metric not in METRICS and limit not in TOLERANCE_KEYS):
             raise UsageError(f"accuracy threshold {raw!r} is not PRECISION.METRIC_min=X, PRECISION.METRIC_max=X "
                              f"or PRECISION.atol/rtol=X (metrics: {', '.join(METRICS)})")
-        try:
-            out.setdefault(precision, {})[limit] = float(value)
-        except ValueError:
-            raise UsageError(f"accuracy threshold {raw!r}: {value!r} is not a number") from None
+        out.setdefault(precision, {})[limit] = limit_value(f"accuracy threshold {raw!r}", limit, value)
     return out
+
+
+#: The range a limit (or tolerance) can take: agreement shares and cosine similarity are bounded, the rest are
+#: non-negative magnitudes or counts. A value outside it (or nan, inf) would silently switch its check off.
+LIMIT_RANGES = {"cosine": (-1.0, 1.0), "top1_agreement": (0.0, 1.0), "exact_match": (0.0, 1.0),
+                "elementwise_fail_frac": (0.0, 1.0)}
+
+
+def limit_value(what: str, limit: str, value: str) -> float:
+    """``value`` of the limit or tolerance ``limit`` (``cosine_min``, ``atol``) as a finite number in its range
+    (:data:`LIMIT_RANGES`, else >= 0); a UsageError naming ``what`` otherwise."""
+    try:
+        x = float(value)
+    except ValueError:
+        raise UsageError(f"{what}: {value!r} is not a number") from None
+    metric = limit[:-4] if limit.endswith(("_min", "_max")) else limit
+    lo, hi = LIMIT_RANGES.get(metric, (0.0, math.inf))
+    if not math.isfinite(x) or not lo <= x <= hi:
+        span = f"from {lo:g} to {hi:g}" if math.isfinite(hi) else f"of at least {lo:g}"
+        raise UsageError(f"{what}: {value!r} is not a finite number {span}")
+    return x
 
 
 def parse_output_options(kinds: Iterable[str], tolerances: Iterable[str]) -> tuple[dict[str, str], dict[str, dict]]:
@@ -284,12 +303,9 @@ def parse_output_options(kinds: Iterable[str], tolerances: Iterable[str]) -> tup
         tol: dict[str, float] = {}
         for part in spec.split(","):
             key, eq, value = part.partition("=")
-            try:
-                if key.strip() not in TOLERANCE_KEYS or not eq:
-                    raise ValueError
-                tol[key.strip()] = float(value)
-            except ValueError:
-                raise UsageError(f"--output-tolerance {raw!r} is not NAME:atol=X,rtol=Y") from None
+            if key.strip() not in TOLERANCE_KEYS or not eq:
+                raise UsageError(f"--output-tolerance {raw!r} is not NAME:atol=X,rtol=Y")
+            tol[key.strip()] = limit_value(f"--output-tolerance {raw!r}", key.strip(), value)
         if not sep or not name:
             raise UsageError(f"--output-tolerance {raw!r} is not NAME:atol=X,rtol=Y")
         tol_map[name] = tol

@@ -59,3 +59,10 @@ def require(module: str, extra: str, purpose: str = ""):
         return importlib.import_module(module)
     except ImportError as exc:  # pragma: no cover - exercised where the extra is absent
         raise MissingExtra(module, extra, purpose) from exc
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``timeout``, ``docker stop``, Slurm, Kubernetes) during a sweep: handled as Ctrl-C is (the run
+    marked interrupted, its lease released, the partial summary written), then exit 143 (128 + SIGTERM)."""
+
+    exit_code = 143

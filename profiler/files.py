@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Callable
 
@@ -19,28 +20,75 @@ def os_reason(exc: OSError) -> str:
 
 
 def atomic_write_bytes(path: Path, data: bytes, option: str) -> None:
-    """``data`` into ``path`` through a temporary sibling and ``os.replace``: a full disk or a kill
-    mid-write leaves the previous file or none, never a truncated one. ``option`` names the path in
-    the error (``--out``)."""
+    """``data`` into ``path``, naming ``option`` (``--out``) in the one-sentence error (exit 3). A regular
+    file (or a new path) is written through a temporary sibling and ``os.replace``, so a full disk or a kill
+    mid-write leaves the previous file or none, never a truncated one. A symlink is followed (its target is
+    written, the link stays); a device or a FIFO (``/dev/null``, ``/dev/stdout``) is written in place, since
+    renaming over it would replace it with a regular file."""
+    if str(path) == "-":
+        _write_stdout(data, option)
+        return
+    try:
+        mode = os.stat(path).st_mode  # what the path names, through any symlink
+    except OSError:
+        mode = None  # a new path, or a link to one
+    if mode is not None and not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        _write_in_place(path, data, option, shown=path)
+    else:
+        target = Path(os.path.realpath(path)) if path.is_symlink() else path
+        _replace_with(target, data, option, shown=path)
+
+
+def _write_stdout(data: bytes, option: str) -> None:
+    import sys
+
+    try:
+        sys.stdout.flush()
+        out = getattr(sys.stdout, "buffer", None)
+        if out is None:
+            sys.stdout.write(data.decode("utf-8"))
+        else:
+            out.write(data)
+            out.flush()
+    except OSError as exc:
+        raise InputError(f"cannot write {option} to standard output: {os_reason(exc)}") from None
+
+
+def _write_in_place(target: Path, data: bytes, option: str, shown: Path) -> None:
+    """A device or a FIFO: opened for writing as it is (no truncation, no rename)."""
+    try:
+        fd = os.open(target, os.O_WRONLY)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise InputError(f"cannot write {option} {shown}: {os_reason(exc)}") from None
+
+
+def _replace_with(target: Path, data: bytes, option: str, shown: Path) -> None:
+    """A regular file or a new path: a temporary sibling, fsynced, then renamed over ``target``."""
     import tempfile
 
     tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        if path.exists():
-            os.chmod(tmp, path.stat().st_mode & 0o7777)
+        if target.exists():
+            os.chmod(tmp, target.stat().st_mode & 0o7777)
         else:
             umask = os.umask(0)
             os.umask(umask)
             os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, path)
+        os.replace(tmp, target)
         tmp = None
     except OSError as exc:
-        raise InputError(f"cannot write {option} {path}: {os_reason(exc)}") from None
+        raise InputError(f"cannot write {option} {shown}: {os_reason(exc)}") from None
     finally:
         if tmp is not None:
             try:

@@ -411,8 +411,10 @@ def test_report_to_an_unwritable_path(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("option, words", [
-    (["--alpha", "2"], ["--alpha", "0<x<1"]), (["--threshold-pct", "-50"], ["--threshold-pct", "x>=0"]),
-    (["--floor-us", "-1"], ["--floor-us", "x>=0"]), (["--json", ""], ["--json needs a file name"]),
+    (["--alpha", "2"], ["--alpha", "between 0 and 1"]), (["--threshold-pct", "-50"], ["--threshold-pct", "from 0"]),
+    (["--floor-us", "-1"], ["--floor-us", "from 0"]), (["--json", ""], ["--json needs a file name"]),
+    (["--alpha", "nan"], ["--alpha", "'nan'"]), (["--alpha", "0"], ["--alpha", "between 0 and 1"]),
+    (["--threshold-pct", "inf"], ["--threshold-pct", "'inf'"]), (["--floor-us", "nan"], ["--floor-us", "'nan'"]),
 ])
 def test_compare_options_out_of_range_are_usage_errors(option, words, tmp_path, capsys):
     """--alpha 2, a negative threshold or floor were taken as given; --json '' wrote nothing, exit 0."""

@@ -70,3 +70,32 @@ def test_ctrl_c_keeps_finished_variants_and_resume_completes_the_run(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["run"]["status"] == "ok" and [v["key"] for v in summary["variants"]] == KEYS
     assert all(v["status"] == "ok" for v in summary["variants"])
+
+
+def test_sigterm_is_handled_like_ctrl_c_so_resume_works_at_once(tmp_path):
+    """What `timeout`, `docker stop`, Slurm and Kubernetes send: the run is marked interrupted, its lease
+    released (no 120 s wait before --resume), the partial summary written, exit 143."""
+    db, out = tmp_path / "trtprof.db", tmp_path / "out"
+    args = ["sweep", "--precision", "fp32,fp16", "--streams", "1,2", "--duration", "1", "--warmup", "0",
+            "--no-layers", "--db", str(db), "--out", str(out), "--cache-dir", str(tmp_path / "cache")]
+    proc = subprocess.Popen(CLI + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    deadline = time.monotonic() + 30
+    while not _stored(db) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "the sweep ended before it could be terminated"
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=30)
+
+    assert proc.returncode == 143, stderr
+    assert "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1] == "trtprof: terminated (SIGTERM)"
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT status, lease_owner FROM runs").fetchall() == [("interrupted", None)]
+    stored = _stored(db)
+    partial = json.loads((out / "summary.json").read_text())
+    assert partial["run"]["status"] == "interrupted"
+    assert [v["key"] for v in partial["variants"]] == [k for k, _ in stored]
+    done = subprocess.run(CLI + ["sweep", "--resume", "1", "--db", str(db), "--out", str(out)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert sorted(k for k, _ in _stored(db)) == sorted(KEYS)

@@ -4,6 +4,7 @@ terminal escaping, and the interval sweeps that replaced window x member expansi
 from __future__ import annotations
 
 import datetime as dt
+import re
 import tracemalloc
 
 import numpy as np
@@ -311,3 +312,160 @@ def test_runs_and_show_never_print_a_raw_escape(tmp_path, capsys, command):
     assert exc.value.code == 0
     assert not any(ord(c) < 32 and c not in "\n\t" or 0x7f <= ord(c) <= 0x9f for c in out), repr(out)
     assert "nightly" in out
+
+
+# ------------------------------------------------------------------- outputs (issue 33)
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from profiler.errors import InputError
+    from profiler.files import atomic_write_bytes
+
+    out = tmp_path / "summary.json"
+    out.write_text("old")
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(InputError, match="cannot write --json .*summary.json: No space left on device"):
+        atomic_write_bytes(out, b"new document", "--json")
+    assert out.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]
+
+
+def test_a_fifo_is_written_in_place_and_stays_a_fifo(tmp_path):
+    import os
+    import stat
+    import threading
+
+    from profiler.files import atomic_write_bytes
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    atomic_write_bytes(fifo, b"x" * 200_000, "--json")  # more than a pipe's buffer: written in full
+    reader.join(10)
+    assert got == [b"x" * 200_000]
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_a_symlink_stays_a_link_and_its_target_gets_the_document(tmp_path):
+    from profiler.files import atomic_write_bytes
+
+    target, link = tmp_path / "real.json", tmp_path / "link.json"
+    target.write_text("old")
+    link.symlink_to(target)
+    atomic_write_bytes(link, b"new", "--json")
+    assert link.is_symlink() and target.read_text() == "new"
+    dangling = tmp_path / "d.json"
+    dangling.symlink_to(tmp_path / "later.json")
+    atomic_write_bytes(dangling, b"made", "--json")
+    assert dangling.is_symlink() and (tmp_path / "later.json").read_text() == "made"
+
+
+def test_dash_writes_to_standard_output(capfdbinary):
+    from pathlib import Path
+
+    from profiler.files import atomic_write_bytes
+
+    atomic_write_bytes(Path("-"), b"{}\n", "--report")
+    assert capfdbinary.readouterr().out == b"{}\n"
+    assert not Path("-").exists()
+
+
+def test_outputs_checked_against_inputs_the_store_and_each_other(tmp_path):
+    import os
+
+    from profiler.cli.outputs import check_outputs
+
+    cap, db = tmp_path / "cap.sqlite", tmp_path / "s.db"
+    cap.write_bytes(b"capture")
+    db.write_bytes(b"")
+    os.link(cap, tmp_path / "other-name")
+    cases = [
+        ([("--json", str(tmp_path / "other-name"))], "is the capture"),
+        ([("--report", str(tmp_path / "x" / ".." / "s.db"))], "is the run store"),
+        ([("--json", str(tmp_path / "o")), ("--trace", str(tmp_path / "o"))], "--json and --trace both name"),
+    ]
+    (tmp_path / "x").mkdir()
+    for outputs, words in cases:
+        with pytest.raises(UsageError, match=words):
+            check_outputs(outputs, [("the capture", str(cap))], store=str(db))
+    # devices written in place may be named twice; '-' and unset outputs are not files
+    check_outputs([("--json", "/dev/null"), ("--report", "/dev/null"), ("--trace", "-"), ("-o", None)],
+                  [("the capture", str(cap))], store=str(db))
+
+
+def test_resume_refuses_a_model_that_changed_naming_both_hashes(tmp_path):
+    pytest.importorskip("onnxruntime")
+    from profiler.hashing import file_sha256
+    from profiler.sweep import SweepConfig, open_resume, run_sweep
+    from tests.onnx_models import FAST_SWEEP as FAST, conv_model
+
+    model = conv_model(tmp_path / "conv.onnx")
+    before = file_sha256(model)
+    store = Store.open(f"sqlite:///{tmp_path / 's.db'}")
+    run_sweep(SweepConfig(model=model, precisions=["fp32"], backend="onnxruntime", layers=False, **FAST),
+              store=store)
+    run_id = store.list_runs(kind="sweep")[0]["id"]
+    store.update_run(run_id, status="interrupted")
+    conv_model(model, opset=18)  # another model with the same input and output names
+    after = file_sha256(model)
+    assert after != before
+    with pytest.raises(UsageError) as exc:
+        open_resume(store, run_id).run()
+    assert before[:16] in str(exc.value) and after[:16] in str(exc.value)
+    assert [v["key"] for v in store.run_dict(run_id)["variants"]] == ["fp32-wsdefault-s1"]
+    store.close()
+
+
+# --------------------------------------------------------------- trtexec files of the wrong shape
+
+TRTEXEC_LOG = ("[06/01/2022-10:00:05] [I] === Performance summary ===\n"
+               "[06/01/2022-10:00:05] [I] GPU Compute Time: min = {lo} ms, max = {hi} ms, mean = 1.9 ms, "
+               "median = 1.9 ms, percentile(99%) = 2.4 ms\n")
+
+
+@pytest.mark.parametrize("lo, hi, words", [
+    ("2.5", "1.5", "min = 2.5 ms is above max = 1.5 ms"), ("-5.0", "2.5", "is -5.0, not a number from 0"),
+    ("-", "2.5", "is '-', not a number"), ("e", "2.5", "is 'e', not a number"), (".", "2.5", "is '.', not a number"),
+    ("1.95", "2.5", "mean = 1.9 ms is outside min..max (1.95..2.5 ms)"),
+])
+def test_a_trtexec_log_with_impossible_statistics_is_refused(lo, hi, words, tmp_path):
+    from profiler.errors import InputError
+    from profiler.layers.trtexec.timing import parse_log
+
+    log = tmp_path / "engine.log"
+    log.write_text(TRTEXEC_LOG.format(lo=lo, hi=hi))
+    with pytest.raises(InputError, match=re.escape(words)):
+        parse_log(log)
+    log.write_text(TRTEXEC_LOG.format(lo="1.5", hi="2.5"))
+    assert parse_log(log)["gpu_compute_ms"] == {"min": 1.5, "max": 2.5, "mean": 1.9, "median": 1.9, "p99": 2.4}
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("performance_summary", [1, 2], "performance_summary is list, not an object"),
+    ("inference_options", ["a"], "inference_options is list, not an object"),
+    ("performance_summary", {"Throughput": "fast"}, 'Throughput is "fast", not a number'),
+    ("performance_summary", {"Latency": [3, 1, 2, 2, 2]}, "min = 3 ms is above max = 1 ms"),
+])
+def test_trtexec_run_metadata_of_the_wrong_shape_is_one_sentence(field, value, words, tmp_path):
+    import json
+
+    from profiler.errors import InputError
+    from profiler.layers.trtexec.timing import parse_run_metadata
+
+    p = tmp_path / "e.profile.metadata.json"
+    p.write_text(json.dumps({field: value}))
+    with pytest.raises(InputError, match=words):
+        parse_run_metadata(p)
+    p.write_text('{"performance_summary": {"Throughput": ' + "9" * 5000 + "}}")
+    from profiler.layers.trtexec.common import read_json
+
+    with pytest.raises(InputError, match="holds a number no trtexec export has"):
+        read_json(p)

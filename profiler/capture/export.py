@@ -81,10 +81,13 @@ class Export:
         uri = self.uri = f"file:{quote(path.resolve().as_posix())}?mode=ro"
         try:
             self.con = sqlite3.connect(uri, uri=True)
-            rows = self.con.execute("SELECT name FROM sqlite_master WHERE type IN ('table','view')").fetchall()
+            rows = self.con.execute("SELECT name, type FROM sqlite_master WHERE type IN ('table','view')").fetchall()
         except sqlite3.DatabaseError as exc:
             raise InputError(f"{path} is not a readable SQLite database ({exc})") from exc
         self.tables = {r[0] for r in rows}
+        # nsys writes tables; a view is computed when read and can expand (a cross join) or never end (a
+        # recursive one), so one the analysis would read is refused when it is probed (see has)
+        self.views = {r[0] for r in rows if r[1] == "view"}
         self.bad_text = [0]  # strings that were not valid UTF-8 (decoded with replacement)
         self.con.text_factory = lambda raw: decode(raw, self.bad_text)
         self._columns: dict[str, list[str]] = {}
@@ -115,6 +118,9 @@ class Export:
         self.close()
 
     def has(self, table: str) -> bool:
+        if table in self.views:
+            raise InputError(f"{self.path}: {table} is a view, not a table; nsys exports write tables, so this file "
+                             "was made by something else: export the capture again with nsys export --type sqlite")
         return table in self.tables
 
     def nonempty(self, table: str) -> bool:

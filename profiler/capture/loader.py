@@ -466,6 +466,7 @@ class _Loader:
             order = " ORDER BY id" if "id" in cols else ""
             for row in self.x.rows(f"SELECT {', '.join(cols)} FROM TARGET_INFO_GPU{order}") if cols else []:
                 gpus.append({wanted[c]: decode(v, self.x.bad_text) for c, v in zip(cols, row)})
+            gpus = self._one_row_per_gpu(gpus)
         elif self.x.has("TARGET_INFO_CUDA_DEVICE"):
             cols = self.x.columns("TARGET_INFO_CUDA_DEVICE")
             if not {"gpuId", "cudaId"} <= set(cols):
@@ -486,6 +487,17 @@ class _Loader:
             self.missing.append("The export has no GPU description (TARGET_INFO_GPU): GPU names, "
                                 "SM counts and memory sizes are unknown.")
         return gpus
+
+    def _one_row_per_gpu(self, gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The first TARGET_INFO_GPU row of each device id: a repeated id that names another GPU is damage (one
+        device cannot be two GPUs), said in a warning; an identical repeat is dropped silently."""
+        first: dict[Any, dict[str, Any]] = {}
+        for g in gpus:
+            kept = first.setdefault(g.get("device_id"), g)
+            if kept is not g and kept.get("name") != g.get("name"):
+                self.warnings.append(f"TARGET_INFO_GPU names device {g.get('device_id')} twice ({kept.get('name')!r} "
+                                     f"and {g.get('name')!r}); the first was kept.")
+        return list(first.values())
 
     def capture_window(self, trace_span: tuple[int | None, int | None]) -> tuple[int | None, int | None]:
         lo, hi = trace_span

@@ -24,6 +24,9 @@ from profiler.errors import InputError
 
 NULL_INT = -(2**63)
 MAX_DEVICE_ID = 1 << 16
+#: The largest copy or memset one record can describe: 256 TiB, past any GPU's or host's memory; a larger
+#: count is damage, and a few of them summed would overflow int64 into negative bytes per inference.
+MAX_COPY_BYTES = 1 << 48
 PLAUSIBLE_SPAN_NS = 1 << 53  # 104 days: no capture is longer, and float64 still holds it exactly
 _SLACK_NS = 1_000_000_000
 
@@ -113,6 +116,7 @@ _REASONS = {
     "reversed": "an end before the start",
     "device": "an impossible device id",
     "thread": "no thread (globalTid missing)",
+    "bytes": "an impossible byte count (over 2^48)",
 }
 
 
@@ -173,6 +177,12 @@ def clean_frame(name: str, df: pd.DataFrame, bounds: TimeBounds, notes: list[str
     else:
         dev = df["device_id"].to_numpy() if "device_id" in df.columns and name != "sync" else None
         keep, counts = drop_mask(bounds, start, df["end_ns"].to_numpy(), device=dev)
+        if name in ("memcpy", "memset") and "bytes" in df.columns:
+            b = df["bytes"]
+            n = b.to_numpy(dtype=np.int64, na_value=0) if str(b.dtype) == "Int64" else np.asarray(b, np.int64)
+            huge = keep & (n > MAX_COPY_BYTES)
+            counts["bytes"] = int(huge.sum())
+            keep = keep & ~huge
     note = describe(_WHAT.get(name, name), counts, len(df))
     if note is None:
         return df

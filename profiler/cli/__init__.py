@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from profiler.cli.terminal import guarded
+from profiler.cli.terminal import guarded, one_line
 from profiler.errors import EXIT_BUG, EXIT_INPUT, EXIT_USAGE, TrtprofError
 
 # name -> (module, one-line help shown by --help without importing the module)
@@ -82,7 +82,7 @@ def _main(argv: list[str] | None, debug: bool) -> None:
     except TrtprofError as exc:
         if debug:
             raise
-        click.echo(f"trtprof: error: {exc}", err=True)
+        click.echo(f"trtprof: error: {one_line(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort as exc:
         _exit_interrupted(exc, hard=argv is None)
@@ -92,7 +92,7 @@ def _main(argv: list[str] | None, debug: bool) -> None:
         hint = ""
         if isinstance(exc, click.UsageError) and exc.ctx is not None:
             hint = f" (see '{exc.ctx.command_path} --help')"
-        click.echo(f"trtprof: error: {exc.format_message()}{hint}", err=True)
+        click.echo(f"trtprof: error: {one_line(exc.format_message())}{hint}", err=True)
         sys.exit(EXIT_USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
@@ -131,19 +131,21 @@ def _out_of_space(exc: BaseException) -> str | None:
     return None
 
 
-def _ignore_further_interrupts() -> None:
+def _ignore_further_interrupts(terminate_too: bool = False) -> None:
     """An impatient second Ctrl-C while the first one is being reported must not kill the process
     mid-exit (it would die by SIGINT instead of exiting 130 with its message)."""
     import signal
 
     try:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if terminate_too:  # a process of its own: a SIGTERM on the way out is the same impatience
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
     except ValueError:  # not the main thread (embedded use): nothing to do
         pass
 
 
 def _exit_interrupted(exc: BaseException, *, hard: bool) -> None:
-    """Exit 130 after Ctrl-C (everything measured is already stored by then).
+    """Exit 130 after Ctrl-C, 143 after SIGTERM in a sweep (everything measured is already stored by then).
 
     The traceback still references the engines and inference sessions of the interrupted work; left to
     interpreter shutdown, a native runtime can be torn down in the wrong order and abort the process
@@ -153,14 +155,16 @@ def _exit_interrupted(exc: BaseException, *, hard: bool) -> None:
     import gc
     import os
 
-    _ignore_further_interrupts()
-    click.echo("trtprof: interrupted", err=True)
+    _ignore_further_interrupts(terminate_too=hard)
+    cause = exc.__cause__ or exc.__context__  # click turns the KeyboardInterrupt into Abort
+    code = getattr(exc, "exit_code", None) or getattr(cause, "exit_code", None) or 130
+    click.echo("trtprof: terminated (SIGTERM)" if code == 143 else "trtprof: interrupted", err=True)
     exc.__traceback__ = None
     exc.__context__ = None
     gc.collect()
     if hard:
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(130)
-    sys.exit(130)
+        os._exit(code)
+    sys.exit(code)
 

@@ -9,7 +9,8 @@ from typing import Any
 import click
 
 from profiler.cli.options import Finite, db_option, db_url, open_store
-from profiler.cli.outputs import check_output_file, write_text
+from profiler.cli.terminal import lines_of
+from profiler.cli.outputs import check_output_file, check_outputs, store_file, write_text
 from profiler.distributed.cli import analyze_batch, analyze_options, is_batch
 from profiler.errors import GateFailed, InputError, UsageError
 
@@ -70,7 +71,7 @@ def summary_lines(data: dict[str, Any], max_ranges: int = MAX_RANGES_SHOWN) -> l
             lines.append(f"... {len(ranges) - max_ranges} more range series (by total wall time) in --json")
         lines.append("(GPU busy: GPU busy time of the work a range launched, over the longer of its wall time and "
                      "the span of that work; launches: the kernel and graph launches of that work per instance)")
-    return lines
+    return lines_of(lines)
 
 
 BOUND_WORDS = {"host": "the host (the GPU waits on it longer than it waits on the GPU)", "compute": "compute"}
@@ -383,6 +384,9 @@ def command(ctx: click.Context, captures: tuple[str, ...], json_path: str | None
     check_output_file(trace_path, "--trace")
     if layer_info and not Path(layer_info).is_file():
         raise InputError(f"--layer-info {layer_info}: no such file (give trtexec's --exportLayerInfo JSON)")
+    check_outputs([("--json", json_path), ("--report", report_path), ("--trace", trace_path)],
+                  [("the capture", capture), ("the --layer-info file", layer_info)],
+                  store=None if no_store else store_file(db_url(ctx, db)))
     store = None
     if not no_store:
         from profiler.store.api import resolve_url
@@ -453,10 +457,7 @@ def _write_trace(trace: Any, findings: list, data: dict[str, Any], path: str) ->
     from profiler.report.chrome_trace import chrome_trace, write_chrome_trace
 
     doc = chrome_trace(trace, findings, result=data)
-    try:
-        write_chrome_trace(doc, path)
-    except OSError as exc:
-        raise InputError(f"cannot write --trace {path}: {exc.strerror or type(exc).__name__}") from None
+    write_chrome_trace(doc, path)
     info = doc["otherData"]
     cut = (f"; the capture has {info['events_total']:,}, cut at {info['truncated_at_us'] / 1e3:.3f} ms"
            if info["truncated_at_us"] is not None else "")

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from profiler.cli.options import db_option, open_store
+from profiler.cli.options import Finite, db_option, db_url, open_store
 from profiler.errors import GateFailed, UsageError
 from profiler.findings import json_safe
 
@@ -17,11 +17,11 @@ from profiler.findings import json_safe
 @db_option
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the comparison as JSON ('-' = stdout).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False), help="Write the HTML comparison report.")
-@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=None,
+@click.option("--alpha", type=Finite(0, 1, open_ends=True), default=None,
               help="Significance level of the Mann-Whitney test (default 0.01).")
-@click.option("--threshold-pct", type=click.FloatRange(min=0), default=None,
+@click.option("--threshold-pct", type=Finite(0, 1e6), default=None,
               help="Relative change that matters, percent (default 5).")
-@click.option("--floor-us", type=click.FloatRange(min=0), default=None,
+@click.option("--floor-us", type=Finite(0, 1e12), default=None,
               help="Absolute change that matters, microseconds (default 5).")
 @click.option("--force", is_flag=True,
               help="Compare runs of different kinds, models or input shapes anyway (the output says it was forced).")
@@ -44,10 +44,14 @@ def command(ctx, baseline, candidate, db, json_path, report_path, alpha, thresho
     accuracy regression is an output that passed its threshold in the baseline and fails it in the
     candidate. Runs of different kinds, models or input shapes are refused (exit 2) unless --force.
     """
-    from profiler.cli.outputs import check_output_file, write_text
+    from profiler.cli.outputs import check_output_file, check_outputs, store_file, write_text
 
     check_output_file(json_path, "--json")
     check_output_file(report_path, "--report")
+    files = [ref if _is_json_file(ref) else None for ref in (baseline, candidate)]
+    check_outputs([("--json", json_path), ("--report", report_path)],
+                  [("the baseline", files[0]), ("the candidate", files[1])],
+                  store=None if all(files) else store_file(db_url(ctx, db)))
 
     rule = {}
     if alpha is not None:

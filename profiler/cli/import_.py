@@ -7,8 +7,9 @@ from typing import Any
 
 import click
 
-from profiler.cli.options import db_option, open_store
-from profiler.cli.outputs import check_output_file, write_text
+from profiler.cli.options import db_option, db_url, open_store
+from profiler.cli.terminal import one_line
+from profiler.cli.outputs import check_output_file, check_outputs, store_file, write_text
 from profiler.layers.importer import build_import, store_import
 
 
@@ -35,6 +36,8 @@ def command(ctx: click.Context, paths: tuple[str, ...], json_path: str | None, r
     from --exportTimes, trtexec logs). Stores a run with its variants, layers, samples and findings."""
     check_output_file(json_path, "--json")
     check_output_file(report_path, "--report")
+    check_outputs([("--json", json_path), ("--report", report_path)], [("the import path", p) for p in paths],
+                  store=None if no_store else store_file(db_url(ctx, db)))
     store = None if no_store else open_store(ctx, db)  # a bad --db fails before the exports are read
     data, exports = build_import(list(paths), variant_names, label)
     if store is not None:
@@ -58,15 +61,15 @@ def command(ctx: click.Context, paths: tuple[str, ...], json_path: str | None, r
         else:
             write_layers_report(data, report_path, cdn=False)
     for w in data["run"]["warnings"]:
-        click.echo(f"warning: {w}", err=True)
+        click.echo(one_line(f"warning: {w}"), err=True)
     if json_path != "-":
         for v in data["variants"]:
             g = v.get("gpu_compute_ms") or {}
             med = g.get("median")
             med_s = _ms(med)
-            click.echo(f"{v['key']}: {v['layer_count']} layers, GPU compute median {med_s}, "
-                       f"layer sum {_ms(v['layer_sum_ms'])}, precision {v.get('precision') or '?'}")
+            click.echo(one_line(f"{v['key']}: {v['layer_count']} layers, GPU compute median {med_s}, "
+                                f"layer sum {_ms(v['layer_sum_ms'])}, precision {v.get('precision') or '?'}"))
         for f in data["findings"]:
-            click.echo(f"[{f['severity']}] {f['rule']}: {f['title']}")
+            click.echo(one_line(f"[{f['severity']}] {f['rule']}: {f['title']}"))
         if data["run"].get("id") is not None:
             click.echo(f"stored run {data['run']['id']}")

@@ -19,8 +19,8 @@ class Finite(click.ParamType):
 
     name = "number"
 
-    def __init__(self, lo: float, hi: float):
-        self.lo, self.hi = lo, hi
+    def __init__(self, lo: float, hi: float, *, open_ends: bool = False):
+        self.lo, self.hi, self.open_ends = lo, hi, open_ends
 
     def convert(self, value: Any, param: Any, ctx: Any) -> float:
         import math
@@ -29,8 +29,10 @@ class Finite(click.ParamType):
             x = float(value)
         except (TypeError, ValueError):
             self.fail(f"{value!r} is not a number", param, ctx)
-        if not math.isfinite(x) or not self.lo <= x <= self.hi:
-            self.fail(f"{value!r} is not a number from {self.lo:g} to {self.hi:g}", param, ctx)
+        if not math.isfinite(x) or not self.lo <= x <= self.hi or (self.open_ends and x in (self.lo, self.hi)):
+            span = "between" if self.open_ends else "from"
+            self.fail(f"{value!r} is not a number {span} {self.lo:g} {'and' if self.open_ends else 'to'} "
+                      f"{self.hi:g}", param, ctx)
         return x
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from profiler.cli.options import db_option, open_store
-from profiler.cli.outputs import check_output_file
+from profiler.cli.options import db_option, db_url, open_store
+from profiler.cli.outputs import check_output_file, check_outputs, store_file
 from profiler.errors import InputError
 
 
@@ -28,6 +28,10 @@ def command(ctx, run, out_path, cdn, db):
     if path.suffix == ".json" and not path.is_file():
         raise InputError(f"{run} does not exist" if not path.exists() else f"{run} is not a file")
     check_output_file(out_path, "--out")
+    from_file = path.suffix == ".json"
+    check_outputs([("--out", out_path or (path.with_suffix(".html").name if from_file else None))],
+                  [("the saved JSON", run if from_file else None)],
+                  store=None if from_file else store_file(db_url(ctx, db)))
     if path.suffix == ".json":
         try:
             data = json.loads(path.read_text())

@@ -7,6 +7,10 @@ import json
 import click
 
 from profiler.cli.options import db_option, open_store
+from profiler.cli.terminal import lines_of, one_line
+
+#: The most runs one listing asks for (a larger number overflows the database's integers).
+MAX_LIMIT = 1_000_000
 
 
 @click.command(name="runs")
@@ -14,7 +18,8 @@ from profiler.cli.options import db_option, open_store
 @click.option("--label", default=None, help="Only runs with exactly this label.")
 @click.option("--model", default=None, help="Only runs whose model contains this text.")
 @click.option("--gpu", default=None, help="Only runs whose GPU name contains this text.")
-@click.option("--limit", default=50, show_default=True, type=click.IntRange(min=1), help="Newest N runs.")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(min=1, max=MAX_LIMIT),
+              help="Newest N runs.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
 @db_option
 @click.pass_context
@@ -38,7 +43,7 @@ def command(ctx: click.Context, kind, label, model, gpu, limit: int, as_json: bo
 
 
 def _short(text: str | None, width: int) -> str:
-    text = "" if text is None else str(text)
+    text = "" if text is None else one_line(str(text))  # escaped before it is measured for the columns
     return text if len(text) <= width else "…" + text[-(width - 1):]
 
 
@@ -54,4 +59,4 @@ def format_runs(runs: list[dict]) -> str:
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(header)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
-    return "\n".join(lines)
+    return "\n".join(lines_of(lines))

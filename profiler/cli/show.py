@@ -8,6 +8,7 @@ import math
 import click
 
 from profiler.cli.options import db_option, open_store
+from profiler.cli.terminal import lines_of, one_line
 
 
 @click.command(name="show")
@@ -50,7 +51,7 @@ def format_run(d: dict) -> str:
         for v in variants:
             lat = v.get("latency_ms") or {}
             qps = v.get("throughput_qps")
-            rows.append((v.get("key") or "", v.get("status") or "", str(lat.get("count", "")),
+            rows.append((one_line(v.get("key") or ""), v.get("status") or "", str(lat.get("count", "")),
                          _ms(lat.get("median")), _ms(lat.get("p99")), "-" if qps is None else f"{qps:.1f}"))
         widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
         lines.append("  " + "  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip())
@@ -69,4 +70,4 @@ def format_run(d: dict) -> str:
         lines.append("findings: none")
     for a in d.get("artifacts") or []:
         lines.append(f"{a['kind']}: {a['path']}")
-    return "\n".join(lines)
+    return "\n".join(lines_of(lines))

@@ -16,6 +16,7 @@ import click
 from profiler.backends import BACKENDS
 from profiler.cli.options import Finite, db_option, db_url, open_store
 from profiler.cli.outputs import check_output_dir
+from profiler.cli.terminal import lines_of
 from profiler.distributed.cli import parallel_runner, sweep_options
 from profiler.errors import GateFailed, InputError, UsageError
 from profiler.harness.hostload import injected_share
@@ -25,14 +26,16 @@ from profiler.harness.hostload import injected_share
 
 
 def _interrupt_once(say: Callable[[str], None]) -> Callable[[int, Any], None]:
-    """A SIGINT handler: the first Ctrl-C stops the sweep (KeyboardInterrupt); later ones, which would
-    cut short the saving of what was measured, are ignored with a note."""
+    """A SIGINT and SIGTERM handler: the first signal stops the sweep (KeyboardInterrupt, or Terminated for
+    SIGTERM); later ones, which would cut short the saving of what was measured, are ignored with a note."""
+    from profiler.errors import Terminated
+
     state = {"count": 0}
 
     def handler(signum: int, frame: Any) -> None:
         state["count"] += 1
         if state["count"] == 1:
-            raise KeyboardInterrupt
+            raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
         say("still saving the finished variants; they are kept once this completes")
 
     return handler
@@ -210,9 +213,8 @@ def _run(ctx: click.Context, sweep: Any, start_runner: Any, db: str | None, no_s
     """The sweep's summary; on Ctrl-C what was measured is written and the resume command said."""
     from profiler.sweep.outputs import resume_command, write_outputs
 
-    previous_handler = signal.getsignal(signal.SIGINT)
-    if previous_handler is signal.default_int_handler:
-        signal.signal(signal.SIGINT, _interrupt_once(say))
+    handler = _interrupt_once(say)
+    previous = _install(handler)
     try:
         if start_runner is None:
             return sweep.run()
@@ -227,8 +229,23 @@ def _run(ctx: click.Context, sweep: Any, start_runner: Any, db: str | None, no_s
             say(f"continue with: {resume_command(sweep.run_id, db_url(ctx, db), out)}")
         raise
     finally:
-        if previous_handler is signal.default_int_handler:
-            signal.signal(signal.SIGINT, previous_handler)
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
+def _install(handler: Callable[[int, Any], None]) -> dict[int, Any]:
+    """``handler`` for SIGINT and SIGTERM where Python's defaults hold (not where an embedding program set
+    its own, nor off the main thread); returns the handlers it replaced."""
+    defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+    replaced: dict[int, Any] = {}
+    for signum, default in defaults.items():
+        try:
+            if signal.getsignal(signum) is default:
+                signal.signal(signum, handler)
+                replaced[signum] = default
+        except ValueError:  # not the main thread
+            pass
+    return replaced
 
 
 def _conclude(sweep: Any, summary: dict[str, Any], written: list[Path]) -> None:
@@ -240,7 +257,7 @@ def _conclude(sweep: Any, summary: dict[str, Any], written: list[Path]) -> None:
     for line in terminal_lines(sweep_verdict(summary), top=8):
         click.echo(line)
     click.echo("")
-    click.echo(format_table(summary))
+    click.echo("\n".join(lines_of(format_table(summary).splitlines())))
     click.echo("")
     for p in written:
         click.echo(f"wrote {p}")

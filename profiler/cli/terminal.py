@@ -34,6 +34,20 @@ def printable(text: str) -> str:
     return _UNSAFE.sub(_escape, text)
 
 
+_LINE_BREAKS = re.compile("[\r\n\x85\u2028\u2029]")
+
+
+def one_line(text: str) -> str:
+    """``text`` as one line: newlines and carriage returns (and the other line breaks) from data shown as
+    visible escapes, so a name cannot start a forged row of a table or a second line of an error."""
+    return printable(_LINE_BREAKS.sub(lambda m: {"\r": "\\r", "\n": "\\n"}.get(m.group(), _escape(m)), text))
+
+
+def lines_of(rows: "list[str]") -> "list[str]":
+    """Each of ``rows`` (the lines of a table or summary, each built from data) made :func:`one_line`."""
+    return [one_line(r) for r in rows]
+
+
 class _Guard:
     """A text stream that escapes unsafe characters before they reach the wrapped stream."""
 

@@ -32,7 +32,7 @@ def analyze_options(func: Callable) -> Callable:
                         help=f"With several captures: the folder for index.html, index.json and one report per "
                              f"capture (default {DEFAULT_OUT}).")(func)
     func = _scheduler_option("the captures (one task each)")(func)
-    return click.option("--jobs", type=click.IntRange(min=1), default=None,
+    return click.option("--jobs", type=click.IntRange(min=1, max=4096), default=None,
                         help="Analyse the captures in this many local processes at once.")(func)
 
 

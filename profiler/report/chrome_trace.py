@@ -146,17 +146,14 @@ def validate(doc: Any) -> list[str]:
     return problems
 
 
-def write_chrome_trace(doc: dict[str, Any], path: str | os.PathLike) -> Path:
-    """Write the document as compact JSON (atomically: a reader never sees half a file)."""
+def write_chrome_trace(doc: dict[str, Any], path: str | os.PathLike, option: str = "--trace") -> Path:
+    """Write the document as compact JSON (atomically: a reader never sees half a file; a device or a
+    FIFO is written in place, see :func:`profiler.files.atomic_write_bytes`)."""
+    from profiler.files import atomic_write_bytes
+
     out = Path(path)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(doc, fh, separators=(",", ":"), allow_nan=False, default=_plain)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    text = json.dumps(doc, separators=(",", ":"), allow_nan=False, default=_plain)
+    atomic_write_bytes(out, text.encode("utf-8"), option)
     return out
 
 

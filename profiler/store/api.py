@@ -15,7 +15,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from profiler.errors import InputError, MissingExtra
+from profiler.errors import InputError, MissingExtra, UsageError
 from profiler.findings import Finding, json_safe
 from profiler.store import models as m
 from profiler.store.engine import WRITE, make_engine
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from profiler.store.rows import VariantRows
 
 DEFAULT_DB = "trtprof.db"
+INT64_MAX = 2**63 - 1  # the largest id the databases hold
 
 _RUN_FIELDS = {c.name for c in m.Run.__table__.columns} - {"id"}
 _VARIANT_FIELDS = {c.name for c in m.Variant.__table__.columns} - {"id", "run_id"}
@@ -228,6 +229,9 @@ def _open_error(url: str | None, full: str, exc: BaseException) -> Exception:
     if isinstance(exc, ImportError) and "psycopg" in text:
         return MissingExtra("psycopg", "postgres", "a PostgreSQL run store")
     shown = url or full
+    if isinstance(exc, sa_exc.ArgumentError) and "parse" in text:  # the URL itself, not the database
+        return UsageError(f"--db {shown!r} is not a database URL: give a SQLite path or a URL such as "
+                          "postgresql://user@host/trtprof")
     first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
     if first.startswith("(") and ")" in first:  # "(sqlite3.OperationalError) unable to open ..."
         first = first.split(")", 1)[1].strip()
@@ -271,8 +275,8 @@ class Store:
     def open(cls, url: str | None = None, *, upgrade: bool = True) -> "Store":
         """Open (and by default create or upgrade) the store at ``url`` (None -> TRTPROF_DB / ./trtprof.db)."""
         full = resolve_url(url)
-        _refuse_foreign_sqlite(full)
         try:
+            _refuse_foreign_sqlite(full)
             engine = make_engine(full)
         except (ImportError, sa_exc.ArgumentError, sa_exc.NoSuchModuleError, ValueError) as exc:
             raise _open_error(url, full, exc) from exc
@@ -387,8 +391,8 @@ class Store:
     def resolve_run(self, ref: int | str) -> int:
         """A run id from an id or a label (the newest run with that label); InputError if none."""
         with self.session() as s:
-            if isinstance(ref, int) or (isinstance(ref, str) and ref.isdigit()):
-                if s.get(m.Run, int(ref)) is not None:
+            if isinstance(ref, int) or (isinstance(ref, str) and ref.isascii() and ref.isdigit()):
+                if 0 < int(ref) <= INT64_MAX and s.get(m.Run, int(ref)) is not None:
                     return int(ref)
             rid = s.execute(select(m.Run.id).where(m.Run.label == str(ref))
                             .order_by(m.Run.created_at.desc(), m.Run.id.desc()).limit(1)).scalar()

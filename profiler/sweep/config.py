@@ -18,6 +18,10 @@ HOLDOUT_FRACTION = 0.2  # of --calib, kept out of calibration for the accuracy c
 BUSY_HOST_SHARE = 0.25
 
 
+#: The most --repeat processes a sweep starts per variant: a typo of 10^12 would run until killed.
+MAX_REPEAT = 1000
+
+
 @dataclass
 class SweepConfig:
     """Everything a sweep needs; stored with the run so ``--resume`` can continue it."""
@@ -67,6 +71,9 @@ class SweepConfig:
         if self.repeat == 1 or self.repeat < 0:
             raise UsageError("--repeat needs at least 2 processes to measure a run-to-run spread "
                              "(trtprof compare uses it from 3 on each side; 5 is a good default)")
+        if self.repeat > MAX_REPEAT:
+            raise UsageError(f"--repeat {self.repeat} is more than {MAX_REPEAT} processes per variant; the spread "
+                             "is known well from 5 (each repeat times every variant once more)")
 
     def to_dict(self) -> dict[str, Any]:
         return json_safe(asdict(self))

@@ -89,11 +89,24 @@ def parse_thresholds(args: Iterable[str]) -> tuple[dict[str, dict[str, float]], 
         if name not in sweep_rules[rid].defaults:
             have = ", ".join(sweep_rules[rid].defaults) or "none"
             raise UsageError(f"--threshold {raw!r}: rule {head!r} has no threshold {name!r} (it has: {have})")
-        try:
-            rules_out.setdefault(rid, {})[name] = float(value)
-        except ValueError:
-            raise UsageError(f"--threshold {raw!r}: {value!r} is not a number") from None
+        rules_out.setdefault(rid, {})[name] = rule_threshold_value(raw, name, value)
     return parse_threshold_args(accuracy_args), rules_out
+
+
+def rule_threshold_value(raw: str, name: str, value: str) -> float:
+    """A rule threshold's value: a finite number of at least 0 (every declared one is a share, a ratio, a
+    percentage or a count), at most 1 for a fraction; nan would switch the rule off without a word."""
+    import math
+
+    try:
+        x = float(value)
+    except ValueError:
+        raise UsageError(f"--threshold {raw!r}: {value!r} is not a number") from None
+    hi = 1.0 if name.endswith(("_frac", "_fraction")) else math.inf
+    if not math.isfinite(x) or not 0 <= x <= hi:
+        span = "from 0 to 1" if hi == 1.0 else "of at least 0"
+        raise UsageError(f"--threshold {raw!r}: {value!r} is not a finite number {span}")
+    return x
 
 
 def parse_keep_fp32(args: Iterable[str]) -> list[str]:

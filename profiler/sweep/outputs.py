@@ -14,6 +14,11 @@ def _fmt(x: Any, digits: int = 3) -> str:
     return "-" if not isinstance(x, (int, float)) else f"{x:.{digits}f}"
 
 
+def _flat(error: Any) -> str:
+    """A variant's error on one line of the table (a runtime's message can span several)."""
+    return " / ".join(line.strip() for line in str(error).splitlines() if line.strip())
+
+
 def format_table(summary: dict[str, Any]) -> str:
     """One line per variant: status, median/p99 latency, throughput, accuracy verdict."""
     from profiler.report.verdict import ungated_breaches
@@ -30,7 +35,7 @@ def format_table(summary: dict[str, Any]) -> str:
             verdict += f" (not gated: {ungated[v['key']]})"
         status = v["status"]
         if status != "ok" and v.get("error"):
-            err = str(v["error"])
+            err = _flat(v["error"])
             status = f"{status}: {err[:40]}" + ("..." if len(err) > 40 else "")
         rows.append((v["key"], status, _fmt(lat.get("median")), _fmt(lat.get("p99")),
                      _fmt(v.get("throughput_qps"), 1), verdict))
@@ -41,7 +46,7 @@ def format_table(summary: dict[str, Any]) -> str:
     failed = [v for v in summary["variants"] if v["status"] == "failed" and v.get("error")]
     if failed:
         lines.append("")
-        lines += [f"{v['key']} failed: {v['error']}" for v in failed]
+        lines += [f"{v['key']} failed: {_flat(v['error'])}" for v in failed]
     return "\n".join(lines)
 
 

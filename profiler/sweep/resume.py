@@ -45,6 +45,7 @@ def open_resume(store: Any, run_ref: int | str, *, backend: Backend | None = Non
               for v in run["variants"] if v.get("layers")}
     sweep = Sweep(config, store=store, backend=backend, progress=progress, run_id=run["id"],
                   previous=previous, previous_layers=layers)
+    sweep.resumed_model_hash = run.get("source_hash")
     sweep.samples_ms = {v["key"]: [x["latency_ms"] for x in v["samples"]] for v in run["variants"]
                         if v.get("samples")}
     old = (run.get("summary") or {}).get("run") or {}

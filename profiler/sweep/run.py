@@ -63,6 +63,7 @@ class Sweep:
         self.notes: list[str] = []
         self.started_at = dt.datetime.now(dt.timezone.utc).isoformat()
         self.status = "running"
+        self.resumed_model_hash: str | None = None  # --resume: the model hash the run recorded
         # set by prepare()
         self.model_path: Path | None = None
         self.model_info: Any = None  # profiler.models.ModelInfo
@@ -129,6 +130,8 @@ class Sweep:
         model_path = Path(c.model) if c.model else default_model_path()
         self.say(f"model {model_path}")
         info = inspect_model(model_path)
+        self._check_resumed_model(model_path, info.model_hash)
+        self._check_output_names(model_path, [t.name for t in info.outputs])
         check_keep_fp32(model_path, info, c.keep_fp32)
         shapes = resolve_shapes(info, {k: tuple(v) for k, v in (c.shapes or {}).items()})
         backend = self._resolve_backend()
@@ -146,6 +149,28 @@ class Sweep:
         self.say(f"{len(plan)} variant(s): {sum(p.skip_reason is None for p in todo)} to run, "
                  f"{sum(p.skip_reason is not None for p in todo)} skipped, {len(plan) - len(todo)} already done")
         return Prepared(model_path, shapes, backend, plan, feeds, todo)
+
+    def _check_resumed_model(self, model_path: Path, model_hash: str) -> None:
+        """--resume measures the model the run started with: a file changed since (another model with the
+        same inputs and outputs) would put variants of two models in one run."""
+        from profiler.errors import UsageError
+
+        was = self.resumed_model_hash
+        if was and model_hash and was != model_hash:
+            raise UsageError(f"run {self.run_id}'s model {model_path} changed since the run started (sha256 "
+                             f"{was[:16]}... then, {model_hash[:16]}... now); start a new sweep instead of "
+                             "resuming it")
+
+    def _check_output_names(self, model_path: Path, outputs: list[str]) -> None:
+        """--output-kind and --output-tolerance name outputs of the model (a typo would go unused, unsaid)."""
+        from profiler.errors import UsageError
+
+        for option, names in (("--output-kind", self.config.output_kinds),
+                              ("--output-tolerance", self.config.output_tolerances)):
+            unknown = [n for n in names or {} if n not in outputs]
+            if unknown:
+                raise UsageError(f"{option} names {unknown[0]!r}, which is not an output of {model_path.name} "
+                                 f"(its outputs: {', '.join(map(repr, outputs)) or 'none'})")
 
     def _open_run(self, model_path: Path, model_hash: str, backend: Backend, env: dict[str, Any]) -> None:
         """Store a new run (or claim the resumed one) and hold its lease while this process runs it."""

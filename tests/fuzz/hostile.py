@@ -41,6 +41,7 @@ class Case:
     needs: Path | None = None  # a fixture the case starts from (skip when absent)
     expect: tuple[int, ...] | None = None  # the exit codes a correct trtprof gives (None: any of 0-3)
     warns: bool = False  # a successful analysis must say what it ignored (a capture warning)
+    after: Callable[[Path, str, str], list[str]] | None = None  # (tmp, stdout, stderr) -> what went wrong
 
     @property
     def id(self) -> str:
@@ -383,7 +384,9 @@ def store_cases() -> list[Case]:
 
 
 def all_cases(model: Path | None = None) -> list[Case]:
-    return capture_cases() + trtexec_cases() + cli_cases(model) + store_cases()
+    from tests.fuzz.families import all_family_cases  # issue 33's generated families
+
+    return capture_cases() + trtexec_cases() + cli_cases(model) + store_cases() + all_family_cases()
 
 
 if __name__ == "__main__":  # write every case's files for manual runs

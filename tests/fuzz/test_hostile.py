@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from profiler.cli import main
+from tests.fuzz.families import forged_lines
 from tests.fuzz.hostile import Case, all_cases
 
 CASE_SECONDS = 120
@@ -90,6 +91,11 @@ def check(case: Case, code: int, out: str, err: str, tmp_path: Path) -> None:
     for stream in (out, err):
         bad = CONTROL.findall(stream.replace("\r\n", "\n"))
         assert not bad, f"raw control characters {sorted(set(bad))!r} reach the terminal"
+    forged = forged_lines(out, err)
+    assert not forged, f"a line break in data starts a line of its own: {forged[:3]!r}"
+    if case.after is not None:
+        problems = case.after(tmp_path, out, err)
+        assert not problems, problems
     js = tmp_path / "out.json"
     if code in (0, 1) and js.exists():
         text = js.read_text()

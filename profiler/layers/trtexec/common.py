@@ -24,6 +24,9 @@ SUFFIXES: list[tuple[str, str]] = [
 ]
 MAX_MS = 1e9  # 11.6 days: no trtexec duration or timestamp is longer; beyond it a value is damage
 MAX_COUNT = 1e12
+#: The largest trtexec file read (JSON or log): a million timed queries take about 200 MB; past it the file is
+#: refused in one sentence rather than read into memory.
+MAX_FILE_BYTES = 512 * 2**20
 _PROFILE_SUFFIX = re.compile(r"^(?P<base>.*?)\s*\[profile (?P<profile>\d+)\]$")
 
 
@@ -31,10 +34,7 @@ _PROFILE_SUFFIX = re.compile(r"^(?P<base>.*?)\s*\[profile (?P<profile>\d+)\]$")
 def read_json(path: str | Path) -> Any:
     """Parse a JSON file; a truncated or malformed file raises InputError naming file and position."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise InputError(f"cannot read {p}: {exc.strerror or exc}") from exc
+    text = read_text(p)
     try:
         return json.loads(text)
     except RecursionError:
@@ -44,6 +44,58 @@ def read_json(path: str | Path) -> Any:
         what = "truncated" if exc.pos >= len(text.rstrip()) or tail not in ("]", "}") else "invalid"
         raise InputError(f"{p} is not valid JSON ({what} at line {exc.lineno}, column {exc.colno}, "
                          f"character {exc.pos} of {len(text)}: {exc.msg})") from exc
+    except ValueError as exc:  # an integer literal of more digits than Python converts (4300)
+        raise InputError(f"{p} holds a number no trtexec export has ({str(exc).split(';')[0]})") from None
+
+
+def read_text(p: Path) -> str:
+    """A trtexec file's text (invalid UTF-8 replaced), at most :data:`MAX_FILE_BYTES`; InputError otherwise."""
+    try:
+        size = p.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise InputError(f"{p} is {size / 2**20:.0f} MiB, more than the {MAX_FILE_BYTES // 2**20} MiB a trtexec "
+                             "export is read up to")
+        return p.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError(f"cannot read {p}: {exc.strerror or exc}") from exc
+    except MemoryError:
+        raise InputError(f"{p} does not fit in memory") from None
+
+
+def mapping(value: Any, what: str) -> dict[str, Any]:
+    """``value`` when it is a JSON object (missing: empty), else InputError naming ``what``."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InputError(f"{what} is {type(value).__name__ if isinstance(value, (dict, list)) else _shown(value)}, "
+                         "not an object: the export is damaged")
+    return value
+
+
+def options(value: Any, what: str) -> dict[str, Any]:
+    """trtexec's printed options (``inference_options``, ``build_options``, ``device_information``): an object of
+    plain values (strings, numbers); a nested list or object in it is damage (InputError naming ``what``)."""
+    out = mapping(value, what)
+    for key, v in out.items():
+        if isinstance(v, (dict, list)):
+            raise InputError(f"{what} {key!r} is a {type(v).__name__}, not a value: the export is damaged")
+    return out
+
+
+def text_of(value: Any) -> str | None:
+    """An option's value as text (trtexec prints strings; a number or a boolean from another writer is shown)."""
+    return None if value is None else str(value)
+
+
+def log_number(text: str, what: str) -> float:
+    """A number printed in a trtexec log ('1.25', '3e-05'), else InputError naming ``what``."""
+    try:
+        x = float(text)
+    except (ValueError, OverflowError):
+        raise InputError(f"{what} is {text[:40]!r}, not a number: the log is damaged") from None
+    if not math.isfinite(x):
+        raise InputError(f"{what} is {text[:40]!r}, not a finite number: the log is damaged")
+    return x
 
 
 def number(value: Any, what: str, *, lo: float = 0.0, hi: float = MAX_MS, optional: bool = False

@@ -15,7 +15,9 @@ from profiler.layers.trtexec.common import (
     DEFAULT_WARMUP_MS,
     DETAILED_HINT,
     SUFFIXES,
+    options,
     read_json,
+    text_of,
 )
 from profiler.layers.trtexec.layer_files import (
     fused_nodes_from_name,
@@ -212,6 +214,37 @@ def merge_profile_and_info(profile: pd.DataFrame | None, info: pd.DataFrame | No
     return lf.make_frame(df.drop(columns=["order"], errors="ignore")), messages
 
 
+def _build_metadata(path: Path) -> dict[str, Any]:
+    """A ``*.build.metadata.json``: its build options, and its model options as ``model_*`` keys."""
+    bm = read_json(path)
+    if not isinstance(bm, dict):
+        return {}
+    build = dict(options(bm.get("build_options"), f"{path.name}: build_options"))
+    model = options(bm.get("model_options"), f"{path.name}: model_options")
+    build.update({f"model_{k}".lower(): v for k, v in model.items()})
+    return build
+
+
+def _device_metadata(path: Path) -> dict[str, Any]:
+    """A ``*.metadata.json`` (the device list): the first device's name and compute capability."""
+    dv = read_json(path)
+    if not (isinstance(dv, list) and dv and isinstance(dv[0], dict)):
+        return {}
+    out: dict[str, Any] = {}
+    name = dv[0].get("Name")
+    if name is not None:
+        out["Selected Device"] = str(name)
+    cc = dv[0].get("ComputeCapability")
+    if isinstance(cc, (list, tuple)) and all(isinstance(x, int) and not isinstance(x, bool) for x in cc) and cc:
+        out["Compute Capability"] = ".".join(map(str, cc))
+    elif isinstance(cc, (int, float, str)) and not isinstance(cc, bool) and str(cc):
+        out["Compute Capability"] = str(cc)  # 90 or "9.0": kept as written
+    elif cc:
+        raise InputError(f"{path.name}: ComputeCapability is {type(cc).__name__}, not a list of integers: "
+                         "the export is damaged")
+    return out
+
+
 def load_export(s: ExportSet, variant: str | None = None) -> EngineExport:
     """Read one engine's files into an :class:`EngineExport` (partial when files are missing)."""
     messages: list[str] = []
@@ -246,17 +279,12 @@ def load_export(s: ExportSet, variant: str | None = None) -> EngineExport:
         device.update(meta.pop("device", {}))
         trt.update({k: v for k, v in meta.items() if v is not None})
     if "build_meta" in s.files:
-        bm = readable(read_json, s.files["build_meta"])
-        if isinstance(bm, dict):
-            build.update(bm.get("build_options", {}))
-            build.update({f"model_{k}".lower(): v for k, v in bm.get("model_options", {}).items()})
+        build.update(readable(_build_metadata, s.files["build_meta"]) or {})
     if "device" in s.files:
-        dv = readable(read_json, s.files["device"])
-        if isinstance(dv, list) and dv and isinstance(dv[0], dict):
-            device.setdefault("Selected Device", dv[0].get("Name"))
-            cc = dv[0].get("ComputeCapability")
-            if cc:
-                device.setdefault("Compute Capability", ".".join(map(str, cc)))
+        device.update({k: v for k, v in (readable(_device_metadata, s.files["device"]) or {}).items()
+                       if k not in device})
+    if device.get("Selected Device") is not None:  # a name, whatever type another writer gave it
+        device["Selected Device"] = text_of(device["Selected Device"])
     source = s.prefix
     profile, count = None, None
     if "profile" in s.files:
@@ -282,7 +310,7 @@ def load_export(s: ExportSet, variant: str | None = None) -> EngineExport:
     elif profile is not None and "times" not in s.files:
         messages.append(f"{source}: no per-query times (--exportTimes): latency statistics come from the "
                         "trtexec summary when present")
-    precision = _precision_from_build(build.get("Precision"))
+    precision = _precision_from_build(text_of(build.get("Precision")))
     if precision is None and len(layers) and layers["precision_in"].notna().any():
         mix = lf.precision_mix(layers)
         precision = max(mix, key=lambda k: lf.PRECISION_RANK.get(k, -1)) if mix else None
@@ -290,5 +318,5 @@ def load_export(s: ExportSet, variant: str | None = None) -> EngineExport:
     layers = lf.make_frame(layers, key)
     return EngineExport(prefix=s.prefix, directory=s.directory, layers=layers, samples=samples, summary=summary,
                         trtexec=trt, build=build, device=device, tensorrt_version=version,
-                        precision=precision, model=model_key(build.get("model_model"), s.prefix),
+                        precision=precision, model=model_key(text_of(build.get("model_model")), s.prefix),
                         messages=messages, files=files, profile_count=count, detailed=detailed)

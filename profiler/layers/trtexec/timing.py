@@ -12,7 +12,16 @@ import pandas as pd
 
 from profiler import stats
 from profiler.errors import InputError
-from profiler.layers.trtexec.common import DEFAULT_WARMUP_MS, number, read_json
+from profiler.layers.trtexec.common import (
+    DEFAULT_WARMUP_MS,
+    MAX_COUNT,
+    log_number,
+    mapping,
+    number,
+    options,
+    read_json,
+    read_text,
+)
 
 
 def exact_duration_ms(value: float, start_ms: float) -> float:
@@ -122,9 +131,21 @@ _SUMMARY_FIELDS = {"Latency": "latency_ms", "Enqueue Time": "enqueue_ms", "H2D L
                    "End-to-End Host Latency": "end_to_end_ms"}
 
 
-def _stat_list(values: list[float], percentiles: list[float]) -> dict[str, float]:
+def _stat_list(values: list[Any], percentiles: list[float], what: str) -> dict[str, float]:
     keys = ["min", "max", "mean", "median"] + [f"p{int(p) if float(p).is_integer() else p}" for p in percentiles]
-    return {k: float(v) for k, v in zip(keys, values)}
+    return checked_stats({k: number(v, f"{what} {k}") for k, v in zip(keys, values)}, what)
+
+
+def checked_stats(vals: dict[str, float], what: str) -> dict[str, float]:
+    """trtexec's printed statistics of one quantity, refused when they cannot be (min above max, a median or a
+    percentile outside [min, max]): numbers each in range but impossible together are damage."""
+    lo, hi = vals.get("min"), vals.get("max")
+    if lo is not None and hi is not None and lo > hi:
+        raise InputError(f"{what}: min = {lo:g} ms is above max = {hi:g} ms: the export is damaged")
+    for k, v in vals.items():
+        if k not in ("min", "max") and ((lo is not None and v < lo) or (hi is not None and v > hi)):
+            raise InputError(f"{what}: {k} = {v:g} ms is outside min..max ({lo:g}..{hi:g} ms): the export is damaged")
+    return vals
 
 
 def parse_run_metadata(path: str | Path) -> dict[str, Any]:
@@ -132,12 +153,13 @@ def parse_run_metadata(path: str | Path) -> dict[str, Any]:
     data = read_json(path)
     if not isinstance(data, dict):
         raise InputError(f"{path} is not a trtexec run summary (expected a JSON object)")
-    perf = data.get("performance_summary", {})
+    name = Path(path).name
+    perf = mapping(data.get("performance_summary"), f"{name}: performance_summary")
     out: dict[str, Any] = {"source": str(path)}
     for label, key in _SUMMARY_FIELDS.items():
         vals = perf.get(label)
         if isinstance(vals, list) and len(vals) in (5, 7):  # min, max, mean, median + p99, or p90/p95/p99
-            out[key] = _stat_list(vals, [99] if len(vals) == 5 else [90, 95, 99])
+            out[key] = _stat_list(vals, [99] if len(vals) == 5 else [90, 95, 99], f"{name}: {label}")
         elif isinstance(vals, list) and vals:
             out.setdefault("messages", []).append(
                 f"{Path(path).name}: '{label}' has {len(vals)} values; trtexec prints 5 or 7 "
@@ -145,16 +167,16 @@ def parse_run_metadata(path: str | Path) -> dict[str, Any]:
     for label, key in (("Throughput", "throughput_qps"), ("Total Host Walltime", "walltime_s"),
                        ("Total GPU Compute Time", "total_gpu_compute_s")):
         if label in perf:
-            out[key] = float(perf[label])
-    out["inference_options"] = data.get("inference_options", {})
-    out["device"] = data.get("device_information", {})
+            out[key] = number(perf[label], f"{name}: {label}", hi=MAX_COUNT)
+    out["inference_options"] = options(data.get("inference_options"), f"{name}: inference_options")
+    out["device"] = options(data.get("device_information"), f"{name}: device_information")
     out["warmup_ms"] = _warmup_from_text(str(out["inference_options"].get("Duration", "")))
     return out
 
 
 def _warmup_from_text(text: str) -> float | None:
     m = re.search(r"\+\s*([\d.]+)\s*ms warm ?up", text) or re.search(r"[Ww]arm ?up[^\d]*([\d.]+)\s*ms", text)
-    return float(m.group(1)) if m else None
+    return number(log_number(m.group(1), "the warm-up"), "the warm-up") if m else None
 
 
 _LOG_STAT = re.compile(r"(min|max|mean|median|percentile\((?P<p>[\d.]+)%\))\s*=\s*(?P<v>[-\d.eE+]+)\s*ms")
@@ -163,16 +185,13 @@ _LOG_STAT = re.compile(r"(min|max|mean|median|percentile\((?P<p>[\d.]+)%\))\s*=\
 def parse_log(path: str | Path) -> dict[str, Any]:
     """A trtexec log: version, device, options, warm-up and the printed performance summary."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise InputError(f"cannot read {p}: {exc.strerror or exc}") from exc
+    text = read_text(p)
     out: dict[str, Any] = {"source": str(p), "inference_options": {}, "build_options": {}, "device": {}}
     m = re.search(r"TensorRT version:\s*([\d.]+)", text)
     if m:
         out["tensorrt_version"] = m.group(1)
     else:
-        m = re.search(r"\[TensorRT v(\d+)\]", text)
+        m = re.search(r"\[TensorRT v(\d{4,8})\]", text)
         if m:
             v = m.group(1)  # 8401 -> 8.4.1, 100300 -> 10.3.0
             major = v[:-3] if len(v) > 4 else v[0]
@@ -186,9 +205,10 @@ def parse_log(path: str | Path) -> dict[str, Any]:
             target = "device" if key == "Selected Device" else "build_options" if key == "Precision" \
                 else "inference_options"
             out[target][key] = mm.group(1).strip()
-    mw = re.search(r"Warmup completed (\d+) queries over ([\d.]+) ms", text)
+    mw = re.search(r"Warmup completed (\d{1,12}) queries over ([\d.]+) ms", text)
     if mw:
-        out["warmup_queries"], out["warmup_ms"] = int(mw.group(1)), float(mw.group(2))
+        out["warmup_queries"] = int(mw.group(1))
+        out["warmup_ms"] = number(log_number(mw.group(2), f"{p.name}: the warm-up"), f"{p.name}: the warm-up")
     else:
         out["warmup_ms"] = _warmup_from_text(out["inference_options"].get("Duration", ""))
     summary = text.split("=== Performance summary ===")[-1] if "=== Performance summary ===" in text else ""
@@ -198,21 +218,24 @@ def parse_log(path: str | Path) -> dict[str, Any]:
             if body.startswith(label + ":") and key not in out:
                 vals, pct = {}, []
                 for sm in _LOG_STAT.finditer(body):
+                    what = f"{p.name}: {label} {sm.group(1)}"
+                    v = number(log_number(sm.group("v"), what), what)
                     if sm.group("p"):
-                        pv = float(sm.group("p"))
+                        pv = number(log_number(sm.group("p"), what), what, hi=100.0)
                         pct.append(pv)
-                        vals[f"p{int(pv) if pv.is_integer() else pv}"] = float(sm.group("v"))
+                        vals[f"p{int(pv) if pv.is_integer() else pv}"] = v
                     else:
-                        vals[sm.group(1)] = float(sm.group("v"))
-                out[key] = vals
+                        vals[sm.group(1)] = v
+                out[key] = checked_stats(vals, f"{p.name}: {label}")
         for label, key in (("Throughput", "throughput_qps"), ("Total Host Walltime", "walltime_s"),
                            ("Total GPU Compute Time", "total_gpu_compute_s")):
             mm = re.match(rf"{label}:\s*([-\d.eE+]+)", body)
             if mm and key not in out:
-                out[key] = float(mm.group(1))
+                out[key] = number(log_number(mm.group(1), f"{p.name}: {label}"), f"{p.name}: {label}", hi=MAX_COUNT)
     mc = re.search(r"coefficient of variance\s*=\s*([\d.]+)%", text)
     if mc:
-        out["gpu_compute_cov_pct"] = float(mc.group(1))
+        out["gpu_compute_cov_pct"] = number(log_number(mc.group(1), f"{p.name}: the coefficient of variance"),
+                                            f"{p.name}: the coefficient of variance", hi=MAX_COUNT)
     return out
 
 
