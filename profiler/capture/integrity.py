@@ -58,12 +58,13 @@ tie GPU work to the ranges that launched it; lost NVTX events leave the ranges k
 RULES_BY_LOSS = {
     "gpu": ("gpu_idle", "launch_overhead", "transfer_bound", "fp32_math", "time_slicing", "serialised_threads",
             "decode_drift", "stream_race", "repeated_setup", "host_sleeps"),
-    "api": ("launch_overhead", "sync_api", "stream_race", "repeated_setup"),
+    "api": ("launch_overhead", "sync_api", "stream_race", "repeated_setup", "jitter"),
     "nvtx": (),
-    "osrt": ("host_sleeps", "serialised_threads"),
+    "osrt": ("host_sleeps", "serialised_threads", "jitter"),
 }
 """Capture rules that need the data a problem lost: they do not run on such a capture (the ranges nsys kept are
-whole, so the rules over them still hold)."""
+whole, so the rules over them still hold). jitter measures the ranges' host time, which holds, but names the
+outliers' cause from the CUDA and OS runtime calls inside them: without those it would blame host code."""
 
 LOSS_ORDER = ("gpu", "api", "nvtx", "osrt")
 """The order problems are told in: by the most important data they take away."""
