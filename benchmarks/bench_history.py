@@ -62,7 +62,8 @@ def build(url: str, out: Path) -> dict:
     t2 = time.perf_counter()
     store.close()
     return {"series": len(reviewed), "review_s": t1 - t0, "write_s": t2 - t1, **made,
-            "change_points": sum(len(s["change_points"]) for s in reviewed)}
+            "change_points": sum(len(s["change_points"]) for s in reviewed),
+            "found": [(s["key"]["key"], c["after_run"], round(c["ratio"], 3)) for s in reviewed for c in s["change_points"]]}
 
 
 def main() -> None:
@@ -82,6 +83,8 @@ def main() -> None:
           f"{'largest page kB':>15} {'change points':>13}")
     print(f"{args.runs:>6} {args.variants:>8} {fill_s:>7.1f} {r['series']:>6} {r['review_s']:>13.2f} {r['write_s']:>7.2f} "
           f"{r['pages']:>5} {r['largest_page_bytes'] / 1e3:>15.0f} {r['change_points']:>13}")
+    print(f"step made: variant fp16-ws1G-s0 x1.1 from run {args.runs // 2 + 1}; found (variant, first run after, ratio): "
+          f"{r['found']}")
 
 
 if __name__ == "__main__":

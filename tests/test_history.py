@@ -234,3 +234,23 @@ def test_real_cpu_sweeps_make_a_series_with_accuracy_and_memory(tmp_path, capsys
         assert data["memory_bytes"]["rss_after_run_bytes"] == [v["metrics"]["memory"]["rss_after_run_bytes"]
                                                                for v in rows]
     assert any(s["key"]["key"].startswith("fp16") for s in doc["series"])
+
+
+def test_sqlite_and_postgresql_give_the_same_series(db_url, tmp_path, capsys):
+    """The figures are extracted in SQL (JSON paths): both backends hand back the same medians, p99s, repeats,
+    memory and accuracy."""
+    from profiler.history.review import review_store
+
+    store = Store.open(db_url)
+    ids = fill(store, np.r_[noisy(np.full(30, 1.0), 0.01, 8), [1.4]])
+    store.update_variant_metrics(ids[3], "fp16-ws1G-s1", {"repeats": {"medians_ms": [1.0, 1.01, 0.99]}})
+    (s,) = review_store(store)
+    stored = [store.run_dict(i)["variants"][0] for i in ids]
+    store.close()
+    assert [p["median_ms"] for p in s["points"]] == pytest.approx([v["latency_ms"]["median"] for v in stored])
+    assert [p["p99_ms"] for p in s["points"]] == pytest.approx([v["latency_ms"]["p99"] for v in stored])
+    assert [p["repeats_ms"] for p in s["points"]][3] == [1.0, 1.01, 0.99]
+    assert all(p["memory"] == {"rss_after_run_bytes": 5e8} for p in s["points"])
+    assert all(p["accuracy"] == {"cosine_min": 0.9999, "max_abs": 1e-3, "failed_outputs": 0} for p in s["points"])
+    assert [(c["before_run"], c["after_run"]) for c in s["change_points"]] == [(ids[29], ids[30])]
+    assert s["newest_regressed"]

@@ -10,8 +10,8 @@ counts only when it beats the run-to-run spread:
   repeats rule asks of process-level repeats. Each split that stands splits the stretch in two, which are
   searched again (binary segmentation);
 - the newest runs (fewer than ``MIN_SEGMENT_RUNS`` after a split): compare's history rule
-  (``noise._from_history``): their median outside the range of the earlier runs and beyond their spread, every
-  one of them on the same side of that range.
+  (``noise._from_history``) holds for every one of them: outside the range of the earlier runs and beyond their
+  spread, on the same side.
 
 Larger is worse (latency): a ratio above 1 is a regression.
 """
@@ -110,12 +110,11 @@ def _tail_step(x: np.ndarray, last: int, r: dict) -> dict[str, Any] | None:
         after = x[s:]
         centre = float(np.median(after))
         direction = 1 if centre > float(np.median(prior)) else -1
-        beyond = after > prior.max() if direction > 0 else after < prior.min()
-        if not beyond.all():
+        rel = float(r["rel_threshold"])
+        # each newest run on its own stands by the history rule, so one noisy run cannot join a real step
+        if not all(noise._from_history(direction, prior, float(v), rel)["confirmed"] for v in after):
             continue
-        ev = noise._from_history(direction, prior, centre, float(r["rel_threshold"]))
-        if not ev["confirmed"]:
-            continue
+        ev = noise._from_history(direction, prior, centre, rel)
         p = noise.separation_p_value(len(prior), t)
         return {"index": s, "before_ms": float(np.median(prior)), "after_ms": centre, "ratio": ev["history_ratio"],
                 "direction": "regression" if direction > 0 else "improvement", "confidence": 1.0 - p,

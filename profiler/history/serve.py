@@ -53,6 +53,8 @@ class Site:
             rv = self.reviewed()
             return 200, html, index_html(rv, title="trtprof history (live)",
                                          subtitle=subtitle_of(self.label, self.model, self.db, len(rv))).encode()
+        if path == "/favicon.ico":
+            return 204, "image/x-icon", b""
         if path == "/" + PLOTLY_ASSET:
             from profiler.report.render import plotly_js
 

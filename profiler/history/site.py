@@ -17,8 +17,7 @@ PLOTLY_ASSET = "assets/plotly.min.js"
 def _name(key: dict[str, Any]) -> tuple[str, str]:
     if key.get("kind") == "range":
         return str(key.get("key")), f"label {key.get('label') or '(none)'}"
-    model = str(key.get("model") or "(no model)")
-    return f"{key.get('key')}", Path(model).name if "/" in model else model
+    return f"{key.get('key')}", str(key.get("model") or "(no model)")
 
 
 def _ms(x: float | None) -> str:
