@@ -195,6 +195,10 @@ def test_the_server_is_live_and_read_only(served):
     assert status == 200 and '"run_id":[' in page.replace(" ", "")
     assert _get(port, "/series/000000000000.html")[0] == 404
     assert _get(port, "/../../etc/passwd")[0] == 404
+    rebound = urllib.request.Request(f"http://127.0.0.1:{port}/index.html", headers={"Host": f"evil.example:{port}"})
+    with pytest.raises(urllib.error.HTTPError) as exc:
+        urllib.request.urlopen(rebound, timeout=20)
+    assert exc.value.code == 403  # a page that pointed its own name at 127.0.0.1 reads nothing
     req = urllib.request.Request(f"http://127.0.0.1:{port}/index.html", data=b"x", method="POST")
     with pytest.raises(urllib.error.HTTPError) as exc:
         urllib.request.urlopen(req, timeout=20)
@@ -221,6 +225,7 @@ def test_real_cpu_sweeps_make_a_series_with_accuracy_and_memory(tmp_path, capsys
     keys = {v["key"] for run in stored for v in run["variants"] if v["status"] == "ok"}
     assert {s["key"]["key"] for s in doc["series"]} == keys
     assert all(s["run_count"] == 3 and s["key"]["backend"] == "onnxruntime" for s in doc["series"])
+    assert all(s["env_changes"] == [] for s in doc["series"])  # three sweeps on one machine, one environment
     for s in doc["series"]:
         page = (tmp_path / "site" / "series" / f"{s['id']}.html").read_text()
         data = json.loads(page.split('id="series-data">', 1)[1].split("</script>", 1)[0])["points"]
@@ -254,3 +259,40 @@ def test_sqlite_and_postgresql_give_the_same_series(db_url, tmp_path, capsys):
     assert all(p["accuracy"] == {"cosine_min": 0.9999, "max_abs": 1e-3, "failed_outputs": 0} for p in s["points"])
     assert [(c["before_run"], c["after_run"]) for c in s["change_points"]] == [(ids[29], ids[30])]
     assert s["newest_regressed"]
+
+
+def test_capture_ranges_are_series_by_label(tmp_path, capsys):
+    """Analysed captures: each NVTX range a series of its label; the captured GPU's clock is in the environment."""
+    from profiler.capture.analyze import analyze
+    from profiler.capture.record import store_analysis
+    from profiler.history.review import review_store
+    from tests.test_capture_inference import trt_app
+
+    url = f"sqlite:///{tmp_path / 'cap.db'}"
+    store = Store.open(url)
+    for label, layer_us in (("app", (30, 10)), ("app", (30, 10)), ("other", (60, 20))):
+        store_analysis(store, analyze(trt_app(n=50, layer_us=layer_us)), source="app.sqlite", label=label)
+    reviewed = review_store(store)
+    runs = [store.run_dict(r["id"]) for r in store.list_runs()]
+    store.close()
+    ranges = {(v["domain"], v["key"], r["label"]) for r in runs for v in r["variants"]
+              if v["kind"] == "range" and v["status"] == "ok"}
+    assert len(ranges) >= 4  # the enqueue range and the layers, under two labels
+    assert {(s["key"]["domain"], s["key"]["key"], s["key"]["label"]) for s in reviewed} == ranges
+    assert all(len(s["points"]) == (2 if s["key"]["label"] == "app" else 1) for s in reviewed)
+
+
+def test_a_captured_gpus_clock_change_is_an_environment_change():
+    """environment.gpus as store.rows keeps it for a capture (the loader's clock_hz): a new clock or GPU shows."""
+    from profiler.history.review import env_changes
+    from profiler.history.series import environment_of
+
+    def run(clock, driver="580.1"):
+        return {"gpu": "NVIDIA H200", "driver_version": driver, "label": "x", "trtprof_version": "0.1",
+                "environment": {"schema_version": 3, "gpus": [{"name": "NVIDIA H200", "clock_hz": clock,
+                                                               "bus_location": "0000:01:00.0"}]}}
+    points = [{"run_id": i + 1, "env": environment_of(r)}
+              for i, r in enumerate([run(1.98e9), run(1.98e9), run(1.59e9), run(1.59e9, "580.2")])]
+    assert env_changes(points) == [
+        {"run_id": 3, "index": 2, "changes": {"gpu0.clock_hz": [str(1.98e9), str(1.59e9)]}},
+        {"run_id": 4, "index": 3, "changes": {"driver_version": ["580.1", "580.2"]}}]

@@ -16,8 +16,12 @@ from profiler.store.api import Store, iso_utc
 
 #: Run columns that make a run's environment: a change of one between two runs of a series is marked on the axis.
 ENV_COLUMNS = ("gpu", "driver_version", "cuda_version", "tensorrt_version", "nsys_version", "backend")
-#: ... and keys of the run's ``environment`` that do: versions of what ran (not trtprof's own) and clocks.
+#: ... and these entries of the run's ``environment`` (a sweep's backend: its version, device, host CPU; the
+#: Python and OS), with every entry whose name says clock or ends in _version (not trtprof's own).
+ENV_KEYS = ("version", "device", "provider", "compute_capability", "cpu", "cpu_count", "python", "platform")
 ENV_EXCLUDED_KEYS = ("trtprof_version", "schema_version")
+#: ... and of each GPU a capture recorded (``environment.gpus``): its name and clocks.
+GPU_KEYS = ("name",)
 
 
 def _number(x: Any) -> float | None:
@@ -26,20 +30,29 @@ def _number(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
 
 
+def _wanted(key: str) -> bool:
+    return key in ENV_KEYS or "clock" in key or (key.endswith("_version") and key not in ENV_EXCLUDED_KEYS)
+
+
+def _scalar(v: Any) -> bool:
+    return isinstance(v, (str, int, float)) and not isinstance(v, bool)
+
+
 def environment_of(run: dict[str, Any]) -> dict[str, str]:
-    """The fields of a run's environment that a change of is marked: ENV_COLUMNS and the ``environment``
-    entries whose name says version or clock."""
+    """The fields of a run's environment whose change is marked on the axis: ENV_COLUMNS, the ``environment``
+    entries _wanted names (a dict of clocks flattened to ``name.key``) and each captured GPU's name and clocks."""
     env = {k: str(run[k]) for k in ENV_COLUMNS if run.get(k) not in (None, "")}
     extra = run.get("environment") if isinstance(run.get("environment"), dict) else {}
     for k, v in extra.items():
-        if k in ENV_EXCLUDED_KEYS or not ("version" in k or "clock" in k):
-            continue
-        if isinstance(v, (str, int, float)) and not isinstance(v, bool):
+        if k == "gpus" and isinstance(v, list):
+            for i, gpu in enumerate(v):
+                if isinstance(gpu, dict):
+                    env.update({f"gpu{i}.{kk}": str(vv) for kk, vv in gpu.items()
+                                if _scalar(vv) and (kk in GPU_KEYS or "clock" in kk)})
+        elif _wanted(k) and _scalar(v):
             env[k] = str(v)
-        elif isinstance(v, dict):  # clocks: {"sm_mhz": 1980, ...}
-            for kk, vv in v.items():
-                if isinstance(vv, (str, int, float)) and not isinstance(vv, bool):
-                    env[f"{k}.{kk}"] = str(vv)
+        elif _wanted(k) and isinstance(v, dict):  # clocks: {"sm_mhz": 1980, ...}
+            env.update({f"{k}.{kk}": str(vv) for kk, vv in v.items() if _scalar(vv)})
     return env
 
 
@@ -50,7 +63,7 @@ def series_id(key: dict[str, Any]) -> str:
 
 def _series_key(row: dict[str, Any]) -> dict[str, Any]:
     if row["vkind"] == "range":  # a capture unit: the label names what was captured
-        return {"kind": "range", "label": row["label"], "key": row["key"], "gpu": row["gpu"]}
+        return {"kind": "range", "label": row["label"], "domain": row.get("domain"), "key": row["key"], "gpu": row["gpu"]}
     return {"kind": row["vkind"] or "variant", "model": row["model"], "key": row["key"], "gpu": row["gpu"],
             "backend": row["vbackend"] or row["rbackend"]}
 
@@ -104,7 +117,7 @@ def _variant_columns(v):
     scalar per figure, so no JSON is parsed in Python but a run's repeats."""
     lat = [v.c.latency_ms[k].as_float() for k in LATENCY_KEYS]
     mem = [v.c.metrics[path].as_float() for path in MEMORY_PATHS.values()]
-    return [v.c.id, v.c.run_id, v.c.kind, v.c.key, v.c.backend, *lat, *mem,
+    return [v.c.id, v.c.run_id, v.c.kind, v.c.key, v.c.domain, v.c.backend, *lat, *mem,
             v.c.metrics[("repeats", "medians_ms")].as_string()]
 
 
@@ -136,16 +149,16 @@ def load_series(store: Store, *, label: str | None = None, model: str | None = N
     q = _filters(select(*_variant_columns(v)).join(r, r.c.id == v.c.run_id).where(v.c.status == "ok"), label, model)
     series: dict[tuple, dict[str, Any]] = {}
     with store.engine.connect() as c:
-        for vid, rid, vkind, key, vbackend, median, p99, *rest in c.execute(q).all():
+        for vid, rid, vkind, key, domain, vbackend, median, p99, *rest in c.execute(q).all():
             run = runs.get(rid)
             if run is None:
                 continue
             backend = vbackend or run.get("backend")
-            group = (vkind, key, backend, run["label"] if vkind == "range" else None, run.get("gpu"),
+            group = (vkind, key, domain, backend, run["label"] if vkind == "range" else None, run.get("gpu"),
                      None if vkind == "range" else run.get("model"))
             s = series.get(group)
             if s is None:
-                skey = _series_key({"vkind": vkind, "key": key, "vbackend": backend, "rbackend": None,
+                skey = _series_key({"vkind": vkind, "key": key, "domain": domain, "vbackend": backend, "rbackend": None,
                                     "label": run["label"], "gpu": run.get("gpu"), "model": run.get("model")})
                 s = series[group] = {"id": series_id(skey), "key": skey, "points": []}
             s["points"].append(_point(run, vid, median, p99, rest[:-1], rest[-1], accuracy.get(vid)))

@@ -93,15 +93,36 @@ class Site:
         return self._file_page(lambda out: write_report(data, out))
 
 
+#: Names a loopback server answers to: a page elsewhere that points its own host name at 127.0.0.1 (DNS
+#: rebinding) sends its own name in Host and is refused.
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+
+
+def _host_allowed(host_header: str | None, address: tuple) -> bool:
+    """True unless the server is bound to a loopback address and the request names another host."""
+    bound = str(address[0])
+    if not (bound.startswith("127.") or bound == "::1"):
+        return True
+    name = (host_header or "").strip().lower()
+    name = name[:name.index("]") + 1] if name.startswith("[") and "]" in name else name.split(":", 1)[0]
+    return name in LOOPBACK_NAMES or name == bound
+
+
 def make_server(site: Site, host: str, port: int) -> http.server.ThreadingHTTPServer:
     """A server answering ``site``'s pages; InputError when the port cannot be bound."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            if not _host_allowed(self.headers.get("Host"), self.server.server_address):
+                self._send(403, "text/plain; charset=utf-8", b"this server answers only requests addressed to it\n")
+                return
             try:
                 status, ctype, body = site.page(self.path.split("?", 1)[0])
             except InputError as exc:
                 status, ctype, body = 404, "text/plain; charset=utf-8", f"{exc}\n".encode()
+            self._send(status, ctype, body)
+
+        def _send(self, status: int, ctype: str, body: bytes) -> None:
             self.send_response(status)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(body)))

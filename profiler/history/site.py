@@ -16,7 +16,8 @@ PLOTLY_ASSET = "assets/plotly.min.js"
 
 def _name(key: dict[str, Any]) -> tuple[str, str]:
     if key.get("kind") == "range":
-        return str(key.get("key")), f"label {key.get('label') or '(none)'}"
+        domain = f"{key['domain']}/" if key.get("domain") else ""
+        return f"{domain}{key.get('key')}", f"label {key.get('label') or '(none)'}"
     return f"{key.get('key')}", str(key.get("model") or "(no model)")
 
 
