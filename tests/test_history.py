@@ -296,3 +296,32 @@ def test_a_captured_gpus_clock_change_is_an_environment_change():
     assert env_changes(points) == [
         {"run_id": 3, "index": 2, "changes": {"gpu0.clock_hz": [str(1.98e9), str(1.59e9)]}},
         {"run_id": 4, "index": 3, "changes": {"driver_version": ["580.1", "580.2"]}}]
+
+
+def test_the_serve_command_binds_loopback_and_answers(step_store):
+    """`trtprof history --serve --port 0` as a user starts it: it says where it listens (127.0.0.1), answers
+    there, and is stopped by the test (terminate, then kill if it lingers)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    url, ids, _ = step_store
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen([sys.executable, "-m", "profiler", "history", "--db", url, "--serve", "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("history: serving http://127.0.0.1:"), (line, proc.stderr.read() if proc.poll() else "")
+        port = int(line.split("127.0.0.1:", 1)[1].split("/", 1)[0])
+        status, doc = _get(port, "/history.json")
+        assert status == 200 and sorted(s["run_count"] for s in json.loads(doc)["series"]) == [20, 100]
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        proc.stdout.close()
+        proc.stderr.close()

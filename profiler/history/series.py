@@ -4,6 +4,7 @@ year of nightly runs (10,000 runs x 20 variants) loads in seconds."""
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import math
@@ -87,8 +88,11 @@ def _runs(store: Store, label: str | None, model: str | None) -> dict[int, dict[
         q = _filters(select(a.c.run_id, a.c.kind, a.c.path).join(r, r.c.id == a.c.run_id), label, model)
         for rid, kind, path in c.execute(q.where(a.c.kind == "report")):
             runs[rid].setdefault("report", path)
-    for run in runs.values():
-        run["created_at"] = iso_utc(run["created_at"])
+    for run in runs.values():  # in UTC, whatever the database session's time zone: the strings sort in time order
+        created = run["created_at"]
+        if isinstance(created, dt.datetime) and created.tzinfo is not None:
+            created = created.astimezone(dt.timezone.utc)
+        run["created_at"] = iso_utc(created)
         run["env"] = environment_of(run)
         del run["environment"]
     return runs
