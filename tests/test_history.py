@@ -116,8 +116,11 @@ def test_the_site_has_one_small_page_per_series_and_the_compare_of_the_pair(step
     assert "driver_version: 580.1 -&gt; 580.2" in text
     data = json.loads(text.split('id="series-data">', 1)[1].split("</script>", 1)[0])
     assert data["points"]["run_id"] == ids and len(data["changes"]) == 1 and len(data["env"]) == 1
-    small = min(pages, key=lambda p: p.stat().st_size).read_text()
-    assert str(ids[39]) not in json.loads(small.split('id="series-data">', 1)[1].split("</script>", 1)[0])["points"]["run_id"]
+    small = min(pages, key=lambda p: p.stat().st_size)
+    assert ids[39] not in json.loads(small.read_text().split('id="series-data">', 1)[1].split("</script>", 1)[0])["points"]["run_id"]
+    code, _, err = run_cli(["history", "--db", url, "--model", "bert", "--out", str(out)], capsys)
+    assert code == 0, err
+    assert [p.name for p in (out / "series").glob("*.html")] == [small.name]  # the other series' page is gone
 
 
 def test_fail_on_regression_exits_1_when_the_newest_run_stepped_up(tmp_path, capsys):

@@ -129,3 +129,23 @@ def test_live_server_change_point_opens_the_compare_of_the_pair(browser, store_u
         server.server_close()
         thread.join(timeout=10)
         store.close()
+
+
+def test_cdn_site_offline_says_charts_are_unavailable(browser, store_url):
+    from profiler.history.review import review_store
+    from profiler.history.site import write_site
+
+    url, ids, tmp = store_url
+    store = Store.open(url, upgrade=False)
+    made = write_site(review_store(store), tmp / "cdn", db=url, cdn=True)
+    store.close()
+    assert made["plotly_bytes"] == 0 and not (tmp / "cdn" / "assets" / "plotly.min.js").exists()
+    page = browser.new_page()
+    page.route("**/*", lambda route: route.abort() if route.request.url.startswith("http") else route.continue_())
+    uncaught: list[str] = []
+    page.on("pageerror", lambda e: uncaught.append(str(e)))
+    page.goto(next((tmp / "cdn" / "series").glob("*.html")).as_uri(), wait_until="load")
+    texts = page.evaluate("() => [...document.querySelectorAll('div.chart')].map(d => d.textContent)")
+    assert texts and all("plotly.js could not be loaded" in t for t in texts)
+    assert uncaught == []
+    page.close()

@@ -125,6 +125,14 @@ def subtitle_of(label: str | None, model: str | None, db: str | None, n_series: 
     return " · ".join(parts)
 
 
+def _drop_stale(folder: Path, keep: set[str]) -> None:
+    """Remove series pages an earlier build wrote that this one did not (only files named as this module names
+    them), so the folder holds exactly the index's series."""
+    for page in folder.glob("*.html"):
+        if page.name not in keep and len(page.stem) == 12 and all(ch in "0123456789abcdef" for ch in page.stem):
+            page.unlink(missing_ok=True)
+
+
 def write_site(reviewed: list[dict[str, Any]], out: str | Path, *, db: str | None, label: str | None = None,
                model: str | None = None, cdn: bool = False) -> dict[str, Any]:
     """Write the site under ``out``; returns {pages, bytes, largest_page_bytes}."""
@@ -150,5 +158,6 @@ def write_site(reviewed: list[dict[str, Any]], out: str | Path, *, db: str | Non
     plotly = sizes[0] if not cdn else 0
     for s in reviewed:
         put(f"series/{s['id']}.html", series_html(s, db=db, live=False, cdn=cdn))
+    _drop_stale(root / "series", {f"{s['id']}.html" for s in reviewed})
     pages = sizes[1:] if not cdn else sizes
     return {"pages": len(pages), "bytes": sum(sizes), "largest_page_bytes": max(pages), "plotly_bytes": plotly}
