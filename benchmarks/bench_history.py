@@ -2,7 +2,7 @@
 step in one variant), then time the build of the site and print a table (runs, variants, load+review s, write s,
 pages, largest page).
 
-    PYTHONPATH=. python benchmarks/bench_history.py [--runs 10000] [--variants 20] [--db /tmp/history-bench.db]
+    PYTHONPATH=. python benchmarks/bench_history.py [--runs 10000] [--variants 20] [--db FILE | --url postgresql://...]
 """
 
 from __future__ import annotations
@@ -70,11 +70,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=10000)
     ap.add_argument("--variants", type=int, default=20)
-    ap.add_argument("--db", default=None)
+    ap.add_argument("--db", default=None, help="SQLite file to fill (default: a temporary one)")
+    ap.add_argument("--url", default=None, help="an empty store's SQLAlchemy URL instead (PostgreSQL)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        db = args.db or str(Path(tmp) / "history.db")
-        url = f"sqlite:///{db}"
+        url = args.url or f"sqlite:///{args.db or Path(tmp) / 'history.db'}"
         t0 = time.perf_counter()
         fill(url, args.runs, args.variants)
         fill_s = time.perf_counter() - t0
