@@ -148,6 +148,11 @@ def test_bad_inputs_are_one_sentence(step_store, tmp_path, capsys):
     assert code == 2 and "--out" in err
     code, _, err = run_cli(["history", "--db", str(tmp_path / "missing.db"), "--out", str(tmp_path / "s")], capsys)
     assert code == 3 and "no run store" in err
+    (tmp_path / "empty.db").write_bytes(b"")
+    code, _, err = run_cli(["history", "--db", str(tmp_path / "empty.db"), "--json", str(tmp_path / "e.json")], capsys)
+    assert code == 3 and "holds no trtprof run store" in err
+    code, _, err = run_cli(["history", "--db", str(tmp_path / "no" / "x.db"), "--json", str(tmp_path / "e.json")], capsys)
+    assert code == 3 and "cannot read the run store" in err
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()

@@ -34,8 +34,9 @@ def command(ctx: click.Context, label, model, out, json_path, cdn: bool, fail_on
     if not (out or json_path or serve):
         raise UsageError("give --out DIR (a site), --json FILE (data) or --serve (live)")
     url = db_url(ctx, db)
-    store = open_store(ctx, db, upgrade=False, must_exist=True)
+    store = open_store(ctx, db, upgrade=False, must_exist=True)  # read-only: no migration, no new file
     try:
+        _check_store(store, url)
         if serve:
             _serve(store, url, label, model, host, port)
             return
@@ -60,6 +61,24 @@ def command(ctx: click.Context, label, model, out, json_path, cdn: bool, fail_on
         store.close()
     if fail_on_regression and regressed:
         ctx.exit(1)
+
+
+def _check_store(store, url: str | None) -> None:
+    """One sentence when the store cannot be read or holds no runs table (an empty file, a missing folder)."""
+    from sqlalchemy import exc as sa_exc
+    from sqlalchemy import inspect
+
+    from profiler.store.api import resolve_url
+
+    where = resolve_url(url)
+    try:
+        has_runs = inspect(store.engine).has_table("runs")
+    except sa_exc.OperationalError as exc:
+        reason = str(exc.orig).splitlines()[0] if exc.orig is not None else str(exc)
+        raise InputError(f"cannot read the run store {where}: {reason}") from None
+    if not has_runs:
+        raise InputError(f"{where} holds no trtprof run store (no runs table); analyse, import or sweep with that "
+                         "--db first, or point --db at an existing store")
 
 
 def _write_json(path: str, doc: dict) -> None:
