@@ -333,3 +333,17 @@ def test_the_serve_command_binds_loopback_and_answers(step_store):
             proc.wait(timeout=10)
         proc.stdout.close()
         proc.stderr.close()
+
+
+def test_a_step_where_the_driver_changed_says_so(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path / 'd.db'}"
+    store = Store.open(url)
+    ids = fill(store, noisy(step_levels(40, 20, 1.3), 0.01, 9), driver_from={20: "590.0"})
+    store.close()
+    code, _, err = run_cli(["history", "--db", url, "--json", str(tmp_path / "d.json"), "--out", str(tmp_path / "s")],
+                           capsys)
+    assert code == 0, err
+    (cp,) = json.loads((tmp_path / "d.json").read_text())["change_points"]
+    assert (cp["after_run"], cp["environment_changed"]) == (ids[20], ["driver_version"])
+    page = next((tmp_path / "s" / "series").glob("*.html")).read_text()
+    assert "the environment changed at this step: driver_version" in page

@@ -25,16 +25,21 @@ def env_changes(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def review(series: dict[str, Any], rule: dict | None = None) -> dict[str, Any]:
     """``series`` with ``change_points`` (each with the runs on either side) and ``env_changes`` added."""
     pts = [p for p in series["points"] if p["median_ms"] is not None and p["median_ms"] > 0]
+    envs = env_changes(series["points"])
     found = []
     for c in change_points([p["median_ms"] for p in pts], rule):
         before, after = pts[c["index"] - 1], pts[c["index"]]
+        # what changed in the environment between the two runs either side (points without a median between them too)
+        lo, hi = series["points"].index(before), series["points"].index(after)
+        changed = sorted({k for e in envs if lo < e["index"] <= hi for k in e["changes"]})
         found.append({**c, "series": series["id"], "before_run": before["run_id"], "after_run": after["run_id"],
-                      "before_report": before.get("report"), "after_report": after.get("report")})
+                      "before_report": before.get("report"), "after_report": after.get("report"),
+                      "environment_changed": changed})
     newest = pts[-1]["run_id"] if pts else None
     last = found[-1] if found else None
     # the newest run is on the slow side of a step still too new for the rank test (the history rule found it)
     regressed = last is not None and last["direction"] == "regression" and len(pts) - last["index"] < MIN_SEGMENT_RUNS
-    return {**series, "change_points": found, "env_changes": env_changes(series["points"]),
+    return {**series, "change_points": found, "env_changes": envs,
             "newest_run": newest, "newest_regressed": regressed}
 
 
@@ -44,7 +49,7 @@ def review_store(store, *, label: str | None = None, model: str | None = None,
 
 
 CHANGE_FIELDS = ("series", "before_run", "after_run", "ratio", "confidence", "direction", "p_value", "before_ms",
-                 "after_ms", "run_to_run_spread", "rule")
+                 "after_ms", "run_to_run_spread", "environment_changed", "rule")
 
 
 def history_document(reviewed: list[dict[str, Any]]) -> dict[str, Any]:

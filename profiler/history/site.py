@@ -77,7 +77,9 @@ def series_html(s: dict[str, Any], *, db: str | None, live: bool, cdn: bool) -> 
             "before_report": _report_href(b.get("report"), live, b["run_id"]),
             "after_report": _report_href(a.get("report"), live, a["run_id"]),
             "compare_href": f"../compare/{b['run_id']}/{a['run_id']}.html" if live else None,
-            "command": f"trtprof compare {b['run_id']} {a['run_id']}{db_arg}", "rule": c["rule"]})
+            "command": f"trtprof compare {b['run_id']} {a['run_id']}{db_arg}", "rule": c["rule"],
+            "env_note": ("the environment changed at this step: " + ", ".join(c["environment_changed"])
+                         if c.get("environment_changed") else "")})
     env_rows = [{"run": f"run {e['run_id']}", "text": "; ".join(f"{k}: {v[0]} -> {v[1]}" for k, v in e["changes"].items())}
                 for e in s["env_changes"]]
     pts = s["points"]
