@@ -45,10 +45,12 @@ def test_a_10_percent_step_in_3_percent_noise_is_found_where_it_happened():
 
 
 def test_a_step_within_the_run_to_run_noise_is_not_marked():
-    """2% up in 3% noise: below compare's 5% relevance threshold and inside the spread. Noise alone (no step)
-    gives a false mark in fewer than 1 in 15 series of 100 runs (the newest-run rule accounts for most)."""
-    marked = sum(bool(change_points(noisy(step_levels(100, 39, 1.02), 0.03, seed))) for seed in range(50))
-    assert marked <= 3, marked
+    """2% up in 3% noise: below compare's 5% relevance threshold and inside the spread; and no step at all. Either
+    is marked in at most 2 of 100 series of 100 runs (the newest-run rule, which one noisy night can pass)."""
+    marked = sum(bool(change_points(noisy(step_levels(100, 39, 1.02), 0.03, seed))) for seed in range(100))
+    assert marked <= 2, marked
+    marked = sum(bool(change_points(noisy(np.full(100, 1.0), 0.03, seed + 500))) for seed in range(100))
+    assert marked <= 2, marked
 
 
 def test_two_steps_are_both_found_and_a_short_one_before_the_window_is_not():

@@ -33,6 +33,11 @@ MIN_SEGMENT_RUNS = 6
 #: The newest runs after a step, fewer than MIN_SEGMENT_RUNS, are judged by compare's history rule against
 #: at least this many earlier runs.
 MIN_PRIOR_RUNS = noise.MIN_HISTORY
+#: ... and at most this many earlier runs measure the spread the newest runs must beat: 20 rather than 10 marks a
+#: series of 100 runs with 3% noise and no step in 0.3% of builds instead of 2% (300 draws), and still marks a
+#: newest run 20% slower in 99.7%; a 10% step the newest run alone shows is marked in 39% (instead of 60%), and
+#: by the rank test once 6 runs follow it.
+TAIL_WINDOW_RUNS = 20
 
 
 def change_points(values: Sequence[float], rule: dict | None = None) -> list[dict[str, Any]]:
@@ -104,7 +109,7 @@ def _tail_step(x: np.ndarray, last: int, r: dict) -> dict[str, Any] | None:
     n = len(x)
     for t in range(min(MIN_SEGMENT_RUNS - 1, n - 1), 0, -1):
         s = n - t
-        prior = x[max(last, s - WINDOW_RUNS):s]
+        prior = x[max(last, s - TAIL_WINDOW_RUNS):s]
         if len(prior) < MIN_PRIOR_RUNS:
             continue
         after = x[s:]
