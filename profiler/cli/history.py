@@ -19,7 +19,8 @@ from profiler.errors import InputError, UsageError
 @click.option("--json", "json_path", default=None, type=click.Path(), help="Write the series and change points here.")
 @click.option("--cdn", is_flag=True, help="Load plotly.js from its CDN instead of writing it into the site.")
 @click.option("--fail-on-regression", is_flag=True,
-              help="Exit 1 when the newest run of a series is a regression beyond the run-to-run spread.")
+              help="Exit 1 when a series' newest runs follow a regression beyond the run-to-run spread that fewer "
+                   "than 6 runs have followed (the step is still new).")
 @click.option("--serve", is_flag=True, help="Serve the site live from the store (read-only) until interrupted.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address --serve binds.")
 @click.option("--port", default=8036, show_default=True, type=click.IntRange(0, 65535), help="Port --serve binds.")
