@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("profiler.cli.compare", "Compare a run against a baseline; exit 1 on regression."),
     "runs": ("profiler.cli.runs", "List stored runs."),
     "show": ("profiler.cli.show", "Show one stored run."),
+    "history": ("profiler.cli.history", "Runs over time as a site: series, change points, environment changes."),
     "db": ("profiler.cli.db", "Database maintenance (db upgrade)."),
     "cache": ("profiler.cli.cache", "Show the capture caches' entries and sizes, or empty them (cache clear)."),
 }
