@@ -130,7 +130,7 @@ def check_outputs(outputs: Iterable[tuple[str, str | None]], inputs: Iterable[tu
             if _inside(ident, in_ident, folders.get(in_path, set())):
                 raise UsageError(f"{opt} {path} is one of the files of {what} {in_path}, which this command reads; "
                                  "write the output elsewhere")
-        for other, other_path, other_ident in outs[:i]:
+        for other, _other_path, other_ident in outs[:i]:
             in_place = ident[2] is not None and not stat.S_ISREG(ident[2])
             if _same(ident, other_ident) and not in_place:
                 raise UsageError(f"{other} and {opt} both name {path}; give each output its own file")

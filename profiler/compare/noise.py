@@ -146,15 +146,6 @@ def host_share(variant: dict[str, Any], *, repeats: bool) -> float | None:
     return float(a[0]) if len(a) else None
 
 
-def explained_by_load(shares: Sequence[float | None]) -> tuple[float, float | None]:
-    """(factor, share): how large a change the busiest side's host load can explain on its own."""
-    known = [float(x) for x in shares if isinstance(x, (int, float)) and math.isfinite(x)]
-    if not known:
-        return 1.0, None
-    share = max(known)
-    return 1.0 / (1.0 - min(share, MAX_EXPLAINED_SHARE)), share
-
-
 def _slowdown(share: float | None) -> float:
     """How much slower a query that needs the whole host runs when others take ``share`` of it (1 unknown)."""
     if not isinstance(share, (int, float)) or not math.isfinite(share):
