@@ -1,6 +1,6 @@
 """The layer table in one grouping equals the per-layer computation it replaced, byte for byte, on every
-capture with layer ranges: the TensorRT sample traces, the NVIDIA cookbook TensorRT captures and
-synthetic captures with many layers (ties in kernel time wider than a small sort, a layer missing from
+capture with layer ranges: the TensorRT sample traces, the NVIDIA cookbook TensorRT captures, a real
+two-thread TensorRT app's capture (160 layers) and synthetic captures with many layers (ties in kernel time wider than a small sort, a layer missing from
 an inference, GPUs without Tensor Cores)."""
 
 from __future__ import annotations
@@ -31,7 +31,8 @@ def both(trace, gpus=None) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("path", [SAMPLE_TRACES / f"{n}.sqlite" for n in ("trt_eager", "trt_graph", "trt_trtexec_graph")]
-                         + [SHARED / "fixtures" / "nsys-tensorrt" / f"{n}.sqlite" for n in COOKBOOK],
+                         + [SHARED / "fixtures" / "nsys-tensorrt" / f"{n}.sqlite" for n in COOKBOOK]
+                         + [SHARED / "fixtures" / "nsys-real" / "realcugan_trt_2threads_2080ti.sqlite"],
                          ids=lambda p: p.stem)
 def test_equals_the_per_layer_table_on_real_captures(path):
     new, old = both(load_trace(capture_or_skip(path)))
@@ -39,9 +40,19 @@ def test_equals_the_per_layer_table_on_real_captures(path):
 
 
 def test_real_capture_has_layers_to_compare():
-    """The comparison above is not vacuous: the eager TensorRT sample has its six layers."""
-    new, _ = both(load_trace(capture_or_skip(SAMPLE_TRACES / "trt_eager.sqlite")))
-    assert len(json.loads(new)["layers"]) == 6
+    """The comparison above is not vacuous: the eager TensorRT sample's layers are the NVTX ranges nested in
+    its enqueue ranges on the same thread (by SQL over the export), six of them."""
+    import sqlite3
+
+    path = capture_or_skip(SAMPLE_TRACES / "trt_eager.sqlite")
+    with sqlite3.connect(path) as con:
+        names = {r[0] for r in con.execute(
+            "WITH r AS (SELECT COALESCE(e.text, s.value) AS name, e.start, e.end, e.globalTid FROM NVTX_EVENTS e "
+            "LEFT JOIN StringIds s ON e.textId = s.id WHERE e.eventType = 59) "
+            "SELECT DISTINCT c.name FROM r c JOIN r q ON q.name = 'ExecutionContext::enqueue' "
+            "AND c.globalTid = q.globalTid AND c.start >= q.start AND c.end <= q.end AND c.name != q.name")}
+    layers = {r["name"].split(":", 1)[1] for r in json.loads(both(load_trace(path))[0])["layers"]}
+    assert layers == names and len(layers) == 6
 
 
 @pytest.mark.parametrize("gpus", [None, [{"compute_major": 6}], [{"compute_major": 9}]], ids=["unknown", "pascal", "hopper"])
