@@ -18,7 +18,9 @@ process's peak RSS, from ``os.wait4``):
 - the same ``load_trace`` and ``analyze`` on a 10x larger copy, for linearity;
 - with ``nsys`` on PATH: ``nsys stats -r cuda_gpu_kern_sum,cuda_api_sum,nvtx_sum,nvtx_gpu_proj_sum``
   and ``nsys analyze -r gpu_gaps,cuda_api_sync`` on the same file (the work trtprof analyze shares
-  with them: kernel, API and NVTX summaries, GPU time projected on NVTX ranges, gaps, syncs).
+  with them: kernel, API and NVTX summaries, GPU time projected on NVTX ranges, gaps, syncs), and at
+  every size ``nsys stats -r cuda_gpu_kern_sum`` alone (nsys's cheapest report), with one line per size
+  setting trtprof analyze's time and peak RSS beside it; without nsys, one line says they were skipped.
 
 Prints one table. Needs only python3, the repository and pyarrow (ADBC optional).
 
@@ -327,6 +329,27 @@ def rounds(pair: list[tuple], n: int, timeout_s: float | None, size: str) -> Non
           f"{tr / br:.2f}x the median peak memory", flush=True)
 
 
+KERN_SUM = "nsys stats kern_sum"
+
+
+def kern_sum_lines(results: list[dict], sizes: list[str]) -> list[str]:
+    """Per size: trtprof analyze's wall time and peak RSS beside ``nsys stats -r cuda_gpu_kern_sum``'s on
+    the same file, and their ratios (the targets: faster, and peak RSS <= 1 GB at the largest size)."""
+    lines = []
+    for size in sizes:
+        row = {r["what"]: r for r in results if r["size"] == size}
+        ours, theirs = row.get("trtprof analyze", {}), row.get(KERN_SUM, {})
+        if ours.get("note") or theirs.get("note") or not ours.get("wall_s") or not theirs.get("wall_s"):
+            lines.append(f"{size}: trtprof analyze vs {KERN_SUM}: not compared "
+                         f"({ours.get('note') or theirs.get('note') or 'a run is missing'})")
+            continue
+        lines.append(f"{size}: trtprof analyze {ours['wall_s']:.2f} s, peak {ours['peak_rss_mb']:.0f} MB; "
+                     f"nsys stats -r cuda_gpu_kern_sum {theirs['wall_s']:.2f} s, peak {theirs['peak_rss_mb']:.0f} MB: "
+                     f"{ours['wall_s'] / theirs['wall_s']:.2f}x the time, "
+                     f"{ours['peak_rss_mb'] / theirs['peak_rss_mb']:.2f}x the peak memory (target < 1x the time)")
+    return lines
+
+
 def analyze_available() -> bool:
     try:
         import importlib.util
@@ -412,6 +435,10 @@ def main() -> None:
                      ("nsys analyze gaps+sync", [nsys, "analyze", "-r", "gpu_gaps,cuda_api_sync", "--format", "csv",
                                                  "--force-export", "false", "--output", str(peer_dir / "analyze"),
                                                  str(path)], "", {})]
+        if nsys:  # the cheapest report nsys has, at every size: the figure trtprof analyze is held to
+            kern_dir = Path(tempfile.mkdtemp(prefix="nsys-kern-", dir=args.workdir))
+            plan.append((KERN_SUM, [nsys, "stats", "-r", "cuda_gpu_kern_sum", "--format", "csv", "--force-export",
+                                    "false", "--output", str(kern_dir / "kern"), str(path)], "", {}))
         pair = [p for p in plan if p[0] in ("baseline analyze", "trtprof analyze") and p[1] is not None]
         if args.rounds > 1 and len(pair) == 2:
             rounds(pair, args.rounds, args.timeout, size)
@@ -449,7 +476,7 @@ def main() -> None:
         if one and ten:
             print(f"linearity {what}: 10x rows took {ten / one:.1f}x the time (target <= 11x)")
     peers = [r.get("wall_s") for r in results if r["size"] == "1x" and r["what"].startswith("nsys ")
-             and not r.get("note")]
+             and r["what"] != KERN_SUM and not r.get("note")]
     ours = next((r.get("wall_s") for r in results if r["size"] == "1x" and r["what"] == "trtprof analyze"
                  and not r.get("note")), None)
     for size in files:
@@ -460,6 +487,11 @@ def main() -> None:
             mrss = next((r.get("peak_rss_mb") for r in results if r["size"] == size and r["what"] == "trtprof analyze"))
             print(f"{size}: trtprof analyze vs the baseline tree ({args.baseline_tree}): {mine / b['wall_s']:.2f}x the "
                   f"time, {(mrss or 0) / (b.get('peak_rss_mb') or float('nan')):.2f}x the peak memory")
+    if nsys:
+        for line in kern_sum_lines(results, list(files)):
+            print(line)
+    else:
+        print("nsys not on PATH: skipped")
     if len(peers) == 2 and all(peers) and ours:
         print(f"trtprof analyze (everything) {ours:.1f} s vs nsys stats + nsys analyze {sum(peers):.1f} s: "
               f"{sum(peers) / ours:.1f}x (target >= 3x)")

@@ -70,17 +70,21 @@ def layer_table(table: S.SeriesTable, unit: Unit, kernel_names: tuple[np.ndarray
     act = table.activity
     q, rows = table.members(inst.iloc[child], "activity")
     kern = act.kind[rows] == S.KERNEL
+    kernels_of = _kernels_by_layer(act, sid[q[kern]], rows[kern], kernel_names)
+    count_of = np.bincount(sid)
+    per_s, per_b = per["s"].to_numpy(), per["b"].to_numpy()
+    domains, names = table.series["domain"].to_numpy(), table.series["name"].to_numpy()
     layers = []
-    for s, g in per.groupby("s"):
+    for s, lo, hi in _runs(per_s):  # per is sorted by layer: one run of (layer, inference) sums each
+        b = per_b[lo:hi]
         vals = np.zeros(n_inf)  # an inference without this layer spent 0 on it
-        vals[: len(g)] = g["b"].to_numpy()
-        mine = kern & (sid[q] == s)
+        vals[: len(b)] = b
         layers.append({
-            "name": label_of(table.series["domain"].iat[s], table.series["name"].iat[s]),
-            "parent": unit.label, "count": int((sid == s).sum()),
+            "name": label_of(domains[s], names[s]),
+            "parent": unit.label, "count": int(count_of[s]),
             "gpu_ms": stats.summarize(vals / 1e6),
-            "share": float(g["b"].sum()) / unit_gpu_ns if unit_gpu_ns > 0 else None,
-            "kernels": _kernels(act, rows[mine], kernel_names),
+            "share": float(b.sum()) / unit_gpu_ns if unit_gpu_ns > 0 else None,
+            "kernels": kernels_of.get(int(s), []),
         })
         layers[-1]["tensor_cores"] = _layer_tensor_cores(layers[-1]["kernels"])
     if has_tc is False:
@@ -101,18 +105,46 @@ def layer_table(table: S.SeriesTable, unit: Unit, kernel_names: tuple[np.ndarray
     return {"layers": layers, "layer_total": total}
 
 
-def _kernels(act: S.Activity, rows: np.ndarray, names: tuple[np.ndarray, np.ndarray] | None,
-             ) -> list[dict[str, Any]]:
-    """The layer's kernels by total GPU time: [{name, count, total_ms}] (at most ``MAX_KERNELS``);
-    ``names`` is (code per kernel row, distinct names) of the trace's kernel frame."""
-    if names is None or not len(rows):
+def _runs(keys: np.ndarray) -> list[tuple[Any, int, int]]:
+    """(key, lo, hi) of each run of equal values in the sorted ``keys``: ``keys[lo:hi]`` are that key."""
+    if not len(keys):
         return []
+    lo = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    hi = np.r_[lo[1:], len(keys)]
+    return list(zip(keys[lo], lo.tolist(), hi.tolist()))
+
+
+def _descending(values: np.ndarray) -> np.ndarray:
+    """Positions of ``values`` from the largest down, ties broken as pandas' ``sort_values(ascending=False)``
+    breaks them (the reversed array's quicksort order, reversed), so the table keeps the order it had."""
+    back = np.arange(len(values))[::-1]
+    return back[values[::-1].argsort(kind="quicksort")][::-1]
+
+
+def _kernels_by_layer(act: S.Activity, layer: np.ndarray, rows: np.ndarray,
+                      names: tuple[np.ndarray, np.ndarray] | None) -> dict[int, list[dict[str, Any]]]:
+    """Each layer's kernels by total GPU time: layer series id -> [{name, count, total_ms, tensor_cores}]
+    (at most ``MAX_KERNELS``), in one grouping of every kernel row; ``layer`` is the series id of the
+    layer instance holding each of the activity ``rows``; ``names`` is (code per kernel row, distinct
+    names) of the trace's kernel frame."""
+    if names is None or not len(rows):
+        return {}
     codes, values = names
     d = act.end_ns[rows] - act.start_ns[rows]
-    s = pd.DataFrame({"n": values[codes[act.frame_rows(rows)]], "d": d}).groupby("n")["d"].agg(["size", "sum"])
-    s = s.sort_values("sum", ascending=False).head(MAX_KERNELS)
-    return [{"name": str(n), "count": int(c), "total_ms": float(t) / 1e6, "tensor_cores": uses_tensor_cores(str(n))}
-            for n, c, t in zip(s.index, s["size"], s["sum"])]
+    g = pd.DataFrame({"l": layer, "n": values[codes[act.frame_rows(rows)]], "d": d}).groupby(["l", "n"])["d"].agg(
+        ["size", "sum"])
+    name, size, total = g.index.get_level_values(1).to_numpy(), g["size"].to_numpy(), g["sum"].to_numpy()
+    said: dict[str, bool | None] = {}  # what each name says, read once however many layers ran it
+    out = {}
+    for s, lo, hi in _runs(g.index.get_level_values(0).to_numpy()):
+        out[int(s)] = rows_of = []
+        for i in _descending(total[lo:hi])[:MAX_KERNELS] + lo:
+            n = str(name[i])
+            if n not in said:
+                said[n] = uses_tensor_cores(n)
+            rows_of.append({"name": n, "count": int(size[i]), "total_ms": float(total[i]) / 1e6,
+                            "tensor_cores": said[n]})
+    return out
 
 
 def join_layer_info(layers: list[dict[str, Any]], path: str) -> dict[str, Any]:
