@@ -127,6 +127,33 @@ def test_a_sustained_rise_is_drift_and_flat_steps_are_not():
     assert flat["requests"] == 2 and flat["decode_steps"] == 200 and flat["drift"]["start_step"] is None
 
 
+def _ranged(trace, name: str, every: int = 1):
+    """``trace`` with its work launched by thread 3, each replay 20 us before it starts, and each group of
+    ``every`` replays inside an NVTX range ``name`` on that thread."""
+    g = trace.graphs.copy()
+    g["api_start_ns"], g["api_tid"] = g["start_ns"] - 20_000, 3
+    k = trace.kernels.copy()
+    k["api_tid"] = 3  # the prefill too: the decoding thread's own work
+    groups = [g["api_start_ns"].to_numpy()[i:i + every] for i in range(0, len(g), every)]
+    nvtx = pd.DataFrame({"start_ns": [int(x[0]) - 1_000 for x in groups], "end_ns": [int(x[-1]) + 1_000 for x in groups],
+                         "name": name, "domain": "", "event_type": 59, "pid": 1, "tid": 3, "global_tid": 3})
+    from profiler.capture.trace import Trace
+
+    return Trace.from_frames(meta={}, kernels=k, graphs=g, nvtx=nvtx)
+
+
+def test_replays_each_inside_an_iteration_range_are_that_loops_inferences():
+    """A benchmark loop around a graph replay (trtprof sweep's graph variants under nsys read as one request of
+    4657 decode steps before this): one replay per 'iter' range is no decode, whatever burst came before it."""
+    base = _loop([0.1] * 200, prefill_ms=40.0, requests=1)
+    assert G.find(base) is not None  # unranged, the same replays read as one generate
+    assert G.ranged_loop(_ranged(base, "fp16-wsdefault-s1-graph/iter"), G.graph_steps(_ranged(base, "iter"))) == \
+        "fp16-wsdefault-s1-graph/iter"
+    assert G.find(_ranged(base, "fp16-wsdefault-s1-graph/iter")) is None
+    assert G.find(_ranged(base, "decode_step")) is not None  # a decode loop ranged per step stays generation
+    assert G.find(_ranged(base, "batch", every=4)) is not None  # ranges holding several replays each: no loop of one
+
+
 def test_graph_replays_without_a_prefill_are_no_generation():
     assert G.find(_loop([10.0] * 100, prefill_ms=1.0)) is None  # repeated inferences under a graph
     assert G.find(_loop([10.0] * 8)) is None  # too few steps

@@ -5,7 +5,8 @@ from the graph trace (one record per replay) or, under node-level tracing, the k
 Consecutive replays belong to one request; other GPU work between two of them worth at least
 :data:`MIN_PREFILL_STEPS` steps' GPU time (the prefill over the next prompt) starts the next, and the first
 request's prefill is the dense burst of GPU work just before its first step. Without a prefill the replays are
-repeated inferences, not decode.
+repeated inferences, not decode. So are replays launched one each inside the instances of a repeated NVTX range
+(:func:`ranged_loop`): an application's own iteration loop around a graph replay.
 
 Per capture: ``requests``, ``prefill_ms`` (statistics over requests), ``decode_steps``, ``ms_per_token`` (the
 period from one step's start to the next within a request: what a token costs, sampling in between included),
@@ -47,6 +48,13 @@ DRIFT_MIN_SHARE = 0.1
 INTERMITTENT_FAST_SHARE = 0.2
 """Drift is ``intermittent`` when at least this share of the steps after it starts still run at the baseline
 (within :data:`DRIFT_MIN_SHARE`): slow steps between fast ones, not a slower GPU."""
+RANGED_LOOP_SHARE = 0.5
+"""Replays launched one each inside the instances of a repeated NVTX range (a benchmark's or a server's
+iteration around a CUDA-graph replay: ``trtprof sweep``'s graph variants, a torch benchmark loop) are that
+loop's inferences, not decode steps, when at least this share of them are so ranged and the range's name does
+not read like generation (:data:`GENERATION_RANGE_WORDS`)."""
+GENERATION_RANGE_WORDS = ("decode", "generat", "token", "sampl", "llm")
+"""Words (lower case, as substrings) in an NVTX range name that mark it as a generation step."""
 
 
 @dataclass
@@ -57,6 +65,8 @@ class Steps:
     end_ns: np.ndarray
     graph: int
     tids: tuple[int, ...] = ()  # the threads that launch the replays (global tids; empty: unknown)
+    launch_ns: np.ndarray | None = None  # each replay's launch call (host time); None: unknown
+    launch_tid: np.ndarray | None = None  # the thread of each launch call (global tid, -1 unknown)
 
 
 def graph_steps(trace: Any) -> Steps | None:
@@ -67,7 +77,7 @@ def graph_steps(trace: Any) -> Steps | None:
         if (key < 0).all():
             key = i64(g, "graph_id", -1)
         s, e = i64(g, "start_ns", 0), i64(g, "end_ns", 0)
-        tid = i64(g, "api_tid", -1)
+        tid, launch = i64(g, "api_tid", -1), i64(g, "api_start_ns", -1)
     else:
         k = frame_of(trace, "kernels")
         gid = i64(k, "graph_id", -1) if len(k) else np.zeros(0, np.int64)
@@ -75,10 +85,11 @@ def graph_steps(trace: Any) -> Steps | None:
         if not m.any():
             return None
         df = pd.DataFrame({"g": gid[m], "c": i64(k, "correlation_id", -1)[m], "s": i64(k, "start_ns", 0)[m],
-                           "e": i64(k, "end_ns", 0)[m], "t": i64(k, "api_tid", -1)[m]}).groupby(["g", "c"]).agg(
-            s=("s", "min"), e=("e", "max"), t=("t", "first"))
+                           "e": i64(k, "end_ns", 0)[m], "t": i64(k, "api_tid", -1)[m],
+                           "a": i64(k, "api_start_ns", -1)[m]}).groupby(["g", "c"]).agg(
+            s=("s", "min"), e=("e", "max"), t=("t", "first"), a=("a", "first"))
         key, s, e = df.index.get_level_values("g").to_numpy(), df["s"].to_numpy(), df["e"].to_numpy()
-        tid = df["t"].to_numpy()
+        tid, launch = df["t"].to_numpy(), df["a"].to_numpy()
     if not len(key):
         return None
     ids, n = np.unique(key, return_counts=True)
@@ -86,7 +97,49 @@ def graph_steps(trace: Any) -> Steps | None:
     m = key == top
     order = np.argsort(s[m], kind="stable")
     tids = tuple(int(t) for t in np.unique(tid[m]) if t >= 0)
-    return Steps(s[m][order], np.maximum(e[m][order], s[m][order]), int(top), tids)
+    known = bool((launch[m] >= 0).all())
+    return Steps(s[m][order], np.maximum(e[m][order], s[m][order]), int(top), tids,
+                 launch[m][order] if known else None, tid[m][order])
+
+
+def ranged_loop(trace: Any, steps: Steps, min_steps: int = MIN_DECODE_STEPS,
+                share: float = RANGED_LOOP_SHARE) -> str | None:
+    """The name of a repeated NVTX range (not named like generation) whose instances each hold exactly one of
+    the replays' launch calls, for at least ``share`` of the replays; None when there is none (or the launch
+    times are unknown)."""
+    nv = frame_of(trace, "nvtx")
+    if steps.launch_ns is None or not len(nv) or "name" not in nv:
+        return None
+    ok = i64(nv, "end_ns", -1) > i64(nv, "start_ns", 0)
+    starts, ends = i64(nv, "start_ns", 0)[ok], i64(nv, "end_ns", -1)[ok]
+    tids = (i64(nv, "global_tid", -1) if "global_tid" in nv else np.full(len(nv), -1, np.int64))[ok]
+    names = nv["name"].astype(str).to_numpy()[ok]
+    uniq, counts = np.unique(names, return_counts=True)
+    for name in uniq[counts >= min_steps]:
+        if any(w in name.lower() for w in GENERATION_RANGE_WORDS):
+            continue
+        m = names == name
+        if _alone_share(starts[m], ends[m], tids[m], steps) >= share:
+            return str(name)
+    return None
+
+
+def _alone_share(rs: np.ndarray, rend: np.ndarray, rt: np.ndarray, steps: Steps) -> float:
+    """Share of the replays whose launch lies in an instance of the range (on the launching thread, when both
+    are known) that holds no other replay launch."""
+    launch = steps.launch_ns if steps.launch_ns is not None else np.zeros(0, np.int64)
+    ltid = steps.launch_tid if steps.launch_tid is not None else np.full(len(launch), -1, np.int64)
+    alone = 0
+    for t in np.unique(rt):
+        m = rt == t
+        order = np.argsort(rs[m], kind="stable")
+        s, e = rs[m][order], rend[m][order]
+        x = launch[(ltid == t) | (ltid < 0) | (t < 0)]
+        i = np.searchsorted(s, x, "right") - 1
+        inside = (i >= 0) & (x < e[np.clip(i, 0, None)])
+        held = np.bincount(i[inside], minlength=len(s))
+        alone += int((held[i[inside]] == 1).sum())
+    return alone / max(1, len(launch))
 
 
 def _kernel_busy(trace: Any, tids: tuple[int, ...] = ()) -> tuple[np.ndarray, np.ndarray]:
@@ -130,7 +183,7 @@ def find(trace: Any, capture_start_ns: int = 0, unit_source: str | None = None, 
     if unit_source == "tensorrt":
         return None
     steps = graph_steps(trace)
-    if steps is None or len(steps.start_ns) < min_steps:
+    if steps is None or len(steps.start_ns) < min_steps or ranged_loop(trace, steps, min_steps) is not None:
         return None
     s, e = steps.start_ns, steps.end_ns
     dur = (e - s).astype(np.float64)
