@@ -328,3 +328,24 @@ def test_compare_s_verdict_column_says_what_the_verdict_is_made_of():
     sec = next(s for s in page["sections"] if s["id"] == "by-variant")
     [tab] = [b for b in sec["blocks"] if b.get("type") == "table"]
     assert tab["columns"][:3] == ["variant", "verdict (samples and run-to-run noise)", "between runs"]
+
+
+def test_the_findings_card_counts_problems_as_the_headline_does():
+    """One rule firing on three ranges for one cause is one problem on the card, as in the headline; the card
+    says how many rule results it merges."""
+    from profiler.report.common import findings_cards
+
+    def f(rule, severity, rng, title):
+        return {"rule": rule, "scope": "capture", "severity": severity, "title": title, "range": rng,
+                "recommendation": "capture a CUDA graph", "evidence": {}, "impact": {"ms_per_instance": 0.5}}
+
+    findings = [f("launch_overhead", "medium", r, "Launch-bound: 14 launches per instance") for r in ("fp32/iter", "fp16/iter", "int8/iter")]
+    findings.append(f("gpu_idle", "high", None, "GPU idle"))
+    page = {"cards": []}
+    findings_cards(page, findings)
+    card = page["cards"][0]
+    assert card["value"] == "2" == str(len(merge_findings(findings)))
+    assert card["sub"] == "1 high, 1 medium (4 findings over ranges or variants)"
+    page = {"cards": []}
+    findings_cards(page, findings[-1:])
+    assert page["cards"][0]["value"] == "1" and page["cards"][0]["sub"] == "1 high"

@@ -352,8 +352,10 @@ def merged_finding_views(findings: Iterable[Any]) -> list[dict[str, Any]]:
 
 
 def severity_counts(findings: Iterable[Any]) -> dict[str, int]:
+    """Findings per severity, one per problem as the headline and the findings section count them (a rule
+    firing on several ranges or variants for one cause is one)."""
     counts = {s: 0 for s in SEVERITY_ORDER}
-    for f in finding_views(findings):
+    for f in merged_finding_views(findings):
         counts[f["severity_cls"]] += 1
     return counts
 
@@ -368,11 +370,15 @@ def findings_block(findings: Iterable[Any], empty: str = "No findings: every rul
 
 
 def findings_cards(page: dict, findings: Iterable[Any]) -> None:
+    findings = list(findings)
     counts = severity_counts(findings)
     total = sum(counts.values())
     worst = next((s for s in SEVERITY_ORDER if counts[s]), None)
-    page["cards"].append(card("findings", str(total), cls=f"sev-{worst}" if worst else "ok",
-                              sub=", ".join(f"{n} {s}" for s, n in counts.items() if n) or "none"))
+    sub = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "none"
+    raw = len(finding_views(findings))
+    if raw != total:  # the card counts problems, as the headline does; say how many rule results they merge
+        sub += f" ({raw} findings over ranges or variants)"
+    page["cards"].append(card("findings", str(total), cls=f"sev-{worst}" if worst else "ok", sub=sub))
 
 
 # ----------------------------------------------------------------------------- figures
