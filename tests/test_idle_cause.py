@@ -29,7 +29,10 @@ def _loop(call: str | None, call_us: int, n: int = 20, gap_us: int = 200, osrt: 
     krows, arows = [], []
     t = 0
     for i in range(n):
-        krows.append((t, t + 20 * T, 5, t - 2 * T, i + 1))
+        # a kernel after the first is the one the call in the gap before it launched (nsys links them by the
+        # launching thread and the call's start)
+        launched_at = t - (gap_us * T) if call and category == "launch" and i else t - 2 * T
+        krows.append((t, t + 20 * T, 5, launched_at, i + 1))
         if call:
             arows.append((call, t + 20 * T, t + (20 + call_us) * T, 5, category))
         t += (20 + gap_us) * T

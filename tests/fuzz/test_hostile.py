@@ -139,9 +139,12 @@ def test_twenty_thousand_nested_ranges_in_bounded_memory(tmp_path):
     assert peak < pairs_bytes / 2, f"peak {peak / 2**20:.0f} MiB"
     ranges = result["ranges"]
     assert sum(r["count"] for r in ranges) == n_ranges
+    # the kernels cut away leave their launch calls without records: the capture reads incomplete, and the GPU
+    # busy share of each range is unknown rather than computed from the kernels left
+    assert [p["kind"] for p in result["integrity"]["problems"]][0] == "launches_without_records"
     for r in ranges:  # every range holds all kernels, so each instance launched all of them
         assert r["kernels_per_instance"] == n_kernels
-        assert 0 < r["gpu_busy_fraction"] <= 1
+        assert r["gpu_busy_fraction"] is None
 
 
 names = st.text(min_size=1, max_size=60)
