@@ -14,7 +14,7 @@ from profiler.accuracy import compare_batches, evaluate
 from profiler.errors import InputError, UsageError
 from profiler.models import default_model_path, inspect_model, make_inputs
 from profiler.variants import RANDOM_CALIBRATION_WARNING, prepare
-from profiler.variants.int8 import entropy_threshold
+from profiler.variants.int8 import INT8_MAX_ABS_RANGE, entropy_threshold
 from tests.ocr_inputs import CLS, DET, REC, cls_batches, det_batches, ocr_model, rec_batches, save_npz
 
 
@@ -242,3 +242,76 @@ def test_int8_det_model_dynamic_dims_survive_quantization(tmp_path):
     m16 = accuracy(model, f16.path, evalb)["sigmoid_0.tmp_0"]
     assert m8["nan_count"] == 0 and m8["rel_l2"] > 10 * m16["rel_l2"]
     assert m8["top1_agreement"] is None and 0.0 < m8["cosine"] < 1.0
+
+
+# --- int8: tensors whose calibrated range is not finite stay float ------------------------------
+def _masked_attention_model(path, mask_value):
+    """scores = x @ W; scores + mask_value where mask is 0; softmax; @ V: a BERT attention mask path.
+
+    A finite ``mask_value`` is applied as ``(1 - mask) * mask_value`` (BERT exports), -inf by Where.
+    """
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    inits = [numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "W"),
+             numpy_helper.from_array(rng.standard_normal((8, 8)).astype(np.float32), "V"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(np.array(mask_value, np.float32), "big_negative")]
+    if np.isfinite(mask_value):
+        to_additive = [helper.make_node("Sub", ["one", "mask"], ["inverted"], name="invert"),
+                       helper.make_node("Mul", ["inverted", "big_negative"], ["additive"], name="to_additive")]
+    else:
+        inits.append(numpy_helper.from_array(np.array(0.0, np.float32), "zero"))
+        to_additive = [helper.make_node("Cast", ["mask"], ["keep"], name="to_bool", to=TensorProto.BOOL),
+                       helper.make_node("Where", ["keep", "zero", "big_negative"], ["additive"], name="to_additive")]
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["scores"], name="qk"), *to_additive,
+             helper.make_node("Add", ["scores", "additive"], ["masked"], name="mask_add"),
+             helper.make_node("Softmax", ["masked"], ["probs"], name="softmax", axis=-1),
+             helper.make_node("MatMul", ["probs", "V"], ["y"], name="pv")]
+    graph = helper.make_graph(nodes, "masked_attention",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 8]),
+                               helper.make_tensor_value_info("mask", TensorProto.FLOAT, [1, 1, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 8])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    rng = np.random.default_rng(4)
+    mask = np.ones((16, 1, 1, 8), np.float32)
+    mask[:, :, :, 5:] = 0.0  # the last three positions are padding
+    np.savez(path.with_suffix(".npz"), x=rng.standard_normal((16, 1, 8, 8)).astype(np.float32), mask=mask)
+    return path
+
+
+def _qdq_scales(path):
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(path))
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    return {n.input[1]: inits[n.input[1]] for n in model.graph.node
+            if n.op_type in ("QuantizeLinear", "DequantizeLinear")}
+
+
+@pytest.mark.parametrize("method,mask_value", [("entropy", float(np.finfo(np.float32).min)),
+                                               ("minmax", float(np.finfo(np.float32).min)),
+                                               ("minmax", float("-inf"))])
+def test_int8_mask_add_with_huge_constant_stays_float(tmp_path, method, mask_value):
+    model = _masked_attention_model(tmp_path / "attn.onnx", mask_value)
+    q = prepare(model, "int8", shapes={"x": (1, 8, 8), "mask": (1, 1, 8)}, calib=model.with_suffix(".npz"),
+                calib_method=method, cache_dir=tmp_path / "c", holdout_fraction=0.0)
+    for name, scale in _qdq_scales(q.path).items():
+        assert np.all(np.isfinite(scale)) and np.all(scale > 0), (name, scale)
+        assert np.all(scale * 127 <= INT8_MAX_ABS_RANGE), (name, scale)
+    kept = {k["node"]: k for k in q.info["nodes_kept_fp32_bad_range"]}
+    assert "mask_add" in kept and "qk" not in kept  # only the mask path is kept float
+    assert any("mask_add" in w for w in q.warnings)
+    import onnx
+
+    graph = onnx.load(str(q.path)).graph
+    producer = {o: n.op_type for n in graph.node for o in n.output}
+    qk = next(n for n in graph.node if n.name == "qk")
+    assert producer[qk.input[0]] == "DequantizeLinear"  # the rest stays int8
+    import onnxruntime as ort
+
+    feeds = {"x": np.ones((1, 8, 8), np.float32), "mask": np.ones((1, 1, 8), np.float32)}
+    out = ort.InferenceSession(str(q.path), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    assert np.all(np.isfinite(out))

@@ -37,7 +37,7 @@ import numpy as np
 from profiler.errors import InputError
 
 #: bump when the quantization recipe changes, so cached int8 models are remade
-RECIPE_VERSION = 6  # 6: a model quantized already is refused; "no node quantized" is said
+RECIPE_VERSION = 7  # 7: tensors with a non-finite or out-of-bound calibrated range stay float
 #: Ops that mark a model as quantized already (static Q/DQ or dynamic quantization).
 QUANTIZED_OPS = frozenset({"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "ConvInteger",
                            "MatMulInteger", "QLinearConv", "QLinearMatMul", "DynamicQuantizeLSTM",
@@ -49,6 +49,12 @@ QUANTIZED_OP_TYPES: tuple[str, ...] = (
 )
 
 PERCENTILE = 99.999
+
+#: Declared threshold: a tensor whose calibrated range is not finite, or reaches beyond +-this
+#: value, is kept in float (its Q/DQ consumers and producer are excluded from quantization). Such a
+#: range is an attention mask's additive -1e38/-inf or an overflow, not an activation 255 int8
+#: levels can hold: at 1e6 one step is 7,874, and past ~1.7e38 the float32 scale itself is inf.
+INT8_MAX_ABS_RANGE = 1e6
 
 #: per-channel DequantizeLinear (its ``axis`` attribute) needs opset 13
 MIN_QDQ_OPSET = 13
@@ -175,6 +181,35 @@ def _unquantize_inputs(model, names: set[str], op_types: set[str]) -> None:
                 node.input[k] = q.input[0]
 
 
+def _bad_ranges(ranges_path: Path) -> dict[str, str]:
+    """Tensor name -> why its calibrated range cannot be int8 (not finite, or beyond INT8_MAX_ABS_RANGE)."""
+    from onnxruntime.quantization.calibrate import load_tensors_data
+
+    bad = {}
+    for name, data in load_tensors_data(ranges_path).data.items():
+        lo, hi = (float(np.asarray(v).max(initial=-np.inf) if i else np.asarray(v).min(initial=np.inf))
+                  for i, v in enumerate(data.range_value))
+        if not (np.isfinite(lo) and np.isfinite(hi)):
+            bad[name] = f"calibrated range [{lo:g}, {hi:g}] is not finite"
+        elif max(abs(lo), abs(hi)) > INT8_MAX_ABS_RANGE:
+            bad[name] = f"calibrated range [{lo:g}, {hi:g}] exceeds +-{INT8_MAX_ABS_RANGE:g}"
+    return bad
+
+
+def _nodes_touching(model_path: Path, tensors: dict[str, str], op_types: list[str]) -> list[dict[str, str]]:
+    """The quantizable nodes that read or write a tensor of ``tensors``, each with the tensor and the reason."""
+    import onnx
+
+    out = []
+    for node in onnx.load(str(model_path), load_external_data=False).graph.node:
+        if node.op_type not in op_types or not node.name:
+            continue
+        hit = next((t for t in list(node.input) + list(node.output) if t in tensors), None)
+        if hit is not None:
+            out.append({"node": node.name, "op_type": node.op_type, "tensor": hit, "reason": tensors[hit]})
+    return out
+
+
 def _make_reader(samples: list[dict], progress: Callable[[str], None] | None, method: str):
     """A CalibrationDataReader over ``samples`` that reports progress as the calibrator consumes it.
 
@@ -261,6 +296,8 @@ def quantize_int8(src: Path, dst: Path, samples: list[dict], *, method: str,
     printed = io.StringIO()  # the calibrators print their histogram chatter to stdout
     ranges = work_dir / (dst.stem + ".ranges.json")
     entropy_bins = None
+    cache_ranges = _supports_range_cache()
+    bad_range_nodes: list[dict[str, str]] = []
     try:
         with contextlib.redirect_stdout(printed):
             if method == "entropy" and _supports_range_cache():
@@ -272,27 +309,36 @@ def quantize_int8(src: Path, dst: Path, samples: list[dict], *, method: str,
                 kwargs["calibration_cache_path"] = str(ranges)
                 reader = None
                 entropy_bins = ENTROPY_BINS
+            def run(data_reader, excluded):
+                quantize_static(str(to_quantize), str(dst), data_reader, quant_format=QuantFormat.QDQ,
+                                op_types_to_quantize=quant_ops, per_channel=True, reduce_range=False,
+                                activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                                nodes_to_exclude=excluded, calibrate_method=_calibration_method(method),
+                                extra_options=extra, **kwargs)
+
+            if cache_ranges and "calibration_cache_path" not in kwargs:
+                kwargs["calibration_cache_path"] = str(ranges)  # quantize_static writes the ranges there
             try:
-                quantize_static(str(to_quantize), str(dst), reader, quant_format=QuantFormat.QDQ,
-                                op_types_to_quantize=quant_ops, per_channel=True, reduce_range=False,
-                                activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                                nodes_to_exclude=exclude_nodes, calibrate_method=_calibration_method(method),
-                                extra_options=extra, **kwargs)
-            except ValueError as exc:
-                # onnxruntime 1.19-1.32 compares a per-channel weight scale array as a scalar when it
-                # adjusts weight scales for int32 biases (magika's Dense layers); without that
-                # adjustment the quantization is the one older releases made
-                if "truth value of an array" not in str(exc):
+                try:
+                    run(reader, exclude_nodes)
+                except ValueError as exc:
+                    # onnxruntime 1.19-1.32 compares a per-channel weight scale array as a scalar when it
+                    # adjusts weight scales for int32 biases (magika's Dense layers); without that
+                    # adjustment the quantization is the one older releases made
+                    if "truth value of an array" not in str(exc):
+                        raise
+                    extra["QDQDisableWeightAdjustForInt32Bias"] = True
+                    warnings.append("int8: onnxruntime's weight-scale adjustment for int32 biases failed on "
+                                    "per-channel scales; quantized without it")
+                    run(None if ranges.is_file() else _make_reader(samples, progress, method), exclude_nodes)
+            except Exception:
+                # an inf/NaN range makes the quantizer fail on its scale: keep those tensors float instead
+                if not (ranges.is_file() and _bad_ranges(ranges)):
                     raise
-                extra["QDQDisableWeightAdjustForInt32Bias"] = True
-                warnings.append("int8: onnxruntime's weight-scale adjustment for int32 biases failed on "
-                                "per-channel scales; quantized without it")
-                quantize_static(str(to_quantize), str(dst), reader if reader is None else
-                                _make_reader(samples, progress, method), quant_format=QuantFormat.QDQ,
-                                op_types_to_quantize=quant_ops, per_channel=True, reduce_range=False,
-                                activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                                nodes_to_exclude=exclude_nodes, calibrate_method=_calibration_method(method),
-                                extra_options=extra, **kwargs)
+            bad_range_nodes = _nodes_touching(to_quantize, _bad_ranges(ranges), quant_ops) if ranges.is_file() else []
+            if bad_range_nodes:
+                exclude_nodes = sorted(set(exclude_nodes) | {k["node"] for k in bad_range_nodes})
+                run(None, exclude_nodes)  # the ranges are cached: no second calibration
     except InputError:
         raise
     except Exception as exc:
@@ -305,6 +351,14 @@ def quantize_int8(src: Path, dst: Path, samples: list[dict], *, method: str,
         warnings.append("int8: this onnxruntime cannot take precomputed ranges; its entropy calibration uses "
                         "128 histogram bins, which makes it equivalent to minmax")
     calib_s = time.perf_counter() - t0
+    if bad_range_nodes:
+        warnings.append(f"int8: kept in float32 (calibrated range not finite or beyond +-{INT8_MAX_ABS_RANGE:g}, "
+                        "INT8_MAX_ABS_RANGE): " + "; ".join(f"{k['node']} ({k['tensor']}: {k['reason']})"
+                                                           for k in bad_range_nodes[:10])
+                        + (f"; and {len(bad_range_nodes) - 10} more" if len(bad_range_nodes) > 10 else ""))
+    elif not cache_ranges:
+        warnings.append("int8: this onnxruntime cannot save calibrated ranges, so tensors with an infinite or "
+                        "huge range (an attention mask) were not looked for and may carry an inf scale")
     quantized = onnx.load(str(dst))
     if exclude_nodes or exclude_ops:
         _unquantize_inputs(quantized, set(exclude_nodes), exclude_ops)
@@ -331,6 +385,8 @@ def quantize_int8(src: Path, dst: Path, samples: list[dict], *, method: str,
         "excluded_nodes": exclude_nodes,
         "q_nodes": counts.get("QuantizeLinear", 0), "dq_nodes": counts.get("DequantizeLinear", 0),
         "nodes_kept_fp32": kept,
+        "nodes_kept_fp32_bad_range": bad_range_nodes,
+        "max_abs_range": INT8_MAX_ABS_RANGE,
         "calibration_s": round(calib_s, 3),
         "entropy_bins": entropy_bins,
         "quantizer_log": sorted(set(collector.messages))[:20],
