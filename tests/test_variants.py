@@ -296,8 +296,10 @@ def _qdq_scales(path):
                                                ("minmax", float("-inf"))])
 def test_int8_mask_add_with_huge_constant_stays_float(tmp_path, method, mask_value):
     model = _masked_attention_model(tmp_path / "attn.onnx", mask_value)
+    said = []
     q = prepare(model, "int8", shapes={"x": (1, 8, 8), "mask": (1, 1, 8)}, calib=model.with_suffix(".npz"),
-                calib_method=method, cache_dir=tmp_path / "c", holdout_fraction=0.0)
+                calib_method=method, cache_dir=tmp_path / "c", holdout_fraction=0.0, progress=said.append)
+    assert any(line.startswith("int8: kept in float32") and "mask_add" in line for line in said)
     for name, scale in _qdq_scales(q.path).items():
         assert np.all(np.isfinite(scale)) and np.all(scale > 0), (name, scale)
         assert np.all(scale * 127 <= INT8_MAX_ABS_RANGE), (name, scale)

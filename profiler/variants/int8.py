@@ -442,6 +442,9 @@ def prepare_int8(src: Path, info_src, shapes: dict, *, base: dict, cache, calib,
     if meaningless and RANDOM_CALIBRATION_WARNING not in warnings:
         warnings.insert(0, RANDOM_CALIBRATION_WARNING)
     info["warnings"] = warnings
+    if progress and info.get("nodes_kept_fp32_bad_range"):
+        # a decision about the model that is timed: said, not only stored
+        progress(next(w for w in warnings if w.startswith("int8: kept in float32")))
     info["cache_hit"] = info["calibration"]["cache_hit"]
     info["prepare_s"] = round(time.perf_counter() - started, 3)
     return PreparedModel(path, "int8", info, file_sha256(path), dict(shapes))
