@@ -331,11 +331,16 @@ def quantize_int8(src: Path, dst: Path, samples: list[dict], *, method: str,
                     warnings.append("int8: onnxruntime's weight-scale adjustment for int32 biases failed on "
                                     "per-channel scales; quantized without it")
                     run(None if ranges.is_file() else _make_reader(samples, progress, method), exclude_nodes)
-            except Exception:
+            except Exception as exc:
                 # an inf/NaN range makes the quantizer fail on its scale: keep those tensors float instead
                 if not (ranges.is_file() and _bad_ranges(ranges)):
                     raise
+                failed: Exception | None = exc
+            else:
+                failed = None
             bad_range_nodes = _nodes_touching(to_quantize, _bad_ranges(ranges), quant_ops) if ranges.is_file() else []
+            if failed is not None and not bad_range_nodes:
+                raise failed
             if bad_range_nodes:
                 exclude_nodes = sorted(set(exclude_nodes) | {k["node"] for k in bad_range_nodes})
                 run(None, exclude_nodes)  # the ranges are cached: no second calibration
