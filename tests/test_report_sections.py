@@ -6,11 +6,11 @@ import inspect
 
 import pytest
 
-from profiler.report import analysis, compare, inference, layers, sweep
+from profiler.report import analysis, compare, concurrency, generation, inference, layers, sweep
 from profiler.report.common import Section, add_sections, chart, figure, new_page
 from tests.report_examples import analysis_example, compare_example, layers_example, sweep_example
 
-PAGES = [(analysis, analysis.build_analysis_page, analysis_example, [inference]),
+PAGES = [(analysis, analysis.build_analysis_page, analysis_example, [inference, generation, concurrency]),
          (sweep, sweep.build_sweep_page, sweep_example, []),
          (layers, layers.build_layers_page, layers_example, []),
          (compare, compare.build_compare_page, compare_example, [])]

@@ -16,6 +16,8 @@ from profiler.report.common import (
     short_label, stat, table, unique_labels,
 )
 from profiler.report.fmt import fmt_num, fmt_pct, fmt_value, is_number
+from profiler.report.concurrency import contexts_section
+from profiler.report.generation import generation_section
 from profiler.report.inference import inference_cards, inference_section
 
 MAX_DISTRIBUTION_RANGES = 16
@@ -418,10 +420,11 @@ def _gaps(doc: AnalysisDocument) -> Section:
 
 # ----------------------------------------------------------------------------- page
 
-#: The analysis page, in order: as in the terminal, the inference (its layers, phases, streams), then the
-#: findings ranked by impact, then the detail. A new section is one function here and one entry.
-SECTIONS: list[SectionFn] = [inference_section, _findings, _timeline, _summary, _distribution, _instances,
-                             _busy, _kernels, _gaps]
+#: The analysis page, in order: as in the terminal, the inference (its throughput, layers, phases, streams),
+#: the generation (LLM decode) and the contexts and threads when the capture has them, then the findings
+#: ranked by impact, then the detail. A new section is one function here and one entry.
+SECTIONS: list[SectionFn] = [inference_section, generation_section, contexts_section, _findings, _timeline,
+                             _summary, _distribution, _instances, _busy, _kernels, _gaps]
 
 
 def build_analysis_page(result: AnalysisDocument) -> dict[str, Any]:

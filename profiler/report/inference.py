@@ -1,13 +1,14 @@
 """The inference part of the capture-analysis report: the unit, its layers, phases and streams.
 
 Input: the ``trtprof analyze --json`` dict (``inference``, ``layers``, ``layer_total``, ``phases``,
-``streams``, ``gpu_concurrency``, ``copy_compute_overlap``). Absent keys (an older JSON) add nothing.
+``streams``, ``gpu_concurrency``, ``copy_compute_overlap``, ``inference.throughput``). Absent keys (an older JSON) add nothing.
 """
 
 from __future__ import annotations
 
 from profiler.documents import AnalysisDocument
 from profiler.report.common import Section, card, cell, kv, note, stat, table
+from profiler.report.concurrency import throughput_blocks
 from profiler.report.fmt import fmt_pct
 
 SOURCES = {"tensorrt": "TensorRT's ExecutionContext enqueue/execute ranges",
@@ -78,7 +79,7 @@ def inference_section(doc: AnalysisDocument) -> Section | None:
     if out.get("ms"):
         sec.add(note(f"Plus {out['ms']:.4g} ms of copies per inference ({out['count']:.3g} copies) that the "
                      "application issues outside the inference: they are not in its GPU time above."))
-    sec.add(*_layers(doc), *_phases(doc.get("phases") or {}), *_streams(doc))
+    sec.add(*throughput_blocks(inf), *_layers(doc), *_phases(doc.get("phases") or {}), *_streams(doc))
     return sec
 
 
