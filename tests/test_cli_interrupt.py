@@ -27,6 +27,15 @@ def _stored(db: Path) -> list[tuple[str, int]]:
         return []
 
 
+def _default_signals() -> None:
+    """In the sweep's process before it starts: SIGINT and SIGTERM at their default disposition. A test run
+    started in the background by a non-interactive shell (`.ci/run &`, `nohup`) has SIGINT ignored, which its
+    children inherit; Python then keeps ignoring it, as does the sweep, and a Ctrl-C sent to the sweep did
+    nothing: it ran to the end and exited 0."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _signal_in_second_variant(proc: subprocess.Popen, sig: int, while_stopped=None) -> str:
     """Read the sweep's progress until the second variant starts (the first is stored by then), stop the
     process (SIGSTOP), run ``while_stopped``, send ``sig`` and let it go on: the signal lands in the second
@@ -49,7 +58,8 @@ def test_ctrl_c_keeps_finished_variants_and_resume_completes_the_run(tmp_path):
     db, out = tmp_path / "trtprof.db", tmp_path / "out"
     args = ["sweep", "--precision", "fp32,fp16", "--streams", "1,2", "--duration", "2", "--warmup", "0",
             "--no-layers", "--db", str(db), "--out", str(out), "--cache-dir", str(tmp_path / "cache")]
-    proc = subprocess.Popen(CLI + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    proc = subprocess.Popen(CLI + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            preexec_fn=_default_signals)
     first: list[tuple[str, int]] = []
     seen = _signal_in_second_variant(proc, signal.SIGINT, lambda: first.extend(_stored(db)))
     time.sleep(0.2)
@@ -93,7 +103,8 @@ def test_sigterm_is_handled_like_ctrl_c_so_resume_works_at_once(tmp_path):
     db, out = tmp_path / "trtprof.db", tmp_path / "out"
     args = ["sweep", "--precision", "fp32,fp16", "--streams", "1,2", "--duration", "2", "--warmup", "0",
             "--no-layers", "--db", str(db), "--out", str(out), "--cache-dir", str(tmp_path / "cache")]
-    proc = subprocess.Popen(CLI + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+    proc = subprocess.Popen(CLI + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            preexec_fn=_default_signals)
     seen = _signal_in_second_variant(proc, signal.SIGTERM)
     stdout, rest = proc.communicate(timeout=60)
     stderr = seen + rest
