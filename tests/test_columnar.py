@@ -113,11 +113,13 @@ def test_a_damaged_table_is_bad_input_and_leaves_no_copy_behind(pair, tmp_path, 
     assert not any((tmp_path / "cache" / "tmp").iterdir())
 
 
-def test_unsigned_ids_are_stored_as_sqlite_stores_them():
+def test_unsigned_ids_are_stored_as_sqlite_stores_them(tmp_path):
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
-    batch = pa.record_batch({"globalPid": pa.array([2**64 - 1, 2**63, 5], pa.uint64()), "n": [1, 2, 3]})
-    out = columnar._as_sqlite(batch.schema, batch)
+    path = tmp_path / "PROCESSES.parquet"
+    pq.write_table(pa.table({"globalPid": pa.array([2**64 - 1, 2**63, 5], pa.uint64()), "n": [1, 2, 3]}), path)
+    out = next(columnar.TableFile("PROCESSES", path).batches())
     assert out.column(0).to_pylist() == [-1, -(2**63), 5] and out.column(1).to_pylist() == [1, 2, 3]
 
 

@@ -265,7 +265,7 @@ def load_trace_cached(path: str | os.PathLike, *, tables: Iterable[str] | None =
     or ``"off"``.
     """
     from profiler.capture import caches
-    from profiler.capture.columnar import columnar_kind
+    from profiler.capture.columnar import check_folder, columnar_kind
     from profiler.capture.loader import check_sqlite_file, load_trace
 
     p = Path(path)
@@ -275,6 +275,8 @@ def load_trace_cached(path: str | os.PathLike, *, tables: Iterable[str] | None =
         return trace
     if p.suffix not in (".nsys-rep", ".qdrep") and p.is_file():
         check_sqlite_file(p)  # a missing or non-SQLite file is reported as the loader reports it
+    elif p.is_dir():
+        check_folder(p)  # a table file that is a device or too large, before the content hash reads it
     cap = caches.cap_bytes()  # a bad TRTPROF_CACHE_MAX_GB fails before the work, not after it
     store = cache if isinstance(cache, TraceCache) else TraceCache()
     key = cache_key(sha256 or content_sha256(p), tables, columns)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from profiler.capture import validate
 from profiler.capture.validate import decode, decode_all
 from profiler.errors import InputError
 
@@ -39,6 +40,8 @@ def check_sqlite_file(path: Path) -> None:
     if not path.is_file():
         raise InputError(f"capture path is not a file: {path}")
     size = path.stat().st_size
+    if size > validate.MAX_FILE_BYTES:
+        raise InputError(f"{path} is {size:,} bytes, more than the {validate.MAX_FILE_BYTES:,} this version reads")
     try:
         with open(path, "rb") as fh:
             header = fh.read(100)
@@ -138,7 +141,10 @@ class Export:
             return 0
         key = (table, where)
         if key not in self._counts:
-            self._counts[key] = int(self.scalar(f'SELECT count(*) FROM "{table}" {where}'))
+            n = self._counts[key] = int(self.scalar(f'SELECT count(*) FROM "{table}" {where}'))
+            if not where and n > validate.MAX_TABLE_ROWS:
+                raise InputError(f"{self.path}: table {table} has {n:,} rows, more than the "
+                                 f"{validate.MAX_TABLE_ROWS:,} this version reads in one table")
         return self._counts[key]
 
     def scalar(self, sql: str) -> Any:

@@ -568,8 +568,11 @@ def load_trace(path: str | os.PathLike, *, tables: Iterable[str] | None = None,
         if columnar_kind(path) is None:
             raise InputError(f"{path} is a directory, not a capture: give the nsys .sqlite export, a .nsys-rep, or "
                              "the folder of an 'nsys export --type parquetdir' or 'arrowdir'")
-        with AsSqlite(path, tuple(t for t in TABLES if t != T_SYNC or "sync" in wanted)) as copy:
-            return _load_file(copy, path, wanted, cols)
+        copied = AsSqlite(path, tuple(t for t in TABLES if t != T_SYNC or "sync" in wanted))
+        with copied as copy:
+            trace = _load_file(copy, path, wanted, cols)
+        trace.meta["warnings"][:0] = copied.warnings  # the columns and files the copy left out
+        return trace
     if path.suffix == ".nsys-rep" or path.suffix == ".qdrep":
         from profiler.capture.nsysrep import export_sqlite
 
@@ -585,6 +588,8 @@ def _load_file(path: Path, source: Path, wanted: set[str], cols: dict[str, set[s
             raise InputError(f"{path} is an SQLite database but not an Nsight Systems export "
                              f"(no StringIds, META_DATA_EXPORT or CUPTI tables)")
         _check_usable(export, path)
+        for table in TABLES:  # a table of more rows than this version reads is refused before any is loaded
+            export.count(table)
         try:
             return _load(export, wanted, source, cols)
         except sqlite3.DatabaseError as exc:

@@ -10,6 +10,13 @@ deep in the analysis, the loader:
 - decodes text with replacement (:func:`decode_all`) and counts what it replaced;
 - drops rows whose times are missing, reversed or outside the capture (:class:`TimeBounds`), and
   activities on an impossible device id, and says how many it dropped and why (:func:`clean_frame`).
+
+The sizes read at most: :data:`MAX_FILE_BYTES` and :data:`MAX_TABLE_ROWS` for the SQLite export and the
+folders of Parquet or Arrow tables alike, and for those folders (whose files a reader decodes, so a small
+file can stand for a huge table) :data:`MAX_TABLE_BYTES`, :data:`MAX_TEXT_BYTES`, :data:`MAX_COLUMNS` and
+:data:`MAX_NAME_CHARS` too (:mod:`profiler.capture.columnar`). Past one the export is refused in one
+sentence (exit 3) before its rows are loaded. Each is far above real exports (a 4.5 GB export holds 49 M
+CUDA API calls).
 """
 
 from __future__ import annotations
@@ -27,6 +34,20 @@ MAX_DEVICE_ID = 1 << 16
 #: The largest copy or memset one record can describe: 256 TiB, past any GPU's or host's memory; a larger
 #: count is damage, and a few of them summed would overflow int64 into negative bytes per inference.
 MAX_COPY_BYTES = 1 << 48
+#: The largest file read: a SQLite export, or one table file of a Parquet/Arrow export (256 GiB, some
+#: fifty times the largest exports seen; a larger one is refused before it is opened or hashed).
+MAX_FILE_BYTES = 1 << 38
+#: The most rows one table may hold (an export with 49 M CUDA API calls is 4.5 GB; this is ten times
+#: as many rows as a 45 GB export): a table of more is refused before any row is loaded.
+MAX_TABLE_ROWS = 500_000_000
+#: The most bytes one table of a Parquet/Arrow export may take once decoded (64 GiB).
+MAX_TABLE_BYTES = 1 << 36
+#: The longest text value of a Parquet/Arrow export (1 MiB; a demangled C++ kernel name is a few KiB).
+MAX_TEXT_BYTES = 1 << 20
+#: The most columns one table of a Parquet/Arrow export may have (nsys's widest has about 60).
+MAX_COLUMNS = 1000
+#: The longest column name of a Parquet/Arrow export; a longer name is no nsys column and is left out.
+MAX_NAME_CHARS = 256
 PLAUSIBLE_SPAN_NS = 1 << 53  # 104 days: no capture is longer, and float64 still holds it exactly
 _SLACK_NS = 1_000_000_000
 

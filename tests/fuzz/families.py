@@ -536,5 +536,7 @@ def forgery_cases(per_place: int = 3) -> list[Case]:
 
 
 def all_family_cases() -> list[Case]:
+    from tests.fuzz.columnar import columnar_cases
+
     return (clobber_cases() + write_target_cases() + value_cases() + trtexec_shape_cases() + extreme_cases()
-            + view_cases() + forgery_cases())
+            + view_cases() + forgery_cases() + columnar_cases())
