@@ -175,7 +175,7 @@ class TableFile:
                 text = [schema.field(i).name for i in self.keep if _is_text(schema.field(i).type)]
                 pf = pq.ParquetFile(self.path, read_dictionary=text)  # a repeated value is read once
                 names = [schema.field(i).name for i in self.keep]
-                self._source = pf.iter_batches(batch_size=BATCH_ROWS, columns=names, use_threads=False)
+                self._source = pf.iter_batches(batch_size=BATCH_ROWS, columns=names)
         else:
             reader = pa.ipc.open_stream(pa.OSFile(str(self.path), "rb"))
             schema = reader.schema
