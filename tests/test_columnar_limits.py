@@ -200,3 +200,12 @@ def test_a_symlink_to_a_table_file_is_read(tmp_path):
     shutil.move(folder / f"{K}.parquet", moved)
     (folder / f"{K}.parquet").symlink_to(moved)
     assert len(load_trace(folder).kernels) == 83
+
+
+def test_two_columns_of_a_one_letter_name_are_refused(tmp_path):
+    """CPython keeps one object per one-letter string: the check compares names, not objects."""
+    folder = export_copy(tmp_path, "parquet")
+    table = pa.Table.from_arrays([pa.array([1]), pa.array([2])], names=["a", "a"])
+    pq.write_table(table, folder / "PROCESSES.parquet")
+    with pytest.raises(InputError, match="table PROCESSES has two columns named 'a', so which one to read"):
+        load_trace(folder)

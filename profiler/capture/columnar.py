@@ -174,8 +174,7 @@ class TableFile:
                 self._check_footer(pf.metadata)
                 text = [schema.field(i).name for i in self.keep if _is_text(schema.field(i).type)]
                 pf = pq.ParquetFile(self.path, read_dictionary=text)  # a repeated value is read once
-                names = [schema.field(i).name for i in self.keep]
-                self._source = pf.iter_batches(batch_size=BATCH_ROWS, columns=names)
+                self._source = pf.iter_batches(batch_size=BATCH_ROWS, columns=self.schema_names)
         else:
             reader = pa.ipc.open_stream(pa.OSFile(str(self.path), "rb"))
             schema = reader.schema
@@ -191,8 +190,9 @@ class TableFile:
                              "this version reads")
         seen: dict[str, str] = {}
         for name in schema.names:
-            other = seen.setdefault(name.lower(), name)
-            if other is not name:
+            other = seen.get(name.lower())
+            seen.setdefault(name.lower(), name)
+            if other is not None:
                 named = (f"named {_shown(name)}" if other == name else
                          f"named {_shown(other)} and {_shown(name)} (to SQLite, the same name)")
                 raise InputError(f"{self.where()} has two columns {named}, so which one to read is unknown: export "
