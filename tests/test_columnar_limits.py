@@ -84,9 +84,16 @@ def test_a_file_past_the_largest_is_refused_before_it_is_opened_or_hashed(tmp_pa
     folder = export_copy(tmp_path, "parquet")
     size = (folder / f"{K}.parquet").stat().st_size
     monkeypatch.setattr(validate, "MAX_FILE_BYTES", size - 1)
+    monkeypatch.setenv("TRTPROF_TRACE_CACHE", "1")
     monkeypatch.setattr("profiler.capture.fingerprint.content_sha256", lambda p: pytest.fail("hashed"))
     with pytest.raises(InputError, match=f"{K}.parquet is {size:,} bytes, more than the {size - 1:,}"):
         analyze_cached(folder, None)
+    from profiler.capture import cache
+
+    monkeypatch.setenv("TRTPROF_TRACE_CACHE", "1")
+    monkeypatch.setattr(cache, "content_sha256", lambda p: pytest.fail("hashed"))
+    with pytest.raises(InputError, match=f"{K}.parquet is {size:,} bytes"):
+        cache.load_trace_cached(folder)
     monkeypatch.setattr(validate, "MAX_FILE_BYTES", SQLITE.stat().st_size - 1)
     with pytest.raises(InputError, match="transfer_bound.sqlite is .* bytes, more than the"):
         load_trace(SQLITE)
