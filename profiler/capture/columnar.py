@@ -17,7 +17,9 @@ dictionary-encoded, so a repeated long value is measured before it is expanded),
 ``MAX_TEXT_BYTES``, and no unsigned time or size past 2^63 - 1 (:data:`UNSIGNED_QUANTITIES`). A column of
 another type, or with an over-long name, is left out with a warning (the loader then reads it as absent,
 as for an older nsys) unless the analysis requires it; a table without columns is read as absent. Any other
-problem is one sentence naming the file and column (exit 3).
+problem is one sentence naming the file and column (exit 3). An Arrow stream says its rows only batch by
+batch, so its limits are checked as each batch is read: a compressed batch is decoded before it is measured
+(its compression bounds that at about a hundred times its bytes).
 
 The copy costs the time to write the tables once; the trace and analysis caches (keyed by the folder's
 content) make it a first-run cost. A reader of the columns themselves, without the copy, is the next step.
