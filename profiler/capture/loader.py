@@ -589,7 +589,8 @@ def _load_file(path: Path, source: Path, wanted: set[str], cols: dict[str, set[s
                              f"(no StringIds, META_DATA_EXPORT or CUPTI tables)")
         _check_usable(export, path)
         for table in TABLES:  # a table of more rows than this version reads is refused before any is loaded
-            export.count(table)
+            if table != T_SYNC or "sync" in wanted:
+                export.count(table)
         try:
             return _load(export, wanted, source, cols)
         except sqlite3.DatabaseError as exc:
