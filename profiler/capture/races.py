@@ -76,7 +76,6 @@ class Races:
     pairs: int = 0
     copy_producers: int = 0  # pairs whose producer is a copy or memset
     overlap_ns: int = 0  # union of the pairs' overlaps, summed over devices
-    copy_overlap_ns: int = 0  # the same, of the pairs whose producer or consumer is a copy
     output_pairs: int = 0  # pairs whose consumer is a device-to-host / device-to-device copy
     threads: dict[tuple[int, int], int] = field(default_factory=dict)  # (producer tid, consumer tid) -> pairs
     streams: dict[tuple[int, int, int], int] = field(default_factory=dict)  # (device, A, B) -> pairs
@@ -257,10 +256,7 @@ def _tally(out: Races, act: Any, pieces: list) -> None:
     out.output_pairs = int((act.kind[b] != KERNEL).sum())
     copy = (act.kind[a] != KERNEL) | (act.kind[b] != KERNEL)
     out.spans = (act.device_id[a], s, e, copy)
-    for dev in np.unique(act.device_id[a]).tolist():
-        on = act.device_id[a] == dev
-        out.overlap_ns += int(intervals.union_length(s[on], e[on]))
-        out.copy_overlap_ns += int(intervals.union_length(s[on & copy], e[on & copy]))
+    out.overlap_ns = overlap_of([out])[0]
     for d, sa, sb, o in zip(act.device_id[a].tolist(), act.stream_id[a].tolist(), act.stream_id[b].tolist(),
                             (act.kind[b] != KERNEL).tolist()):
         into = out.output_streams if o else out.streams
