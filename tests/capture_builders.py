@@ -282,22 +282,25 @@ def output_race_app(mode: str, racing: int = RACE_N) -> Trace:
     """Per inference (range 'infer', thread 5) three kernels on stream 8 launched at +12, +14, +16 us, running
     [20, 40), [45, 65), [70, 90) us, then a D2H copy of the output on stream 9 launched at +18 us, then a stream
     synchronisation. ``race``: the copy runs [22, 32) us (during the first kernel, before the others start);
-    ``joined``: a cudaStreamWaitEvent at +17 us, the copy at [92, 102) us; ``waited``: the copy's stream waits on
-    an event at +11 us (before the kernels' launches: the previous inference's output, joined by events) and the
-    copy runs [22, 32) us. ``racing`` inferences race (the others' copy runs after the kernels)."""
+    ``joined``: the same with a cudaEventSynchronize at +17 us, between the launches (only the call orders them:
+    the GPU times are kept to show it); ``waited``: the copy's stream waits on an event at +11 us (before the
+    kernels' launches: the previous inference's output, joined by events), and an H2D copy follows on that stream.
+    ``racing`` inferences race (the
+    others' copy runs after the kernels, [92, 102) us)."""
     krows, copies, calls, nv = [], [], [], []
     for i in range(RACE_N):
         t = i * RACE_PERIOD_NS
         nv.append(("infer", t + 10 * T, t + 150 * T, 5))
         for j in range(3):
             krows.append((t + (20 + 25 * j) * T, t + (40 + 25 * j) * T, 5, t + (12 + 2 * j) * T, 100 * i + j + 1))
-        early = mode in ("race", "waited") and i < racing
+        early = i < racing
         copies.append(_copy_row("DtoH", t + 18 * T, t + (22 if early else 92) * T, t + (32 if early else 102) * T,
                                 5, COPY_STREAM, 5000 + i))
         if mode == "joined":
-            calls.append(("cudaStreamWaitEvent", t + 17 * T, t + 17 * T + 500, 5, "other"))
-        if mode == "waited":
+            calls.append(("cudaEventSynchronize", t + 17 * T, t + 17 * T + 500, 5, "sync"))
+        if mode == "waited":  # and the next input staged on the copy stream right after (no wait between)
             calls.append(("cudaStreamWaitEvent", t + 11 * T, t + 11 * T + 500, 5, "other"))
+            copies.append(_copy_row("HtoD", t + 19 * T, t + 33 * T, t + 34 * T, 5, COPY_STREAM, 9000 + i))
         calls.append(("cudaStreamSynchronize", t + 20 * T, t + 140 * T, 5, "sync"))
     return Trace(kernels=kernels(*krows, stream_id=TRT_STREAM), memcpy=pd.DataFrame(copies), api=api(*calls),
                  nvtx=ranges(*nv))
