@@ -63,6 +63,14 @@ STREAM_WAITS = frozenset({"cudaStreamWaitEvent", "cuStreamWaitEvent", "cuStreamW
 OUTPUT_COPY_KINDS = (int(CopyKind.DtoH), int(CopyKind.DtoD))
 """Copies that read device memory a kernel may still be writing: the consumers of an output-copy race."""
 
+FEEDING_COPY_KIND = int(CopyKind.HtoD)
+"""The copy that makes a thread a producer across threads (it feeds the GPU itself); a thread that launched none
+is a consumer: what it reads on the device another thread put there. Threads that both feed (independent workers,
+each with its own input) are never paired."""
+ITEM_DEPTH = 0
+"""NVTX nesting depth of a thread's items (its top-level ranges; of its most numerous series): a producer's item n
+is paired with a consumer's item n by their index in their series."""
+
 MAX_EXAMPLES = 5
 """Racing pairs listed in the evidence (the first ones)."""
 
@@ -282,7 +290,7 @@ def _items(table: Any, tid: int) -> np.ndarray:
     """(start, end, index) of thread ``tid``'s items: its top-level NVTX ranges of its most numerous series, in
     start order, with their index in the series over the whole capture (shape (n, 3); empty without ranges)."""
     inst = table.instances
-    mine = inst[(inst["tid"].to_numpy() == tid) & (inst["depth"].to_numpy() == 0)]
+    mine = inst[(inst["tid"].to_numpy() == tid) & (inst["depth"].to_numpy() == ITEM_DEPTH)]
     if not len(mine):
         return np.zeros((0, 3), np.int64)
     sid = mine["series_id"].to_numpy()
@@ -297,7 +305,7 @@ def _roles(act: Any) -> tuple[list[int], list[int]]:
     launched GPU work."""
     known = act.api_start_ns > np.iinfo(np.int64).min
     tids = np.unique(act.api_tid[known])
-    feeds = set(np.unique(act.api_tid[known & (act.kind == MEMCPY) & (act.copy_kind == int(CopyKind.HtoD))]).tolist())
+    feeds = set(np.unique(act.api_tid[known & (act.kind == MEMCPY) & (act.copy_kind == FEEDING_COPY_KIND)]).tolist())
     return [t for t in tids.tolist() if t in feeds], [t for t in tids.tolist() if t not in feeds]
 
 
