@@ -316,7 +316,8 @@ def thread_race_app(mode: str, racing: int = RACE_N) -> Trace:
     +12 us, then a stream sync [13, 90) us. ``race``: the copy runs [14, 24) us (during the first kernel, before
     the others start); ``event``: the consumer makes its stream wait on an event at +11 us; ``lag``: the
     consumer is one item behind (its item n at the producer's item n+1: a previous output copied behind the next
-    item's compute); ``feeding``: the consumer copies to the device itself (an independent worker). ``racing``
+    item's compute); ``synced``: the producer's stream sync returns at +11.5 us, before the consumer's launch
+    (only the call orders them: the GPU times are kept to show it); ``feeding``: the consumer copies to the device itself (an independent worker). ``racing``
     items race (the others' copy runs after the kernels)."""
     krows, copies, calls, nv = [], [], [], []
     lag = 1 if mode == "lag" else 0
@@ -327,7 +328,8 @@ def thread_race_app(mode: str, racing: int = RACE_N) -> Trace:
         for j in range(3):
             krows.append((t + (10 + 21 * j) * T, t + (30 + 21 * j) * T, PRODUCER_TID, t + (2 + 2 * j) * T,
                           100 * i + j + 1))
-        calls.append(("cudaStreamSynchronize", t + 8 * T, t + 73 * T, PRODUCER_TID, "sync"))
+        sync_end = t + (11 * T + 500 if mode == "synced" else 73 * T)
+        calls.append(("cudaStreamSynchronize", t + 8 * T, sync_end, PRODUCER_TID, "sync"))
         if i < lag:
             continue
         nv.append(("consume", t + 10 * T, t + 100 * T, CONSUMER_TID))

@@ -101,7 +101,7 @@ def test_a_consumer_thread_copying_before_the_producer_kernels_end_is_a_race():
     assert f.severity == "low"
 
 
-@pytest.mark.parametrize("mode", ["event", "lag", "feeding"])
+@pytest.mark.parametrize("mode", ["event", "synced", "lag", "feeding"])
 def test_ordered_lagging_and_independent_threads_are_silent(mode):
     res, found = _race_findings(thread_race_app(mode))
     assert found == [] and "racing_overlap_ms" not in res.extra
