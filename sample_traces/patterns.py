@@ -423,6 +423,134 @@ def race(mode: str = "race", inferences: int = 50) -> dict[str, Any]:
                                       "compute of i on B after cudaStreamWaitEvent on its copy"}[mode]}
 
 
+def _features(torch):
+    """Two 3x3 convolutions (64 channels) with ReLU: the 'model' whose output (a 32 MiB fp32 feature map for a
+    batch of 8 128x128 images) is copied back to the host."""
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 64, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(64, 64, 3, padding=1),
+        torch.nn.ReLU()).to(DEV).eval()
+
+
+def race_output(mode: str = "race", inferences: int = 40) -> dict[str, Any]:
+    """Per inference (range ``infer``) a pinned H2D input copy and the feature net on stream A, then the
+    device-to-host copy of its output on stream B. ``race``: nothing orders B after A (the host may read a
+    half-written output). ``fixed``: cudaEventRecord on A after the net, cudaStreamWaitEvent on B before the copy.
+    ``pipelined``: the copy of the PREVIOUS inference's output runs on B while A computes this one, B waiting on
+    that inference's event first; the host waits for that copy (cudaEventSynchronize) and copies the last output
+    after the loop."""
+    torch = _torch()
+    model = _features(torch)
+    h_in = torch.randn(8, 3, 128, 128).pin_memory()
+    d_in = torch.empty(h_in.shape, device=DEV)
+    h_out = [torch.empty(8, 64, 128, 128).pin_memory() for _ in range(2)]
+    a, b = torch.cuda.Stream(), torch.cuda.Stream()
+    done = [torch.cuda.Event() for _ in range(2)]
+    copied = torch.cuda.Event()
+    feats: list[Any] = [None, None]
+    with torch.no_grad():
+        for _ in range(3):
+            model(d_in)
+        torch.cuda.synchronize()
+        for i in range(inferences):
+            _push("infer")
+            with torch.cuda.stream(a):
+                d_in.copy_(h_in, non_blocking=True)
+                feats[i % 2] = model(d_in)
+                if mode != "race":
+                    done[i % 2].record(a)
+            if mode == "pipelined":
+                if i >= 1:
+                    prev = (i - 1) % 2
+                    b.wait_event(done[prev])
+                    with torch.cuda.stream(b):
+                        h_out[prev].copy_(feats[prev], non_blocking=True)
+                        copied.record(b)
+                    copied.synchronize()
+            else:
+                if mode == "fixed":
+                    b.wait_event(done[i % 2])
+                with torch.cuda.stream(b):
+                    h_out[0].copy_(feats[i % 2], non_blocking=True)
+                b.synchronize()
+                a.synchronize()
+            _pop()
+        if mode == "pipelined":
+            last = (inferences - 1) % 2
+            b.wait_event(done[last])
+            with torch.cuda.stream(b):
+                h_out[last].copy_(feats[last], non_blocking=True)
+    torch.cuda.synchronize()
+    return {"ranges": {"infer": inferences}, "mode": mode, "output_bytes": 8 * 64 * 128 * 128 * 4,
+            "compute_stream": "A (first side stream)", "copy_stream": "B (second side stream)",
+            "ordering": {"race": "none", "fixed": "cudaEventRecord(A) + cudaStreamWaitEvent(B) per inference",
+                         "pipelined": "copy of inference i-1's output on B after cudaStreamWaitEvent on its event, "
+                                      "while A computes inference i"}[mode]}
+
+
+def race_threads(mode: str = "race", items: int = 40) -> dict[str, Any]:
+    """A producer thread (range ``produce``: pinned H2D input copy and the feature net on stream A, then the output
+    handed to the consumer through a queue, then cudaStreamSynchronize(A)) and a consumer thread (range
+    ``consume``: the D2H copy of that output on stream B, then cudaStreamSynchronize(B)), one context. ``race``:
+    the consumer copies as soon as it gets the tensor, nothing orders B after A (a host-side queue does not order
+    GPU work). ``fixed``: the producer records an event on A after the net and hands it over with the tensor;
+    the consumer makes B wait on it (cudaStreamWaitEvent) before the copy."""
+    import queue
+
+    torch = _torch()
+    model = _features(torch)
+    h_in = torch.randn(8, 3, 128, 128).pin_memory()
+    h_out = torch.empty(8, 64, 128, 128).pin_memory()
+    a, b = torch.cuda.Stream(), torch.cuda.Stream()
+    q: "queue.Queue[Any]" = queue.Queue(maxsize=2)
+
+    def produce() -> None:
+        d_in = torch.empty(h_in.shape, device=DEV)
+        with torch.no_grad(), torch.cuda.stream(a):
+            for _ in range(items):
+                _push("produce")
+                d_in.copy_(h_in, non_blocking=True)
+                feat = model(d_in)
+                ev = None
+                if mode == "fixed":
+                    ev = torch.cuda.Event()
+                    ev.record(a)
+                q.put((feat, ev))
+                a.synchronize()
+                _pop()
+        q.put(None)
+
+    def consume() -> None:
+        n = 0
+        while True:
+            item = q.get()
+            if item is None:
+                break
+            feat, ev = item
+            _push("consume")
+            if ev is not None:
+                b.wait_event(ev)
+            with torch.cuda.stream(b):
+                h_out.copy_(feat, non_blocking=True)
+            b.synchronize()
+            _pop()
+            n += 1
+
+    with torch.no_grad():
+        for _ in range(3):
+            model(torch.empty(h_in.shape, device=DEV))
+    torch.cuda.synchronize()
+    threads = [threading.Thread(target=produce, name="producer"), threading.Thread(target=consume, name="consumer")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    torch.cuda.synchronize()
+    return {"ranges": {"produce": items, "consume": items}, "mode": mode, "output_bytes": 8 * 64 * 128 * 128 * 4,
+            "producer": "thread 'producer', stream A", "consumer": "thread 'consumer', stream B",
+            "ordering": {"race": "none (a queue.Queue hand-off only)",
+                         "fixed": "cudaEventRecord(A) by the producer + cudaStreamWaitEvent(B) by the consumer"}[mode]}
+
+
 # ----------------------------------------------------------------------------- the CUDA driver through ctypes
 class Driver:
     """The few libcuda (and libcudart, when the process has it loaded) calls these workloads need."""
@@ -794,6 +922,11 @@ WORKLOADS: dict[str, Callable[[], dict[str, Any]]] = {
     "race": lambda: race("race"),
     "race_fixed": lambda: race("fixed"),
     "pipelined": lambda: race("pipelined"),
+    "race_output": lambda: race_output("race"),
+    "race_output_fixed": lambda: race_output("fixed"),
+    "output_pipelined": lambda: race_output("pipelined"),
+    "race_threads": lambda: race_threads("race"),
+    "race_threads_fixed": lambda: race_threads("fixed"),
     "rebuild": lambda: rebuild(True),
     "rebuild_fixed": lambda: rebuild(False),
     "two_contexts": lambda: contexts(True),

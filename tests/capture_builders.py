@@ -269,3 +269,78 @@ def many_layers(n_layers: int, inferences: int = 3, wide_kernels: int = 20):
                           "global_tid": 5, "category": "launch", "pid": 1, "tid": 5, "api": "runtime",
                           "correlation_id": k["correlation_id"]})
     return Trace(kernels=k, nvtx=nvtx, api=calls)
+
+
+def _copy_row(kind: str, launch_ns: int, start_ns: int, end_ns: int, tid: int, stream: int, corr: int) -> dict:
+    return {"start_ns": start_ns, "end_ns": end_ns, "api_tid": tid, "api_start_ns": launch_ns,
+            "correlation_id": corr, "device_id": 0, "stream_id": stream, "pid": 1, "bytes": 1 << 20,
+            "copy_kind": kind, "src_kind": "device" if kind != "HtoD" else "pinned",
+            "dst_kind": "pinned" if kind == "DtoH" else "device"}
+
+
+def output_race_app(mode: str, racing: int = RACE_N) -> Trace:
+    """Per inference (range 'infer', thread 5) three kernels on stream 8 launched at +12, +14, +16 us, running
+    [20, 40), [45, 65), [70, 90) us, then a D2H copy of the output on stream 9 launched at +18 us, then a stream
+    synchronisation. ``race``: the copy runs [22, 32) us (during the first kernel, before the others start);
+    ``joined``: the same with a cudaEventSynchronize at +17 us, between the launches (only the call orders them:
+    the GPU times are kept to show it); ``waited``: the copy's stream waits on an event at +11 us (before the
+    kernels' launches: the previous inference's output, joined by events), and an H2D copy follows on that stream.
+    ``racing`` inferences race (the
+    others' copy runs after the kernels, [92, 102) us)."""
+    krows, copies, calls, nv = [], [], [], []
+    for i in range(RACE_N):
+        t = i * RACE_PERIOD_NS
+        nv.append(("infer", t + 10 * T, t + 150 * T, 5))
+        for j in range(3):
+            krows.append((t + (20 + 25 * j) * T, t + (40 + 25 * j) * T, 5, t + (12 + 2 * j) * T, 100 * i + j + 1))
+        early = i < racing
+        copies.append(_copy_row("DtoH", t + 18 * T, t + (22 if early else 92) * T, t + (32 if early else 102) * T,
+                                5, COPY_STREAM, 5000 + i))
+        if mode == "joined":
+            calls.append(("cudaEventSynchronize", t + 17 * T, t + 17 * T + 500, 5, "sync"))
+        if mode == "waited":  # and the next input staged on the copy stream right after (no wait between)
+            calls.append(("cudaStreamWaitEvent", t + 11 * T, t + 11 * T + 500, 5, "other"))
+            copies.append(_copy_row("HtoD", t + 19 * T, t + 33 * T, t + 34 * T, 5, COPY_STREAM, 9000 + i))
+        calls.append(("cudaStreamSynchronize", t + 20 * T, t + 140 * T, 5, "sync"))
+    return Trace(kernels=kernels(*krows, stream_id=TRT_STREAM), memcpy=pd.DataFrame(copies), api=api(*calls),
+                 nvtx=ranges(*nv))
+
+
+PRODUCER_TID, CONSUMER_TID = 5, 6
+
+
+def thread_race_app(mode: str, racing: int = RACE_N) -> Trace:
+    """A producer thread (5, range 'produce' [0, 100) us of each 200 us item): an H2D copy on stream 8 launched at
+    +1 us, three kernels on stream 8 launched at +2, +4, +6 us running [10, 30), [31, 51), [52, 72) us, then a
+    stream sync [8, 73) us. A consumer thread (6, range 'consume' [10, 100) us): a D2H copy on stream 9 launched at
+    +12 us, then a stream sync [13, 90) us. ``race``: the copy runs [14, 24) us (during the first kernel, before
+    the others start); ``event``: the consumer makes its stream wait on an event at +11 us; ``lag``: the
+    consumer is one item behind (its item n at the producer's item n+1: a previous output copied behind the next
+    item's compute); ``synced``: the producer's stream sync returns at +11.5 us, before the consumer's launch
+    (only the call orders them: the GPU times are kept to show it); ``feeding``: the consumer copies to the device itself (an independent worker). ``racing``
+    items race (the others' copy runs after the kernels)."""
+    krows, copies, calls, nv = [], [], [], []
+    lag = 1 if mode == "lag" else 0
+    for i in range(RACE_N):
+        t = i * RACE_PERIOD_NS
+        nv.append(("produce", t, t + 100 * T, PRODUCER_TID))
+        copies.append(_copy_row("HtoD", t + 1 * T, t + 3 * T, t + 8 * T, PRODUCER_TID, TRT_STREAM, 6000 + i))
+        for j in range(3):
+            krows.append((t + (10 + 21 * j) * T, t + (30 + 21 * j) * T, PRODUCER_TID, t + (2 + 2 * j) * T,
+                          100 * i + j + 1))
+        sync_end = t + (11 * T + 500 if mode == "synced" else 73 * T)
+        calls.append(("cudaStreamSynchronize", t + 8 * T, sync_end, PRODUCER_TID, "sync"))
+        if i < lag:
+            continue
+        nv.append(("consume", t + 10 * T, t + 100 * T, CONSUMER_TID))
+        early = i < racing + lag
+        copies.append(_copy_row("DtoH", t + 12 * T, t + (14 if early else 80) * T, t + (24 if early else 90) * T,
+                                CONSUMER_TID, COPY_STREAM, 7000 + i))
+        if mode == "feeding":
+            copies.append(_copy_row("HtoD", t + 11 * T, t + 11 * T + 200, t + 11 * T + 400, CONSUMER_TID,
+                                    COPY_STREAM, 8000 + i))
+        if mode == "event":
+            calls.append(("cudaStreamWaitEvent", t + 11 * T, t + 11 * T + 500, CONSUMER_TID, "other"))
+        calls.append(("cudaStreamSynchronize", t + 13 * T, t + 90 * T, CONSUMER_TID, "sync"))
+    return Trace(kernels=kernels(*krows, stream_id=TRT_STREAM), memcpy=pd.DataFrame(copies), api=api(*calls),
+                 nvtx=ranges(*nv))

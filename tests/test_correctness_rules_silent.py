@@ -12,7 +12,7 @@ from profiler.capture.analyze import AnalysisOptions, analyze_path
 from tests.conftest import SAMPLE_TRACES, SHARED
 
 NEW_RULES = ("stream_race", "repeated_setup", "host_sleeps")
-PATTERN_CAPTURES = {"race", "rebuild", "sleeps"}  # race_fixed, pipelined, rebuild_fixed, gpu_wait stay
+PATTERN_CAPTURES = {"race", "race_output", "race_threads", "rebuild", "sleeps"}  # their twins stay
 """The sample captures made to show these patterns (their healthy twins stay in the list below)."""
 
 

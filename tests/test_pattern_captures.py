@@ -96,6 +96,122 @@ def test_the_event_joined_and_pipelined_twins_are_silent(name):
         assert res.extra["copy_compute_overlap"]["share_of_copy"] > 0.9
 
 
+# -- output copies: race_output.sqlite against race_output_fixed.sqlite and output_pipelined.sqlite ------------------
+OUTPUT_PAIRS_SQL = """
+WITH inf AS (
+  SELECT start, end, globalTid AS tid, LAG(end) OVER (PARTITION BY globalTid ORDER BY start) AS prev_end
+  FROM NVTX_EVENTS WHERE text = 'infer'),
+cp AS (
+  SELECT m.start, m.end, m.streamId, r.start AS launch, r.globalTid AS tid FROM CUPTI_ACTIVITY_KIND_MEMCPY m
+  JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = m.correlationId WHERE m.copyKind IN (2, 8)),
+k AS (
+  SELECT k.start, k.end, k.streamId, r.start AS launch, r.globalTid AS tid FROM CUPTI_ACTIVITY_KIND_KERNEL k
+  JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId),
+joins AS (
+  SELECT r.start, r.globalTid AS tid FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId
+  WHERE s.value LIKE 'cudaStreamWaitEvent%' OR s.value LIKE '%Synchronize%' OR s.value LIKE '%Query%')
+SELECT inf.start, k.start, k.end, cp.start, cp.end FROM inf
+JOIN cp ON cp.tid = inf.tid AND cp.launch > COALESCE(inf.prev_end, -1) AND cp.launch <= inf.end
+JOIN k ON k.tid = inf.tid AND k.launch > COALESCE(inf.prev_end, -1) AND k.launch < cp.launch
+      AND k.streamId != cp.streamId AND cp.start < k.end
+WHERE NOT EXISTS (SELECT 1 FROM joins j WHERE j.tid = inf.tid AND j.start >= k.launch AND j.start < cp.launch)
+"""
+"""Each (instance, kernel, copy) where a D2H or D2D copy launched in an 'infer' instance (from the thread's previous
+instance's end to its own) starts on another stream before a kernel the same thread launched earlier in that instance
+ends, no wait, sync or query between the two launches: (instance, kernel start, end, copy start, end)."""
+
+
+def _overlap_ms(pairs: list[tuple]) -> float:
+    s = np.array([max(p[1], p[3]) for p in pairs])
+    e = np.maximum(s, np.array([min(p[2], p[4]) for p in pairs]))
+    return intervals.union_length(s, e) / 1e6
+
+
+def test_the_output_copy_race_is_a_correctness_warning_with_the_sql_counts():
+    path = _capture("race_output")
+    pairs = _rows(path, OUTPUT_PAIRS_SQL)
+    res = result_of(path)
+    [f] = _fired("race_output", "stream_race")
+    ev = f.evidence
+    assert ev["instances"] == _rows(path, "SELECT COUNT(*) FROM NVTX_EVENTS WHERE text = 'infer'")[0][0] == 40
+    assert ev["racing_instances"] == len({p[0] for p in pairs}) == 40
+    assert ev["racing_pairs"] == ev["output_copy_pairs"] == len(pairs) and ev["copy_producers"] == 0
+    assert ev["racing_overlap_ms"] == pytest.approx(_overlap_ms(pairs))
+    [(kernel_stream, copy_stream)] = _rows(path, """
+        SELECT DISTINCT k.streamId, m.streamId FROM CUPTI_ACTIVITY_KIND_MEMCPY m, CUPTI_ACTIVITY_KIND_KERNEL k
+        WHERE m.copyKind = 2 AND k.start < m.end AND m.start < k.end""")
+    assert [(x["producer_stream"], x["copy_stream"]) for x in ev["output_streams"]] == [(kernel_stream, copy_stream)]
+    assert ev["streams"] == [] and "device-to-host" in f.title and "40 of 40 inferences" in f.title
+    assert f.severity == "high" and f.impact["ms_total"] is None and "half-written output" in f.recommendation
+    # the copy overlapping its producer kernels is no saving
+    plain = streams_json(res.context.table.activity)["copy_compute_overlap"]
+    assert res.extra["copy_compute_overlap"]["racing_ms"] == pytest.approx(min(_overlap_ms(pairs), plain["overlap_ms"]))
+
+
+@pytest.mark.parametrize("name", ["race_output_fixed", "output_pipelined"])
+def test_the_event_joined_and_pipelined_output_twins_are_silent(name):
+    path = _capture(name)
+    assert _fired(name, "stream_race") == [] and _rows(path, OUTPUT_PAIRS_SQL) == []
+    assert "racing_overlap_ms" not in result_of(path).extra
+    if name == "output_pipelined":  # the previous output's copy overlaps this inference's kernels: ordered by events
+        [(n,)] = _rows(path, """
+            SELECT COUNT(DISTINCT m.correlationId) FROM CUPTI_ACTIVITY_KIND_MEMCPY m, CUPTI_ACTIVITY_KIND_KERNEL k
+            WHERE m.copyKind = 2 AND k.start < m.end AND m.start < k.end AND k.streamId != m.streamId""")
+        assert n == 39
+
+
+# -- across threads: race_threads.sqlite against race_threads_fixed.sqlite -------------------------------------------
+THREAD_PAIRS_SQL = """
+WITH items AS (
+  SELECT start, end, globalTid AS tid, text, ROW_NUMBER() OVER (PARTITION BY text ORDER BY start) AS n
+  FROM NVTX_EVENTS WHERE text IN ('produce', 'consume')),
+k AS (
+  SELECT k.start, k.end, k.streamId, r.start AS launch, r.globalTid AS tid, i.n FROM CUPTI_ACTIVITY_KIND_KERNEL k
+  JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId
+  JOIN items i ON i.text = 'produce' AND i.tid = r.globalTid AND r.start BETWEEN i.start AND i.end),
+cp AS (
+  SELECT m.start, m.end, m.streamId, r.start AS launch, r.globalTid AS tid, i.n FROM CUPTI_ACTIVITY_KIND_MEMCPY m
+  JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = m.correlationId
+  JOIN items i ON i.text = 'consume' AND i.tid = r.globalTid AND r.start BETWEEN i.start AND i.end
+  WHERE m.copyKind IN (2, 8)),
+joins AS (
+  SELECT r.start, r.end, r.globalTid AS tid FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId
+  WHERE s.value LIKE 'cudaStreamWaitEvent%' OR s.value LIKE '%Synchronize%' OR s.value LIKE '%Query%')
+SELECT cp.n, k.start, k.end, cp.start, cp.end FROM cp
+JOIN k ON k.n = cp.n AND k.launch < cp.launch AND k.streamId != cp.streamId AND cp.start < k.end
+WHERE NOT EXISTS (SELECT 1 FROM joins j WHERE j.tid = cp.tid AND j.start >= k.launch AND j.start < cp.launch)
+  AND NOT EXISTS (SELECT 1 FROM joins j WHERE j.tid = k.tid AND j.start >= k.launch AND j.end <= cp.launch)
+"""
+"""Each (item, kernel, copy) where the consumer thread's D2H copy launched in its n-th 'consume' range starts before
+a kernel the producer thread launched earlier in its n-th 'produce' range ends, with no joining call of the consumer
+from the kernel's launch to the copy's and none of the producer started after the kernel and returned before the
+copy's launch: (item, kernel start, end, copy start, end)."""
+
+
+def test_the_two_thread_capture_races_too_rarely_to_report_and_its_twin_not_at_all():
+    from profiler.rules.capture.stream_race import thread_races_of
+
+    path = _capture("race_threads")
+    pairs = _rows(path, THREAD_PAIRS_SQL)
+    races = thread_races_of(result_of(path).context)
+    # the consumer lags one or two items behind the producer in most hand-offs: its copy then overlaps the NEXT
+    # items' kernels (ordered by the producer's stream sync before it went on), no race; in 2 of 40 its copy
+    # started before the kernels of its own item ended
+    assert races.racing_instances == len({p[0] for p in pairs}) == 2 and races.pairs == len(pairs) == 6
+    assert races.instances == 40 and races.overlap_ns / 1e6 == pytest.approx(_overlap_ms(pairs))
+    assert _fired("race_threads", "stream_race") == []  # under min_racing_instances (3): a coincidence or a race
+    by_time = _rows(path, """
+        SELECT COUNT(DISTINCT m.correlationId) FROM CUPTI_ACTIVITY_KIND_MEMCPY m
+        JOIN CUPTI_ACTIVITY_KIND_RUNTIME rm ON rm.correlationId = m.correlationId, CUPTI_ACTIVITY_KIND_KERNEL k
+        JOIN CUPTI_ACTIVITY_KIND_RUNTIME rk ON rk.correlationId = k.correlationId
+        WHERE m.copyKind = 2 AND rk.start < rm.start AND m.start < k.end AND k.end > m.start
+          AND rk.start > rm.start - 3000000""")[0][0]
+    assert by_time == 8  # pairing by time alone would count the lagging copies as races
+    fixed = _capture("race_threads_fixed")
+    assert _rows(fixed, THREAD_PAIRS_SQL) == [] and thread_races_of(result_of(fixed).context).pairs == 0
+    assert _fired("race_threads_fixed", "stream_race") == []
+
+
 # -- repeated_setup: rebuild.sqlite against rebuild_fixed.sqlite --------------------------------------------------
 SETUP_SQL = """
 WITH inf AS (SELECT end, LAG(end) OVER (ORDER BY start) AS prev_end FROM NVTX_EVENTS WHERE text = 'infer')

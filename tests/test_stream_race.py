@@ -8,7 +8,9 @@ import pytest
 
 from profiler.capture.analyze import AnalysisOptions, analyze
 from profiler.capture.trace import Trace
-from tests.capture_builders import COPY_STREAM, TRT_STREAM, RACE_N as N, race_app as _app
+from tests.capture_builders import (COPY_STREAM, CONSUMER_TID, PRODUCER_TID, TRT_STREAM, output_race_app,
+                                    thread_race_app)
+from tests.capture_builders import RACE_N as N, race_app as _app
 
 
 def _race_findings(trace: Trace):
@@ -52,3 +54,54 @@ def test_streams_joined_by_events_and_the_next_inference_copy_are_silent(mode):
         assert "racing_ms" not in res.extra["copy_compute_overlap"]
     if mode == "prefetch":  # copy [16, 66) us against kernels [15, 35), [40, 60), [65, 85): 19 + 20 + 1 us saved
         assert res.extra["copy_compute_overlap"]["overlap_ms"] == pytest.approx((N - 1) * 40e-3)
+
+
+# -- output copies: a D2H copy on another stream starting before the kernel of its inference ends ------------------
+def test_an_output_copy_racing_its_kernels_is_a_correctness_warning():
+    res, [f] = _race_findings(output_race_app("race"))
+    ev = f.evidence
+    # every inference: the copy [22, 32) us starts during the first kernel [20, 40) and before the other two start:
+    # three pairs, of which only the first overlaps ([22, 32): 10 us)
+    assert (ev["instances"], ev["racing_instances"], ev["racing_pairs"]) == (N, N, 3 * N)
+    assert ev["output_copy_pairs"] == 3 * N and ev["copy_producers"] == 0
+    assert ev["racing_overlap_ms"] == pytest.approx(N * 10e-3)
+    assert ev["output_streams"] == [{"device": 0, "producer_stream": TRT_STREAM, "copy_stream": COPY_STREAM,
+                                     "pairs": 3 * N}]
+    assert ev["streams"] == []
+    assert f.severity == "high" and "20 of 20 inferences" in f.title and "device-to-host" in f.title
+    assert "half-written output" in f.recommendation and f.impact["ms_total"] is None
+    assert ev["examples"][0]["consumer"] == "copy" and ev["examples"][0]["overlap_us"] == pytest.approx(10.0)
+    assert res.extra["racing_overlap_ms"] == pytest.approx(N * 10e-3)
+
+
+def test_output_races_severity_follows_how_often():
+    _, [f] = _race_findings(output_race_app("race", racing=5))  # 5 of 20: 25% -> medium
+    assert f.severity == "medium" and f.evidence["racing_instances"] == 5
+    assert _race_findings(output_race_app("race", racing=2))[1] == []
+
+
+@pytest.mark.parametrize("mode", ["joined", "waited"])
+def test_an_output_copy_ordered_by_an_event_is_silent(mode):
+    res, found = _race_findings(output_race_app(mode))
+    assert found == [] and "racing_overlap_ms" not in res.extra
+
+
+# -- across threads: a producer thread's kernels against a consumer thread's copy of the same item -------------------
+def test_a_consumer_thread_copying_before_the_producer_kernels_end_is_a_race():
+    res, [f] = _race_findings(thread_race_app("race"))
+    ev = f.evidence
+    # every item: the consumer's copy [14, 24) us starts during the first kernel [10, 30) and before the others
+    assert ev["across_threads"] is True and f.range is None
+    assert (ev["instances"], ev["racing_instances"], ev["racing_pairs"]) == (N, N, 3 * N)
+    assert ev["threads"] == [{"producer_thread": PRODUCER_TID, "consumer_thread": CONSUMER_TID, "pairs": 3 * N}]
+    assert ev["racing_overlap_ms"] == pytest.approx(N * 10e-3)
+    assert f.severity == "high" and "20 of 20 hand-offs" in f.title and "thread 5 -> 6" in f.title
+    assert "cudaStreamWaitEvent" in f.recommendation and f.impact["ms_total"] is None
+    _, [f] = _race_findings(thread_race_app("race", racing=3))  # 3 of 20: 15% -> low
+    assert f.severity == "low"
+
+
+@pytest.mark.parametrize("mode", ["event", "synced", "lag", "feeding"])
+def test_ordered_lagging_and_independent_threads_are_silent(mode):
+    res, found = _race_findings(thread_race_app(mode))
+    assert found == [] and "racing_overlap_ms" not in res.extra

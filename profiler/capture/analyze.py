@@ -256,12 +256,11 @@ def _analyze(trace: Any, options: AnalysisOptions | None) -> AnalysisResult:
 def _racing_ns(ctx: CaptureContext, thresholds: dict[str, Any]) -> tuple[int, int]:
     """(racing overlap, its part behind copies) in ns where stream_race's thresholds call the races frequent
     (the streams' overlap statistics leave it out); (0, 0) otherwise."""
-    from profiler.rules.capture.stream_race import fires, races_of
+    from profiler.capture.races import overlap_of
+    from profiler.rules.capture.stream_race import fires, races_of, thread_races_of
 
-    races = races_of(ctx)
-    if not races.pairs or not fires(races, thresholds["stream_race"]):
-        return 0, 0
-    return races.overlap_ns, races.copy_overlap_ns
+    found = [r for r in (races_of(ctx), thread_races_of(ctx)) if r.pairs and fires(r, thresholds["stream_race"])]
+    return overlap_of(found)
 
 
 GPU_TIME_RULES = ("gpu_idle", "launch_overhead", "transfer_bound")
