@@ -489,7 +489,7 @@ def race_output(mode: str = "race", inferences: int = 40) -> dict[str, Any]:
 
 def race_threads(mode: str = "race", items: int = 40) -> dict[str, Any]:
     """A producer thread (range ``produce``: pinned H2D input copy and the feature net on stream A, then the output
-    handed to the consumer through a queue, then cudaStreamSynchronize(A)) and a consumer thread (range
+    handed to the consumer through a queue; once the consumer says its copy is launched, cudaStreamSynchronize(A)) and a consumer thread (range
     ``consume``: the D2H copy of that output on stream B, then cudaStreamSynchronize(B)), one context. ``race``:
     the consumer copies as soon as it gets the tensor, nothing orders B after A (a host-side queue does not order
     GPU work). ``fixed``: the producer records an event on A after the net and hands it over with the tensor;
@@ -502,6 +502,7 @@ def race_threads(mode: str = "race", items: int = 40) -> dict[str, Any]:
     h_out = torch.empty(8, 64, 128, 128).pin_memory()
     a, b = torch.cuda.Stream(), torch.cuda.Stream()
     q: "queue.Queue[Any]" = queue.Queue(maxsize=2)
+    acks: "queue.Queue[None]" = queue.Queue()  # the consumer's "copy launched": keeps the two threads in step
 
     def produce() -> None:
         d_in = torch.empty(h_in.shape, device=DEV)
@@ -515,6 +516,7 @@ def race_threads(mode: str = "race", items: int = 40) -> dict[str, Any]:
                     ev = torch.cuda.Event()
                     ev.record(a)
                 q.put((feat, ev))
+                acks.get()
                 a.synchronize()
                 _pop()
         q.put(None)
@@ -531,6 +533,7 @@ def race_threads(mode: str = "race", items: int = 40) -> dict[str, Any]:
                 b.wait_event(ev)
             with torch.cuda.stream(b):
                 h_out.copy_(feat, non_blocking=True)
+            acks.put(None)
             b.synchronize()
             _pop()
             n += 1

@@ -5,6 +5,7 @@ is; a change that is meant to shows which captures it moved, and the digests are
 
     python3 -m tests.golden check     # which captures' documents differ from the committed digests
     python3 -m tests.golden refresh   # analyse every capture and write tests/golden/analysis.json
+    python3 -m tests.golden refresh sample_traces/race_threads ...   # only these captures' digests
 
 ``tests/test_capture_paths.py`` checks each capture's cold document against its digest (the document it
 computes anyway), so the guard costs the suite no analysis of its own. The document is the one
@@ -86,22 +87,26 @@ def same_libraries() -> str | None:
 
 
 def _main(argv: list[str]) -> int:
-    if argv not in (["check"], ["refresh"]):
-        print("usage: python3 -m tests.golden check|refresh", file=sys.stderr)
-        return 2
+    command, only = (argv[0], set(argv[1:])) if argv else ("", set())
     paths = captures()
+    if command not in ("check", "refresh") or (only and command != "refresh"):
+        print("usage: python3 -m tests.golden check | refresh [FOLDER/NAME ...]", file=sys.stderr)
+        return 2
+    if only - {name_of(p) for p in paths}:
+        print(f"no such capture: {', '.join(sorted(only - {name_of(p) for p in paths}))}", file=sys.stderr)
+        return 2
+    paths = [p for p in paths if not only or name_of(p) in only]
     digests = {name_of(p): digest(document_text(p)) for p in paths}
-    if argv == ["refresh"]:
-        GOLDEN.parent.mkdir(parents=True, exist_ok=True)
-        old = committed()["captures"]
-        keep = {k: v for k, v in old.items() if k not in digests and not k.startswith("sample_traces/")}
-        GOLDEN.write_text(json.dumps({"libraries": libraries(), "captures": {**keep, **digests}}, indent=1,
-                                     sort_keys=True) + "\n")
-        moved = sorted(k for k, v in digests.items() if old.get(k) != v)
-        print(f"{len(digests)} captures analysed, {len(moved)} digest(s) new or changed: {', '.join(moved) or '-'}")
-        return 0
     old = committed()["captures"]
     moved = sorted(k for k, v in digests.items() if old.get(k) != v)
+    if command == "refresh":
+        GOLDEN.parent.mkdir(parents=True, exist_ok=True)
+        keep = {k: v for k, v in old.items()
+                if k not in digests and (only or not k.startswith("sample_traces/"))}
+        GOLDEN.write_text(json.dumps({"libraries": libraries(), "captures": {**keep, **digests}}, indent=1,
+                                     sort_keys=True) + "\n")
+        print(f"{len(digests)} captures analysed, {len(moved)} digest(s) new or changed: {', '.join(moved) or '-'}")
+        return 0
     print(f"{len(digests)} captures analysed, {len(moved)} differ from the committed digests"
           + "".join(f"\n  {k}" for k in moved))
     return 1 if moved else 0

@@ -188,25 +188,24 @@ from the kernel's launch to the copy's and none of the producer started after th
 copy's launch: (item, kernel start, end, copy start, end)."""
 
 
-def test_the_two_thread_capture_races_too_rarely_to_report_and_its_twin_not_at_all():
-    from profiler.rules.capture.stream_race import thread_races_of
+def test_the_two_thread_capture_races_in_some_hand_offs_and_its_twin_in_none():
+    from profiler.rules.capture.stream_race import RACE_MEDIUM_SHARE, thread_races_of
 
     path = _capture("race_threads")
     pairs = _rows(path, THREAD_PAIRS_SQL)
     races = thread_races_of(result_of(path).context)
-    # the consumer lags one or two items behind the producer in most hand-offs: its copy then overlaps the NEXT
-    # items' kernels (ordered by the producer's stream sync before it went on), no race; in 2 of 40 its copy
-    # started before the kernels of its own item ended
-    assert races.racing_instances == len({p[0] for p in pairs}) == 2 and races.pairs == len(pairs) == 6
+    items = len({p[0] for p in pairs})
+    assert 3 <= items < 40  # the consumer's copy beat the producer's kernels in some hand-offs, not all
+    assert races.racing_instances == items and races.pairs == len(pairs)
     assert races.instances == 40 and races.overlap_ns / 1e6 == pytest.approx(_overlap_ms(pairs))
-    assert _fired("race_threads", "stream_race") == []  # under min_racing_instances (3): a coincidence or a race
-    by_time = _rows(path, """
-        SELECT COUNT(DISTINCT m.correlationId) FROM CUPTI_ACTIVITY_KIND_MEMCPY m
-        JOIN CUPTI_ACTIVITY_KIND_RUNTIME rm ON rm.correlationId = m.correlationId, CUPTI_ACTIVITY_KIND_KERNEL k
-        JOIN CUPTI_ACTIVITY_KIND_RUNTIME rk ON rk.correlationId = k.correlationId
-        WHERE m.copyKind = 2 AND rk.start < rm.start AND m.start < k.end AND k.end > m.start
-          AND rk.start > rm.start - 3000000""")[0][0]
-    assert by_time == 8  # pairing by time alone would count the lagging copies as races
+    [f] = _fired("race_threads", "stream_race")
+    ev = f.evidence
+    assert ev["across_threads"] and ev["racing_instances"] == items and ev["racing_pairs"] == len(pairs)
+    assert f.severity == ("low" if items / 40 < RACE_MEDIUM_SHARE else "medium")  # by how often, not by time
+    assert [(r["producer_thread"], r["consumer_thread"]) for r in ev["threads"]] == _rows(path, """
+        SELECT p.globalTid % 16777216, c.globalTid % 16777216 FROM
+          (SELECT DISTINCT globalTid FROM NVTX_EVENTS WHERE text = 'produce') p,
+          (SELECT DISTINCT globalTid FROM NVTX_EVENTS WHERE text = 'consume') c""")
     fixed = _capture("race_threads_fixed")
     assert _rows(fixed, THREAD_PAIRS_SQL) == [] and thread_races_of(result_of(fixed).context).pairs == 0
     assert _fired("race_threads_fixed", "stream_race") == []
