@@ -68,50 +68,31 @@ def analyze_capture(task: dict[str, Any]) -> dict[str, Any]:
 
 
 def _analyze_and_write(task: dict[str, Any]) -> dict[str, Any]:
+    """The analyse task (:mod:`profiler.pipeline.analyse`) on one capture of the batch, into its folder."""
+    from profiler.capture.columnar import columnar_kind
     from profiler.capture.options import AnalysisOptions
-    from profiler.capture.record import store_analysis
-    from profiler.capture.result_cache import analyze_path_cached
+    from profiler.pipeline.analyse import AnalyseRequest, analyse
 
     path = task["path"]
-    from profiler.capture.columnar import columnar_kind
-
     if not os.path.isfile(path) and columnar_kind(path) is None:
         from profiler.errors import InputError
 
         import socket
 
         raise InputError(("no such file" if not os.path.exists(path) else "not a file") + f" on {socket.gethostname()}")
-    options = AnalysisOptions(min_gap_us=task.get("min_gap_us"), **(task.get("options") or {}))
-    cached = bool(task.get("trace_cache", True))  # --no-cache bypasses the analysis and trace caches
-    result = analyze_path_cached(path, options, cache=None if cached else False, results=cached)
-    data = result.to_json()
     folder = Path(task["out_dir"]) / task["name"]
     folder.mkdir(parents=True, exist_ok=True)
-    json_path = folder / "analysis.json"
-    tmp = json_path.with_name(f".{json_path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, allow_nan=False))
-    os.replace(tmp, json_path)
-    out: dict[str, Any] = {"json": str(json_path)}
-    artifacts = [("capture", path), ("summary", str(json_path))]
-    try:
-        from profiler.report import write_analysis_report
-    except ImportError:
-        write_analysis_report = None
-    if write_analysis_report is not None:
-        report = write_analysis_report(data, folder / "report.html", cdn=bool(task.get("cdn")))
-        out["report"] = str(report)
-        artifacts.append(("report", str(report)))
-    if task.get("store_url"):
-        from profiler.store import Store
-
-        store = Store.open(task["store_url"], upgrade=False)  # the caller created or upgraded it
-        try:
-            out["run_id"] = store_analysis(store, result, source=path, label=task.get("label"), artifacts=artifacts,
-                                           options={"min_gap_us": task.get("min_gap_us"),
-                                                    **(task.get("options") or {})}, data=dict(data))
-        finally:
-            store.close()
-    out.update(index_fields(data))
+    done = analyse(AnalyseRequest(
+        path, AnalysisOptions(min_gap_us=task.get("min_gap_us"), **(task.get("options") or {})),
+        json_path=str(folder / "analysis.json"), report_path=str(folder / "report.html"),
+        store_url=task.get("store_url"), label=task.get("label"), cdn=bool(task.get("cdn")),
+        cache=bool(task.get("trace_cache", True))))  # --no-cache bypasses the analysis and trace caches
+    out: dict[str, Any] = {"json": done.json_path}
+    if done.report_path is not None:
+        out["report"] = done.report_path
+    if done.run_id is not None:
+        out["run_id"] = done.run_id
+    out.update(index_fields(done.data))
     return out
 
 
