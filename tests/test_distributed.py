@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from profiler.cli import main
-from profiler.distributed import pools
+from profiler.pipeline import pools
 from profiler.distributed.captures import index_fields, task_names, top_series, unit_series
 from profiler.distributed.index import build_index
 from tests.conftest import ROOT, SAMPLE_TRACES, nsys_fixture_files
@@ -214,6 +214,23 @@ def test_batch_writes_what_a_single_analyze_writes_timeline_included(tmp_path, c
         html = (tmp_path / "o" / name / "report.html").read_bytes()
         assert FOOTER_STAMP.sub(b"", html) == FOOTER_STAMP.sub(b"", (tmp_path / f"{name}.html").read_bytes())
         assert b"The timeline needs the capture itself" not in html and b"fig-timeline-0" in html
+
+
+def test_batch_in_this_process_writes_what_local_processes_write(tmp_path):
+    """The runner decides where the analyse task runs, not what it writes: an inline batch and a --jobs 2
+    batch of the same captures write the same analysis.json and index rows (less pids and timings)."""
+    from profiler.distributed.captures import analyze_many
+    from profiler.pipeline.runners import InlineRunner
+
+    caps = [SAMPLE_TRACES / n for n in ("graph.sqlite", "no_nvtx.sqlite")]
+    inline = analyze_many(caps, tmp_path / "a", runner=InlineRunner())
+    jobs = analyze_many(caps, tmp_path / "b", jobs=2)
+    assert inline["mode"] == "this process" and jobs["mode"] == "2 local process(es)"
+    timed = ("pid", "analysis_s", "peak_rss_bytes", "json", "report")
+    for a, b in zip(inline["captures"], jobs["captures"]):
+        assert a["pid"] != b["pid"] and a["status"] == b["status"] == "ok"
+        assert {k: v for k, v in a.items() if k not in timed} == {k: v for k, v in b.items() if k not in timed}
+        assert Path(a["json"]).read_bytes() == Path(b["json"]).read_bytes()
 
 
 def test_index_latency_is_the_inference_gpu_latency_not_the_enqueue_time():

@@ -18,9 +18,12 @@ import resource
 import re
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from profiler.errors import TrtprofError
+
+if TYPE_CHECKING:
+    from profiler.pipeline.runners import Runner
 
 #: modules a capture task imports, loaded once by the local process server (see pools.local_map)
 PRELOAD = ("numpy", "pandas", "pyarrow", "profiler.capture.analyze", "profiler.capture.loader", "profiler.capture.cache",
@@ -213,11 +216,10 @@ def analyze_many(captures: Iterable[str | os.PathLike], out_dir: str | os.PathLi
                  scheduler: str | None = None, store_url: str | None = None, label: str | None = None,
                  min_gap_us: float | None = None, cdn: bool = False, memory_limit_bytes: int | None = None,
                  trace_cache: bool = True, options: dict[str, Any] | None = None,
-                 progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Analyse every capture (``jobs`` local processes, or the Dask cluster at ``scheduler``), write the
-    index into ``out_dir`` and return it. ``store_url`` must already be created (``Store.open``); ``options``:
-    more ``AnalysisOptions`` fields (unit, include_setup, layer_info), the same for every capture."""
-    from profiler.distributed import pools
+                 progress: Callable[[str], None] | None = None, runner: Runner | None = None) -> dict[str, Any]:
+    """Analyse every capture (``jobs`` local processes, or the Dask cluster at ``scheduler``, or ``runner``),
+    write the index into ``out_dir`` and return it. ``store_url`` must already be created (``Store.open``);
+    ``options``: more ``AnalysisOptions`` fields (unit, include_setup, layer_info), the same for every capture."""
     from profiler.distributed.index import build_index, write_index
 
     say = progress or (lambda _m: None)
@@ -228,24 +230,30 @@ def analyze_many(captures: Iterable[str | os.PathLike], out_dir: str | os.PathLi
               "trace_cache": trace_cache, "options": dict(options or {})}
              for p, n in zip(paths, task_names(paths))]
     t0 = time.perf_counter()
-    if scheduler:
-        client = pools.dask_client(scheduler)
-        try:
-            say(f"{len(tasks)} capture(s) on the Dask cluster at {scheduler}")
-            results = _collect(pools.dask_map(client, analyze_capture, tasks,
-                                              keys=[f"trtprof-analyze-{t['name']}-{os.getpid()}" for t in tasks]), say)
-        finally:
-            client.close()
-    else:
-        say(f"{len(tasks)} capture(s) in {jobs} local process(es)")
-        results = _collect(pools.local_map(analyze_capture, tasks, jobs=max(1, int(jobs or 1)),
-                                           memory_limit_bytes=memory_limit_bytes, preload=PRELOAD), say)
+    given = runner
+    runner = runner or batch_runner(jobs, scheduler, memory_limit_bytes)
+    try:
+        say(f"{len(tasks)} capture(s) {'on' if scheduler else 'in'} {runner.describe}")
+        results = _collect(runner.map(analyze_capture, tasks), say)
+    finally:
+        runner.close()
     order = {t["path"]: i for i, t in enumerate(tasks)}
     rows = sorted(results, key=lambda r: order.get(r["capture"], len(order)))
     index = build_index(rows, wall_s=time.perf_counter() - t0,
-                        mode=f"dask {scheduler}" if scheduler else f"{jobs} local process(es)")
+                        mode=f"dask {scheduler}" if scheduler else f"{jobs} local process(es)" if given is None
+                        else given.describe)
     write_index(index, out)
     return index
+
+
+def batch_runner(jobs: int | None, scheduler: str | None, memory_limit_bytes: int | None = None) -> Runner:
+    """The runner (:mod:`profiler.pipeline.runners`) of a batch: the Dask cluster at ``scheduler``, else
+    ``jobs`` local processes, a fresh one per capture, each capped at ``memory_limit_bytes``."""
+    from profiler.pipeline.runners import DaskRunner, ProcessRunner
+
+    if scheduler:
+        return DaskRunner(scheduler, key=lambda t: f"trtprof-analyze-{t['name']}-{os.getpid()}")
+    return ProcessRunner(jobs or 1, memory_limit_bytes=memory_limit_bytes, preload=PRELOAD)
 
 
 def _collect(pairs: Iterable[tuple[dict, Any]], say: Callable[[str], None]) -> list[dict[str, Any]]:

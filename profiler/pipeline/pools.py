@@ -12,19 +12,10 @@ import resource
 import sys
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
 from profiler.errors import MissingExtra, UsageError
-
-
-@dataclass
-class Outcome:
-    """What came back from one task: its return value, or why it was lost."""
-
-    value: Any = None
-    lost: str | None = None
-    where: str | None = None  # the device or worker that ran (or lost) it
+from profiler.pipeline.runners import Outcome
 
 
 def _ignore_interrupt() -> None:
