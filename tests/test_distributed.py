@@ -262,7 +262,7 @@ def test_index_has_no_latency_without_an_inference_unit(capture, request):
 
 
 def test_index_table_names_its_columns_and_shows_the_latency():
-    from profiler.distributed.cli import index_lines
+    from profiler.cli.batch import index_lines
 
     row = {"capture": "/c/g.sqlite", "name": "g", "status": "ok", "unit": "iter", "unit_gpu_latency_ms": 0.18,
            "unit_wall_ms": 0.02, "finding_counts": {"high": 1}, "top_findings": []}

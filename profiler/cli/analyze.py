@@ -10,7 +10,7 @@ import click
 from profiler.cli.options import Finite, db_option, db_url, open_store
 from profiler.cli.terminal import lines_of
 from profiler.cli.outputs import check_output_file, check_outputs, store_file
-from profiler.distributed.cli import analyze_batch, analyze_options, is_batch
+from profiler.cli.batch import analyze_batch, analyze_options, is_batch
 from profiler.errors import GateFailed, InputError, UsageError
 
 MAX_RANGES_SHOWN = 15
