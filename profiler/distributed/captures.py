@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
 #: modules a capture task imports, loaded once by the local process server (see pools.local_map)
 PRELOAD = ("numpy", "pandas", "pyarrow", "profiler.capture.analyze", "profiler.capture.loader", "profiler.capture.cache",
-           "profiler.capture.result_cache", "profiler.rules.capture", "profiler.store.api", "profiler.report.analysis")
+           "profiler.capture.result_cache", "profiler.rules.capture", "profiler.store.api", "profiler.report.analysis",
+           "profiler.pipeline.analyse")
 TOP_FINDINGS = 3
 
 

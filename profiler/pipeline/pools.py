@@ -1,6 +1,7 @@
-"""Where tasks run: local process pools (``concurrent.futures``) or a Dask distributed cluster.
+"""The machinery under the runners (:mod:`profiler.pipeline.runners`): local process pools
+(``concurrent.futures``) and a Dask distributed cluster.
 
-Each runner yields ``(item, Outcome)`` pairs as tasks finish, in completion order. A task's own exceptions
+Each map yields ``(item, Outcome)`` pairs as tasks finish, in completion order. A task's own exceptions
 are the task function's business (they return a record saying what failed); an ``Outcome`` with
 ``lost`` set means the process or worker running it died or could not be reached, and says why.
 """
