@@ -4,6 +4,7 @@ devices or Dask workers, a worker killed mid-variant. Dask tests use a LocalClus
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from profiler.cli import main
-from profiler.distributed import pools
+from profiler.pipeline import pools
 from profiler.distributed.captures import index_fields, task_names, top_series, unit_series
 from profiler.distributed.index import build_index
 from tests.conftest import ROOT, SAMPLE_TRACES, nsys_fixture_files
@@ -181,7 +182,8 @@ def test_cli_analyze_many_jobs_stores_each_and_names_the_failure(tmp_path, capsy
     runs = store.list_runs(kind="analyze")
     assert sorted(r["id"] for r in runs) == sorted(r["run_id"] for r in index["captures"][:3])
     serial = analyze_path(caps[0]).to_json()
-    assert json.loads((tmp_path / "o" / "launch_bound" / "analysis.json").read_text()) == serial
+    batch = json.loads((tmp_path / "o" / "launch_bound" / "analysis.json").read_text())
+    assert {k: v for k, v in batch.items() if k != "timeline"} == serial
     row = index["captures"][0]
     unit, source = unit_series(serial)
     assert row["unit_wall_ms"] == unit["wall_ms"]["median"] and row["unit_source"] == source
@@ -190,6 +192,45 @@ def test_cli_analyze_many_jobs_stores_each_and_names_the_failure(tmp_path, capsy
     html = (tmp_path / "o" / "index.html").read_text()
     assert 'href="launch_bound/report.html"' in html and (tmp_path / "o" / "launch_bound" / "report.html").is_file()
     assert "broken.sqlite" in out and "FAILED" in out
+
+
+FOOTER_STAMP = re.compile(rb"generated \d{4}-\d\d-\d\d \d\d:\d\d UTC")
+
+
+def test_batch_writes_what_a_single_analyze_writes_timeline_included(tmp_path, capsys):
+    """Each capture of ``analyze A B --jobs 2`` runs the analyse task ``analyze CAPTURE --json --report`` runs:
+    the same JSON byte for byte (its timeline included) and the same report, whose timeline is drawn."""
+    caps = [str(SAMPLE_TRACES / n) for n in ("graph.sqlite", "launch_bound.sqlite")]
+    code, _out, _err = _cli(["analyze", *caps, "--jobs", "2", "--out", str(tmp_path / "o"), "--no-store"], capsys)
+    assert code == 0
+    for cap in caps:
+        name = Path(cap).stem
+        code, _out, _err = _cli(["analyze", cap, "--json", str(tmp_path / f"{name}.json"),
+                                 "--report", str(tmp_path / f"{name}.html"), "--no-store"], capsys)
+        assert code == 0
+        single = (tmp_path / f"{name}.json").read_bytes()
+        assert (tmp_path / "o" / name / "analysis.json").read_bytes() == single
+        assert json.loads(single)["timeline"]["windows"]
+        html = (tmp_path / "o" / name / "report.html").read_bytes()
+        assert FOOTER_STAMP.sub(b"", html) == FOOTER_STAMP.sub(b"", (tmp_path / f"{name}.html").read_bytes())
+        assert b"The timeline needs the capture itself" not in html and b"fig-timeline-0" in html
+
+
+def test_batch_in_this_process_writes_what_local_processes_write(tmp_path):
+    """The runner decides where the analyse task runs, not what it writes: an inline batch and a --jobs 2
+    batch of the same captures write the same analysis.json and index rows (less pids and timings)."""
+    from profiler.distributed.captures import analyze_many
+    from profiler.pipeline.runners import InlineRunner
+
+    caps = [SAMPLE_TRACES / n for n in ("graph.sqlite", "no_nvtx.sqlite")]
+    inline = analyze_many(caps, tmp_path / "a", runner=InlineRunner())
+    jobs = analyze_many(caps, tmp_path / "b", jobs=2)
+    assert inline["mode"] == "this process" and jobs["mode"] == "2 local process(es)"
+    timed = ("pid", "analysis_s", "peak_rss_bytes", "json", "report")
+    for a, b in zip(inline["captures"], jobs["captures"]):
+        assert a["pid"] != b["pid"] and a["status"] == b["status"] == "ok"
+        assert {k: v for k, v in a.items() if k not in timed} == {k: v for k, v in b.items() if k not in timed}
+        assert Path(a["json"]).read_bytes() == Path(b["json"]).read_bytes()
 
 
 def test_index_latency_is_the_inference_gpu_latency_not_the_enqueue_time():
@@ -221,7 +262,7 @@ def test_index_has_no_latency_without_an_inference_unit(capture, request):
 
 
 def test_index_table_names_its_columns_and_shows_the_latency():
-    from profiler.distributed.cli import index_lines
+    from profiler.cli.batch import index_lines
 
     row = {"capture": "/c/g.sqlite", "name": "g", "status": "ok", "unit": "iter", "unit_gpu_latency_ms": 0.18,
            "unit_wall_ms": 0.02, "finding_counts": {"high": 1}, "top_findings": []}
@@ -355,6 +396,7 @@ def test_dask_analysis_of_every_fixture_matches_the_serial_run(cluster, tmp_path
     for row, cap in zip(index["captures"], caps):
         assert Path(row["capture"]).resolve() == cap.resolve()  # the fixtures may sit behind a symbolic link
         parallel = json.loads(Path(row["json"]).read_text())
+        parallel.pop("timeline")  # the report's drawing, as --json writes it
         assert parallel == analyze_path(cap).to_json(), cap.name  # same ranges, statistics and findings
     runs = Store.open(url).list_runs(kind="analyze", limit=1000)
     assert sorted(str(Path(r["source"]).resolve()) for r in runs) == sorted(str(c.resolve()) for c in caps)  # each stored once

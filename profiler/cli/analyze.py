@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -10,8 +9,8 @@ import click
 
 from profiler.cli.options import Finite, db_option, db_url, open_store
 from profiler.cli.terminal import lines_of
-from profiler.cli.outputs import check_output_file, check_outputs, store_file, write_text
-from profiler.distributed.cli import analyze_batch, analyze_options, is_batch
+from profiler.cli.outputs import check_output_file, check_outputs, store_file
+from profiler.cli.batch import analyze_batch, analyze_options, is_batch
 from profiler.errors import GateFailed, InputError, UsageError
 
 MAX_RANGES_SHOWN = 15
@@ -411,39 +410,20 @@ def command(ctx: click.Context, captures: tuple[str, ...], json_path: str | None
 
 def _analyze(capture: str, json_path: str | None, report_path: str | None, store, label: str | None,
              options: Any, cdn: bool, cache: bool | None = None, trace_path: str | None = None) -> dict[str, Any]:
-    from profiler.capture.result_cache import analyze_path_cached  # a hit imports no pandas
+    """The analyse task (:mod:`profiler.pipeline.analyse`) on one capture, then what it says on the terminal."""
+    from profiler.pipeline.analyse import AnalyseRequest, analyse
 
-    result = analyze_path_cached(capture, options, cache=cache, results=cache is not False)
-    data = result.to_json()
-    artifacts: list[tuple[str, str]] = [("capture", str(Path(capture).resolve()))]
-    stored = dict(data)  # the store keeps the analysis; the timeline pictures live in --json and the report
-    if json_path or report_path:
-        data["timeline"] = result.timeline_json(data)  # read back with a cached analysis
-    if trace_path:
-        artifacts.append(("trace", str(Path(trace_path).resolve())))
-        _write_trace(result.trace(), result.findings, data, trace_path)  # a cached analysis loads the frames
-    if json_path:
-        text = json.dumps(data, indent=1, allow_nan=False)
-        if json_path == "-":
-            click.echo(text)
-        else:
-            write_text(json_path, text, "--json")
-            artifacts.append(("summary", str(Path(json_path).resolve())))
-    if report_path:
-        writer = _report_writer()
-        if writer is None:
-            click.echo("trtprof: the HTML report is not available in this build; use --json and "
-                       "'trtprof report' later", err=True)
-        else:
-            writer(data, report_path, cdn=cdn)
-            artifacts.append(("report", str(Path(report_path).resolve())))
-    if store is not None:
-        from profiler.capture.record import store_analysis
-
-        data["run_id"] = store_analysis(store, result, source=capture, label=label, artifacts=artifacts,
-                                        options={"min_gap_us": options.min_gap_us, "unit": options.unit,
-                                                 "include_setup": options.include_setup,
-                                                 "layer_info": options.layer_info}, data=stored)
+    done = analyse(AnalyseRequest(capture, options, json_path=json_path, report_path=report_path,
+                                  trace_path=trace_path, label=label, cdn=cdn, cache=cache is not False),
+                   store=store)
+    if done.trace_info is not None:
+        _say_trace(done.trace_info, trace_path)
+    if done.json_text is not None:
+        click.echo(done.json_text)
+    if done.report_missing:
+        click.echo("trtprof: the HTML report is not available in this build; use --json and "
+                   "'trtprof report' later", err=True)
+    data = done.data
     if json_path != "-":
         for line in summary_lines(data):
             click.echo(line)
@@ -452,13 +432,8 @@ def _analyze(capture: str, json_path: str | None, report_path: str | None, store
     return data
 
 
-def _write_trace(trace: Any, findings: list, data: dict[str, Any], path: str) -> None:
-    """``--trace``: the capture and its findings as a Chrome Trace Event file; says what it kept."""
-    from profiler.report.chrome_trace import chrome_trace, write_chrome_trace
-
-    doc = chrome_trace(trace, findings, result=data)
-    write_chrome_trace(doc, path)
-    info = doc["otherData"]
+def _say_trace(info: dict[str, Any], path: str | None) -> None:
+    """What ``--trace`` kept of the capture."""
     cut = (f"; the capture has {info['events_total']:,}, cut at {info['truncated_at_us'] / 1e3:.3f} ms"
            if info["truncated_at_us"] is not None else "")
     click.echo(f"trace: {path} ({info['events_kept']:,} events{cut}; open in ui.perfetto.dev or chrome://tracing)",
@@ -474,10 +449,3 @@ def _same_file(url: str, path: str) -> bool:
     except OSError:
         return False
 
-
-def _report_writer():
-    try:
-        from profiler import report
-    except ImportError:
-        return None
-    return getattr(report, "write_analysis_report", None)

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
 from profiler.cli.options import db_option, db_url, open_store
 from profiler.cli.terminal import one_line
-from profiler.cli.outputs import check_output_file, check_outputs, store_file, write_text
-from profiler.layers.importer import build_import, store_import
+from profiler.cli.outputs import check_output_file, check_outputs, store_file
 
 
 def _ms(x: Any) -> str:
@@ -38,28 +36,21 @@ def command(ctx: click.Context, paths: tuple[str, ...], json_path: str | None, r
     check_output_file(report_path, "--report")
     check_outputs([("--json", json_path), ("--report", report_path)], [("the import path", p) for p in paths],
                   store=None if no_store else store_file(db_url(ctx, db)))
+    from profiler.pipeline.imports import ImportRequest, import_exports
+
     store = None if no_store else open_store(ctx, db)  # a bad --db fails before the exports are read
-    data, exports = build_import(list(paths), variant_names, label)
-    if store is not None:
-        try:
-            data["run"]["id"] = store_import(store, data, exports)
-        finally:
-            close = getattr(store, "close", None)
-            if close:
-                close()
-    if json_path:
-        text = json.dumps(data, indent=2)
-        if json_path == "-":
-            click.echo(text)
-        else:
-            write_text(json_path, text, "--json")
-    if report_path:
-        try:
-            from profiler.report import write_layers_report
-        except ImportError:
-            click.echo("trtprof: the HTML report is not available in this build", err=True)
-        else:
-            write_layers_report(data, report_path, cdn=False)
+    try:
+        done = import_exports(ImportRequest(paths, variant_names, label, json_path=json_path,
+                                            report_path=report_path), store=store)
+    finally:
+        close = getattr(store, "close", None)
+        if close:
+            close()
+    data = done.data
+    if done.json_text is not None:
+        click.echo(done.json_text)
+    if done.report_missing:
+        click.echo("trtprof: the HTML report is not available in this build", err=True)
     for w in data["run"]["warnings"]:
         click.echo(one_line(f"warning: {w}"), err=True)
     if json_path != "-":

@@ -7,6 +7,7 @@ before it (``trtprof --db x.db runs``); the subcommand's value wins, then the gr
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -68,3 +69,17 @@ def open_store(ctx: click.Context, db: str | None = None, *, upgrade: bool = Tru
             raise InputError(f"no run store at {path} (--db, TRTPROF_DB or ./trtprof.db): analyse, import or "
                              "sweep with that --db first, or point --db at an existing store")
     return Store.open(url, upgrade=upgrade)
+
+
+def scheduler_option(what: str) -> Callable:
+    """``--scheduler URL``: where ``what`` go, a Dask distributed scheduler."""
+    return click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
+                        help=f"Send {what} to this Dask distributed scheduler (pip install 'trtprof[dask]').")
+
+
+def worker_store_url(url: str | None) -> str | None:
+    """The store URL as workers in other folders (or hosts) must see it: a SQLite path made absolute."""
+    if url is None or not url.startswith("sqlite:///"):
+        return url
+    path = url[len("sqlite:///"):]
+    return url if path in ("", ":memory:") or os.path.isabs(path) else f"sqlite:///{os.path.abspath(path)}"

@@ -17,7 +17,7 @@ from profiler.backends import BACKENDS
 from profiler.cli.options import Finite, db_option, db_url, open_store
 from profiler.cli.outputs import check_output_dir
 from profiler.cli.terminal import lines_of
-from profiler.distributed.cli import parallel_runner, sweep_options
+from profiler.cli.devices import parallel_runner, sweep_options
 from profiler.errors import GateFailed, InputError, UsageError
 from profiler.harness.hostload import injected_share
 
@@ -218,7 +218,7 @@ def _run(ctx: click.Context, sweep: Any, start_runner: Any, db: str | None, no_s
     try:
         if start_runner is None:
             return sweep.run()
-        from profiler.distributed.cli import run_sweep
+        from profiler.cli.devices import run_sweep
 
         return run_sweep(sweep, start_runner, ctx, db, no_store)
     except KeyboardInterrupt:

@@ -3,7 +3,10 @@
     from profiler.distributed.captures import analyze_many       # trtprof analyze a.sqlite b.sqlite --jobs 4
     from profiler.distributed.sweep import run_parallel           # trtprof sweep model.onnx --devices 0,1
 
-Two ways to run the tasks (``pools``):
+Each capture is the pipeline's analyse task (:mod:`profiler.pipeline.analyse`) and each variant its measure
+task (:mod:`profiler.pipeline.measure`), merged into the run with ``Sweep.merge``; the runners
+(:mod:`profiler.pipeline.runners`) decide where they run. The command-line options live in
+:mod:`profiler.cli.batch` and :mod:`profiler.cli.devices`. Two ways to run the tasks:
 
 - local processes (``--jobs N`` for captures, ``--devices 0,1`` for a sweep): ``concurrent.futures``
   process pools, so these work on a base install without Dask. A capture runs in a fresh process of its own

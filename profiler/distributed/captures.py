@@ -18,13 +18,17 @@ import resource
 import re
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from profiler.errors import TrtprofError
 
+if TYPE_CHECKING:
+    from profiler.pipeline.runners import Runner
+
 #: modules a capture task imports, loaded once by the local process server (see pools.local_map)
 PRELOAD = ("numpy", "pandas", "pyarrow", "profiler.capture.analyze", "profiler.capture.loader", "profiler.capture.cache",
-           "profiler.capture.result_cache", "profiler.rules.capture", "profiler.store.api", "profiler.report.analysis")
+           "profiler.capture.result_cache", "profiler.rules.capture", "profiler.store.api", "profiler.report.analysis",
+           "profiler.pipeline.analyse")
 TOP_FINDINGS = 3
 
 
@@ -68,50 +72,31 @@ def analyze_capture(task: dict[str, Any]) -> dict[str, Any]:
 
 
 def _analyze_and_write(task: dict[str, Any]) -> dict[str, Any]:
+    """The analyse task (:mod:`profiler.pipeline.analyse`) on one capture of the batch, into its folder."""
+    from profiler.capture.columnar import columnar_kind
     from profiler.capture.options import AnalysisOptions
-    from profiler.capture.record import store_analysis
-    from profiler.capture.result_cache import analyze_path_cached
+    from profiler.pipeline.analyse import AnalyseRequest, analyse
 
     path = task["path"]
-    from profiler.capture.columnar import columnar_kind
-
     if not os.path.isfile(path) and columnar_kind(path) is None:
         from profiler.errors import InputError
 
         import socket
 
         raise InputError(("no such file" if not os.path.exists(path) else "not a file") + f" on {socket.gethostname()}")
-    options = AnalysisOptions(min_gap_us=task.get("min_gap_us"), **(task.get("options") or {}))
-    cached = bool(task.get("trace_cache", True))  # --no-cache bypasses the analysis and trace caches
-    result = analyze_path_cached(path, options, cache=None if cached else False, results=cached)
-    data = result.to_json()
     folder = Path(task["out_dir"]) / task["name"]
     folder.mkdir(parents=True, exist_ok=True)
-    json_path = folder / "analysis.json"
-    tmp = json_path.with_name(f".{json_path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, allow_nan=False))
-    os.replace(tmp, json_path)
-    out: dict[str, Any] = {"json": str(json_path)}
-    artifacts = [("capture", path), ("summary", str(json_path))]
-    try:
-        from profiler.report import write_analysis_report
-    except ImportError:
-        write_analysis_report = None
-    if write_analysis_report is not None:
-        report = write_analysis_report(data, folder / "report.html", cdn=bool(task.get("cdn")))
-        out["report"] = str(report)
-        artifacts.append(("report", str(report)))
-    if task.get("store_url"):
-        from profiler.store import Store
-
-        store = Store.open(task["store_url"], upgrade=False)  # the caller created or upgraded it
-        try:
-            out["run_id"] = store_analysis(store, result, source=path, label=task.get("label"), artifacts=artifacts,
-                                           options={"min_gap_us": task.get("min_gap_us"),
-                                                    **(task.get("options") or {})}, data=dict(data))
-        finally:
-            store.close()
-    out.update(index_fields(data))
+    done = analyse(AnalyseRequest(
+        path, AnalysisOptions(min_gap_us=task.get("min_gap_us"), **(task.get("options") or {})),
+        json_path=str(folder / "analysis.json"), report_path=str(folder / "report.html"),
+        store_url=task.get("store_url"), label=task.get("label"), cdn=bool(task.get("cdn")),
+        cache=bool(task.get("trace_cache", True))))  # --no-cache bypasses the analysis and trace caches
+    out: dict[str, Any] = {"json": done.json_path}
+    if done.report_path is not None:
+        out["report"] = done.report_path
+    if done.run_id is not None:
+        out["run_id"] = done.run_id
+    out.update(index_fields(done.data))
     return out
 
 
@@ -232,11 +217,10 @@ def analyze_many(captures: Iterable[str | os.PathLike], out_dir: str | os.PathLi
                  scheduler: str | None = None, store_url: str | None = None, label: str | None = None,
                  min_gap_us: float | None = None, cdn: bool = False, memory_limit_bytes: int | None = None,
                  trace_cache: bool = True, options: dict[str, Any] | None = None,
-                 progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Analyse every capture (``jobs`` local processes, or the Dask cluster at ``scheduler``), write the
-    index into ``out_dir`` and return it. ``store_url`` must already be created (``Store.open``); ``options``:
-    more ``AnalysisOptions`` fields (unit, include_setup, layer_info), the same for every capture."""
-    from profiler.distributed import pools
+                 progress: Callable[[str], None] | None = None, runner: Runner | None = None) -> dict[str, Any]:
+    """Analyse every capture (``jobs`` local processes, or the Dask cluster at ``scheduler``, or ``runner``),
+    write the index into ``out_dir`` and return it. ``store_url`` must already be created (``Store.open``);
+    ``options``: more ``AnalysisOptions`` fields (unit, include_setup, layer_info), the same for every capture."""
     from profiler.distributed.index import build_index, write_index
 
     say = progress or (lambda _m: None)
@@ -247,24 +231,30 @@ def analyze_many(captures: Iterable[str | os.PathLike], out_dir: str | os.PathLi
               "trace_cache": trace_cache, "options": dict(options or {})}
              for p, n in zip(paths, task_names(paths))]
     t0 = time.perf_counter()
-    if scheduler:
-        client = pools.dask_client(scheduler)
-        try:
-            say(f"{len(tasks)} capture(s) on the Dask cluster at {scheduler}")
-            results = _collect(pools.dask_map(client, analyze_capture, tasks,
-                                              keys=[f"trtprof-analyze-{t['name']}-{os.getpid()}" for t in tasks]), say)
-        finally:
-            client.close()
-    else:
-        say(f"{len(tasks)} capture(s) in {jobs} local process(es)")
-        results = _collect(pools.local_map(analyze_capture, tasks, jobs=max(1, int(jobs or 1)),
-                                           memory_limit_bytes=memory_limit_bytes, preload=PRELOAD), say)
+    given = runner
+    runner = runner or batch_runner(jobs, scheduler, memory_limit_bytes)
+    try:
+        say(f"{len(tasks)} capture(s) {'on' if scheduler else 'in'} {runner.describe}")
+        results = _collect(runner.map(analyze_capture, tasks), say)
+    finally:
+        runner.close()
     order = {t["path"]: i for i, t in enumerate(tasks)}
     rows = sorted(results, key=lambda r: order.get(r["capture"], len(order)))
     index = build_index(rows, wall_s=time.perf_counter() - t0,
-                        mode=f"dask {scheduler}" if scheduler else f"{jobs} local process(es)")
+                        mode=f"dask {scheduler}" if scheduler else f"{jobs} local process(es)" if given is None
+                        else given.describe)
     write_index(index, out)
     return index
+
+
+def batch_runner(jobs: int | None, scheduler: str | None, memory_limit_bytes: int | None = None) -> Runner:
+    """The runner (:mod:`profiler.pipeline.runners`) of a batch: the Dask cluster at ``scheduler``, else
+    ``jobs`` local processes, a fresh one per capture, each capped at ``memory_limit_bytes``."""
+    from profiler.pipeline.runners import DaskRunner, ProcessRunner
+
+    if scheduler:
+        return DaskRunner(scheduler, key=lambda t: f"trtprof-analyze-{t['name']}-{os.getpid()}")
+    return ProcessRunner(jobs or 1, memory_limit_bytes=memory_limit_bytes, preload=PRELOAD)
 
 
 def _collect(pairs: Iterable[tuple[dict, Any]], say: Callable[[str], None]) -> list[dict[str, Any]]:

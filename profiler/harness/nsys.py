@@ -132,7 +132,8 @@ def variant_series_name(key: str) -> str:
 
 
 def analyze_iterations(capture_path: str | os.PathLike, options: Any = None) -> Any:
-    """The capture analysis with the sweep's variant ranges (``sweep/<key>``) left out.
+    """The capture analysis with the sweep's variant ranges (``sweep/<key>``) left out: the analyse task
+    (:mod:`profiler.pipeline.analyse`) writing nothing.
 
     A variant range spans build, warm-up, graph capture, the accuracy pass and the per-layer pass;
     the capture rules report a range that encloses a qualifying one instead of it, so with the
@@ -140,22 +141,14 @@ def analyze_iterations(capture_path: str | os.PathLike, options: Any = None) -> 
     flag a CUDA-graph variant). Without them each timed query's ``<key>/iter`` range is what the rules
     judge, which is the question the sweep asks.
     """
-    from profiler.capture.analyze import ANALYSIS_COLUMNS, analyze
-    from profiler.capture.loader import load_trace
-    from profiler.capture.trace import FRAMES
+    from profiler.capture.options import AnalysisOptions
     from profiler.harness.nvtx import variant_range_name
+    from profiler.pipeline.analyse import AnalyseRequest, analyse
 
-    prefix = variant_range_name("")  # "sweep/": the per-variant ranges
-    trace = load_trace(capture_path, tables=[f for f in FRAMES if f != "sync"], columns=ANALYSIS_COLUMNS)
-    nv = trace.nvtx
-    if nv is not None and len(nv):
-        names = nv["name"].astype(str)
-        trace.nvtx = nv[~names.str.startswith(prefix)].reset_index(drop=True)
     if options is None:  # the variants' own iteration ranges are what the sweep judges: no setup cut
-        from profiler.capture.analyze import AnalysisOptions
-
         options = AnalysisOptions(include_setup=True)
-    return analyze(trace, options)
+    prefix = variant_range_name("")  # "sweep/": the per-variant ranges
+    return analyse(AnalyseRequest(str(capture_path), options, leave_out_ranges=prefix)).result
 
 
 #: Variants whose median query the sweep report draws, and the events kept per drawing.

@@ -4,16 +4,13 @@ year of nightly runs (10,000 runs x 20 variants) loads in seconds."""
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import json
 import math
 from typing import Any
 
-from sqlalchemy import Integer, case, func, select
-
-from profiler.store import models as m
-from profiler.store.api import Store, iso_utc
+from profiler.store.api import Store
+from profiler.store.queries import accuracy_by_variant, ok_variant_figures, selected_runs
 
 #: Run columns that make a run's environment: a change of one between two runs of a series is marked on the axis.
 ENV_COLUMNS = ("gpu", "driver_version", "cuda_version", "tensorrt_version", "nsys_version", "backend")
@@ -69,43 +66,17 @@ def _series_key(row: dict[str, Any]) -> dict[str, Any]:
             "backend": row["vbackend"] or row["rbackend"]}
 
 
-def _filters(q, label: str | None, model: str | None):
-    r = m.Run.__table__
-    q = q.where(r.c.status.in_(("ok", "interrupted")))
-    if label:
-        q = q.where(r.c.label == label)
-    if model:
-        q = q.where(r.c.model.contains(model, autoescape=True))
-    return q
-
-
 def _runs(store: Store, label: str | None, model: str | None) -> dict[int, dict[str, Any]]:
-    r, a = m.Run.__table__, m.Artifact.__table__
-    cols = [r.c.id, r.c.created_at, r.c.label, r.c.kind, r.c.model, r.c.source, *[r.c[c] for c in ENV_COLUMNS],
-            r.c.environment]
-    with store.engine.connect() as c:
-        runs = {row.id: dict(row._mapping) for row in c.execute(_filters(select(*cols), label, model))}
-        q = _filters(select(a.c.run_id, a.c.kind, a.c.path).join(r, r.c.id == a.c.run_id), label, model)
-        for rid, kind, path in c.execute(q.where(a.c.kind == "report")):
-            runs[rid].setdefault("report", path)
-    for run in runs.values():  # in UTC, whatever the database session's time zone: the strings sort in time order
-        created = run["created_at"]
-        if isinstance(created, dt.datetime) and created.tzinfo is not None:
-            created = created.astimezone(dt.timezone.utc)
-        run["created_at"] = iso_utc(created)
+    runs = selected_runs(store, ENV_COLUMNS, label=label, model=model)
+    for run in runs.values():
         run["env"] = environment_of(run)
         del run["environment"]
     return runs
 
 
 def _accuracy(store: Store, label: str | None, model: str | None) -> dict[int, dict[str, Any]]:
-    acc, v, r = m.Accuracy.__table__, m.Variant.__table__, m.Run.__table__
-    failed = func.sum(case((acc.c.passed.is_(False), 1), else_=0)).cast(Integer)
-    q = (select(acc.c.variant_id, func.min(acc.c.cosine), func.max(acc.c.max_abs), failed)
-         .join(v, v.c.id == acc.c.variant_id).join(r, r.c.id == v.c.run_id).group_by(acc.c.variant_id))
-    with store.engine.connect() as c:
-        return {vid: {"cosine_min": _number(cos), "max_abs": _number(mx), "failed_outputs": int(bad or 0)}
-                for vid, cos, mx, bad in c.execute(_filters(q, label, model))}
+    return {vid: {"cosine_min": _number(cos), "max_abs": _number(mx), "failed_outputs": bad}
+            for vid, (cos, mx, bad) in accuracy_by_variant(store, label=label, model=model).items()}
 
 
 #: Memory figures charted, by their path in a variant's ``metrics``.
@@ -114,15 +85,6 @@ MEMORY_PATHS = {"rss_after_run_bytes": ("memory", "rss_after_run_bytes"),
                 "activation_bytes_per_context": ("memory", "activation_bytes_per_context")}
 #: Latency figures read from a variant's ``latency_ms`` summary.
 LATENCY_KEYS = ("median", "p99")
-
-
-def _variant_columns(v):
-    """The variant's figures the history needs, extracted in SQL (a sweep's metrics hold much more): one
-    scalar per figure, so no JSON is parsed in Python but a run's repeats."""
-    lat = [v.c.latency_ms[k].as_float() for k in LATENCY_KEYS]
-    mem = [v.c.metrics[path].as_float() for path in MEMORY_PATHS.values()]
-    return [v.c.id, v.c.run_id, v.c.kind, v.c.key, v.c.domain, v.c.backend, *lat, *mem,
-            v.c.metrics[("repeats", "medians_ms")].as_string()]
 
 
 def _repeats(text: Any) -> list[float]:
@@ -149,23 +111,21 @@ def load_series(store: Store, *, label: str | None = None, model: str | None = N
     """Every series of the selection: [{id, key, points (oldest first)}], newest-moving first is the caller's."""
     runs = _runs(store, label, model)
     accuracy = _accuracy(store, label, model)
-    v, r = m.Variant.__table__, m.Run.__table__
-    q = _filters(select(*_variant_columns(v)).join(r, r.c.id == v.c.run_id).where(v.c.status == "ok"), label, model)
+    rows = ok_variant_figures(store, LATENCY_KEYS, MEMORY_PATHS.values(), label=label, model=model)
     series: dict[tuple, dict[str, Any]] = {}
-    with store.engine.connect() as c:
-        for vid, rid, vkind, key, domain, vbackend, median, p99, *rest in c.execute(q).all():
-            run = runs.get(rid)
-            if run is None:
-                continue
-            backend = vbackend or run.get("backend")
-            group = (vkind, key, domain, backend, run["label"] if vkind == "range" else None, run.get("gpu"),
-                     None if vkind == "range" else run.get("model"))
-            s = series.get(group)
-            if s is None:
-                skey = _series_key({"vkind": vkind, "key": key, "domain": domain, "vbackend": backend, "rbackend": None,
-                                    "label": run["label"], "gpu": run.get("gpu"), "model": run.get("model")})
-                s = series[group] = {"id": series_id(skey), "key": skey, "points": []}
-            s["points"].append(_point(run, vid, median, p99, rest[:-1], rest[-1], accuracy.get(vid)))
+    for vid, rid, vkind, key, domain, vbackend, median, p99, *rest in rows:
+        run = runs.get(rid)
+        if run is None:
+            continue
+        backend = vbackend or run.get("backend")
+        group = (vkind, key, domain, backend, run["label"] if vkind == "range" else None, run.get("gpu"),
+                 None if vkind == "range" else run.get("model"))
+        s = series.get(group)
+        if s is None:
+            skey = _series_key({"vkind": vkind, "key": key, "domain": domain, "vbackend": backend, "rbackend": None,
+                                "label": run["label"], "gpu": run.get("gpu"), "model": run.get("model")})
+            s = series[group] = {"id": series_id(skey), "key": skey, "points": []}
+        s["points"].append(_point(run, vid, median, p99, rest[:-1], rest[-1], accuracy.get(vid)))
     for s in series.values():
         s["points"].sort(key=lambda p: (p["created_at"] or "", p["run_id"], p["variant_id"]))
     return sorted(series.values(), key=lambda s: tuple(str(s["key"].get(k) or "") for k in

@@ -31,12 +31,9 @@ class Site:
         self._lock = threading.Lock()
 
     def _current_stamp(self) -> Any:
-        from sqlalchemy import func, select
+        from profiler.store.queries import runs_stamp
 
-        from profiler.store import models as m
-
-        with self.store.engine.connect() as c:
-            return tuple(c.execute(select(func.count(m.Run.id), func.max(m.Run.id), func.max(m.Run.finished_at))).one())
+        return runs_stamp(self.store)
 
     def reviewed(self) -> list[dict[str, Any]]:
         with self._lock:

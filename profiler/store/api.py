@@ -362,6 +362,19 @@ class Store:
         return self.add_variant(run_id, rows.variant, samples=rows.samples, layers=rows.layers,
                                 accuracy=rows.accuracy)
 
+    def replace_variant(self, run_id: int, rows: "VariantRows") -> int:
+        """Store one variant in place of any stored row of the same key (a task that ran twice, a variant
+        measured again): the run keeps one row per variant."""
+        self.delete_variants(run_id, [rows.variant["key"]])
+        return self.add_rows(run_id, rows)
+
+    def delete_variants(self, run_id: int, keys: Iterable[str]) -> None:
+        """Delete a run's stored variants of these keys (their samples, layers and accuracy rows cascade)."""
+        from sqlalchemy import delete
+
+        with self.write_session() as s, s.begin():
+            s.execute(delete(m.Variant).where(m.Variant.run_id == run_id, m.Variant.key.in_(list(keys))))
+
     def update_variant_metrics(self, run_id: int, key: str, metrics: dict[str, Any]) -> None:
         """Merge ``metrics`` into the stored metrics of the run's variant ``key`` (e.g. the process-level
         repeats that a sweep measures after all its variants)."""

@@ -29,10 +29,10 @@ from profiler.sweep.config import (ACCURACY_SAMPLES, BUSY_HOST_SHARE, HOLDOUT_FR
                                    plan_variants)
 from profiler.sweep.records import VARIANT_KEYS, gate_failures, stored_variant_record, variant_line
 from profiler.sweep.resume import open_resume, resume_sweep
-from profiler.sweep.run import Prepared, Progress, Sweep, run_sweep
+from profiler.sweep.run import Prepared, Progress, Sweep, VariantOutcome, run_sweep
 from profiler.sweep.steps import STEPS, Step, VariantState
 
 __all__ = ["ACCURACY_SAMPLES", "BUSY_HOST_SHARE", "CPU_FAITHFUL_NOTES", "HOLDOUT_FRACTION", "PlannedVariant",
-           "Prepared", "Progress", "STEPS", "Step", "Sweep", "SweepConfig", "VARIANT_KEYS", "VariantState",
+           "Prepared", "Progress", "STEPS", "Step", "Sweep", "SweepConfig", "VARIANT_KEYS", "VariantOutcome", "VariantState",
            "gate_failures", "open_resume", "plan_variants", "resume_sweep", "run_sweep", "stored_accuracy_checks",
            "stored_accuracy_findings", "stored_variant_record", "variant_line"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import platform
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -40,6 +40,22 @@ class Prepared:
     plan: list[PlannedVariant]
     feeds: Feeds
     todo: list[PlannedVariant]
+
+
+@dataclass(frozen=True)
+class VariantOutcome:
+    """One variant as the run keeps it: measured (``Sweep.measure``, the pipeline's measure task), skipped or
+    lost with its worker. ``Sweep.merge`` adds it to the run."""
+
+    record: dict[str, Any]
+    """summary.json's variant record."""
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    """One row per timed query (``latency_ms``, ...), as the store keeps them."""
+    layers: list[dict[str, Any]] = field(default_factory=list)
+    accuracy_checks: list[AccuracyCheck] = field(default_factory=list)
+    """The variant's accuracy checks as measured, judged with the run's findings."""
+    stored: bool = False
+    """The task that measured it wrote it into the run store already (a parallel sweep's worker)."""
 
 
 class Sweep:
@@ -194,20 +210,17 @@ class Sweep:
     def run(self) -> dict[str, Any]:
         p0 = self.prepare()
         try:
-            reference = self._reference(p0.backend, p0.model_path, p0.shapes, p0.feeds, p0.plan) if p0.todo else None
-            nv = ranges()
+            reference = self.reference_outputs(p0) if p0.todo else None
             for i, p in enumerate(p0.todo, 1):
                 if p.skip_reason:
                     self.say(f"[{i}/{len(p0.todo)}] {p.spec.key}: skipped ({p.skip_reason})")
-                    self._store_variant(variant_record(p.spec, p0.backend.name, "skipped", p.skip_reason), [], [])
+                    self.merge(VariantOutcome(variant_record(p.spec, p0.backend.name, "skipped", p.skip_reason)))
                     continue
                 self.say(f"[{i}/{len(p0.todo)}] {p.spec.key}")
-                with nv.range(variant_range_name(p.spec.key)):
-                    rec, samples, layers = self._run_variant(p.spec, p0.backend, p0.model_path, p0.shapes, p0.feeds,
-                                                             reference)
-                if rec["status"] == "ok":
-                    self.say(variant_line(rec))
-                self._store_variant(rec, samples, layers)
+                done = self.measure(p, p0, reference)
+                if done.record["status"] == "ok":
+                    self.say(variant_line(done.record))
+                self.merge(done)
             if self.config.repeat >= 2:
                 repeat_variants(self, p0.backend, p0.feeds[0])
         except KeyboardInterrupt:
@@ -217,6 +230,29 @@ class Sweep:
             self._fail()
             raise
         return self.finish()
+
+    def measure(self, planned: PlannedVariant, prep: Prepared, reference: Feeds | None) -> VariantOutcome:
+        """Measure one planned variant inside its NVTX range (``sweep/<key>``), not yet added to the run."""
+        before = len(self.accuracy_checks)
+        with ranges().range(variant_range_name(planned.spec.key)):
+            rec, samples, layers = self._run_variant(planned.spec, prep.backend, prep.model_path, prep.shapes,
+                                                     prep.feeds, reference)
+        checks = self.accuracy_checks[before:]
+        del self.accuracy_checks[before:]  # the run holds them once merged
+        return VariantOutcome(rec, samples, layers, checks)
+
+    def merge(self, outcome: VariantOutcome) -> None:
+        """Add a variant to the run: its record, samples, layers and accuracy checks, and its rows in the
+        store (unless the task that measured it stored them)."""
+        if outcome.stored:
+            self._keep(json_safe(outcome.record), outcome.samples, outcome.layers)
+        else:
+            self._store_variant(outcome.record, outcome.samples, outcome.layers)
+        self.accuracy_checks.extend(outcome.accuracy_checks)
+
+    def reference_outputs(self, prep: Prepared) -> Feeds | None:
+        """The FP32 outputs the lower-precision variants of the plan are checked against (None: none needed)."""
+        return self._reference(prep.backend, prep.model_path, prep.shapes, prep.feeds, prep.plan)
 
     def _run_variant(self, spec: VariantSpec, backend: Backend, model_path: Path,
                      shapes: dict[str, tuple[int, ...]], feeds: Feeds,
@@ -263,16 +299,20 @@ class Sweep:
 
     def _store_variant(self, rec: dict[str, Any], samples: list[dict], layers: list[dict]) -> None:
         rec = json_safe(rec)
-        self.variants.append(rec)
-        if samples:
-            self.samples_ms[rec["key"]] = [s["latency_ms"] for s in samples]
-        if layers:
-            self.layers[rec["key"]] = json_safe(layers)
+        self._keep(rec, samples, layers)
         if self.store is None or self.run_id is None:
             return
         from profiler.store.rows import sweep_rows
 
         self.store.add_rows(self.run_id, sweep_rows(rec, samples, layers))
+
+    def _keep(self, rec: dict[str, Any], samples: list[dict], layers: list[dict]) -> None:
+        """A variant's record, latencies and layers into this run's summary and report."""
+        self.variants.append(rec)
+        if samples:
+            self.samples_ms[rec["key"]] = [s["latency_ms"] for s in samples]
+        if layers:
+            self.layers[rec["key"]] = json_safe(layers)
 
     # -- the end of the run ------------------------------------------------------------------
     def _fail(self) -> None:

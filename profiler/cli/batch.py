@@ -1,26 +1,22 @@
-"""The command-line side of scale-out: the options ``analyze`` and ``sweep`` gain, and what they do.
+"""``trtprof analyze A B ... [--jobs N | --scheduler URL]``: the options ``analyze`` gains for many captures,
+and the batch they start (:func:`profiler.distributed.captures.analyze_many`), its table and exit code.
 
-``trtprof analyze`` and ``trtprof sweep`` call in here only when one of these options is given (or, for
-analyze, more than one capture), so without them nothing changes: no Dask import, no extra process.
+``trtprof analyze`` calls in here only when one of these options is given (or more than one capture), so
+without them nothing changes: no Dask import, no extra process.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any, Callable
 
 import click
 
+from profiler.cli.options import scheduler_option, worker_store_url
 from profiler.errors import InputError, UsageError
 
 DEFAULT_OUT = "trtprof-analyze"
-
-
-def _scheduler_option(what: str) -> Callable:
-    return click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
-                        help=f"Send {what} to this Dask distributed scheduler (pip install 'trtprof[dask]').")
 
 
 def analyze_options(func: Callable) -> Callable:
@@ -31,25 +27,9 @@ def analyze_options(func: Callable) -> Callable:
     func = click.option("--out", "batch_out", default=None, type=click.Path(file_okay=False),
                         help=f"With several captures: the folder for index.html, index.json and one report per "
                              f"capture (default {DEFAULT_OUT}).")(func)
-    func = _scheduler_option("the captures (one task each)")(func)
+    func = scheduler_option("the captures (one task each)")(func)
     return click.option("--jobs", type=click.IntRange(min=1, max=4096), default=None,
                         help="Analyse the captures in this many local processes at once.")(func)
-
-
-def sweep_options(func: Callable) -> Callable:
-    """``--devices`` and ``--scheduler`` for ``trtprof sweep``."""
-    func = _scheduler_option("the variants (workers started with --resources \"GPU=1\", one per GPU)")(func)
-    return click.option("--devices", default=None, metavar="0,1,...",
-                        help="Measure variants concurrently, one process per GPU (nvidia-smi indices or GPU "
-                             "UUIDs), each variant alone on its GPU; one run.")(func)
-
-
-def worker_store_url(url: str | None) -> str | None:
-    """The store URL as workers in other folders (or hosts) must see it: a SQLite path made absolute."""
-    if url is None or not url.startswith("sqlite:///"):
-        return url
-    path = url[len("sqlite:///"):]
-    return url if path in ("", ":memory:") or os.path.isabs(path) else f"sqlite:///{os.path.abspath(path)}"
 
 
 # -- analyze -----------------------------------------------------------------------------------------
@@ -159,47 +139,3 @@ def index_lines(index: dict[str, Any]) -> list[str]:
     for f in index["failed"]:
         lines.append(f"failed: {f['capture']}: {f['error']}")
     return lines
-
-
-# -- sweep -------------------------------------------------------------------------------------------
-def parse_devices(text: str) -> list[str]:
-    """'0,1' -> ['0', '1']; CUDA indices or GPU UUIDs, each once."""
-    items = [x.strip() for x in text.split(",") if x.strip()]
-    if not items:
-        raise UsageError("--devices needs at least one GPU (e.g. --devices 0,1)")
-    for d in items:
-        if not (d.isdigit() or re.fullmatch(r"(GPU|MIG)-[0-9A-Za-z-]+", d)):
-            raise UsageError(f"--devices takes CUDA device indices or GPU UUIDs, not {d!r}")
-    dup = sorted({d for d in items if items.count(d) > 1})
-    if dup:
-        raise UsageError(f"--devices names GPU {dup[0]} twice; each GPU measures one variant at a time")
-    return items
-
-
-def parallel_runner(devices: str | None, scheduler: str | None, *, nsys: bool,
-                    backend: str | None = None) -> Callable[[], Any] | None:
-    """What ``--devices``/``--scheduler`` ask for, checked now: a function that starts the runner (processes,
-    a cluster connection) when the sweep is about to run, or None (the serial sweep)."""
-    if devices is None and scheduler is None:
-        return None
-    if devices is not None and scheduler is not None:
-        raise UsageError("--devices runs local processes and --scheduler a Dask cluster: give one of them")
-    if nsys:
-        raise UsageError("--nsys profiles one process; it cannot be combined with --devices or --scheduler")
-    from profiler.distributed.sweep import DaskRunner, DeviceRunner
-
-    if devices is not None:
-        chosen = parse_devices(devices)
-        return lambda: DeviceRunner(chosen, backend)
-    return lambda: DaskRunner(scheduler)
-
-
-def run_sweep(sweep: Any, start_runner: Callable[[], Any], ctx: click.Context, db: str | None,
-              no_store: bool) -> dict[str, Any]:
-    """The sweep's variants through the runner; workers write to the same store as this process."""
-    from profiler.cli.options import db_url
-    from profiler.distributed.sweep import run_parallel
-    from profiler.store.api import resolve_url
-
-    url = None if no_store else worker_store_url(resolve_url(db_url(ctx, db)))
-    return run_parallel(sweep, start_runner(), store_url=url)

@@ -1,6 +1,7 @@
-"""Where tasks run: local process pools (``concurrent.futures``) or a Dask distributed cluster.
+"""The machinery under the runners (:mod:`profiler.pipeline.runners`): local process pools
+(``concurrent.futures``) and a Dask distributed cluster.
 
-Each runner yields ``(item, Outcome)`` pairs as tasks finish, in completion order. A task's own exceptions
+Each map yields ``(item, Outcome)`` pairs as tasks finish, in completion order. A task's own exceptions
 are the task function's business (they return a record saying what failed); an ``Outcome`` with
 ``lost`` set means the process or worker running it died or could not be reached, and says why.
 """
@@ -12,19 +13,10 @@ import resource
 import sys
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
 from profiler.errors import MissingExtra, UsageError
-
-
-@dataclass
-class Outcome:
-    """What came back from one task: its return value, or why it was lost."""
-
-    value: Any = None
-    lost: str | None = None
-    where: str | None = None  # the device or worker that ran (or lost) it
+from profiler.pipeline.runners import Outcome
 
 
 def _ignore_interrupt() -> None:
