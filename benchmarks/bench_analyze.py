@@ -180,16 +180,17 @@ def loader_queries(path: Path) -> list[str]:
         return original(self, sql, con)
 
     loader.Export.batches = recording  # type: ignore[method-assign]
-    threads = os.environ.get("TRTPROF_READ_THREADS")
-    os.environ["TRTPROF_READ_THREADS"] = "1"  # whole-table SELECTs, not rowid ranges
+    saved = {k: os.environ.get(k) for k in ("TRTPROF_READ_THREADS", "TRTPROF_TABLE_THREADS")}
+    os.environ.update(TRTPROF_READ_THREADS="1", TRTPROF_TABLE_THREADS="1")  # whole tables, one after another
     try:
         loader.load_trace(path, tables=[f for f in FRAMES if f != "sync"], columns=ANALYSIS_COLUMNS)
     finally:
         loader.Export.batches = original  # type: ignore[method-assign]
-        if threads is None:
-            os.environ.pop("TRTPROF_READ_THREADS", None)
-        else:
-            os.environ["TRTPROF_READ_THREADS"] = threads
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     return recorded
 
 
@@ -220,6 +221,24 @@ def step(name: str, path: Path, queries_file: Path | None) -> dict:
                 rows += pa.table({n: pa.array(c) for n, c in zip(names, data)} if data else {}).num_rows
             info["reader"] = "sqlite3"
         info["rows"] = rows
+    elif name == "floor_at_once":  # the same SELECTs, one thread and connection each, all at once
+        import adbc_driver_sqlite.dbapi as dbapi
+        from concurrent.futures import ThreadPoolExecutor
+
+        queries = json.loads(queries_file.read_text())  # type: ignore[union-attr]
+
+        def one(q: str) -> int:
+            con = dbapi.connect(f"file:{path.resolve()}?mode=ro")
+            try:
+                cur = con.cursor()
+                cur.execute(q)
+                return cur.fetch_arrow_table().num_rows
+            finally:
+                con.close()
+
+        with ThreadPoolExecutor(len(queries)) as pool:
+            info["rows"] = sum(pool.map(one, queries))
+        info["reader"] = f"adbc, {len(queries)} threads"
     elif name == "read_sql":
         import pandas as pd
         queries = json.loads(queries_file.read_text())  # type: ignore[union-attr]
@@ -330,6 +349,7 @@ def rounds(pair: list[tuple], n: int, timeout_s: float | None, size: str) -> Non
 
 
 KERN_SUM = "nsys stats kern_sum"
+AT_ONCE = "floor, tables at once"
 
 
 def kern_sum_lines(results: list[dict], sizes: list[str]) -> list[str]:
@@ -347,6 +367,31 @@ def kern_sum_lines(results: list[dict], sizes: list[str]) -> list[str]:
                      f"nsys stats -r cuda_gpu_kern_sum {theirs['wall_s']:.2f} s, peak {theirs['peak_rss_mb']:.0f} MB: "
                      f"{ours['wall_s'] / theirs['wall_s']:.2f}x the time, "
                      f"{ours['peak_rss_mb'] / theirs['peak_rss_mb']:.2f}x the peak memory (target < 1x the time)")
+    return lines
+
+
+def floor_lines(results: list[dict], sizes: list[str]) -> list[str]:
+    """Per size: trtprof analyze against the ADBC floors (serial, and every table at once), the same
+    analysis with its tables read one after another, and the CPUs this ran on."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cpus = os.cpu_count() or 1
+    lines = []
+    for size in sizes:
+        row = {r["what"]: r for r in results if r["size"] == size and r.get("wall_s") and not r.get("note", "").startswith(("exit", "timed"))}
+        ours, floor, once = row.get("trtprof analyze"), row.get("floor (Arrow)"), row.get(AT_ONCE)
+        if not (ours and floor):
+            continue
+        line = (f"{size} on {cpus} CPUs: trtprof analyze {ours['wall_s']:.2f} s = {ours['wall_s'] / floor['wall_s']:.2f}x "
+                f"the serial ADBC floor ({floor['wall_s']:.2f} s; target <= 1.2x on 16 cores, <= 2.0x on 2)")
+        if once:
+            line += f", {ours['wall_s'] / once['wall_s']:.2f}x the floor with its tables at once ({once['wall_s']:.2f} s)"
+        serial = row.get("analyze, tables 1 by 1")
+        if serial:
+            line += (f"; tables one after another {serial['wall_s']:.2f} s, peak {serial['peak_rss_mb']:.0f} MB "
+                     f"against {ours['peak_rss_mb']:.0f} MB at once")
+        lines.append(line)
     return lines
 
 
@@ -375,6 +420,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1, metavar="N",
                     help="with --baseline-tree: run the baseline and trtprof analyze rows N times, alternating, "
                          "and compare their medians (one run of each is noise on a shared host)")
+    ap.add_argument("--lean", action="store_true",
+                    help="only the rows the targets need: the floors (serial and tables at once), load_trace, the "
+                         "baseline, trtprof analyze (tables at once and one after another) and nsys's kern_sum")
+    ap.add_argument("--only", choices=("1x", "10x"), help="measure this size alone (the files are still built)")
     ap.add_argument("--baseline-tree", type=Path, metavar="DIR",
                     help="another checkout of trtprof (e.g. a git worktree of an older commit): its analyze is "
                          "timed on the same files in the same run, and the ratio printed")
@@ -400,15 +449,17 @@ def main() -> None:
     have_analyze = analyze_available()
     nsys = shutil.which("nsys")
     for size, path in files.items():
+        if args.only and size != args.only:
+            continue
         c = counts(path)
         mb = path.stat().st_size / 1e6
         qfile = args.workdir / f"{path.stem}.queries.json"
-        qfile.write_text(json.dumps(loader_queries(path) if size == "1x" else
-                                    json.loads((args.workdir / f"{files['1x'].stem}.queries.json").read_text())))
+        qfile.write_text(json.dumps(loader_queries(files["1x"])))  # the same SELECTs at every size
         plan: list[tuple[str, list[str] | None, str, dict]] = []
-        if size == "1x":
-            plan += [("floor (Arrow)", me + ["--step", "floor", "--queries", str(qfile), str(path)], "", {}),
-                     ("pandas.read_sql", me + ["--step", "read_sql", "--queries", str(qfile), str(path)], "", {})]
+        plan += [("floor (Arrow)", me + ["--step", "floor", "--queries", str(qfile), str(path)], "", {}),
+                 (AT_ONCE, me + ["--step", "floor_at_once", "--queries", str(qfile), str(path)], "", {})]
+        if size == "1x" and not args.lean:
+            plan.append(("pandas.read_sql", me + ["--step", "read_sql", "--queries", str(qfile), str(path)], "", {}))
         plan.append(("load_trace", me + ["--step", "load_trace", str(path)], "", {}))
         if have_analyze:
             out_json = args.workdir / f"{path.stem}.analysis.json"
@@ -417,14 +468,14 @@ def main() -> None:
                 plan.append(("baseline analyze", base_cmd, "", {"cwd": args.baseline_tree.resolve(),
                                                                  "env": {"TRTPROF_TRACE_CACHE": "0"}}))
             plan.append(("trtprof analyze", base_cmd + ["--no-cache"], "", {}))
+            plan.append(("analyze, tables 1 by 1", base_cmd + ["--no-cache"], "", {"env": {"TRTPROF_TABLE_THREADS": "1"}}))
             # the trace cache, in a folder of its own: the first default run stores, the second reads it
             cache = {"env": {"TRTPROF_CACHE_DIR": tempfile.mkdtemp(prefix="cache-", dir=args.workdir)}}
-            plan += [("analyze, storing cache", base_cmd, "", cache), ("analyze, cache hit", base_cmd, "", cache)]
+            if not args.lean:
+                plan += [("analyze, storing cache", base_cmd, "", cache), ("analyze, cache hit", base_cmd, "", cache)]
         else:
             plan.append(("trtprof analyze", None, "skipped: profiler.cli.analyze is not in this checkout", {}))
-        if size == "10x":
-            plan.insert(0, ("floor (Arrow)", me + ["--step", "floor", "--queries", str(qfile), str(path)], "", {}))
-        if nsys and size == "1x":
+        if nsys and size == "1x" and not args.lean:
             # the flags the sample-trace capture script uses with nsys 2025.3; a fresh output folder
             # each run, so nsys never has to ask about overwriting
             peer_dir = Path(tempfile.mkdtemp(prefix="nsys-peers-", dir=args.workdir))
@@ -487,6 +538,8 @@ def main() -> None:
             mrss = next((r.get("peak_rss_mb") for r in results if r["size"] == size and r["what"] == "trtprof analyze"))
             print(f"{size}: trtprof analyze vs the baseline tree ({args.baseline_tree}): {mine / b['wall_s']:.2f}x the "
                   f"time, {(mrss or 0) / (b.get('peak_rss_mb') or float('nan')):.2f}x the peak memory")
+    for line in floor_lines(results, list(files)):
+        print(line)
     if nsys:
         for line in kern_sum_lines(results, list(files)):
             print(line)
