@@ -523,7 +523,7 @@ def _text_or_none(value: Any, counter: list[int]) -> str | None:
     return None if value is None else str(decode(value, counter))
 
 
-def _reads(ld: _Loader, steps: list[str]) -> list[tuple]:
+def _reads(ld: _Loader, steps: list[Any]) -> list[tuple]:
     """The table reads the loader's ``steps`` will make, in order: each step run up to its read on a copy of
     the loader whose notes are thrown away (the export lists the read instead of running it)."""
     import copy
@@ -535,7 +535,7 @@ def _reads(ld: _Loader, steps: list[str]) -> list[tuple]:
             dry = copy.copy(ld)
             dry.warnings, dry.missing, dry.absent_columns, dry.correlation = [], [], {}, {}
             try:
-                getattr(dry, step)()
+                step(dry)
             except PlannedRead:
                 pass
     finally:
@@ -635,12 +635,12 @@ def _load(export: Export, wanted: set[str], source: Path, columns: dict[str, set
     ld = _Loader(export, wanted, columns)
     meta: dict[str, Any] = {"source_path": str(source), "reader": export.reader, **ld.versions()}
     frames: dict[str, pd.DataFrame] = {}
-    steps = ([(None, "read_api")] if wanted & (set(_ACTIVITY) | {"api"}) else []) + [
-        (name, _LOADERS[name]) for name in FRAMES if name in wanted and name != "api"]
+    steps = ([(None, _Loader.read_api)] if wanted & (set(_ACTIVITY) | {"api"}) else []) + [
+        (name, getattr(_Loader, _LOADERS[name])) for name in FRAMES if name in wanted and name != "api"]
     reads = _reads(ld, [step for _, step in steps])
     export.prefetch(reads, table_threads(len(reads)))
     for name, step in steps:  # this order whether or not the reads run at once: the same notes, in the same order
-        got = getattr(ld, step)()
+        got = step(ld)
         if name is not None:
             frames[name] = got
             release_memory()
