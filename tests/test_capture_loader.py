@@ -679,14 +679,16 @@ def test_table_threads_default_and_override(monkeypatch):
     from profiler.capture import export as reader
 
     monkeypatch.delenv("TRTPROF_TABLE_THREADS", raising=False)
+    assert reader.table_threads(4) == reader.TABLE_THREADS_DEFAULT == 1  # measured no faster at once
+    monkeypatch.setenv("TRTPROF_TABLE_THREADS", "auto")
     monkeypatch.setattr(reader.os, "sched_getaffinity", lambda _pid: set(range(16)), raising=False)
     assert reader.table_threads(4) == 4
     monkeypatch.setattr(reader.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
     assert reader.table_threads(4) == 2
-    monkeypatch.setenv("TRTPROF_TABLE_THREADS", "1")
-    assert reader.table_threads(4) == 1
+    monkeypatch.setenv("TRTPROF_TABLE_THREADS", "3")
+    assert reader.table_threads(4) == 3
     monkeypatch.setenv("TRTPROF_TABLE_THREADS", "x")
-    assert reader.table_threads(3) == 2
+    assert reader.table_threads(3) == 1
 
 
 # ---------------------------------------------------------------------------------------------

@@ -427,23 +427,30 @@ def read_threads() -> int:
 
 
 TABLE_THREADS_ENV = "TRTPROF_TABLE_THREADS"
-"""Environment variable: how many of a capture's tables are read at once (1: one after another)."""
+"""Environment variable: how many of a capture's tables are read at once (``auto``: one per table up to the
+CPUs we may use; unset or 1: one after another)."""
+TABLE_THREADS_DEFAULT = 1
+"""Tables read at once by default: one. Measured on the H200 host (16 CPUs), `trtprof analyze` of the
+launch_bound x239 export (513 MB), side by side in one run: 9.74 s and 845 MB peak with its 4 tables at once,
+9.63 s and 822 MB one after another; the loader's own read was already 2.9 s against the 7.65 s serial ADBC
+floor, each large table being split in rowid ranges over :func:`read_threads` threads. On the 2-core machine
+neither was faster either, and the peak grew by 125-210 MB (2-4 tables at once)."""
 
 
 def table_threads(n_tables: int) -> int:
-    """Tables read at once: ``TRTPROF_TABLE_THREADS``, else one per table up to the CPUs we may use
-    (each large table is still split in rowid ranges by :func:`read_threads`)."""
-    env = os.environ.get(TABLE_THREADS_ENV)
-    if env:
+    """Tables read at once: ``TRTPROF_TABLE_THREADS`` (a count, or ``auto`` for one per table up to the CPUs
+    we may use), else :data:`TABLE_THREADS_DEFAULT`."""
+    env = os.environ.get(TABLE_THREADS_ENV, "").strip().lower()
+    if env == "auto":
         try:
-            return max(1, int(env))
-        except ValueError:
-            pass
+            cpus = len(os.sched_getaffinity(0))
+        except AttributeError:  # not on Linux
+            cpus = os.cpu_count() or 1
+        return max(1, min(cpus, n_tables))
     try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cpus = os.cpu_count() or 1
-    return max(1, min(cpus, n_tables))
+        return max(1, int(env)) if env else TABLE_THREADS_DEFAULT
+    except ValueError:
+        return TABLE_THREADS_DEFAULT
 
 
 class Columns(dict):
