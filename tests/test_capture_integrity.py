@@ -341,7 +341,8 @@ def test_a_multiprocessing_worker_nsys_does_not_trace():
 def test_sorted_distinct_and_membership_match_numpy():
     import numpy as np
 
-    from profiler.capture.integrity import _distinct, _member
+    from profiler.capture.blockwise import sorted_distinct as _distinct
+    from profiler.capture.integrity import _member
 
     rng = np.random.default_rng(7)
     for n, hi in ((0, 5), (1, 5), (2000, 50), (5000, 2**62)):

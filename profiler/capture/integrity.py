@@ -34,6 +34,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from profiler.capture.blockwise import sorted_distinct
 from profiler.capture.keys import blocks
 
 PARTS = {
@@ -456,20 +457,11 @@ def _activity_links(trace: Any) -> tuple[np.ndarray, dict[int, int]]:
         if name == "kernels" and (~ok).any():
             for p, c in _value_counts(df["pid"].to_numpy()[~ok]).items():
                 unlinked[p] = unlinked.get(p, 0) + c
-    return (_distinct(np.concatenate(keys)) if keys else np.empty(0, np.int64)), unlinked
-
-
-def _distinct(values: np.ndarray) -> np.ndarray:
-    """``np.unique(values)`` by sorting: numpy 2's hashing unique takes seconds on millions of distinct
-    int64 keys where a sort takes a tenth of a second."""
-    out = np.sort(values)
-    if len(out) > 1:
-        out = out[np.concatenate(([True], out[1:] != out[:-1]))]
-    return out
+    return (sorted_distinct(np.concatenate(keys)) if keys else np.empty(0, np.int64)), unlinked
 
 
 def _member(values: np.ndarray, distinct: np.ndarray) -> np.ndarray:
-    """``np.isin(values, distinct)`` for a sorted ``distinct`` (:func:`_distinct`): one binary search per
+    """``np.isin(values, distinct)`` for a sorted ``distinct`` (:func:`~profiler.capture.blockwise.sorted_distinct`): one binary search per
     value instead of numpy's hashing of both arrays."""
     if not len(distinct):
         return np.zeros(len(values), dtype=bool)
