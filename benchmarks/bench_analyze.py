@@ -6,15 +6,17 @@ ids) to about ``--kernels`` kernels, then measures, each in its own subprocess (
 process's peak RSS, from ``os.wait4``):
 
 - floor:        the SELECTs ``trtprof analyze`` issues (the columns it reads), fetched into Arrow by the fastest reader here
-                (ADBC's SQLite driver, else sqlite3), nothing else;
+                (ADBC's SQLite driver, else sqlite3), nothing else; and the same with every SELECT on a thread
+                and connection of its own, all at once (ADBC only);
 - read_sql:     ``pandas.read_sql`` of the same SELECTs through sqlite3;
 - load_trace:   ``profiler.capture.load_trace`` (frames, names, correlation join);
 - analyze:      ``trtprof analyze CAPTURE --json OUT --no-store`` end to end (skipped with a note if
                 the subcommand is not available);
+- analyze with its tables read at once (``TRTPROF_TABLE_THREADS=auto``), beside the default (one after another);
 - analyze with the trace cache: the first default run (reads the export, stores its frames) and a
   second one (reads the cache); the plain ``analyze`` row is ``--no-cache``;
 - with ``--baseline-tree DIR``: ``analyze`` from another checkout (a worktree of an older commit) on
-  the same files in the same run, and the time and memory ratios against it;
+  the same files in the same run, the time and memory ratios against it, and whether their JSON is identical;
 - the same ``load_trace`` and ``analyze`` on a 10x larger copy, for linearity;
 - with ``nsys`` on PATH: ``nsys stats -r cuda_gpu_kern_sum,cuda_api_sum,nvtx_sum,nvtx_gpu_proj_sum``
   and ``nsys analyze -r gpu_gaps,cuda_api_sync`` on the same file (the work trtprof analyze shares
@@ -29,6 +31,7 @@ Prints one table. Needs only python3, the repository and pyarrow (ADBC optional)
     python3 benchmarks/bench_analyze.py capture.sqlite --no-10x
     git worktree add /tmp/base eed82bf && python3 benchmarks/bench_analyze.py --scale 0.05 --baseline-tree /tmp/base
     python3 benchmarks/bench_analyze.py --scale 0.5 --no-10x --baseline-tree /tmp/base --rounds 5
+    python3 benchmarks/bench_analyze.py --lean --only 10x --baseline-tree /tmp/base   # the targets' rows, 10x alone
 """
 
 from __future__ import annotations
@@ -180,16 +183,17 @@ def loader_queries(path: Path) -> list[str]:
         return original(self, sql, con)
 
     loader.Export.batches = recording  # type: ignore[method-assign]
-    threads = os.environ.get("TRTPROF_READ_THREADS")
-    os.environ["TRTPROF_READ_THREADS"] = "1"  # whole-table SELECTs, not rowid ranges
+    saved = {k: os.environ.get(k) for k in ("TRTPROF_READ_THREADS", "TRTPROF_TABLE_THREADS")}
+    os.environ.update(TRTPROF_READ_THREADS="1", TRTPROF_TABLE_THREADS="1")  # whole tables, one after another
     try:
         loader.load_trace(path, tables=[f for f in FRAMES if f != "sync"], columns=ANALYSIS_COLUMNS)
     finally:
         loader.Export.batches = original  # type: ignore[method-assign]
-        if threads is None:
-            os.environ.pop("TRTPROF_READ_THREADS", None)
-        else:
-            os.environ["TRTPROF_READ_THREADS"] = threads
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     return recorded
 
 
@@ -220,6 +224,24 @@ def step(name: str, path: Path, queries_file: Path | None) -> dict:
                 rows += pa.table({n: pa.array(c) for n, c in zip(names, data)} if data else {}).num_rows
             info["reader"] = "sqlite3"
         info["rows"] = rows
+    elif name == "floor_at_once":  # the same SELECTs, one thread and connection each, all at once
+        import adbc_driver_sqlite.dbapi as dbapi
+        from concurrent.futures import ThreadPoolExecutor
+
+        queries = json.loads(queries_file.read_text())  # type: ignore[union-attr]
+
+        def one(q: str) -> int:
+            con = dbapi.connect(f"file:{path.resolve()}?mode=ro")
+            try:
+                cur = con.cursor()
+                cur.execute(q)
+                return cur.fetch_arrow_table().num_rows
+            finally:
+                con.close()
+
+        with ThreadPoolExecutor(len(queries)) as pool:
+            info["rows"] = sum(pool.map(one, queries))
+        info["reader"] = f"adbc, {len(queries)} threads"
     elif name == "read_sql":
         import pandas as pd
         queries = json.loads(queries_file.read_text())  # type: ignore[union-attr]
@@ -330,6 +352,8 @@ def rounds(pair: list[tuple], n: int, timeout_s: float | None, size: str) -> Non
 
 
 KERN_SUM = "nsys stats kern_sum"
+AT_ONCE = "floor, tables at once"
+TABLES_AT_ONCE = "analyze, tables at once"
 
 
 def kern_sum_lines(results: list[dict], sizes: list[str]) -> list[str]:
@@ -347,6 +371,31 @@ def kern_sum_lines(results: list[dict], sizes: list[str]) -> list[str]:
                      f"nsys stats -r cuda_gpu_kern_sum {theirs['wall_s']:.2f} s, peak {theirs['peak_rss_mb']:.0f} MB: "
                      f"{ours['wall_s'] / theirs['wall_s']:.2f}x the time, "
                      f"{ours['peak_rss_mb'] / theirs['peak_rss_mb']:.2f}x the peak memory (target < 1x the time)")
+    return lines
+
+
+def floor_lines(results: list[dict], sizes: list[str]) -> list[str]:
+    """Per size: trtprof analyze against the ADBC floors (serial, and every table at once), the same
+    analysis with its tables read one after another, and the CPUs this ran on."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cpus = os.cpu_count() or 1
+    lines = []
+    for size in sizes:
+        row = {r["what"]: r for r in results if r["size"] == size and r.get("wall_s") and not r.get("note", "").startswith(("exit", "timed"))}
+        ours, floor, once = row.get("trtprof analyze"), row.get("floor (Arrow)"), row.get(AT_ONCE)
+        if not (ours and floor):
+            continue
+        line = (f"{size} on {cpus} CPUs: trtprof analyze {ours['wall_s']:.2f} s = {ours['wall_s'] / floor['wall_s']:.2f}x "
+                f"the serial ADBC floor ({floor['wall_s']:.2f} s; target <= 1.2x on 16 cores, <= 2.0x on 2)")
+        if once:
+            line += f", {ours['wall_s'] / once['wall_s']:.2f}x the floor with its tables at once ({once['wall_s']:.2f} s)"
+        pool = row.get(TABLES_AT_ONCE)
+        if pool:
+            line += (f"; with its tables read at once (TRTPROF_TABLE_THREADS=auto) {pool['wall_s']:.2f} s, peak "
+                     f"{pool['peak_rss_mb']:.0f} MB against {ours['peak_rss_mb']:.0f} MB one after another")
+        lines.append(line)
     return lines
 
 
@@ -375,6 +424,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1, metavar="N",
                     help="with --baseline-tree: run the baseline and trtprof analyze rows N times, alternating, "
                          "and compare their medians (one run of each is noise on a shared host)")
+    ap.add_argument("--lean", action="store_true",
+                    help="only the rows the targets need: the floors (serial and tables at once), load_trace, the "
+                         "baseline, trtprof analyze (tables at once and one after another) and nsys's kern_sum")
+    ap.add_argument("--only", choices=("1x", "10x"), help="measure this size alone (the files are still built)")
+    ap.add_argument("--skip", action="append", default=[], metavar="ROW", help="leave out this row (its label)")
+    ap.add_argument("--first", action="append", default=[], metavar="ROW", help="measure this row first (repeatable)")
     ap.add_argument("--baseline-tree", type=Path, metavar="DIR",
                     help="another checkout of trtprof (e.g. a git worktree of an older commit): its analyze is "
                          "timed on the same files in the same run, and the ratio printed")
@@ -397,34 +452,40 @@ def main() -> None:
 
     me = [sys.executable, str(Path(__file__).resolve())]
     results: list[dict] = []
+    identical: dict[str, str] = {}
     have_analyze = analyze_available()
     nsys = shutil.which("nsys")
     for size, path in files.items():
+        if args.only and size != args.only:
+            continue
         c = counts(path)
         mb = path.stat().st_size / 1e6
         qfile = args.workdir / f"{path.stem}.queries.json"
-        qfile.write_text(json.dumps(loader_queries(path) if size == "1x" else
-                                    json.loads((args.workdir / f"{files['1x'].stem}.queries.json").read_text())))
+        qfile.write_text(json.dumps(loader_queries(files["1x"])))  # the same SELECTs at every size
         plan: list[tuple[str, list[str] | None, str, dict]] = []
-        if size == "1x":
-            plan += [("floor (Arrow)", me + ["--step", "floor", "--queries", str(qfile), str(path)], "", {}),
-                     ("pandas.read_sql", me + ["--step", "read_sql", "--queries", str(qfile), str(path)], "", {})]
-        plan.append(("load_trace", me + ["--step", "load_trace", str(path)], "", {}))
+        plan += [("floor (Arrow)", me + ["--step", "floor", "--queries", str(qfile), str(path)], "", {}),
+                 (AT_ONCE, me + ["--step", "floor_at_once", "--queries", str(qfile), str(path)], "", {})]
+        if size == "1x" and not args.lean:
+            plan.append(("pandas.read_sql", me + ["--step", "read_sql", "--queries", str(qfile), str(path)], "", {}))
+        if size == "1x" or not args.lean:
+            plan.append(("load_trace", me + ["--step", "load_trace", str(path)], "", {}))
         if have_analyze:
             out_json = args.workdir / f"{path.stem}.analysis.json"
             base_cmd = [sys.executable, "-m", "profiler", "analyze", str(path), "--json", str(out_json), "--no-store"]
             if args.baseline_tree:  # its own code: python -m profiler from that folder
-                plan.append(("baseline analyze", base_cmd, "", {"cwd": args.baseline_tree.resolve(),
-                                                                 "env": {"TRTPROF_TRACE_CACHE": "0"}}))
+                base_json = out_json.with_suffix(".baseline.json")
+                plan.append(("baseline analyze", [*base_cmd[:-2], str(base_json), "--no-store"], "",
+                             {"cwd": args.baseline_tree.resolve(),
+                              "env": {"TRTPROF_TRACE_CACHE": "0"}}))
             plan.append(("trtprof analyze", base_cmd + ["--no-cache"], "", {}))
+            plan.append((TABLES_AT_ONCE, base_cmd + ["--no-cache"], "", {"env": {"TRTPROF_TABLE_THREADS": "auto"}}))
             # the trace cache, in a folder of its own: the first default run stores, the second reads it
             cache = {"env": {"TRTPROF_CACHE_DIR": tempfile.mkdtemp(prefix="cache-", dir=args.workdir)}}
-            plan += [("analyze, storing cache", base_cmd, "", cache), ("analyze, cache hit", base_cmd, "", cache)]
+            if not args.lean:
+                plan += [("analyze, storing cache", base_cmd, "", cache), ("analyze, cache hit", base_cmd, "", cache)]
         else:
             plan.append(("trtprof analyze", None, "skipped: profiler.cli.analyze is not in this checkout", {}))
-        if size == "10x":
-            plan.insert(0, ("floor (Arrow)", me + ["--step", "floor", "--queries", str(qfile), str(path)], "", {}))
-        if nsys and size == "1x":
+        if nsys and size == "1x" and not args.lean:
             # the flags the sample-trace capture script uses with nsys 2025.3; a fresh output folder
             # each run, so nsys never has to ask about overwriting
             peer_dir = Path(tempfile.mkdtemp(prefix="nsys-peers-", dir=args.workdir))
@@ -439,6 +500,9 @@ def main() -> None:
             kern_dir = Path(tempfile.mkdtemp(prefix="nsys-kern-", dir=args.workdir))
             plan.append((KERN_SUM, [nsys, "stats", "-r", "cuda_gpu_kern_sum", "--format", "csv", "--force-export",
                                     "false", "--output", str(kern_dir / "kern"), str(path)], "", {}))
+        plan = [p for p in plan if p[0] not in args.skip]
+        if args.first:  # these rows first (the ones that must not be lost to a time limit)
+            plan.sort(key=lambda p: args.first.index(p[0]) if p[0] in args.first else len(args.first))
         pair = [p for p in plan if p[0] in ("baseline analyze", "trtprof analyze") and p[1] is not None]
         if args.rounds > 1 and len(pair) == 2:
             rounds(pair, args.rounds, args.timeout, size)
@@ -455,6 +519,12 @@ def main() -> None:
                 elif m["info"].get("reader"):
                     row["note"] = f"reader={m['info']['reader']}"
             results.append(row)
+            print(f"# {size} {label}: {row.get('wall_s') or float('nan'):.2f} s, peak "
+                  f"{row.get('peak_rss_mb') or float('nan'):.0f} MB {row.get('note', '')}", file=sys.stderr, flush=True)
+        if have_analyze and args.baseline_tree:
+            same = (out_json.with_suffix(".baseline.json").read_bytes() == out_json.read_bytes()
+                    if out_json.with_suffix(".baseline.json").exists() and out_json.exists() else None)
+            identical[size] = "not compared (a run failed)" if same is None else ("identical" if same else "DIFFERENT")
 
     floor = {r["size"]: r.get("wall_s") for r in results if r["what"] == "floor (Arrow)"}
     rs = next((r.get("wall_s") for r in results if r["what"] == "pandas.read_sql"), None)
@@ -487,6 +557,10 @@ def main() -> None:
             mrss = next((r.get("peak_rss_mb") for r in results if r["size"] == size and r["what"] == "trtprof analyze"))
             print(f"{size}: trtprof analyze vs the baseline tree ({args.baseline_tree}): {mine / b['wall_s']:.2f}x the "
                   f"time, {(mrss or 0) / (b.get('peak_rss_mb') or float('nan')):.2f}x the peak memory")
+    for size, word in identical.items():
+        print(f"{size}: the --json of trtprof analyze (its last run) and of the baseline tree: {word}")
+    for line in floor_lines(results, list(files)):
+        print(line)
     if nsys:
         for line in kern_sum_lines(results, list(files)):
             print(line)

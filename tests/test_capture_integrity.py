@@ -336,3 +336,18 @@ def test_a_multiprocessing_worker_nsys_does_not_trace():
     doc = _analyse(path)
     assert _kinds(doc) == ["gpu_process_not_traced"]
     assert analysis_verdict(doc)["status"] == "INCOMPLETE CAPTURE"
+
+
+def test_sorted_distinct_and_membership_match_numpy():
+    import numpy as np
+
+    from profiler.capture.blockwise import sorted_distinct as _distinct
+    from profiler.capture.integrity import _member
+
+    rng = np.random.default_rng(7)
+    for n, hi in ((0, 5), (1, 5), (2000, 50), (5000, 2**62)):
+        values = rng.integers(-hi, hi, n)
+        probe = np.concatenate([rng.integers(-hi, hi, 300), values[:50], [np.iinfo(np.int64).max]])
+        d = _distinct(values)
+        assert np.array_equal(d, np.unique(values))
+        assert np.array_equal(_member(probe, d), np.isin(probe, values))

@@ -3,6 +3,8 @@ same file, synthetic exports for the edge cases real files lack, and bad input."
 
 from __future__ import annotations
 
+import json
+
 import os
 import shutil
 import sqlite3
@@ -641,6 +643,52 @@ def test_partitioned_parallel_read_equals_one_scan(nsys_fixtures, name, monkeypa
         parts = export._partitions("CUPTI_ACTIVITY_KIND_RUNTIME", n)
     assert len(parts) == 3 and parts[0][0] == 1 and parts[-1][1] == n  # rowids 1..n, three ranges
     assert all(b + 1 == c for (_, b), (c, _) in zip(parts[:-1], parts[1:]))
+
+
+@needs_fixtures
+@pytest.mark.parametrize("name", [NCCL_FIXTURE, DOMAIN_FIXTURE])
+@pytest.mark.parametrize("threads", ["2", "8"])
+def test_tables_read_at_once_equal_one_after_another(nsys_fixtures, name, threads, monkeypatch):
+    from profiler.capture import export as reader
+
+    path = nsys_fixture_files()[FIXTURES.index(name)]
+    started, original = [], reader.Export.prefetch
+
+    def counting(self, reads, n):
+        started.append((len(reads), original(self, reads, n)))
+        return started[-1][1]
+
+    monkeypatch.setattr(reader.Export, "prefetch", counting)
+    monkeypatch.setattr(reader, "PARTITION_MIN_ROWS", 7)  # large tables split in ranges too, inside each read
+    monkeypatch.setenv("TRTPROF_READ_THREADS", "3")
+    monkeypatch.setenv("TRTPROF_TABLE_THREADS", threads)
+    together = load_trace(path)
+    monkeypatch.setenv("TRTPROF_TABLE_THREADS", "1")
+    apart = load_trace(path)
+    assert started[0][0] >= 3 and started[0][1] == started[0][0]  # every table read went through the pool
+    assert started[1][1] == 0  # one thread: no pool
+    for frame in FRAMES:
+        a, b = getattr(together, frame), getattr(apart, frame)
+        pd.testing.assert_frame_equal(
+            a.astype({c: str for c in a.columns if isinstance(a[c].dtype, pd.CategoricalDtype)}),
+            b.astype({c: str for c in b.columns if isinstance(b[c].dtype, pd.CategoricalDtype)}))
+    assert json.dumps(together.meta, default=str) == json.dumps(apart.meta, default=str)  # notes in the same order
+
+
+def test_table_threads_default_and_override(monkeypatch):
+    from profiler.capture import export as reader
+
+    monkeypatch.delenv("TRTPROF_TABLE_THREADS", raising=False)
+    assert reader.table_threads(4) == reader.TABLE_THREADS_DEFAULT == 1  # measured no faster at once
+    monkeypatch.setenv("TRTPROF_TABLE_THREADS", "auto")
+    monkeypatch.setattr(reader.os, "sched_getaffinity", lambda _pid: set(range(16)), raising=False)
+    assert reader.table_threads(4) == 4
+    monkeypatch.setattr(reader.os, "sched_getaffinity", lambda _pid: {0, 1}, raising=False)
+    assert reader.table_threads(4) == 2
+    monkeypatch.setenv("TRTPROF_TABLE_THREADS", "3")
+    assert reader.table_threads(4) == 3
+    monkeypatch.setenv("TRTPROF_TABLE_THREADS", "x")
+    assert reader.table_threads(3) == 1
 
 
 # ---------------------------------------------------------------------------------------------

@@ -203,3 +203,14 @@ def test_two_processes_time_slice():
     [f] = [f for f in result_of(path).findings if f.rule == "time_slicing"]
     assert sorted(c["pid"] for c in f.evidence["contexts"]) == sorted(p for p, _ in pids)
     assert "of 2 processes" in f.title and f.evidence["overlap_ms"] == 0.0
+
+
+def test_distinct_rows_equal_the_sorted_set_of_rows():
+    import numpy as np
+
+    from profiler.capture.concurrency import _distinct_rows
+
+    rng = np.random.default_rng(3)
+    for n in (0, 1, 500):
+        cols = [rng.integers(-3, 4, n), np.broadcast_to(np.int64(7), (n,)), rng.integers(0, 2**40, n) % 5]
+        assert _distinct_rows(*cols) == sorted(set(zip(*(c.tolist() for c in cols))))

@@ -146,6 +146,15 @@ def union_length(start: np.ndarray, end: np.ndarray, keep: Callable[[slice], np.
     return int(union_lengths(start, end, group_of, 1, sorted_by_start)[0])
 
 
+def sorted_distinct(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` of a 1-D numeric array by sorting: numpy 2's hashing unique took 3.3 s for 2.5 M
+    distinct int64 keys on the 2-core machine, where a sort takes a tenth of a second."""
+    out = np.sort(values)
+    if len(out) > 1:
+        out = out[np.concatenate(([True], out[1:] != out[:-1]))]
+    return out
+
+
 def distinct(values: np.ndarray, keep: Callable[[slice], np.ndarray] | None = None) -> np.ndarray:
     """The distinct values of the rows ``keep(rows)`` selects (None: all), sorted (``np.unique``). Hashed a
     block at a time: pandas sizes its hash table by the length of its input (+34 MB for 1.26 M rows)."""

@@ -91,7 +91,7 @@ def _contexts(dev, pid, ctx, tid, stream, start, end) -> tuple[list[dict[str, An
     """Per (device, process, context id): context ids are numbered per process, so two processes' first
     contexts share an id."""
     rows, unions = [], {}
-    for d, p, c in sorted(set(zip(dev.tolist(), pid.tolist(), ctx.tolist()))):
+    for d, p, c in _distinct_rows(dev, pid, ctx):
         m = (dev == d) & (pid == p) & (ctx == c)
         if m.sum() < MIN_CONTEXT_KERNELS:
             continue
@@ -109,6 +109,23 @@ def _contexts(dev, pid, ctx, tid, stream, start, end) -> tuple[list[dict[str, An
             if a[0] == b[0]:
                 overlap[a[0]] = overlap.get(a[0], 0) + intervals.overlap_length(*unions[a], *unions[b])
     return rows, overlap
+
+
+def _distinct_rows(*cols: np.ndarray) -> list[tuple[int, ...]]:
+    """The distinct rows of equal-length integer columns, sorted: ``sorted(set(zip(...)))`` without a Python
+    tuple per row (each column factorised, the codes combined into one key, its distinct values decoded)."""
+    uniq, key = [], np.zeros(len(cols[0]), np.int64)
+    for c in cols:
+        codes, u = pd.factorize(np.asarray(c))
+        uniq.append(u)
+        if np.prod([float(len(x)) for x in uniq]) > 2.0 ** 62:  # a combined key would overflow
+            return sorted(set(zip(*(np.asarray(x).tolist() for x in cols))))
+        key = key * max(len(u), 1) + codes
+    k, parts = pd.unique(key), []
+    for u in reversed(uniq):
+        parts.append(u[k % len(u)] if len(u) else u)
+        k = k // max(len(u), 1)
+    return sorted(zip(*(x.tolist() for x in reversed(parts))))
 
 
 def _threads(trace: Any, tid, start, end, lo: int, hi: int) -> tuple[list[dict[str, Any]], dict, dict]:

@@ -34,6 +34,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from profiler.capture.blockwise import sorted_distinct
 from profiler.capture.keys import blocks
 
 PARTS = {
@@ -389,7 +390,7 @@ def launches_without_records(trace: Any, kernels_unrecorded: int, t: IntegrityTh
     launch &= ~_in_stream_capture(api, gtid, start)
     linked, unlinked = _activity_links(trace)
     keys = _key(gtid[launch], start[launch])
-    found = np.isin(keys, linked)
+    found = _member(keys, linked)
     pid = api["pid"].to_numpy()[launch]
     out = []
     for p in np.unique(pid).tolist():
@@ -456,7 +457,16 @@ def _activity_links(trace: Any) -> tuple[np.ndarray, dict[int, int]]:
         if name == "kernels" and (~ok).any():
             for p, c in _value_counts(df["pid"].to_numpy()[~ok]).items():
                 unlinked[p] = unlinked.get(p, 0) + c
-    return (np.unique(np.concatenate(keys)) if keys else np.empty(0, np.int64)), unlinked
+    return (sorted_distinct(np.concatenate(keys)) if keys else np.empty(0, np.int64)), unlinked
+
+
+def _member(values: np.ndarray, distinct: np.ndarray) -> np.ndarray:
+    """``np.isin(values, distinct)`` for a sorted ``distinct`` (:func:`~profiler.capture.blockwise.sorted_distinct`): one binary search per
+    value instead of numpy's hashing of both arrays."""
+    if not len(distinct):
+        return np.zeros(len(values), dtype=bool)
+    at = np.minimum(np.searchsorted(distinct, values), len(distinct) - 1)
+    return distinct[at] == values
 
 
 def _in_stream_capture(api: Any, gtid: np.ndarray, start: np.ndarray) -> np.ndarray:

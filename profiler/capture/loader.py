@@ -20,7 +20,8 @@ import numpy as np
 import pandas as pd
 
 from profiler.capture.export import (  # noqa: F401 - re-exported: the loader's readers
-    BATCH_ROWS, NULL_INT, PARTITION_MIN_ROWS, Columns, Export, _adbc_dbapi, _corrupt, check_sqlite_file, read_threads,
+    BATCH_ROWS, NULL_INT, PARTITION_MIN_ROWS, Columns, Export, PlannedRead, _adbc_dbapi, _corrupt, check_sqlite_file,
+    read_threads, table_threads,
 )
 from profiler.capture import spill
 from profiler.capture.heap import release_memory
@@ -522,6 +523,26 @@ def _text_or_none(value: Any, counter: list[int]) -> str | None:
     return None if value is None else str(decode(value, counter))
 
 
+def _reads(ld: _Loader, steps: list[Any]) -> list[tuple]:
+    """The table reads the loader's ``steps`` will make, in order: each step run up to its read on a copy of
+    the loader whose notes are thrown away (the export lists the read instead of running it)."""
+    import copy
+
+    reads: list[tuple] = []
+    ld.x.planning = reads
+    try:
+        for step in steps:
+            dry = copy.copy(ld)
+            dry.warnings, dry.missing, dry.absent_columns, dry.correlation = [], [], {}, {}
+            try:
+                step(dry)
+            except PlannedRead:
+                pass
+    finally:
+        ld.x.planning = None
+    return reads
+
+
 def _graph_nodes(export: Export, ld: _Loader, kernels: pd.DataFrame) -> bool:
     """Whether any kernel ran as a graph node (read from the export when the column was not loaded)."""
     if ld.want("kernels", "graph_node_id"):
@@ -620,12 +641,16 @@ def _load(export: Export, wanted: set[str], source: Path, columns: dict[str, set
     ld = _Loader(export, wanted, columns)
     meta: dict[str, Any] = {"source_path": str(source), "reader": export.reader, **ld.versions()}
     frames: dict[str, pd.DataFrame] = {}
-    if wanted & (set(_ACTIVITY) | {"api"}):
-        ld.read_api()
-    for name in FRAMES:
-        if name in wanted and name != "api":
-            frames[name] = getattr(ld, _LOADERS[name])()
+    steps = ([(None, _Loader.read_api)] if wanted & (set(_ACTIVITY) | {"api"}) else []) + [
+        (name, getattr(_Loader, _LOADERS[name])) for name in FRAMES if name in wanted and name != "api"]
+    reads = _reads(ld, [step for _, step in steps])
+    export.prefetch(reads, table_threads(len(reads)))
+    for name, step in steps:  # this order whether or not the reads run at once: the same notes, in the same order
+        got = step(ld)
+        if name is not None:
+            frames[name] = got
             release_memory()
+    export.end_prefetch()
     for name in list(frames):  # rows with missing, reversed or impossible times or devices go, with a note
         frames[name] = clean_frame(name, frames[name], ld.bounds, ld.warnings,
                                    check_thread=name != "nvtx" or "globalTid" in export.columns(T_NVTX),

@@ -79,7 +79,7 @@ def _init_ns(api: HostCalls, is_init: np.ndarray, first_free: np.ndarray, d: SM.
     init_ns = np.zeros(len(bi))
     for sl in blockwise.blocks(len(api), _common.CALL_BLOCK):
         rows = sl.start + np.flatnonzero(is_init[api.name_code[sl]] & _on_threads(api.tid[sl], d.launch_tids))
-        rows = np.union1d(rows, first_free[(first_free >= sl.start) & (first_free < sl.stop)])
+        rows = blockwise.sorted_distinct(np.concatenate([rows, first_free[(first_free >= sl.start) & (first_free < sl.stop)]]))
         rows = rows[_on_threads(api.tid[rows], d.launch_tids)]
         g, _, ov = SM.overlap_by_name(gs, ge, api.start_ns[rows], api.end_ns[rows])
         init_ns += np.bincount(g, weights=ov, minlength=len(bi))  # integer ns: the float sums are exact
