@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from profiler.capture import columnar, validate
+from profiler.capture import cache, columnar, validate  # cache first: it binds content_sha256 when imported
 from profiler.capture.loader import load_trace
 from profiler.errors import InputError
 from tests.conftest import SAMPLE_TRACES
@@ -79,19 +79,16 @@ def test_a_sqlite_table_of_more_rows_is_refused_before_loading(monkeypatch):
 
 
 def test_a_file_past_the_largest_is_refused_before_it_is_opened_or_hashed(tmp_path, monkeypatch):
-    from profiler.capture.result_cache import analyze_cached
+    from profiler.capture.result_cache import analyze_cached  # imports what it hashes with before the patch below
 
     folder = export_copy(tmp_path, "parquet")
     size = (folder / f"{K}.parquet").stat().st_size
     monkeypatch.setattr(validate, "MAX_FILE_BYTES", size - 1)
     monkeypatch.setenv("TRTPROF_TRACE_CACHE", "1")
     monkeypatch.setattr("profiler.capture.fingerprint.content_sha256", lambda p: pytest.fail("hashed"))
+    monkeypatch.setattr(cache, "content_sha256", lambda p: pytest.fail("hashed"))
     with pytest.raises(InputError, match=f"{K}.parquet is {size:,} bytes, more than the {size - 1:,}"):
         analyze_cached(folder, None)
-    from profiler.capture import cache
-
-    monkeypatch.setenv("TRTPROF_TRACE_CACHE", "1")
-    monkeypatch.setattr(cache, "content_sha256", lambda p: pytest.fail("hashed"))
     with pytest.raises(InputError, match=f"{K}.parquet is {size:,} bytes"):
         cache.load_trace_cached(folder)
     monkeypatch.setattr(validate, "MAX_FILE_BYTES", SQLITE.stat().st_size - 1)
