@@ -181,6 +181,7 @@ def _let_handlers_run() -> None:
 _NODE_FAILED = re.compile(r"Non-zero status code returned while running (\w+) node\. Name:'(.*?)' "
                           r"Status Message: (.*)", re.S)
 _SOURCE_PREFIX = re.compile(r"^\S+\.(?:cc|h|cpp|cu):\d+ ")
+_ASSERTION = re.compile(r"^[\w.:\[\]() ]+ (?:==|!=|<=|>=|<|>) [\w.:\[\]() ]+ was false\. ")
 _ALLOC = re.compile(r"Failed to allocate memory for requested buffer of size (\d+)")
 
 
@@ -219,6 +220,7 @@ def run_error(exc: BaseException, model: str, timed_out_after_s: float | None = 
     if mt:
         where = f" at its {mt.group(1)} node {mt.group(2)!r}" if mt.group(2) else f" at an unnamed {mt.group(1)} node"
         detail = _without_signature(mt.group(3))
+    detail = _ASSERTION.sub("", detail)  # the C++ condition that failed, before the sentence that says it
     alloc = _ALLOC.search(detail)
     if alloc:
         n = int(alloc.group(1))

@@ -536,5 +536,7 @@ def forgery_cases(per_place: int = 3) -> list[Case]:
 
 
 def all_family_cases() -> list[Case]:
+    from tests.fuzz.onnx_family import onnx_cases
+
     return (clobber_cases() + write_target_cases() + value_cases() + trtexec_shape_cases() + extreme_cases()
-            + view_cases() + forgery_cases())
+            + view_cases() + forgery_cases() + onnx_cases())
