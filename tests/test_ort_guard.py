@@ -159,3 +159,17 @@ def test_a_long_chain_says_what_it_reads(tmp_path, capsys):
     err = capsys.readouterr().err
     assert exc.value.code in (0, None), err
     assert f"  {n} node(s), opset 17" in err
+
+
+def test_a_run_that_ended_before_the_watchdog_looked_is_not_terminated_after():
+    dog = Watchdog()
+    dog._thread = object()  # type: ignore[assignment]
+    opts = Options()
+    run = dog.watch(opts, 1.0)
+    assert dog.done(run) is None
+    dog.check(run.deadline_ns + 1, signalled=True)  # too late: the run is gone
+    assert opts.terminate is False
+    again = dog.watch(opts, 1.0)
+    dog.check(again.deadline_ns, signalled=False)
+    assert opts.terminate is True
+    assert dog.done(again) == "time limit" and opts.terminate is False  # reset for the context's next run

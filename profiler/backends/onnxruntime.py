@@ -191,8 +191,7 @@ class OrtContext(ExecutionContext):
 
         exc = sys.exc_info()[1]
         assert exc is not None
-        reason = run.reason
-        self._ro.terminate = False
+        reason = run.reason  # the watchdog has let go of the run (and reset the options)
         if reason == "signal":
             raise KeyboardInterrupt from None
         raise run_error(exc, self._model, self._limit_s if reason == "time limit" else None) from None

@@ -96,6 +96,8 @@ class Watchdog:
         """Stop watching ``run``; why it was stopped ('time limit', 'signal') or None."""
         with self._lock:
             self._runs.pop(id(run), None)
+            if run.reason is not None:  # the options serve the context's next run: not terminated
+                run.options.terminate = False
         return run.reason
 
     def _start(self) -> None:
@@ -122,12 +124,11 @@ class Watchdog:
 
     def check(self, now_ns: int, signalled: bool) -> None:
         """Terminate every watched run when ``signalled``, else those whose deadline ``now_ns`` passed."""
-        with self._lock:
-            runs = list(self._runs.values())
-        for run in runs:
-            if run.reason is None and (signalled or now_ns >= run.deadline_ns):
-                run.reason = "signal" if signalled else "time limit"
-                run.options.terminate = True
+        with self._lock:  # under the lock: a run that ended meanwhile is not terminated after its end
+            for run in self._runs.values():
+                if run.reason is None and (signalled or now_ns >= run.deadline_ns):
+                    run.reason = "signal" if signalled else "time limit"
+                    run.options.terminate = True
 
 
 def _wakeup_fd() -> int | None:
@@ -165,7 +166,6 @@ def guarded(call: Any, options: Any, model: str, limit_s: float | None = None) -
         return call()
     except Exception as exc:
         reason = WATCHDOG.done(run)
-        options.terminate = False
         if reason == "signal":
             _let_handlers_run()  # the Python-level handler raises KeyboardInterrupt (or Terminated) here
             raise KeyboardInterrupt from None
