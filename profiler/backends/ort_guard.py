@@ -43,11 +43,8 @@ _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 class ModelRunError(BuildError):
     """ONNX Runtime could not run the model (a node failed, memory, the time limit); ``str()`` is the
-    sentence shown. ``model_fault``: the model is at fault (exit 3 where nothing else was measured)."""
-
-    def __init__(self, message: str, *, model_fault: bool = True):
-        super().__init__(message)
-        self.model_fault = model_fault
+    sentence shown. The sweep fails the variant with it, or, when the FP32 reference cannot run, stops
+    with it as bad input (exit 3)."""
 
 
 def time_limit_s() -> float:

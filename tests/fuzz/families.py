@@ -12,6 +12,9 @@ option, output, rule threshold or metadata field is fuzzed without a new line he
   every number of a trtexec log replaced by a token that is not one (seeded samples of each product).
 - ``forgery``: line breaks inside data the terminal shows (NVTX and kernel names, GPU names, stored labels, file
   names in errors): no output line may begin with the text that follows the break.
+- ``onnx`` (:mod:`tests.fuzz.onnx_family`): models built with ``onnx.helper`` carrying each kind of defect
+  (huge declared shapes, no outputs, run-time allocations of terabytes, nodes failing at run time under
+  escaped names, never-ending Loops) around a sample of ops and sizes: one sentence, exit 3.
 
 Every sample is drawn with ``random.Random(<the case's own name>)``: the corpus is the same on every run.
 """
