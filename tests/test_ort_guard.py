@@ -173,3 +173,26 @@ def test_a_run_that_ended_before_the_watchdog_looked_is_not_terminated_after():
     dog.check(again.deadline_ns, signalled=False)
     assert opts.terminate is True
     assert dog.done(again) == "time limit" and opts.terminate is False  # reset for the context's next run
+
+
+def test_ctrl_c_while_a_session_is_created_is_not_held_until_it_exists():
+    import _thread
+    import threading
+
+    from profiler.backends.onnxruntime import off_main_thread
+
+    release = threading.Event()
+
+    def create() -> int:  # a creation that lasts until the test lets it go; Ctrl-C arrives meanwhile
+        _thread.interrupt_main()
+        release.wait(GENEROUS_S)
+        return 1
+
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        off_main_thread(create)
+    assert time.monotonic() - started < GENEROUS_S / 2  # not held for the creation's GENEROUS_S
+    release.set()
+    assert off_main_thread(lambda: threading.current_thread() is threading.main_thread()) is False
+    with pytest.raises(ValueError, match="bad model"):
+        off_main_thread(lambda: (_ for _ in ()).throw(ValueError("bad model")))

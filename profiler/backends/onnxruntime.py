@@ -347,7 +347,7 @@ class OnnxRuntimeBackend(Backend):
             providers: list[Any] = [(CUDA_EP, opts), CPU_EP]
         else:
             providers = [CPU_EP]
-        return ort.InferenceSession(path, so, providers=providers)
+        return off_main_thread(lambda: ort.InferenceSession(path, so, providers=providers))
 
     def build(self, model_path: str, spec: VariantSpec, cache_dir: str | None = None) -> Engine:
         if not os.path.exists(model_path):
@@ -394,6 +394,32 @@ class OnnxRuntimeBackend(Backend):
         if spec.workspace_bytes is not None:
             info["notes"].append("onnxruntime has no workspace limit; the workspace setting does not apply")
         return OrtEngine(self, model_path, spec, sess, load_path, optimized, info)
+
+
+#: How often (seconds) the main thread looks up from waiting for a session being created.
+SESSION_WAIT_POLL_S = 0.02
+
+
+def off_main_thread(call: Any) -> Any:
+    """``call()`` on a thread of its own, waited for in short joins: creating a session of a large model takes
+    minutes inside ONNX Runtime (179 s for the float16 version of a 30,000-node chain here), during which
+    the main thread could not run Python's Ctrl-C and SIGTERM handlers; waited for so, they stop the sweep
+    at once (the creation is left to end on its daemon thread, its session unused)."""
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # raised again in the caller's thread
+            box["error"] = exc
+
+    th = threading.Thread(target=work, name="trtprof-ort-session", daemon=True)
+    th.start()
+    while th.is_alive():
+        th.join(SESSION_WAIT_POLL_S)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def _gpu_name() -> str | None:

@@ -6,7 +6,8 @@ to return. ONNX Runtime stops a run between two nodes (inside a Loop's body too)
 ``RunOptions.terminate``; :class:`Watchdog`'s thread does that when the run has lasted
 :data:`INFERENCE_TIME_LIMIT_S`, or at once when SIGINT or SIGTERM arrives (it reads the signal numbers
 from Python's wakeup file descriptor, which the C-level handler writes to while the Python-level one
-cannot run yet). The stopped run then raises, and :func:`run_error` turns that, and any other error the
+cannot run yet; a session being created is waited for off the main thread, ``onnxruntime.off_main_thread``,
+so the handlers run then too). The stopped run then raises, and :func:`run_error` turns that, and any other error the
 runtime raises on a model (a node that fails, an allocation of 40 GB), into one sentence about the model.
 
 ONNX Runtime's own log is filtered to fatal messages (:data:`ORT_LOG_SEVERITY`): what it would log about
