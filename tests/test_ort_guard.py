@@ -196,3 +196,18 @@ def test_ctrl_c_while_a_session_is_created_is_not_held_until_it_exists():
     assert off_main_thread(lambda: threading.current_thread() is threading.main_thread()) is False
     with pytest.raises(ValueError, match="bad model"):
         off_main_thread(lambda: (_ for _ in ()).throw(ValueError("bad model")))
+
+
+def test_inputs_too_large_for_the_memory_left_are_one_sentence(tmp_path, monkeypatch):
+    from profiler.errors import InputError
+    from profiler.models import inputs, inspect_model
+
+    model = Path(_fails_at_run("Reshape", "")(tmp_path)[1])
+    info = inspect_model(model)
+
+    def no_memory(rng, shape, dtype):
+        raise MemoryError
+
+    monkeypatch.setattr(inputs, "random_tensor", no_memory)
+    with pytest.raises(InputError, match=r"4 random sample\(s\) of the inputs of model.onnx \(1x8 \.\.\.\) need 1.19e-07 GiB"):
+        inputs.random_samples(info, {"x": (1, 8)}, count=4)
