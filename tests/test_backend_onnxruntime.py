@@ -251,7 +251,7 @@ class FakeCudaSession:
     def io_binding(self):
         return FakeIoBinding()
 
-    def run_with_iobinding(self, b):
+    def run_with_iobinding(self, b, run_options=None):
         self.runs += 1
         y = b.inputs["x"].arr * 2
         if "y" in b.by_device:

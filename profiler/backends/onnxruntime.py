@@ -36,6 +36,7 @@ import numpy as np
 from profiler.hashing import file_sha256
 from profiler.backends.base import (Backend, BuildError, Engine, ExecutionContext, QueryTiming, TensorInfo,
                                     UnsupportedOp, VariantSpec, provider_is_gpu)
+from profiler.backends.ort_guard import ORT_LOG_SEVERITY, WATCHDOG, guarded, run_error, run_options, time_limit_s
 from profiler.findings import json_safe
 
 CPU_EP = "CPUExecutionProvider"
@@ -99,10 +100,15 @@ def parse_ort_profile(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 class OrtContext(ExecutionContext):
     """One session driven by one harness thread."""
 
-    def __init__(self, session: Any, stream_index: int, device: str):
+    def __init__(self, session: Any, stream_index: int, device: str, model: str = "the model"):
+        import onnxruntime as ort
+
         self.session = session
         self.stream_index = stream_index
         self.device = device
+        self._model = model
+        self._ro = run_options(ort)  # every run watched (profiler.backends.ort_guard)
+        self._limit_s = time_limit_s()
         self._output_names = [o.name for o in session.get_outputs()]
         self._feeds: dict[str, np.ndarray] = {}
         self._last: list[Any] = []
@@ -132,7 +138,7 @@ class OrtContext(ExecutionContext):
         # one run with outputs on the device tells us their shapes, then fixed buffers are bound
         for name in self._output_names:
             b.bind_output(name, "cuda")
-        self.session.run_with_iobinding(b)
+        guarded(lambda: self.session.run_with_iobinding(b, self._ro), self._ro, self._model, self._limit_s)
         shapes = [(v.shape(), v.numpy().dtype) for v in b.get_outputs()]
         b = self.session.io_binding()
         for name, val in self._in_values.items():
@@ -146,14 +152,20 @@ class OrtContext(ExecutionContext):
 
     def query(self) -> QueryTiming:
         if self._binding is None:
+            run = WATCHDOG.watch(self._ro, self._limit_s)
             t0 = time.perf_counter_ns()
-            self._last = self.session.run(self._output_names, self._feeds)
+            try:
+                self._last = self.session.run(self._output_names, self._feeds, self._ro)
+            except Exception:
+                WATCHDOG.done(run)
+                self._failed(run)
             t1 = time.perf_counter_ns()
+            WATCHDOG.done(run)
             ms = (t1 - t0) / 1e6
             return QueryTiming(t0, t1, ms, ms, None, None, self.stream_index)
         if not self.transfers:  # inputs were bound on the device by set_inputs; outputs stay there
             t1 = time.perf_counter_ns()
-            self.session.run_with_iobinding(self._binding)
+            self._run_bound()
             t2 = time.perf_counter_ns()
             self._last = []
             compute = (t2 - t1) / 1e6
@@ -162,12 +174,27 @@ class OrtContext(ExecutionContext):
         for name, val in self._in_values.items():
             val.update_inplace(self._feeds[name])
         t1 = time.perf_counter_ns()
-        self.session.run_with_iobinding(self._binding)
+        self._run_bound()
         t2 = time.perf_counter_ns()
         self._last = [v.numpy() for v in self._out_values]
         t3 = time.perf_counter_ns()
         compute = (t2 - t1) / 1e6
         return QueryTiming(t0, t3, compute, compute, (t1 - t0) / 1e6, (t3 - t2) / 1e6, self.stream_index)
+
+    def _run_bound(self) -> None:
+        guarded(lambda: self.session.run_with_iobinding(self._binding, self._ro), self._ro, self._model,
+                self._limit_s)
+
+    def _failed(self, run: Any) -> None:
+        """Raise what a failed run means: KeyboardInterrupt when a signal stopped it, else the sentence."""
+        import sys
+
+        exc = sys.exc_info()[1]
+        assert exc is not None
+        reason = run.reason  # the watchdog has let go of the run (and reset the options)
+        if reason == "signal":
+            raise KeyboardInterrupt from None
+        raise run_error(exc, self._model, self._limit_s if reason == "time limit" else None) from None
 
     def outputs(self) -> dict[str, np.ndarray]:
         if self._binding is not None and not self._last:  # transfers off: copy the device outputs now
@@ -205,7 +232,7 @@ class OrtEngine(Engine):
             sess, self._first_session = self._first_session, None
         else:
             sess = self.backend._session(self._load_path, self.spec, already_optimized=self._optimized)
-        return OrtContext(sess, stream_index, self.backend.device)
+        return OrtContext(sess, stream_index, self.backend.device, Path(self.model_path).name)
 
     def profile_layers(self, feeds: dict[str, np.ndarray], iterations: int = 10) -> list[dict[str, Any]]:
         """Per-node times from ONNX Runtime's profiler, in a session of its own (never the timed one)."""
@@ -214,8 +241,9 @@ class OrtEngine(Engine):
                                          profile_prefix=str(Path(tmp) / "ort"))
             names = {i.name for i in sess.get_inputs()}
             use = {k: v for k, v in feeds.items() if k in names}
+            ro = run_options(self.backend._ort)
             for _ in range(max(1, iterations) + 1):
-                sess.run(None, use)
+                guarded(lambda: sess.run(None, use, ro), ro, Path(self.model_path).name)
             path = sess.end_profiling()
             with open(path) as fh:
                 events = json.load(fh)
@@ -261,6 +289,7 @@ class OnnxRuntimeBackend(Backend):
         import onnxruntime as ort
 
         self._ort = ort
+        ort.set_default_logger_severity(ORT_LOG_SEVERITY)
         available = ort.get_available_providers()
         if device == "auto":
             device = "cuda" if CUDA_EP in available else "cpu"
@@ -303,7 +332,7 @@ class OnnxRuntimeBackend(Backend):
         so = ort.SessionOptions()
         so.intra_op_num_threads = self._threads(spec)
         so.inter_op_num_threads = 1
-        so.log_severity_level = 3
+        so.log_severity_level = ORT_LOG_SEVERITY  # its errors come as exceptions (profiler.backends.ort_guard)
         so.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_DISABLE_ALL if already_optimized
                                        else ort.GraphOptimizationLevel.ORT_ENABLE_ALL)
         if save_optimized:
@@ -318,7 +347,7 @@ class OnnxRuntimeBackend(Backend):
             providers: list[Any] = [(CUDA_EP, opts), CPU_EP]
         else:
             providers = [CPU_EP]
-        return ort.InferenceSession(path, so, providers=providers)
+        return off_main_thread(lambda: ort.InferenceSession(path, so, providers=providers))
 
     def build(self, model_path: str, spec: VariantSpec, cache_dir: str | None = None) -> Engine:
         if not os.path.exists(model_path):
@@ -365,6 +394,32 @@ class OnnxRuntimeBackend(Backend):
         if spec.workspace_bytes is not None:
             info["notes"].append("onnxruntime has no workspace limit; the workspace setting does not apply")
         return OrtEngine(self, model_path, spec, sess, load_path, optimized, info)
+
+
+#: How often (seconds) the main thread looks up from waiting for a session being created.
+SESSION_WAIT_POLL_S = 0.02
+
+
+def off_main_thread(call: Any) -> Any:
+    """``call()`` on a thread of its own, waited for in short joins: creating a session of a large model takes
+    minutes inside ONNX Runtime (179 s for the float16 version of a 30,000-node chain here), during which
+    the main thread could not run Python's Ctrl-C and SIGTERM handlers; waited for so, they stop the sweep
+    at once (the creation is left to end on its daemon thread, its session unused)."""
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # raised again in the caller's thread
+            box["error"] = exc
+
+    th = threading.Thread(target=work, name="trtprof-ort-session", daemon=True)
+    th.start()
+    while th.is_alive():
+        th.join(SESSION_WAIT_POLL_S)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 def _gpu_name() -> str | None:

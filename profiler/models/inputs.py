@@ -44,7 +44,13 @@ def random_samples(info: ModelInfo, shapes: dict[str, tuple[int, ...]], *, seed:
                    count: int = 1) -> list[Sample]:
     """``count`` seeded random samples for the resolved ``shapes``."""
     rng = np.random.default_rng(seed)
-    return [{t.name: random_tensor(rng, shapes[t.name], t.dtype) for t in info.inputs} for _ in range(count)]
+    try:
+        return [{t.name: random_tensor(rng, shapes[t.name], t.dtype) for t in info.inputs} for _ in range(count)]
+    except MemoryError:  # under the declared-size limit, yet more than this machine has free now
+        need = sum(int(np.prod(shapes[t.name], dtype=np.float64)) * np.dtype(t.dtype).itemsize for t in info.inputs)
+        raise InputError(f"{count} random sample(s) of the inputs of {info.path.name} ({format_shape(shapes[info.inputs[0].name])} "
+                         f"...) need {need * count / (1 << 30):.3g} GiB, more memory than this machine has free; give "
+                         "smaller --shape values") from None
 
 
 def _npz_files(source: Path) -> list[Path]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from profiler.backends.base import TensorInfo
 from profiler.errors import InputError
@@ -143,6 +143,70 @@ def check_model_file(p: Path) -> None:
         raise InputError(f"model path {str(p)!r} is {kind}, not an .onnx file; give the model file itself")
 
 
+#: The largest tensor a model may declare (a graph input, output or intermediate with static dimensions, or an
+#: initializer's dimensions), in bytes: 64 GiB, more than any one weight or activation of a model a GPU
+#: serves; a model past it (or past half this machine's memory, where that is less) is refused before
+#: anything is allocated (``profiler.models.shapes.max_tensor_bytes``).
+MAX_DECLARED_TENSOR_BYTES = 64 << 30
+
+
+def max_declared_bytes() -> int:
+    """:data:`MAX_DECLARED_TENSOR_BYTES`, or half this machine's memory where that is less."""
+    from profiler.models.shapes import max_tensor_bytes
+
+    return min(MAX_DECLARED_TENSOR_BYTES, max_tensor_bytes())
+
+
+def _item_bytes(elem_type: int) -> int:
+    import onnx
+
+    try:
+        return max(1, onnx.helper.tensor_dtype_to_np_dtype(elem_type).itemsize)
+    except Exception:
+        return 4
+
+
+def _declared(graph) -> Iterator[tuple[str, str, list[int], int]]:
+    """(what, name, static dims, element type) of every tensor ``graph`` and its subgraphs declare with
+    fixed dimensions: initializers, inputs, outputs, value_info. One pass over the nodes (linear)."""
+    import onnx
+
+    stack = [graph]
+    while stack:
+        g = stack.pop()
+        for init in g.initializer:
+            yield "initializer", init.name, list(init.dims), init.data_type
+        for what, infos in (("input", g.input), ("output", g.output), ("intermediate", g.value_info)):
+            for vi in infos:
+                if vi.type.WhichOneof("value") != "tensor_type" or not vi.type.tensor_type.HasField("shape"):
+                    continue
+                dims = [d.dim_value for d in vi.type.tensor_type.shape.dim if d.WhichOneof("value") == "dim_value"]
+                if len(dims) == len(vi.type.tensor_type.shape.dim):
+                    yield what, vi.name, dims, vi.type.tensor_type.elem_type
+        for node in g.node:
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    stack.append(attr.g)
+                elif attr.type == onnx.AttributeProto.GRAPHS:
+                    stack.extend(attr.graphs)
+                elif attr.type == onnx.AttributeProto.TENSOR:
+                    yield "constant", node.name or node.op_type, list(attr.t.dims), attr.t.data_type
+
+
+def check_declared_sizes(graph, path: Path) -> None:
+    """InputError, before anything is allocated, for a declared tensor larger than :func:`max_declared_bytes`."""
+    limit = max_declared_bytes()
+    for what, name, dims, elem_type in _declared(graph):
+        elements = 1
+        for d in dims:
+            elements *= max(int(d), 0)
+        need = elements * _item_bytes(elem_type)
+        if need > limit:
+            raise InputError(f"{str(path)!r} declares {what} {name!r} of shape {list(dims)}: {need / (1 << 30):.3g} "
+                             f"GiB, more than the {limit / (1 << 30):.3g} GiB a tensor may take "
+                             "(MAX_DECLARED_TENSOR_BYTES, or half this machine's memory)")
+
+
 def load_model_proto(path: str | Path, *, load_external_data: bool = False):
     """Parse an ONNX file or raise InputError naming the file and the reason."""
     import onnx
@@ -195,6 +259,10 @@ def inspect_model(path: str | Path) -> ModelInfo:
     outputs = [_tensor_info(vi)[0] for vi in graph.output if vi.type.WhichOneof("value") == "tensor_type"]
     if not inputs:
         raise InputError(f"{str(p)!r} is not a usable ONNX model: it has no runtime inputs")
+    if not outputs:
+        raise InputError(f"{str(p)!r} is not a usable ONNX model: it declares no tensor outputs, so running it "
+                         "computes nothing to time or check")
+    check_declared_sizes(graph, p)
     opsets = {(o.domain or "ai.onnx"): int(o.version) for o in model.opset_import}
     counter: Counter = Counter()
     node_count = _count_ops(graph, counter)

@@ -145,7 +145,9 @@ class Sweep:
                 setattr(c, attr, str(Path(value).absolute()))
         model_path = Path(c.model) if c.model else default_model_path()
         self.say(f"model {model_path}")
-        info = inspect_model(model_path)
+        with phase(self.say, "  reading and checking the model"):  # a model of 30,000 nodes takes seconds
+            info = inspect_model(model_path)
+        self.say(f"  {info.node_count} node(s), opset {info.opset}, {info.size_bytes / 1e6:.3g} MB")
         self._check_resumed_model(model_path, info.model_hash)
         self._check_output_names(model_path, [t.name for t in info.outputs])
         check_keep_fp32(model_path, info, c.keep_fp32)
@@ -282,6 +284,8 @@ class Sweep:
                 ctx.query()
                 outs.append(ctx.outputs())
             ctx.close()
+        except BuildError as exc:  # the FP32 model itself does not run: every variant would fail the same way
+            raise InputError(str(exc)) from None
         finally:
             engine.close()
         return outs

@@ -12,6 +12,9 @@ option, output, rule threshold or metadata field is fuzzed without a new line he
   every number of a trtexec log replaced by a token that is not one (seeded samples of each product).
 - ``forgery``: line breaks inside data the terminal shows (NVTX and kernel names, GPU names, stored labels, file
   names in errors): no output line may begin with the text that follows the break.
+- ``onnx`` (:mod:`tests.fuzz.onnx_family`): models built with ``onnx.helper`` carrying each kind of defect
+  (huge declared shapes, no outputs, run-time allocations of terabytes, nodes failing at run time under
+  escaped names, never-ending Loops) around a sample of ops and sizes: one sentence, exit 3.
 
 Every sample is drawn with ``random.Random(<the case's own name>)``: the corpus is the same on every run.
 """
@@ -537,6 +540,7 @@ def forgery_cases(per_place: int = 3) -> list[Case]:
 
 def all_family_cases() -> list[Case]:
     from tests.fuzz.columnar import columnar_cases
+    from tests.fuzz.onnx_family import onnx_cases
 
     return (clobber_cases() + write_target_cases() + value_cases() + trtexec_shape_cases() + extreme_cases()
-            + view_cases() + forgery_cases() + columnar_cases())
+            + view_cases() + forgery_cases() + columnar_cases() + onnx_cases())

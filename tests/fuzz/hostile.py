@@ -42,6 +42,7 @@ class Case:
     expect: tuple[int, ...] | None = None  # the exit codes a correct trtprof gives (None: any of 0-3)
     warns: bool = False  # a successful analysis must say what it ignored (a capture warning)
     after: Callable[[Path, str, str], list[str]] | None = None  # (tmp, stdout, stderr) -> what went wrong
+    env: tuple[tuple[str, str], ...] = ()  # environment variables the case runs under (a tiny time limit)
 
     @property
     def id(self) -> str:

@@ -109,9 +109,11 @@ CASES = all_cases(Path("MODEL"))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_hostile_input(case: Case, tmp_path, capsys, tiny_model) -> None:
+def test_hostile_input(case: Case, tmp_path, capsys, tiny_model, monkeypatch) -> None:
     if case.needs is not None and not case.needs.exists():
         pytest.skip(f"fixture not found: {case.needs}")
+    for key, value in case.env:
+        monkeypatch.setenv(key, value)
     args = [tiny_model.as_posix() if a == "MODEL" else a for a in case.build(tmp_path)]
     code, out, err = _run(args, capsys)
     check(case, code, out, err, tmp_path)
