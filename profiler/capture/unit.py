@@ -1,7 +1,8 @@
 """The inference unit of a capture: what one inference is, and what each one cost on the GPU.
 
 The unit is, in this order: the range the user names (``--unit NAME``, a numbered series by its placeholder
-name or any member's), TensorRT's ``ExecutionContext::enqueue*`` / ``execute*`` ranges (NVTX domain "TensorRT")
+name or any member's), the decode steps of an LLM generation (:func:`decode_step_series`; its leading requests
+that cost much more per token are warm-up: :func:`_decode_warmup`), TensorRT's ``ExecutionContext::enqueue*`` / ``execute*`` ranges (NVTX domain "TensorRT")
 unless a repeated range of the application holds several of them per instance (engines chained: that range,
 :func:`enclosing_enqueues`), the user's outermost repeated range that launches a fair share of the GPU work
 (numbered names merged first, :mod:`profiler.capture.numbered`; stage ranges repeated as a whole made frames,
