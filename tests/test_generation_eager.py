@@ -273,6 +273,9 @@ def test_decode_drift_on_the_metrics_capture_blames_the_host():
     path = capture_or_skip(SAMPLE_TRACES / "generate_eager_metrics.sqlite")
     data = _result(path).to_json()
     assert "decode_drift" in data["integrity"]["rules_not_run"]
+    said = {r[0] for r in _sql(path, "SELECT text FROM DIAGNOSTIC_EVENT")}
+    assert "Not all CUDA events might have been collected." in said
+    assert {p["evidence"]["nsys_said"] for p in data["integrity"]["problems"]} <= said
     gen = data["generation"]
     [f] = decode_drift(type("Ctx", (), {"generation": gen})(),
                        Thresholds("decode_drift", get_rule("capture", "decode_drift").defaults))
