@@ -840,6 +840,96 @@ def _contend(torch, stop: threading.Event, size: int, pause_ms: float) -> None:
                 time.sleep(pause_ms / 1000.0)
 
 
+# ----------------------------------------------------------------------------- issue 32: eager generation
+def _transformer(torch, d: int = 1024, heads: int = 16, layers: int = 2, vocab: int = 16384, max_len: int = 640):
+    """A small decoder-only transformer (fp16, pre-norm, ``layers`` blocks of attention over a KV cache and a
+    GELU MLP, greedy head): ``forward(tokens, pos)`` runs ``tokens`` (1-D) at positions ``pos..`` through it,
+    writing their keys and values into the cache, and returns the argmax of the last position's logits."""
+    F = torch.nn.functional
+    g_ = torch.Generator(device=DEV).manual_seed(0)
+    dh = d // heads
+
+    def rnd(*shape):
+        return (torch.randn(*shape, device=DEV, generator=g_) * shape[0] ** -0.5).half()
+
+    emb, head = rnd(vocab, d), rnd(d, vocab)
+    blocks = [{"qkv": rnd(d, 3 * d), "o": rnd(d, d), "fc1": rnd(d, 4 * d), "fc2": rnd(4 * d, d)}
+              for _ in range(layers)]
+    cache = [(torch.zeros(heads, max_len, dh, device=DEV, dtype=torch.half),
+              torch.zeros(heads, max_len, dh, device=DEV, dtype=torch.half)) for _ in range(layers)]
+
+    def forward(tokens, pos: int):
+        t = tokens.shape[0]
+        x = emb[tokens]
+        for b, (kc, vc) in zip(blocks, cache):
+            q, k, v = (F.layer_norm(x, (d,)) @ b["qkv"]).view(t, 3, heads, dh).unbind(1)
+            kc[:, pos:pos + t] = k.transpose(0, 1)
+            vc[:, pos:pos + t] = v.transpose(0, 1)
+            a = F.scaled_dot_product_attention(q.transpose(0, 1)[None], kc[None, :, :pos + t],
+                                               vc[None, :, :pos + t], is_causal=t > 1)
+            x = x + a[0].transpose(0, 1).reshape(t, d) @ b["o"]
+            x = x + F.gelu(F.layer_norm(x, (d,)) @ b["fc1"]) @ b["fc2"]
+        return (F.layer_norm(x[-1:], (d,)) @ head).argmax(-1)
+
+    return forward, vocab
+
+
+def generate_eager(ranges: bool = True, requests: int = 3, prompt: int = 512, steps: int = 64) -> dict[str, Any]:
+    """Eager generation with a KV cache (no CUDA graph): per request a prefill over ``prompt`` tokens, then
+    ``steps`` decode steps of one token each, each reading its token back (``.item()``: D2H + sync), as a
+    Hugging Face ``generate()`` loop without graphs. ``ranges``: NVTX ranges ``prefill`` and ``decode_step``
+    around them; else none. One warm-up request (prefill and 4 steps) first; with ``PATTERNS_PROFILER_RANGE`` set
+    in the environment, the requests are framed by ``cudaProfilerStart``/``Stop`` (``--capture-range=cudaProfilerApi``
+    then captures only them)."""
+    torch = _torch()
+    forward, vocab = _transformer(torch)
+    mark = _push if ranges else (lambda name: None)
+    unmark = _pop if ranges else (lambda: None)
+    prompt_tokens = torch.randint(0, vocab, (prompt,), device=DEV, generator=torch.Generator(device=DEV).manual_seed(1))
+    generated = []
+    with torch.no_grad():
+        tok = forward(prompt_tokens, 0)
+        for k in range(4):
+            tok = forward(tok, prompt + k)
+        torch.cuda.synchronize()
+        framed = bool(os.environ.get("PATTERNS_PROFILER_RANGE"))
+        if framed:
+            torch.cuda.profiler.start()
+        for _ in range(requests):
+            time.sleep(0.005)  # the next request arrives
+            mark("prefill")
+            tok = forward(prompt_tokens, 0)
+            unmark()
+            for k in range(steps):
+                mark("decode_step")
+                tok = forward(tok, prompt + k)
+                generated.append(int(tok.item()))
+                unmark()
+    torch.cuda.synchronize()
+    if framed:
+        torch.cuda.profiler.stop()
+    return {"ranges": {"prefill": requests, "decode_step": requests * steps} if ranges else {},
+            "requests": requests, "prompt_tokens": prompt, "decode_steps_per_request": steps,
+            "warmup": "one request of a prefill and 4 steps before, outside any range",
+            "model": {"d": 1024, "heads": 16, "layers": 2, "vocab": vocab, "dtype": "fp16", "kv_cache": True},
+            "per_step": "eager forward of one token (about 30 kernels), argmax, .item() (D2H + sync)"}
+
+
+def classify_eager(iterations: int = 64, batch: int = 64) -> dict[str, Any]:
+    """The healthy twin of ``generate_eager(ranges=False)``: the same model's forward over a fixed batch of
+    ``batch`` tokens, ``iterations`` times, each read back (``.item()``), no NVTX: a repeated inference loop
+    (the same kernel sequence every iteration) with no prefill and no decode."""
+    torch = _torch()
+    forward, vocab = _transformer(torch)
+    x = torch.randint(0, vocab, (batch,), device=DEV, generator=torch.Generator(device=DEV).manual_seed(1))
+    out = []
+    with torch.no_grad():
+        for _ in range(iterations):
+            out.append(int(forward(x, 0).item()))
+    torch.cuda.synchronize()
+    return {"ranges": {}, "iterations": iterations, "batch_tokens": batch}
+
+
 # ----------------------------------------------------------------------------- issue 32: precision
 def conv_precision(half: bool, iterations: int = 40) -> dict[str, Any]:
     """The same small CNN (six 3x3 convs, 64-128 channels at 56x56, batch 32) per inference (range ``infer``),
@@ -937,6 +1027,10 @@ WORKLOADS: dict[str, Callable[[], dict[str, Any]]] = {
     "generate_graph": lambda: generate(),
     "generate_drift": lambda: generate(requests=1, drift_at=50),
     "generate_drift_mild": lambda: generate(requests=1, drift_at=50, contend_size=4096, contend_pause_ms=0.3),
+    "generate_eager": lambda: generate_eager(True),
+    "generate_eager_bare": lambda: generate_eager(False),
+    "generate_eager_one": lambda: generate_eager(True, requests=1),
+    "classify_eager": classify_eager,
     "fp32_conv": lambda: conv_precision(False),
     "fp16_conv": lambda: conv_precision(True),
     "sleeps": lambda: sleeps(False),

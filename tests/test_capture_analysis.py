@@ -347,6 +347,12 @@ def test_every_real_capture_analyses_and_matches_sql(path: Path):
                                 "WHERE s.value LIKE 'cudaGraphLaunch%'")
             assert data["inference"]["count"] == n  # the steady state's: all but warm-up, which may be setup
             assert len(made) == 1 and n - data["inference"]["warmup_count"] <= made[0]["count"] <= n
+    elif data["generation"]:  # no NVTX: a range per decode step and per request's prefill (capture/generation.py)
+        gen = data["generation"]
+        by = {r["name"]: r for r in data["ranges"]}
+        assert sorted(by) == ["decode step", "prefill"] and all(r["domain"] == "generation" for r in by.values())
+        assert by["prefill"]["count"] == gen["requests"]
+        assert by["decode step"]["count"] == gen["decode_steps"] - data["phases"]["prefill"]["steps_inside"]
     else:
         assert [r["name"] for r in data["ranges"]] in ([S.WINDOW_NAME], [])
     # kernel time per name: SUM(end - start) and COUNT(*)

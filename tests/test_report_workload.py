@@ -75,9 +75,12 @@ def test_mamba_generation_section_shows_the_json_numbers():
     text = next(b["text"] for b in sec["blocks"] if b["type"] == "note" and "Step time" in b["text"])
     assert f"from step {drift['start_step']} of {replays}" in text
     assert f"({drift['baseline_ms']:.4g} -> {drift['peak_ms']:.4g} ms" in text
-    # one context, one launching thread, no inference unit: no contexts section, no throughput table
+    # one context, one launching thread: no contexts section; the decode steps are the inference, so a
+    # throughput table counts them (those launched once the GPU decodes, the steady ones)
     assert _section(page, "contexts") is None
-    assert not any(b.get("text") == "Throughput" for b in _section(page, "inference")["blocks"])
+    assert data["inference"]["series"] == "generation:decode step"
+    assert any(b.get("text") == "Throughput" for b in _section(page, "inference")["blocks"])
+    assert data["inference"]["throughput"]["inferences"] == data["inference"]["steady_count"]
 
 
 def test_realcugan_contexts_threads_and_throughput_show_the_json_numbers():

@@ -39,9 +39,15 @@ statistics, GPU busy projection, idle gaps, then the capture rules with each fin
                      lock_wait_overlap_ms, thread_gpu_overlap_ms, lock_wait_calls}   # judged period
                      (profiler.capture.concurrency),
      "generation": {graph, requests, prefill_ms, per_request: [{prefill_start_ms, prefill_ms, decode_steps,
-                    decode_ms, first_step}], decode_steps, ms_per_token, step_gpu_ms, tokens_per_s,
-                    drift: {baseline_ms, peak_ms, last_ms, peak_over_baseline, start_step, slope_ms_per_100_steps, ...},
-                    clocks: {recorded, note}} or null: an LLM decode loop (profiler.capture.generation),
+                    decode_ms, first_step, warmup}], decode_steps, ms_per_token, step_gpu_ms, tokens_per_s,
+                    steps_from ("graph replays", "NVTX range NAME", "a repeated group of N kernels"),
+                    warmup_requests (when some are),
+                    drift: {baseline_ms, peak_ms, last_ms, peak_over_baseline, start_step (among the steps
+                    after the warm-up requests), slope_ms_per_100_steps, ..., cause_seen, cause},
+                    clocks: {recorded, note, baseline/slow/decode: {samples, clock_mhz, clock_min_mhz,
+                    gr_active_pct}, verdict}} or null: an LLM decode loop (profiler.capture.generation,
+                    profiler.capture.clocks); its decode steps are then the inference unit and
+                    phases.prefill {requests, wall_ms, steps_inside, gpu_busy_ms, in_steady_state} its prefills,
      "layers": [{name, parent, count, gpu_ms (per inference), share, kernels: [{name, count, total_ms,
                  tensor_cores}], tensor_cores, engine (with --layer-info)}],   # most GPU time first
      "layer_total": {layers_gpu_ms, inference_gpu_ms (means per inference), difference_ms, note,
@@ -201,7 +207,7 @@ def _analyze(trace: Any, options: AnalysisOptions | None) -> AnalysisResult:
     # the pieces that only read the tables on threads was measured on the 2xH200 host: 1.04x the time and
     # 1.14x the peak memory of this sequential order, so they run in turn.)
     judged_lo = ph.first_event_ns if options.include_setup else ph.steady_start_ns
-    gen = generation.find(trace, int(start_ns), unit.source)
+    gen = generation.find(trace, int(start_ns), detected=full.generation) if full.generation is not None else None
     conc = concurrency.measure(trace, judged_lo, ph.steady_end_ns, unit, full, (ph.steady_start_ns, ph.steady_end_ns))
     whole = {"inference": {**U.unit_json(unit), "copies_outside_per_inference":
                            U.copies_outside(full, unit, ph.steady_start_ns, ph.steady_end_ns),
@@ -209,7 +215,8 @@ def _analyze(trace: Any, options: AnalysisOptions | None) -> AnalysisResult:
                            "throughput": conc.throughput},
              "concurrency": concurrency.concurrency_json(conc),
              "generation": gen,
-             "phases": phases.phases_json(ph, full.activity),
+             "phases": {**phases.phases_json(ph, full.activity), **(
+                 {"prefill": generation.prefill_phase(full.generation, ph.steady_start_ns)} if gen else {})},
              **layer_table.layer_table(full, unit, knames, meta.get("gpus"))}
     trimmed = not options.include_setup and _trims(full, ph)
     table = full.subset(ph.steady_start_ns, ph.steady_end_ns, consume=True) if trimmed else full

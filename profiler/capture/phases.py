@@ -82,8 +82,10 @@ def split(table: S.SeriesTable, unit: Unit, capture_start_ns: int) -> Phases:
         # from the first steady inference (for user ranges, or the first instance of another repeated
         # top-level range: a capture comparing two loops keeps both) to the end of the GPU work launched
         # by the end of the last one
-        others = _other_repeated(table, unit) if unit.source == "nvtx" else []
+        others = _other_repeated(table, unit) if unit.source == "nvtx" and not unit.decode else []
         start = min([int(unit.start_ns[unit.warmup])] + [lo for lo, _ in others])
+        if unit.decode:  # the prefill of the first steady request is steady state too
+            start = min(start, _prefill_before(table, unit))
         last = int(max([(unit.start_ns + unit.host_ns)[unit.warmup:].max()] + [hi for _, hi in others]))
         end = max(int(unit.gpu_end_ns[unit.warmup:].max()), last,
                   _end_of_work_launched_by(act, max(last, _unit_loop_end(unit))))
@@ -169,6 +171,21 @@ def _earliest(start_ns: np.ndarray, k: int) -> np.ndarray:
         cand.append(sl.start + np.flatnonzero(block <= kth))
     rows = np.concatenate(cand)
     return rows[np.lexsort((rows, start_ns[rows]))][:k]
+
+
+def _prefill_before(table: S.SeriesTable, unit: Unit) -> int:
+    """The first launch of the prefill just before the unit's first steady decode step (no other step between
+    them); that step's start when there is none."""
+    from profiler.capture.generation import prefill_windows
+
+    lo = int(unit.start_ns[unit.warmup])
+    det = getattr(table, "generation", None)
+    wins = [w for w in (prefill_windows(det) if det is not None else []) if w[1] <= lo]
+    if not wins:
+        return lo
+    a, b = wins[-1]
+    between = np.searchsorted(unit.start_ns, lo, "left") - np.searchsorted(unit.start_ns, b, "left")
+    return a if between <= 0 else lo
 
 
 def _unit_loop_end(unit: Unit) -> int:

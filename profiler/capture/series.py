@@ -171,6 +171,8 @@ class SeriesTable:
     notes: list[str] = field(default_factory=list)
     made_from: dict[str, str] = field(default_factory=dict)
     """Series made here, not NVTX ranges of the capture (frames of stage ranges): label -> what they are."""
+    generation: Any = None
+    """The LLM decode loop found (:class:`profiler.capture.generation.Detected`), or None."""
 
     def rows_of(self, series_id: int) -> slice:
         """Row positions of a series' instances (they are contiguous, in start order)."""
@@ -257,7 +259,8 @@ class SeriesTable:
         inst = inst.reset_index(drop=True)
         out = SeriesTable(series=series, instances=inst, activity=act[0], api=api[0], osrt=osrt[0],
                           act_sorted=sorted_["act"], api_sorted=sorted_["api"], osrt_sorted=sorted_["osrt"],
-                          window=self.window, notes=list(self.notes), made_from=dict(self.made_from))
+                          window=self.window, notes=list(self.notes), made_from=dict(self.made_from),
+                          generation=self.generation)
         if self.window and len(inst):
             _remeasure_window(out)
         inst["outlier"] = mark_outliers(inst)
@@ -380,6 +383,9 @@ def build_series(trace: Any) -> SeriesTable:
 
     ranges = graph_replays(extract_ranges(trace), api, trace)  # TensorRT inferences replayed as CUDA graphs
     ranges = stage_frames(ranges)  # stage ranges repeated as a whole, no range around them
+    from profiler.capture.generation import decode_ranges
+
+    ranges, gen = decode_ranges(ranges, trace, ranges.domains)  # LLM decode steps, prefills: ranges of their own
     notes: list[str] = []
     if ranges.never_closed:
         notes.append(f"{ranges.never_closed} NVTX range(s) were never closed (no end): left out of the range series")
@@ -474,7 +480,7 @@ def build_series(trace: Any) -> SeriesTable:
     inst["outlier"] = mark_outliers(inst)
     return SeriesTable(series=series, instances=inst, activity=act, api=api, osrt=osrt,
                        act_sorted=act_sorted, api_sorted=api_sorted, osrt_sorted=osrt_sorted,
-                       window=window, notes=notes, made_from=dict(ranges.made_from))
+                       window=window, notes=notes, made_from=dict(ranges.made_from), generation=gen)
 
 
 def _attribution_threads(api_tid: np.ndarray, range_tid: np.ndarray, window: bool) -> tuple[np.ndarray, str]:

@@ -1,7 +1,8 @@
 """The inference unit of a capture: what one inference is, and what each one cost on the GPU.
 
 The unit is, in this order: the range the user names (``--unit NAME``, a numbered series by its placeholder
-name or any member's), TensorRT's ``ExecutionContext::enqueue*`` / ``execute*`` ranges (NVTX domain "TensorRT")
+name or any member's), the decode steps of an LLM generation (:func:`decode_step_series`; its leading requests
+that cost much more per token are warm-up: :func:`_decode_warmup`), TensorRT's ``ExecutionContext::enqueue*`` / ``execute*`` ranges (NVTX domain "TensorRT")
 unless a repeated range of the application holds several of them per instance (engines chained: that range,
 :func:`enclosing_enqueues`), the user's outermost repeated range that launches a fair share of the GPU work
 (numbered names merged first, :mod:`profiler.capture.numbered`; stage ranges repeated as a whole made frames,
@@ -97,6 +98,7 @@ class Unit:
     alternating: tuple[int, ...] = ()  # series of the ranges that alternate with it (:func:`alternating_series`)
     alternating_labels: tuple[str, ...] = ()  # their labels
     chosen: str = ""  # why this unit was chosen, in words
+    decode: bool = False  # the decode steps of an LLM generation (:func:`decode_step_series`)
 
     @property
     def count(self) -> int:
@@ -142,6 +144,9 @@ def choose(table: S.SeriesTable, unit_name: str | None = None) -> tuple[int | No
             raise UsageError(f"--unit {unit_name!r} names no NVTX range of this capture; ranges: {shown}")
         best = max(hits, key=lambda i: (count[i], wall[i]))
         return best, "tensorrt" if _is_trt(series, best) else "nvtx", "named by --unit"
+    step = decode_step_series(table)
+    if step is not None:
+        return step, "nvtx", DECODE_CHOSEN
     trt = [i for i in range(len(series)) if _is_trt(series, i)]
     if trt:
         best = max(trt, key=lambda i: (count[i], wall[i]))
@@ -176,6 +181,36 @@ def choose(table: S.SeriesTable, unit_name: str | None = None) -> tuple[int | No
     if outer:
         return outer[0], "nvtx", why
     return None, "window", ""
+
+
+DECODE_CHOSEN = ("each a decode step of an LLM generation (one token; profiler.capture.generation): the prefill "
+                 "of each request is a phase of its own, not an inference")
+
+
+def decode_step_series(table: S.SeriesTable) -> int | None:
+    """The series of the decode steps of the generation the table holds (``SeriesTable.generation``): the ranges
+    made for them, or the application's NVTX range they were read from; None without one."""
+    det = getattr(table, "generation", None)
+    if det is None or table.series.empty:
+        return None
+    from profiler.capture.generation import DECODE_STEP, GENERATION_DOMAIN
+
+    series = table.series
+    if det.steps.kind == "nvtx":
+        name = S.normalize_range_name(str(det.steps.range_name))
+        hits = [i for i in range(len(series)) if str(series["name"].iat[i]) == name]
+    else:
+        hits = [i for i in range(len(series)) if series["domain"].iat[i] == GENERATION_DOMAIN
+                and series["name"].iat[i] == DECODE_STEP]
+    return max(hits, key=lambda i: int(series["count"].iat[i])) if hits else None
+
+
+def _decode_warmup(table: S.SeriesTable, start_ns: np.ndarray) -> int:
+    """The decode steps of the generation's warm-up requests
+    (:data:`profiler.capture.generation.WARMUP_REQUEST_RATIO`): those that start before the first steady
+    request's first step."""
+    first = table.generation.first_steady_launch()
+    return 0 if first is None else int(np.searchsorted(start_ns, first, "left"))
 
 
 ENCLOSING_MIN_SHARE = 0.9
@@ -400,13 +435,16 @@ def build_unit(table: S.SeriesTable, unit_name: str | None = None) -> Unit:
     gpu = inst["gpu_busy_ns"].to_numpy()
     inside, others = _wrapped(table, sid, rows, source)
     alt = alternating_series(table, sid, source)
+    warm = warmup_count(host, latency, first_is_warmup=source == "tensorrt")
+    if chosen == DECODE_CHOSEN:
+        warm = max(warm, _decode_warmup(table, inst["start_ns"].to_numpy()))
     return Unit(source=source, series_id=sid, label=label, rows=rows, start_ns=inst["start_ns"].to_numpy(),
                 host_ns=host, gpu_ns=gpu, latency_ns=latency, queue_ns=queue, gpu_end_ns=last,
-                graph_launches=graphs, warmup=warmup_count(host, latency, first_is_warmup=source == "tensorrt"),
+                graph_launches=graphs, warmup=warm,
                 why=window_reason(table) if source == "window" else "", inside=inside, others=others,
                 alternating=alt, alternating_labels=tuple(
                     label_of(table.series["domain"].iat[j], table.series["name"].iat[j]) for j in alt),
-                chosen=_chosen(table, sid, rows, chosen, inside))
+                chosen=_chosen(table, sid, rows, chosen, inside), decode=chosen == DECODE_CHOSEN)
 
 
 def alternating_series(table: S.SeriesTable, sid: int, source: str) -> tuple[int, ...]:
@@ -450,6 +488,8 @@ def _chosen(table: S.SeriesTable, sid: int, rows: np.ndarray, why: str, inside: 
         why = f"iterations of a loop inside the one-off range {inside}"
     label = label_of(table.series["domain"].iat[sid], table.series["name"].iat[sid])
     made = table.made_from.get(label)
+    if made and why == DECODE_CHOSEN:
+        return f"{made}; {why}"
     if made:
         return f"{made}: each repetition is one frame, its stages the layers; {why}"
     numbers = table.instances["name_index"].to_numpy()[rows] if "name_index" in table.instances else np.zeros(0)

@@ -18,9 +18,11 @@ def generation_section(doc: AnalysisDocument) -> Section | None:
     gen = doc.get("generation")
     if not isinstance(gen, dict):
         return None
+    steps = gen.get("steps_from") or "graph replays"
     sec = Section("generation", "Generation (LLM decode)",
-                  "A prefill followed by many repeated decode steps (one CUDA graph replay per generated token). "
-                  "Time per token is the wall time from one decode step's start to the next one's.")
+                  f"A prefill followed by many repeated decode steps, one per generated token (read from {steps}). "
+                  "Time per token is the wall time from one decode step's start to the next one's. The decode "
+                  "steps are the inference the other findings judge; each request's prefill is a phase of its own.")
     sec.add(kv(generation_rows(gen)))
     sec.add(*_per_token(gen), *_drift(gen), *_requests(gen))
     clocks = gen.get("clocks") if isinstance(gen.get("clocks"), dict) else {}
@@ -58,6 +60,11 @@ def drift_text(gen: dict) -> str:
         text += f": {d['pattern']}"
     if d.get("slow_steps") is not None:
         text += f", {d['slow_steps']} slow steps costing {d.get('excess_ms', 0):.4g} ms"
+    if d.get("cause_seen"):
+        text += f"; {d['cause_seen']}"
+    clocks = gen.get("clocks") if isinstance(gen.get("clocks"), dict) else {}
+    if clocks.get("verdict"):
+        text += f"; {clocks['verdict']}"
     return text + "."
 
 
@@ -72,10 +79,10 @@ def _requests(gen: dict) -> list[dict]:
     if not reqs:
         return []
     rows = [[i + 1, r.get("prefill_start_ms"), r.get("prefill_ms"), r.get("decode_steps"), r.get("decode_ms"),
-             r.get("first_step")] for i, r in enumerate(reqs)]
+             r.get("first_step"), "warm-up" if r.get("warmup") else ""] for i, r in enumerate(reqs)]
     return [{"type": "heading", "text": "Requests"},
-            table(["request", "prefill start ms", "prefill ms", "decode steps", "decode ms", "first step"], rows,
-                  numeric=[True] * 6, limit=MAX_REQUESTS)]
+            table(["request", "prefill start ms", "prefill ms", "decode steps", "decode ms", "first step", ""], rows,
+                  numeric=[True] * 6 + [False], limit=MAX_REQUESTS)]
 
 
 __all__ = ["drift_text", "generation_rows", "generation_section"]

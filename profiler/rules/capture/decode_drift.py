@@ -4,7 +4,9 @@ The decode steps of a generation (:mod:`profiler.capture.generation`) are the in
 token, the same graph every time, so its time should be flat. When the rolling median of the step time rises
 above the first steps' by ``min_change_share``, the finding gives where it starts (the step index), how far it
 goes, whether it is sustained (clocks falling: heat, power) or intermittent (other work on the GPU: another
-process, a co-located job), and what the slow steps cost beyond the baseline.
+process, a co-located job), what the capture shows of the cause (other GPU work during the slow steps; for eager
+steps, the same GPU work with longer host gaps; the GPU clock when nsys sampled it:
+:mod:`profiler.capture.clocks`), and what the slow steps cost beyond the baseline.
 """
 
 from __future__ import annotations
@@ -26,6 +28,10 @@ ADVICE = {
                      "process or job, a data loader, the display). Check nvidia-smi for other processes, pin the "
                      "service to its own GPU (or MIG slice), and capture with --gpu-metrics-devices=all to rule "
                      "clocks out."),
+    "host": ("The slow steps run the same GPU work with longer gaps between their kernels: the host is what slowed "
+             "(module loading or a library building plans for each new sequence length, as cuDNN's attention does "
+             "on a first request; Python work; a busy CPU). Warm up over the sequence lengths served, load modules "
+             "eagerly (CUDA_MODULE_LOADING=EAGER), and replay the decode step as a CUDA graph."),
     "sustained": ("The steps stay slow: the GPU clock most likely fell (heat or the power limit). Record clocks "
                   "(nsys profile --gpu-metrics-devices=all; nvidia-smi -q -d PERFORMANCE shows throttle reasons), "
                   "check cooling and power limits, and lock clocks (nvidia-smi -lgc) when benchmarking."),
@@ -46,12 +52,15 @@ def decode_drift(ctx: CaptureContext, t: Thresholds) -> list[Finding]:
     if d["slow_steps"] < t["min_slow_steps"]:
         return []
     pattern = d["pattern"] or "sustained"
-    advice = ADVICE["contention" if d.get("cause_seen") else pattern]
+    clocks = gen["clocks"]
+    advice = ADVICE["host" if d.get("cause") == "host" else "contention" if d.get("cause_seen")
+                    else "sustained" if clocks.get("verdict") == "clocks dropped" else pattern]
     return [Finding(
         rule="decode_drift", severity="medium",
         title=(f"Decode steps slow down from {base:.1f} ms to {peak:.1f} ms (rolling median of "
                f"{d['window_steps']} steps) from step {d['start_step']} of {gen['decode_steps']}: {pattern}, "
-               f"{d['slow_steps']} slow steps" + (f"; {d['cause_seen']}" if d.get("cause_seen") else "")),
+               f"{d['slow_steps']} slow steps" + (f"; {d['cause_seen']}" if d.get("cause_seen") else "")
+               + (f"; {clocks['verdict']}" if clocks.get("verdict") else "")),
         evidence={**d, "decode_steps": gen["decode_steps"], "requests": gen["requests"],
                   "ms_per_token_median": gen["ms_per_token"]["median"], "clocks": gen["clocks"]},
         threshold=t.pick("min_change_share", "min_slow_steps"),
