@@ -19,7 +19,9 @@ DEFAULT_OUT = "trtprof-analyze"
 
 
 def _scheduler_option(what: str) -> Callable:
-    return click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
+    from profiler.distributed.connect import check_option
+
+    return click.option("--scheduler", default=None, metavar="tcp://HOST:PORT", callback=check_option,
                         help=f"Send {what} to this Dask distributed scheduler (pip install 'trtprof[dask]').")
 
 
