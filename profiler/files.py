@@ -19,6 +19,33 @@ def os_reason(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
 
 
+def path_kind(mode: int) -> str:
+    """What a non-regular path is, in words ('a directory', 'a named pipe (FIFO)', 'a device', 'a socket')."""
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a socket" if stat.S_ISSOCK(mode) else "not a regular file"
+
+
+def check_input_file(path: str | Path, what: str, expected: str) -> None:
+    """One rule for every file a command reads: a path that is missing, or is a directory, a FIFO, a device or a
+    socket where a regular file is needed, is bad input (:class:`InputError`, exit 3), said in one sentence
+    (``{what} {path} is a directory, not {expected}``). Checked before the file is opened, since opening a
+    FIFO blocks until some other process writes to it. (An output path of the wrong kind is a usage error
+    instead: see ``profiler.cli.outputs``.)"""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise InputError(f"{what} {path} does not exist (give {expected})") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {what} {path}: {os_reason(exc)}") from None
+    if not stat.S_ISREG(mode):
+        raise InputError(f"{what} {path} is {path_kind(mode)}, not {expected}")
+
+
 def atomic_write_bytes(path: Path, data: bytes, option: str) -> None:
     """``data`` into ``path``, naming ``option`` (``--out``) in the one-sentence error (exit 3). A regular
     file (or a new path) is written through a temporary sibling and ``os.replace``, so a full disk or a kill

@@ -1,4 +1,5 @@
-"""Shared by the capture tests: synthetic frame builders (times in ns) and each real capture analysed once.
+"""Shared by the capture tests: synthetic frame builders (times in ns), each real capture analysed once, and
+read-only SQL on a capture to check an analysis against.
 
 Test modules import these from here, never from one another.
 """
@@ -15,6 +16,17 @@ from profiler.capture.analyze import AnalysisOptions, analyze_path
 from profiler.capture.trace import Trace
 
 _CACHE: dict[Path, object] = {}
+
+
+def sql_rows(path: Path, query: str) -> list[tuple]:
+    """The rows of ``query`` on a capture, opened read-only (what SQL says, to check an analysis against)."""
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return con.execute(query).fetchall()
+    finally:
+        con.close()
 
 
 def result_of(path: Path):

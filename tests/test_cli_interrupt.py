@@ -54,12 +54,42 @@ def _signal_in_second_variant(proc: subprocess.Popen, sig: int, while_stopped=No
     return "".join(seen)
 
 
-def test_ctrl_c_keeps_finished_variants_and_resume_completes_the_run(tmp_path):
+def _start_sweep(tmp_path: Path) -> tuple[Path, Path, subprocess.Popen]:
+    """(its store, its --out, the process) of a four-variant sweep started in ``tmp_path``."""
     db, out = tmp_path / "trtprof.db", tmp_path / "out"
     args = ["sweep", "--precision", "fp32,fp16", "--streams", "1,2", "--duration", "2", "--warmup", "0",
             "--no-layers", "--db", str(db), "--out", str(out), "--cache-dir", str(tmp_path / "cache")]
     proc = subprocess.Popen(CLI + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
                             preexec_fn=_default_signals)
+    return db, out, proc
+
+
+def _check_partial_summary(out: Path, stored: list[tuple[str, int]]) -> None:
+    """The interrupted sweep's summary.json: marked interrupted, holding exactly the stored variants."""
+    partial = json.loads((out / "summary.json").read_text())
+    assert partial["run"]["status"] == "interrupted"
+    assert [v["key"] for v in partial["variants"]] == [k for k, _ in stored]
+
+
+def _check_resume_completes(db: Path, out: Path, stored: list[tuple[str, int]], cwd: Path) -> None:
+    """``--resume 1`` after an interruption that left ``stored``: exit 0, every variant once (nothing measured
+    twice), the stored measurements untouched, the run and its summary complete."""
+    done = subprocess.run(CLI + ["sweep", "--resume", "1", "--db", str(db), "--out", str(out)],
+                          capture_output=True, text=True, cwd=cwd, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert f"{len(stored)} variant(s) already stored" in done.stderr
+    with sqlite3.connect(db) as c:
+        assert c.execute("SELECT status FROM runs").fetchall() == [("ok",)]
+    final = _stored(db)
+    assert sorted(k for k, _ in final) == sorted(KEYS)  # every variant once: nothing measured twice
+    assert final[: len(stored)] == stored  # the interrupted run's measurements are untouched
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["run"]["status"] == "ok" and [v["key"] for v in summary["variants"]] == KEYS
+    assert all(v["status"] == "ok" for v in summary["variants"])
+
+
+def test_ctrl_c_keeps_finished_variants_and_resume_completes_the_run(tmp_path):
+    db, out, proc = _start_sweep(tmp_path)
     first: list[tuple[str, int]] = []
     seen = _signal_in_second_variant(proc, signal.SIGINT, lambda: first.extend(_stored(db)))
     time.sleep(0.2)
@@ -79,32 +109,14 @@ def test_ctrl_c_keeps_finished_variants_and_resume_completes_the_run(tmp_path):
     stored = _stored(db)
     assert 1 <= len(stored) < len(KEYS) and stored[: len(first)] == first
     assert [k for k, _ in stored] == KEYS[: len(stored)] and all(n >= 10 for _, n in stored)
-    partial = json.loads((out / "summary.json").read_text())
-    assert partial["run"]["status"] == "interrupted"
-    assert [v["key"] for v in partial["variants"]] == [k for k, _ in stored]
-
-    done = subprocess.run(CLI + ["sweep", "--resume", "1", "--db", str(db), "--out", str(out)],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert f"{len(stored)} variant(s) already stored" in done.stderr
-    with sqlite3.connect(db) as c:
-        assert c.execute("SELECT status FROM runs").fetchall() == [("ok",)]
-    final = _stored(db)
-    assert sorted(k for k, _ in final) == sorted(KEYS)  # every variant once: nothing measured twice
-    assert final[: len(stored)] == stored  # the interrupted run's measurements are untouched
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["run"]["status"] == "ok" and [v["key"] for v in summary["variants"]] == KEYS
-    assert all(v["status"] == "ok" for v in summary["variants"])
+    _check_partial_summary(out, stored)
+    _check_resume_completes(db, out, stored, tmp_path)
 
 
 def test_sigterm_is_handled_like_ctrl_c_so_resume_works_at_once(tmp_path):
     """What `timeout`, `docker stop`, Slurm and Kubernetes send: the run is marked interrupted, its lease
     released (no 120 s wait before --resume), the partial summary written, exit 143."""
-    db, out = tmp_path / "trtprof.db", tmp_path / "out"
-    args = ["sweep", "--precision", "fp32,fp16", "--streams", "1,2", "--duration", "2", "--warmup", "0",
-            "--no-layers", "--db", str(db), "--out", str(out), "--cache-dir", str(tmp_path / "cache")]
-    proc = subprocess.Popen(CLI + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-                            preexec_fn=_default_signals)
+    db, out, proc = _start_sweep(tmp_path)
     seen = _signal_in_second_variant(proc, signal.SIGTERM)
     stdout, rest = proc.communicate(timeout=60)
     stderr = seen + rest
@@ -115,10 +127,5 @@ def test_sigterm_is_handled_like_ctrl_c_so_resume_works_at_once(tmp_path):
     with sqlite3.connect(db) as c:
         assert c.execute("SELECT status, lease_owner FROM runs").fetchall() == [("interrupted", None)]
     stored = _stored(db)
-    partial = json.loads((out / "summary.json").read_text())
-    assert partial["run"]["status"] == "interrupted"
-    assert [v["key"] for v in partial["variants"]] == [k for k, _ in stored]
-    done = subprocess.run(CLI + ["sweep", "--resume", "1", "--db", str(db), "--out", str(out)],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert sorted(k for k, _ in _stored(db)) == sorted(KEYS)
+    _check_partial_summary(out, stored)
+    _check_resume_completes(db, out, stored, tmp_path)

@@ -4,25 +4,16 @@ export, synthetic edge cases, and healthy captures that must stay silent."""
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
 
-from tests.capture_builders import capture_or_skip, result_of, two_threads
+from tests.capture_builders import capture_or_skip, result_of, sql_rows, two_threads
 from tests.conftest import SAMPLE_TRACES, SHARED
 
 REAL = SHARED / "fixtures" / "nsys-real"
 REALCUGAN = REAL / "realcugan_trt_2threads_2080ti.sqlite"
 RULES = ("time_slicing", "serialised_threads")
-
-
-def _sql(path: Path, query: str) -> list[tuple]:
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return con.execute(query).fetchall()
-    finally:
-        con.close()
 
 
 @pytest.fixture(scope="module")
@@ -33,11 +24,11 @@ def realcugan():
 def test_two_contexts_never_overlap_and_time_slice(realcugan):
     data = realcugan.to_json()
     # SQL: kernels of context 1 and context 2 overlapping in time (none), and each context's launching thread
-    pairs = _sql(REALCUGAN, "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL a JOIN CUPTI_ACTIVITY_KIND_KERNEL b "
+    pairs = sql_rows(REALCUGAN, "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL a JOIN CUPTI_ACTIVITY_KIND_KERNEL b "
                             "ON a.contextId = 1 AND b.contextId = 2 AND a.start < b.end AND b.start < a.end")
     assert pairs == [(0,)]
     launchers: dict[int, set[int]] = {}
-    for c, tid in _sql(REALCUGAN, "SELECT k.contextId, r.globalTid FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+    for c, tid in sql_rows(REALCUGAN, "SELECT k.contextId, r.globalTid FROM CUPTI_ACTIVITY_KIND_KERNEL k "
                                   "JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId "
                                   "GROUP BY k.contextId, r.globalTid HAVING COUNT(*) >= 10"):
         launchers.setdefault(c, set()).add(tid)
@@ -50,7 +41,7 @@ def test_two_contexts_never_overlap_and_time_slice(realcugan):
     assert [c["context"] for c in f.evidence["contexts"]] == [1, 2] and f.evidence["overlap_ms"] == 0.0
     assert "2080 Ti" in f.title and "MPS" in f.recommendation and "primary context" in f.recommendation
     # each context's kernel time (the union of its kernels: one stream each does nearly all of it)
-    busy = dict(_sql(REALCUGAN, "SELECT contextId, SUM(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY 1"))
+    busy = dict(sql_rows(REALCUGAN, "SELECT contextId, SUM(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY 1"))
     for c in f.evidence["contexts"]:
         assert c["busy_ms"] == pytest.approx(busy[c["context"]] / 1e6, rel=0.02)
 
@@ -59,9 +50,9 @@ def test_the_threads_hand_a_semaphore_back_and_forth(realcugan):
     from profiler.capture.concurrency import LOCK_WAIT_CALLS
 
     calls = ", ".join(f"'{c}'" for c in LOCK_WAIT_CALLS)
-    waits = dict(_sql(REALCUGAN, "SELECT o.globalTid, SUM(o.end - o.start) FROM OSRT_API o JOIN StringIds s "
+    waits = dict(sql_rows(REALCUGAN, "SELECT o.globalTid, SUM(o.end - o.start) FROM OSRT_API o JOIN StringIds s "
                                  f"ON s.id = o.nameId WHERE s.value IN ({calls}) GROUP BY 1 HAVING COUNT(*) > 50"))
-    both = _sql(REALCUGAN, "WITH w AS (SELECT o.start s, o.end e, o.globalTid t FROM OSRT_API o JOIN StringIds n "
+    both = sql_rows(REALCUGAN, "WITH w AS (SELECT o.start s, o.end e, o.globalTid t FROM OSRT_API o JOIN StringIds n "
                            "ON n.id = o.nameId WHERE n.value = 'sem_wait') SELECT COUNT(*) FROM w a JOIN w b "
                            "ON a.t < b.t AND a.s < b.e AND b.s < a.e")
     assert len(waits) == 2 and both == [(0,)]
@@ -84,7 +75,7 @@ def test_throughput_overall_per_thread_and_per_stream(realcugan):
     steady = data["phases"]["steady"]
     start_ns = data["capture"]["capture_start_ns"] + round(steady["start_ms"] * 1e6)
     # SQL: TensorRT enqueue ranges that start in the steady state, per thread
-    per_tid = dict(_sql(REALCUGAN, "SELECT n.globalTid, COUNT(*) FROM NVTX_EVENTS n JOIN StringIds s ON s.id = n.textId "
+    per_tid = dict(sql_rows(REALCUGAN, "SELECT n.globalTid, COUNT(*) FROM NVTX_EVENTS n JOIN StringIds s ON s.id = n.textId "
                                    f"WHERE s.value = 'ExecutionContext::enqueue' AND n.start >= {start_ns - 1000} "
                                    "GROUP BY 1"))
     assert {r["tid"]: r["count"] for r in tp["per_thread"]} == per_tid
@@ -160,7 +151,7 @@ def _kernel_overlap_by(path: Path, column: str) -> tuple[int, list]:
     and the values."""
     join = ("FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId"
             if column == "r.globalTid" else "FROM CUPTI_ACTIVITY_KIND_KERNEL k")
-    rows = _sql(path, f"SELECT k.start, k.end, {column} {join} ORDER BY k.start")
+    rows = sql_rows(path, f"SELECT k.start, k.end, {column} {join} ORDER BY k.start")
     from profiler.capture import intervals
 
     groups = sorted({r[2] for r in rows})
@@ -183,7 +174,7 @@ def test_two_contexts_capture_time_slices():
 def test_one_context_two_streams_capture_overlaps_and_is_silent():
     path = capture_or_skip(SAMPLE_TRACES / "one_context_two_streams.sqlite")
     both, threads = _kernel_overlap_by(path, "r.globalTid")
-    assert len(_sql(path, "SELECT DISTINCT contextId FROM CUPTI_ACTIVITY_KIND_KERNEL")) == 1
+    assert len(sql_rows(path, "SELECT DISTINCT contextId FROM CUPTI_ACTIVITY_KIND_KERNEL")) == 1
     res = result_of(path)
     assert [f.rule for f in res.findings if f.rule in RULES] == []
     conc = res.to_json()["concurrency"]
@@ -196,7 +187,7 @@ def test_two_processes_time_slice():
     """Two processes on one H200, each with its context (both numbered 1 in their process): 0.000 ms of kernel
     overlap by SQL."""
     path = capture_or_skip(SAMPLE_TRACES / "two_processes.sqlite")
-    pids = _sql(path, "SELECT DISTINCT globalPid / 16777216 % 16777216, contextId FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    pids = sql_rows(path, "SELECT DISTINCT globalPid / 16777216 % 16777216, contextId FROM CUPTI_ACTIVITY_KIND_KERNEL")
     assert len(pids) == 2 and len({c for _, c in pids}) == 1
     both, _ = _kernel_overlap_by(path, "k.globalPid")
     assert both == 0

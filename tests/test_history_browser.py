@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from profiler.store import Store
-from tests.browser import CHROMIUM_ARGS, chromium_path
+from tests.browser import chromium_context
 from tests.history_builders import fill, noisy
 
 pytestmark = pytest.mark.browser
@@ -20,21 +20,7 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    exe = chromium_path()
-    if exe is None:
-        pytest.skip("headless Chromium not found (apt-get install chromium, or set TRTPROF_CHROMIUM)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("playwright is not installed (pip install 'trtprof[test]')")
-    profile = tmp_path_factory.mktemp("chromium-profile")
-    with sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(str(profile), executable_path=exe, headless=True,
-                                                        args=CHROMIUM_ARGS, viewport={"width": 1400, "height": 1000})
-        try:
-            yield context
-        finally:
-            context.close()
+    yield from chromium_context(tmp_path_factory, viewport={"width": 1400, "height": 1000})
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import pytest
 
 from profiler.report import write_report
 from tests.conftest import SHARED
-from tests.browser import CHROMIUM_ARGS, chromium_path
+from tests.browser import chromium_context
 from tests.report_examples import (
     EVIL, ROOT, evil_everywhere, analysis_example, chart_ids, compare_example, sweep_example,
 )
@@ -23,21 +23,7 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    exe = chromium_path()
-    if exe is None:
-        pytest.skip("headless Chromium not found (apt-get install chromium, or set TRTPROF_CHROMIUM)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("playwright is not installed (pip install 'trtprof[test]')")
-    profile = tmp_path_factory.mktemp("chromium-profile")  # a fresh --user-data-dir
-    with sync_playwright() as pw:
-        context = pw.chromium.launch_persistent_context(str(profile), executable_path=exe, headless=True,
-                                                        args=CHROMIUM_ARGS)
-        try:
-            yield context
-        finally:
-            context.close()
+    yield from chromium_context(tmp_path_factory)
 
 
 def load(context, path: Path) -> tuple[object, list[str]]:

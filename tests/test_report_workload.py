@@ -4,7 +4,6 @@ they are counts; captures without a generation or several contexts and threads s
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from profiler.report.analysis import build_analysis_page
 from profiler.report.common import cell, kv
 from profiler.report.fmt import fmt_num, fmt_pct
-from tests.capture_builders import capture_or_skip, result_of
+from tests.capture_builders import capture_or_skip, result_of, sql_rows
 from tests.conftest import SHARED
 from tests.report_examples import analysis_example
 
@@ -20,14 +19,6 @@ REAL = SHARED / "fixtures" / "nsys-real"
 MAMBA = REAL / "mamba_generate_cudagraph_a5000_r1.sqlite"
 REALCUGAN = REAL / "realcugan_trt_2threads_2080ti.sqlite"
 ONE_CONTEXT = SHARED / "fixtures" / "nsys-tensorrt" / "multistream_calculation-bound.sqlite"
-
-
-def _sql(path: Path, query: str) -> list[tuple]:
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return con.execute(query).fetchall()
-    finally:
-        con.close()
 
 
 def _page(path: Path) -> tuple[dict, dict]:
@@ -60,7 +51,7 @@ def test_mamba_generation_section_shows_the_json_numbers():
     gen = data["generation"]
     sec = _section(page, "generation")
     assert sec is not None
-    replays = _sql(MAMBA, "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE")[0][0]
+    replays = sql_rows(MAMBA, "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_GRAPH_TRACE")[0][0]
     assert gen["decode_steps"] == replays  # one graph replay per generated token
     assert _kv(sec) == _expected_kv([
         ("requests", gen["requests"]), ("prefill median ms", gen["prefill_ms"]["median"]),
@@ -90,7 +81,7 @@ def test_realcugan_contexts_threads_and_throughput_show_the_json_numbers():
     sec = _section(page, "contexts")
     assert sec is not None
     contexts, threads = _tables(sec)
-    sql_contexts = _sql(REALCUGAN, "SELECT deviceId, contextId, COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL "
+    sql_contexts = sql_rows(REALCUGAN, "SELECT deviceId, contextId, COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL "
                                    "GROUP BY deviceId, contextId ORDER BY contextId")
     assert len(sql_contexts) == 2
     # the steady state's kernels per context: the capture's, less those of the setup (never more)
@@ -114,7 +105,7 @@ def test_realcugan_contexts_threads_and_throughput_show_the_json_numbers():
     want += [["stream", f"GPU {r['device']} stream {r['stream']}", fmt_num(r["count"]), fmt_num(r["per_s"])]
              for r in tp["per_stream"]]
     assert got == [[cell(c)["text"] for c in row] for row in want]
-    enqueues = _sql(REALCUGAN, "SELECT COUNT(*) FROM NVTX_EVENTS e LEFT JOIN StringIds s ON e.textId = s.id "
+    enqueues = sql_rows(REALCUGAN, "SELECT COUNT(*) FROM NVTX_EVENTS e LEFT JOIN StringIds s ON e.textId = s.id "
                                "WHERE COALESCE(e.text, s.value) LIKE '%ExecutionContext::enqueue%'")[0][0]
     assert enqueues == data["inference"]["count"]  # every enqueue range is an inference
     assert tp["inferences"] == sum(r["count"] for r in tp["per_thread"]) <= enqueues

@@ -12,7 +12,9 @@ from profiler.cli.terminal import lines_of
 from profiler.cli.outputs import check_output_file, check_outputs, store_file
 from profiler.cli.batch import analyze_batch, analyze_options, is_batch
 from profiler.errors import GateFailed, InputError, UsageError
+from profiler.files import check_input_file
 
+LAYER_INFO = "trtexec's --exportLayerInfo JSON"  # what --layer-info names, in its errors
 MAX_RANGES_SHOWN = 15
 MAX_LAYERS_SHOWN = 10
 MAIN_STREAM_SHARE = 0.01
@@ -319,7 +321,7 @@ def _label(r: dict[str, Any]) -> str:
 @click.option("--include-setup", is_flag=True,
               help="Run statistics and findings over the whole capture, not only the steady state (setup: "
                    "engine deserialisation, context creation, lazy loading, uploads, warm-up inferences).")
-@click.option("--layer-info", type=click.Path(dir_okay=False), default=None,
+@click.option("--layer-info", type=click.Path(), default=None,
               help="trtexec --exportLayerInfo JSON: adds each layer's type, precision, formats and tactic.")
 @click.option("--cdn", is_flag=True, help="Reference plotly.js from a CDN in the report instead of embedding it.")
 @click.option("--no-cache", is_flag=True,
@@ -357,6 +359,8 @@ def command(ctx: click.Context, captures: tuple[str, ...], json_path: str | None
         from profiler.capture.caches import cap_bytes
 
         cap_bytes()  # a bad TRTPROF_CACHE_MAX_GB is one sentence before any capture is read
+    if layer_info:  # an input: a directory or a FIFO here is bad input (exit 3), as for every file read
+        check_input_file(layer_info, "--layer-info", LAYER_INFO)
     if is_batch(captures, jobs, scheduler, batch_out):
         if trace_path:
             raise UsageError("--trace writes one capture's trace: give one capture")
@@ -381,8 +385,6 @@ def command(ctx: click.Context, captures: tuple[str, ...], json_path: str | None
     check_output_file(json_path, "--json")
     check_output_file(report_path, "--report")
     check_output_file(trace_path, "--trace")
-    if layer_info and not Path(layer_info).is_file():
-        raise InputError(f"--layer-info {layer_info}: no such file (give trtexec's --exportLayerInfo JSON)")
     check_outputs([("--json", json_path), ("--report", report_path), ("--trace", trace_path)],
                   [("the capture", capture), ("the --layer-info file", layer_info)],
                   store=None if no_store else store_file(db_url(ctx, db)))

@@ -81,10 +81,14 @@ def command(ctx, baseline, candidate, db, json_path, report_path, alpha, thresho
 
 
 def _is_json_file(ref: str) -> bool:
-    """A ref naming an existing .json file (an analysis document), not a run id or label."""
-    from pathlib import Path
+    """A ref naming a .json file (an analysis document), not a run id or label; one that is missing, or is a
+    directory or a FIFO, is bad input (exit 3)."""
+    from profiler.files import check_input_file
 
-    return ref.lower().endswith(".json") and Path(ref).is_file()
+    if not ref.lower().endswith(".json"):
+        return False
+    check_input_file(ref, "analysis JSON", "a JSON file written by trtprof analyze")
+    return True
 
 
 def _compare(ctx, db, baseline: str, candidate: str, rule: dict, force: bool) -> dict:

@@ -34,6 +34,11 @@ def command(ctx: click.Context, label, model, out, json_path, cdn: bool, fail_on
 
     if not (out or json_path or serve):
         raise UsageError("give --out DIR (a site), --json FILE (data) or --serve (live)")
+    from profiler.cli.outputs import check_output_dir, check_output_file
+
+    check_output_file(json_path, "--json")  # a wrong kind of output path fails before the store is read
+    if out:
+        check_output_dir(out, "--out")
     url = db_url(ctx, db)
     store = open_store(ctx, db, upgrade=False, must_exist=True)  # read-only: no migration, no new file
     try:

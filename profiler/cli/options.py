@@ -62,9 +62,14 @@ def open_store(ctx: click.Context, db: str | None = None, *, upgrade: bool = Tru
     from profiler.store.api import resolve_url
 
     url = db_url(ctx, db)
+    resolved = resolve_url(url)
+    path = resolved[len("sqlite:///"):] if resolved.startswith("sqlite:///") else None
+    if path and path != ":memory:" and os.path.lexists(path):
+        # the store is read before it is written: a directory or a FIFO there is bad input (exit 3)
+        from profiler.files import check_input_file
+
+        check_input_file(path, "the run store (--db, TRTPROF_DB or ./trtprof.db)", "a SQLite file")
     if must_exist:
-        resolved = resolve_url(url)
-        path = resolved[len("sqlite:///"):] if resolved.startswith("sqlite:///") else None
         if path and path != ":memory:" and not Path(path).exists() and Path(path).parent.is_dir():
             raise InputError(f"no run store at {path} (--db, TRTPROF_DB or ./trtprof.db): analyse, import or "
                              "sweep with that --db first, or point --db at an existing store")
@@ -72,8 +77,10 @@ def open_store(ctx: click.Context, db: str | None = None, *, upgrade: bool = Tru
 
 
 def scheduler_option(what: str) -> Callable:
-    """``--scheduler URL``: where ``what`` go, a Dask distributed scheduler."""
-    return click.option("--scheduler", default=None, metavar="tcp://HOST:PORT",
+    """``--scheduler URL``: where ``what`` go, a Dask distributed scheduler (its address checked when parsed)."""
+    from profiler.distributed.connect import check_option
+
+    return click.option("--scheduler", default=None, metavar="tcp://HOST:PORT", callback=check_option,
                         help=f"Send {what} to this Dask distributed scheduler (pip install 'trtprof[dask]').")
 
 

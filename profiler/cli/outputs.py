@@ -1,5 +1,10 @@
 """Output paths checked before the work starts, so a typo in ``--json``/``--report``/``--out`` costs one
-sentence and exit 3 up front instead of a traceback after minutes of measuring."""
+sentence up front instead of a traceback after minutes of measuring.
+
+One rule for paths of the wrong kind: an *output* path that is a directory where a file is written (or a file,
+FIFO or device where a directory is written) is a usage error (exit 2, as click says of ``dir_okay=False``
+paths); an *input* path of the wrong kind is bad input (exit 3, :func:`profiler.files.check_input_file`). An
+output that cannot be written for another reason (permissions, a full disk) is exit 3 naming the file."""
 
 from __future__ import annotations
 
@@ -26,7 +31,7 @@ def check_output_file(path: str | None, option: str) -> None:
         return
     p = Path(path)
     if p.is_dir():
-        raise InputError(f"{option} {path} is a directory; give a file name")
+        raise UsageError(f"{option} {path} is a directory; give a file name")
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -41,7 +46,7 @@ def check_output_dir(path: str, option: str) -> Path:
     """Create the output directory ``path`` now (or say in one sentence why it cannot be)."""
     p = Path(path)
     if p.exists() and not p.is_dir():
-        raise InputError(f"{option} {path} is a file; give a directory")
+        raise UsageError(f"{option} {path} is {_kind(p)}; give a directory")
     try:
         p.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -49,6 +54,13 @@ def check_output_dir(path: str, option: str) -> Path:
     if not os.access(p, os.W_OK):
         raise InputError(f"cannot write into {option} directory {path}: permission denied")
     return p
+
+
+def _kind(p: Path) -> str:
+    from profiler.files import path_kind
+
+    mode = p.stat().st_mode
+    return "a file" if stat.S_ISREG(mode) else path_kind(mode)
 
 
 def write_text(path: str, text: str, option: str) -> None:

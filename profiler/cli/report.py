@@ -10,6 +10,7 @@ import click
 from profiler.cli.options import db_option, db_url, open_store
 from profiler.cli.outputs import check_output_file, check_outputs, store_file
 from profiler.errors import InputError
+from profiler.files import check_input_file
 
 
 @click.command(name="report")
@@ -25,8 +26,8 @@ def command(ctx, run, out_path, cdn, db):
     from profiler.report import write_report
 
     path = Path(run)
-    if path.suffix == ".json" and not path.is_file():
-        raise InputError(f"{run} does not exist" if not path.exists() else f"{run} is not a file")
+    if path.suffix == ".json":
+        check_input_file(run, "the saved JSON", "a JSON file written by trtprof")
     check_output_file(out_path, "--out")
     from_file = path.suffix == ".json"
     check_outputs([("--out", out_path or (path.with_suffix(".html").name if from_file else None))],

@@ -161,6 +161,8 @@ def command(ctx: click.Context, model: str | None, precision: str, workspace: st
 
     say = lambda msg: click.echo(msg, err=True)  # noqa: E731 - progress goes to stderr
     injected_share()  # a wrong TRTPROF_HOST_LOAD is refused before anything is built
+    if cache_dir:  # an output folder: a file or a FIFO there is a usage error before anything is built
+        check_output_dir(cache_dir, "--cache-dir")
     if repeat and (devices or scheduler):
         raise UsageError("--repeat times its repeats on this machine, one process at a time; it cannot be combined with "
                          "--devices or --scheduler yet")

@@ -59,8 +59,9 @@ def _npz_files(source: Path) -> list[Path]:
         if not files:
             raise InputError(f"data directory {str(source)!r} holds no .npz files")
         return files
-    if not source.exists():
-        raise InputError(f"data file {str(source)!r} does not exist")
+    from profiler.files import check_input_file
+
+    check_input_file(source, "data file", "an .npz file or a directory of them")
     return [source]
 
 

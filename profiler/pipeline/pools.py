@@ -15,7 +15,6 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Iterable, Iterator
 
-from profiler.errors import MissingExtra, UsageError
 from profiler.pipeline.runners import Outcome
 
 
@@ -180,15 +179,11 @@ def device_map(fn: Callable[[Any], Any], items: Iterable[Any], *, devices: list[
 
 # -- Dask ---------------------------------------------------------------------------------------------
 def dask_client(address: str):
-    """A Dask distributed client of the scheduler at ``address`` (one clear sentence when it cannot be)."""
-    try:
-        from distributed import Client
-    except ImportError as exc:
-        raise MissingExtra("distributed", "dask", "--scheduler") from exc
-    try:
-        return Client(address, timeout="20s", set_as_default=False)
-    except (OSError, TimeoutError, ValueError) as exc:
-        raise UsageError(f"--scheduler {address}: cannot reach a Dask scheduler there ({exc})") from None
+    """A Dask distributed client of the scheduler at ``address`` (one clear sentence when it cannot be): the
+    server probed first, within a declared timeout (:func:`profiler.distributed.connect.connect`)."""
+    from profiler.distributed.connect import connect
+
+    return connect(address)
 
 
 def workers_with(client: Any, resource_name: str) -> list[str]:

@@ -15,6 +15,10 @@ option, output, rule threshold or metadata field is fuzzed without a new line he
 - ``onnx`` (:mod:`tests.fuzz.onnx_family`): models built with ``onnx.helper`` carrying each kind of defect
   (huge declared shapes, no outputs, run-time allocations of terabytes, nodes failing at run time under
   escaped names, never-ending Loops) around a sample of ops and sizes: one sentence, exit 3.
+- ``path-kind``: every file option of every command given a directory, a missing path and a FIFO: an output
+  path that is a directory where a file is written (or a FIFO where a folder is) is a usage error (exit 2), an
+  input path of the wrong kind is bad input (exit 3), both in one sentence naming the path; a FIFO output is
+  written in place, a missing output created, and no read of a FIFO hangs.
 
 Every sample is drawn with ``random.Random(<the case's own name>)``: the corpus is the same on every run.
 """
@@ -538,9 +542,150 @@ def forgery_cases(per_place: int = 3) -> list[Case]:
     return c
 
 
+# ----------------------------------------------------------------------------------------------- path kinds
+
+PATH_KINDS = ("directory", "missing", "fifo")
+
+
+def _analysis_json(tmp: Path, name: str) -> Path:
+    """An analysis document of the base capture (a saved ``analyze --json``) for compare and report."""
+    from profiler.cli import main
+
+    out = tmp / name
+    try:
+        main(["analyze", str(_copy(BASE, tmp)), "--no-store", "--json", str(out)])
+    except SystemExit:
+        pass
+    return out
+
+
+def _sweep_head(tmp: Path) -> list[str]:
+    return ["sweep", "MODEL", "--no-store", "--duration", "0", "--iterations", "2", "--warmup", "0",
+            "--no-layers", "--precision", "fp32", "--no-localize"]
+
+
+def _with_out(head: list[str], option: str, tmp: Path, path: str) -> list[str]:
+    return head + ([] if option == "--out" else ["--out", str(tmp / "o")]) + [option, path]
+
+
+#: (command, option or argument, role, make(tmp, path) -> command line, whether the command can succeed here).
+#: Roles: ``out`` a file written, ``out-dir`` a folder written, ``in`` a file read, ``in-or-dir`` a file or a
+#: folder read (a folder is then checked for what it holds, not here), ``store`` the run store (read, then
+#: written; a missing one is created).
+PATH_OPTIONS: list[tuple[str, str, str, Callable[[Path, str], list[str]], bool]] = [
+    ("analyze", "CAPTURE", "in", lambda t, p: ["analyze", p, "--no-store"], True),
+    *[("analyze", o, "out", lambda t, p, o=o: ["analyze", str(_copy(BASE, t)), "--no-store", o, p], True)
+      for o in ("--json", "--report", "--trace")],
+    ("analyze", "--layer-info", "in", lambda t, p: ["analyze", str(_copy(BASE, t)), "--no-store", "--layer-info", p],
+     True),
+    ("analyze", "--db", "store", lambda t, p: ["--db", p, "analyze", str(_copy(BASE, t))], True),
+    ("import", "PATH", "in-or-dir", lambda t, p: ["import", p, "--no-store"], True),
+    *[("import", o, "out", lambda t, p, o=o: ["import", str(_trtexec_copy(t)[0]), "--no-store", o, p], True)
+      for o in ("--json", "--report")],
+    ("compare", "BASELINE", "in", lambda t, p: ["compare", p, str(_analysis_json(t, "b.json"))], True),
+    ("compare", "--json", "out", lambda t, p: ["compare", str(_analysis_json(t, "a.json")),
+                                               str(_analysis_json(t, "b.json")), "--json", p], True),
+    ("report", "SAVED-JSON", "in", lambda t, p: ["report", p], True),
+    ("report", "-o", "out", lambda t, p: ["report", str(_analysis_json(t, "a.json")), "-o", p], True),
+    ("history", "--json", "out", lambda t, p: ["history", "--db", str(_real_store(t)), "--json", p], False),
+    ("history", "--out", "out-dir", lambda t, p: ["history", "--db", str(_real_store(t)), "--out", p], False),
+    ("runs", "--db", "store", lambda t, p: ["--db", p, "runs"], True),
+    ("sweep", "MODEL", "in", lambda t, p: ["sweep", p, "--no-store", "--out", str(t / "o")], True),
+    *[("sweep", o, "out-dir", lambda t, p, o=o: _with_out(_sweep_head(t), o, t, p), True)
+      for o in ("--out", "--cache-dir")],
+    *[("sweep", o, "in-or-dir", lambda t, p, o=o: _with_out(_sweep_head(t), o, t, p), True)
+      for o in ("--calib", "--inputs")],
+]
+
+
+def path_kind_expected(role: str, kind: str) -> int | None:
+    """The exit code the rule gives ``role`` handed ``kind`` (None: not a case of this family)."""
+    if role == "in-or-dir" and kind == "directory":
+        return None  # an accepted kind of input: what the folder holds is checked elsewhere
+    if role in ("in", "in-or-dir"):
+        return 3
+    if role == "store":
+        return 0 if kind == "missing" else 3
+    wrong = "directory" if role == "out" else "fifo"
+    return 2 if kind == wrong else 0
+
+
+_READERS: dict[str, object] = {}  # FIFO path -> the thread reading it
+
+
+def _drain(fifo: Path, into: Path) -> None:
+    """A reader for a FIFO output (as a shell pipeline would be): what it reads goes to ``into``."""
+    import threading
+
+    def read() -> None:
+        with open(fifo, "rb") as fh:
+            into.write_bytes(fh.read())
+    _READERS[str(fifo)] = reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+
+
+def _drained(fifo: Path, into: Path) -> list[str]:
+    """Problems of a FIFO output: it was replaced, or its reader got nothing (the reader is let go then)."""
+    reader = _READERS.pop(str(fifo))
+    if not stat.S_ISFIFO(os.lstat(fifo).st_mode):
+        return [f"{fifo} is no longer a FIFO"]  # its reader waits on the old one, a daemon thread
+    reader.join(timeout=0 if into.exists() else 1)  # type: ignore[attr-defined]
+    if reader.is_alive():  # type: ignore[attr-defined]
+        with open(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK), "wb"):  # EOF for a reader still waiting
+            pass
+        reader.join()  # type: ignore[attr-defined]
+    problems = []
+    if not into.exists() or not into.stat().st_size:
+        problems.append("nothing was written into the FIFO")
+    return problems
+
+
+def _path_kind_build(make: Callable[[Path, str], list[str]], name: str, kind: str, role: str
+                     ) -> Callable[[Path], list[str]]:
+    def build(tmp: Path) -> list[str]:
+        path = tmp / "given" / name
+        path.parent.mkdir()
+        if kind == "directory":
+            path.mkdir()
+        elif kind == "fifo":
+            os.mkfifo(path)
+            if role == "out":
+                _drain(path, tmp / "drained")
+        return make(tmp, str(path))
+    return build
+
+
+def _path_kind_after(name: str, kind: str, role: str, code: int) -> Callable[[Path, str, str], list[str]]:
+    def after(tmp: Path, out: str, err: str) -> list[str]:
+        path = tmp / "given" / name
+        if role == "out" and kind == "fifo":
+            return _drained(path, tmp / "drained")
+        if code and str(path) not in err:
+            return [f"the error does not name {path}"]
+        if role == "out" and kind == "missing" and not path.is_file():
+            return [f"{path} was not written"]
+        return []
+    return after
+
+
+def path_kind_cases() -> list[Case]:
+    c: list[Case] = []
+    for command, option, role, make, succeeds in PATH_OPTIONS:
+        for kind in PATH_KINDS:
+            code = path_kind_expected(role, kind)
+            if code is None or (code == 0 and not succeeds):
+                continue  # the setup cannot succeed (history needs measured runs): only the refusals are cases
+            name = "x.json" if option in ("--json", "--layer-info", "BASELINE", "SAVED-JSON") else "x"
+            needs = TRTEXEC_BASE if command == "import" and role == "out" else None
+            c.append(Case("path-kind", f"{command}-{option.lstrip('-')}-{kind}",
+                          _path_kind_build(make, name, kind, role), needs, expect=(code,),
+                          after=_path_kind_after(name, kind, role, code)))
+    return c
+
+
 def all_family_cases() -> list[Case]:
     from tests.fuzz.columnar import columnar_cases
     from tests.fuzz.onnx_family import onnx_cases
 
     return (clobber_cases() + write_target_cases() + value_cases() + trtexec_shape_cases() + extreme_cases()
-            + view_cases() + forgery_cases() + columnar_cases() + onnx_cases())
+            + view_cases() + forgery_cases() + columnar_cases() + onnx_cases() + path_kind_cases())

@@ -81,10 +81,11 @@ def find_export_sets(paths: list[str | Path]) -> list[ExportSet]:
         p = Path(raw)
         if p.is_dir():
             files.extend(sorted(x for x in p.rglob("*") if x.is_file()))
-        elif p.is_file():
-            files.append(p)
         else:
-            raise InputError(f"{p} does not exist")
+            from profiler.files import check_input_file
+
+            check_input_file(p, "import path", "a trtexec export file or a folder of them")
+            files.append(p)
     sets: dict[tuple[Path, str], ExportSet] = {}
     for f in files:
         c = classify(f)
