@@ -87,3 +87,9 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+def frame_records(frame: Any) -> list[dict[str, Any]]:
+    """A pandas DataFrame's rows as JSON-ready records (NaN -> None, numpy scalars -> Python)."""
+    recs = frame.astype(object).where(frame.notna(), None).to_dict("records")
+    return [json_safe(r) for r in recs]

@@ -89,7 +89,7 @@ from profiler.capture.options import AnalysisOptions  # noqa: F401 - defined apa
 from profiler.capture.unit import is_graph_replay, label_of
 from profiler.capture.waits import host_waits_on_gpu_ms
 from profiler.findings import Finding, json_safe
-from profiler.rules.context import CaptureContext
+from profiler.capture.context import CaptureContext
 
 GAP_EDGES_US = (0.0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 100_000, 1_000_000,
                 float("inf"))
@@ -110,7 +110,7 @@ class AnalysisResult:
     source_sha256: str | None = None
     """The capture's content hash when the analysis cache computed it (the run store reuses it)."""
     timeline: dict[str, Any] | None = None
-    """The ``timeline`` entry (:func:`profiler.report.timeline.build_timeline`) once built or read back."""
+    """The ``timeline`` entry (:func:`profiler.capture.timeline.build_timeline`) once built or read back."""
     records: list[Any] | None = None
     """What the run store keeps per range (:func:`range_records`) once built."""
 
@@ -121,7 +121,7 @@ class AnalysisResult:
     def timeline_json(self, data: dict[str, Any] | None = None) -> dict[str, Any]:
         """The report's timeline of this analysis (``data``: ``to_json()`` when the caller has it)."""
         if self.timeline is None:
-            from profiler.report.timeline import build_timeline
+            from profiler.capture.timeline import build_timeline
 
             self.timeline = build_timeline(self.trace(), self.to_json() if data is None else data)
         return self.timeline

@@ -108,7 +108,7 @@ def _behind(inf: dict[str, Any]) -> str:
 
 def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) -> list[str]:
     """The inference line, the top layers, the phases and the streams (empty for an old JSON)."""
-    from profiler.report.fmt import fmt_bytes
+    from profiler.fmt import fmt_bytes
 
     inf = data.get("inference")
     if not isinstance(inf, dict):

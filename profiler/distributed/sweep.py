@@ -40,7 +40,7 @@ def run_variant_task(task: dict[str, Any]) -> dict[str, Any]:
     """Measure one variant of a run, in a worker process: returns {record, samples_ms, layers, accuracy_checks}
     (the checks as measured, judged by the coordinator's rules with the run's findings).
     The variant is stored by this process (when the run has a store)."""
-    from profiler.harness.nvtx import ranges, variant_range_name
+    from profiler.nvtx import ranges, variant_range_name
 
     started = time.time()
     sweep, prep, reference = _prepared(task["config_json"])
@@ -56,7 +56,7 @@ def run_variant_task(task: dict[str, Any]) -> dict[str, Any]:
 
         store = Store.open(task["store_url"], upgrade=False)
         try:
-            delete_variants(store, task["run_id"], [rec["key"]])  # a task run twice still stores one row
+            store.delete_variants(task["run_id"], [rec["key"]])  # a task run twice still stores one row
             sweep.store, sweep.run_id = store, task["run_id"]
             sweep._store_variant(rec, samples, layers)
         finally:
@@ -370,31 +370,5 @@ def device_findings(variants: list[dict[str, Any]]) -> list[Finding]:
                        "every GPU), or compare only variants that ran on the same GPU.")]
 
 
-def lost_keys(run: dict[str, Any]) -> list[str]:
-    """The variants of a stored run that were lost with their worker (stored failed, ``lost`` in metrics)."""
-    return [v["key"] for v in run.get("variants") or []
-            if v.get("status") == "failed" and (v.get("metrics") or {}).get("lost")]
-
-
-def forget_lost(store: Any, run: dict[str, Any]) -> dict[str, Any]:
-    """Before a resume: delete the stored rows of the variants lost with their worker, so that they run
-    again (and the run keeps one row per variant). Returns ``run`` without them."""
-    keys = lost_keys(run)
-    if not keys:
-        return run
-    delete_variants(store, run["id"], keys)
-    return {**run, "variants": [v for v in run["variants"] if v["key"] not in keys]}
-
-
-def delete_variants(store: Any, run_id: int, keys: list[str]) -> None:
-    """Delete a run's stored variants of these keys (their samples, layers and accuracy rows cascade)."""
-    from sqlalchemy import delete
-
-    from profiler.store import models as m
-
-    with store.write_session() as s, s.begin():
-        s.execute(delete(m.Variant).where(m.Variant.run_id == run_id, m.Variant.key.in_(keys)))
-
-
-__all__ = ["DaskRunner", "DeviceRunner", "device_findings", "devices_table", "forget_lost", "run_parallel",
+__all__ = ["DaskRunner", "DeviceRunner", "device_findings", "devices_table", "run_parallel",
            "run_variant_task"]

@@ -29,8 +29,6 @@ def open_resume(store: Any, run_ref: int | str, *, backend: Backend | None = Non
         raise UsageError(f"run {run['id']} is {article} {kind} run, not a sweep; --resume continues sweeps")
     if run.get("status") == "ok":
         raise UsageError(f"run {run['id']} finished already; there is nothing to resume")
-    from profiler.distributed.sweep import forget_lost
-
     run = forget_lost(store, run)  # variants lost with their worker (parallel sweeps) are measured again
     config = SweepConfig.from_dict(run.get("config") or {})
     if config.model and not Path(config.model).exists():
@@ -53,3 +51,19 @@ def open_resume(store: Any, run_ref: int | str, *, backend: Backend | None = Non
     # the accuracy checks of stored variants are rebuilt from their stored metrics, and judged again
     sweep.accuracy_checks = stored_accuracy_checks(previous, config)
     return sweep
+
+
+def lost_keys(run: dict[str, Any]) -> list[str]:
+    """The variants of a stored run that were lost with their worker (stored failed, ``lost`` in metrics)."""
+    return [v["key"] for v in run.get("variants") or []
+            if v.get("status") == "failed" and (v.get("metrics") or {}).get("lost")]
+
+
+def forget_lost(store: Any, run: dict[str, Any]) -> dict[str, Any]:
+    """Before a resume: delete the stored rows of the variants lost with their worker, so that they run
+    again (and the run keeps one row per variant). Returns ``run`` without them."""
+    keys = lost_keys(run)
+    if not keys:
+        return run
+    store.delete_variants(run["id"], keys)
+    return {**run, "variants": [v for v in run["variants"] if v["key"] not in keys]}
