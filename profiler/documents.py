@@ -80,6 +80,7 @@ class AnalysisDocument(TypedDict, total=False):
     gap_histogram: list[dict[str, Any]]
     sync_summary: list[dict[str, Any]]
     thresholds: dict[str, dict[str, Any]]
+    heuristics: dict[str, dict[str, Any]]  # profiler.capture.heuristics.values()
     timeline: dict[str, Any]  # added by `analyze --report` (profiler.capture.timeline.build_timeline)
 
 

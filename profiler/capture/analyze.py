@@ -57,7 +57,8 @@ statistics, GPU busy projection, idle gaps, then the capture rules with each fin
      "gap_histogram": [{device, edges_us, counts, active_ms, busy_ms, idle_ms, busy_fraction,
                         gap_count, gaps_over_threshold, min_gap_us}],
      "sync_summary": [{name, count, total_ms, max_ms}],
-     "thresholds": {rule id: {threshold: value}}}
+     "thresholds": {rule id: {threshold: value}},
+     "heuristics": {module: {NAME: value}}}   # the capture model's, in force (profiler.capture.heuristics)
 
 ``ranges`` (and the rules) cover the steady state unless ``AnalysisOptions.include_setup``; each range
 has ``parent`` (the enclosing series' 'domain:name', or null) and ``depth``; ``gpu_busy_fraction`` is
@@ -82,6 +83,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from profiler.capture import heuristics as H
 from profiler.capture import series as S
 from profiler.capture import summary as SM
 from profiler.capture.keys import ROW_CHUNK, blocks
@@ -167,7 +169,7 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
     A capture whose columns are in files (:mod:`~profiler.capture.spill`) gets its large arrays there too."""
     from profiler.capture import spill
 
-    with spill.using(getattr(trace, "column_files", None)):
+    with spill.using(getattr(trace, "column_files", None)), H.overriding(options.heuristics if options else None):
         return _analyze(trace, options)
 
 
@@ -239,6 +241,7 @@ def _analyze(trace: Any, options: AnalysisOptions | None) -> AnalysisResult:
         "gap_histogram": _gap_histograms(ctx, judged.thresholds["gpu_idle"]["min_gap_us"]),
         "sync_summary": sync_summary(table),
         "thresholds": judged.thresholds,
+        "heuristics": H.values(),
     }
     if unrecorded:
         capture["kernel_launches_without_records"] = unrecorded
