@@ -71,6 +71,7 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
 
 def json_safe(value: Any) -> Any:
     """Convert numpy scalars/arrays and non-finite floats into plain JSON values (NaN -> None)."""
+    np: Any
     try:
         import numpy as np
     except ImportError:  # pragma: no cover
