@@ -56,7 +56,6 @@ from typing import Any, Iterable
 import numpy as np
 
 from profiler.errors import UsageError
-from profiler.findings import Finding
 
 DEFAULT_THRESHOLDS: dict[str, dict[str, float]] = {
     "fp16": {"cosine_min": 0.999, "rel_l2_max": 1e-2, "top1_agreement_min": 0.99, "exact_match_min": 0.99,
@@ -360,20 +359,3 @@ def evaluate(metrics: dict[str, dict], precision: str,
             if bad or (isinstance(value, float) and np.isnan(value)):
                 breaches.append({"output": output, "metric": metric, "value": value, "limit": limit, "kind": kind})
     return not breaches, breaches
-
-
-def accuracy_findings(variant_key: str, precision: str, per_output: dict[str, dict],
-                      thresholds: dict | None = None, *, calibration: dict | None = None) -> list[Finding]:
-    """One ``precision_regression`` finding per output whose metrics breach the limits: the registered sweep
-    rule (:mod:`profiler.rules.sweep_accuracy`) over this one variant's check.
-
-    ``thresholds`` as for :func:`evaluate`. Severity: high for NaN/Inf, missing outputs or lost top-1
-    agreement; medium otherwise; info when the int8 calibration ran on random inputs.
-    """
-    from profiler.rules import get_rule
-    from profiler.rules.context import AccuracyCheck, SweepContext
-
-    check = AccuracyCheck(variant_key, precision, per_output,
-                          calibration_meaningless=bool((calibration or {}).get("meaningless")))
-    ctx = SweepContext([], accuracy_checks=[check], accuracy_limits={precision: limits_for(precision, thresholds)})
-    return get_rule("sweep", "precision_regression").run(ctx)

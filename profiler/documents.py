@@ -80,7 +80,8 @@ class AnalysisDocument(TypedDict, total=False):
     gap_histogram: list[dict[str, Any]]
     sync_summary: list[dict[str, Any]]
     thresholds: dict[str, dict[str, Any]]
-    timeline: dict[str, Any]  # added by `analyze --report` (profiler.report.timeline.build_timeline)
+    heuristics: dict[str, dict[str, Any]]  # profiler.capture.heuristics.values()
+    timeline: dict[str, Any]  # added by `analyze --report` (profiler.capture.timeline.build_timeline)
 
 
 class SweepRun(TypedDict, total=False):

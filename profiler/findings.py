@@ -71,6 +71,7 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
 
 def json_safe(value: Any) -> Any:
     """Convert numpy scalars/arrays and non-finite floats into plain JSON values (NaN -> None)."""
+    np: Any
     try:
         import numpy as np
     except ImportError:  # pragma: no cover
@@ -87,3 +88,9 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+def frame_records(frame: Any) -> list[dict[str, Any]]:
+    """A pandas DataFrame's rows as JSON-ready records (NaN -> None, numpy scalars -> Python)."""
+    recs = frame.astype(object).where(frame.notna(), None).to_dict("records")
+    return [json_safe(r) for r in recs]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-from typing import Iterable
 
 CHUNK_BYTES = 1 << 22
 
@@ -27,4 +26,4 @@ def file_sha256_or_none(path: str | os.PathLike) -> str | None:
         return None
 
 
-__all__: Iterable[str] = ["CHUNK_BYTES", "file_sha256", "file_sha256_or_none"]
+__all__ = ["CHUNK_BYTES", "file_sha256", "file_sha256_or_none"]

@@ -231,8 +231,8 @@ TENSOR_CORE_MIN_MAJOR = 7
 def gpu_tensor_cores(gpus: list[dict[str, Any]] | None) -> bool | None:
     """Whether the capture's GPUs have Tensor Cores (compute capability 7.0 or newer); None when unknown or
     mixed (unknown which GPU ran a kernel)."""
-    majors = [g.get("compute_major") for g in gpus or [] if isinstance(g, dict)]
-    majors = [m for m in majors if isinstance(m, int)]
+    majors: list[int] = [m for m in (g.get("compute_major") for g in gpus or [] if isinstance(g, dict))
+                         if isinstance(m, int)]
     if not majors:
         return None
     if min(majors) >= TENSOR_CORE_MIN_MAJOR:

@@ -13,7 +13,6 @@ import pytest
 
 from profiler.accuracy import (
     DEFAULT_THRESHOLDS,
-    accuracy_findings,
     compare_batches,
     compare_outputs,
     evaluate,
@@ -22,6 +21,7 @@ from profiler.accuracy import (
     parse_threshold_args,
 )
 from profiler.errors import UsageError
+from profiler.rules.sweep_accuracy import accuracy_findings
 
 
 def test_metrics_match_hand_computation():

@@ -57,8 +57,8 @@ def check_numbers(doc: dict) -> list[str]:
         if isinstance(v, float) and not math.isfinite(v):
             bad.append(f"{where} = {v} (not finite)")
             continue
-        if path and path[0] == "thresholds":
-            continue  # limits, not measurements
+        if path and path[0] in ("thresholds", "heuristics"):
+            continue  # limits and the capture model's settings, not measurements
         if key in NOT_FRACTION or key.endswith("_gbps"):
             continue
         if is_fraction_key(key) and not 0 <= v <= 1:

@@ -342,7 +342,7 @@ def test_idle_in_the_outliers_of_two_jitter_findings_names_both_in_one_phrase():
 def test_queue_wait_headline_says_the_shared_idle_time_per_inference_like_the_cost(sample_analysis):
     """queue_wait: gpu_idle costs 2.376 ms per inference beyond the idle time in jitter's outliers (3.9 ms in
     all): the headline gives that time per inference too, not the total beside a per-inference cost."""
-    from profiler.report.fmt import fmt_ms
+    from profiler.fmt import fmt_ms
     from profiler.report.verdict import analysis_verdict
 
     data = sample_analysis("queue_wait.sqlite")

@@ -11,7 +11,7 @@ import pytest
 from profiler import stats
 from profiler.backends.base import ExecutionContext, QueryTiming
 from profiler.harness import HarnessConfig, run_queries, summarize_timings, throughput_qps, timings_to_samples
-from profiler.harness.nvtx import Ranges, iteration_range_name, variant_range_name
+from profiler.nvtx import Ranges, iteration_range_name, variant_range_name
 
 MS = 1_000_000
 

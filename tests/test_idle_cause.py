@@ -338,7 +338,7 @@ def test_idle_title_gives_the_busy_share_of_the_same_window_to_read_against_the_
     """harness_cls: the GPU is busy 6.1% of the 2090 ms steady state and its gaps of 50 us or more idle it
     35.5% of its 918 ms active window (its many shorter gaps are not counted). The title says how busy it is
     over that same window, so 'idle 35.5%' does not read as the rest of a 6.1% busy GPU."""
-    from profiler.report.fmt import fmt_num
+    from profiler.fmt import fmt_num
     from profiler.rules.capture._common import pct
 
     res = analyze_path(capture_or_skip(SAMPLE_TRACES / "harness_cls.sqlite"))

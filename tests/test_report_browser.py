@@ -101,7 +101,7 @@ def test_real_capture_report_renders(browser, tmp_path):
 
 def _analysis(path: Path) -> dict:
     analyze = pytest.importorskip("profiler.capture.analyze")
-    from profiler.report.timeline import build_timeline
+    from profiler.capture.timeline import build_timeline
 
     res = analyze.analyze_path(path)
     data = res.to_json()

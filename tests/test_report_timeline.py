@@ -17,7 +17,7 @@ from profiler.capture.analyze import analyze, analyze_path
 from profiler.capture.trace import Trace
 from profiler.report.analysis import build_analysis_page
 from profiler.report.chrome_trace import chrome_trace, validate, write_chrome_trace
-from profiler.report.timeline import Window, build_timeline, instance_windows, window_events
+from profiler.capture.timeline import Window, build_timeline, instance_windows, window_events
 from tests.conftest import SAMPLE_TRACES, SHARED
 from tests.capture_builders import T, api, capture_or_skip, kernels, ranges
 

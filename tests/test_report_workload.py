@@ -10,7 +10,7 @@ import pytest
 
 from profiler.report.analysis import build_analysis_page
 from profiler.report.common import cell, kv
-from profiler.report.fmt import fmt_num, fmt_pct
+from profiler.fmt import fmt_num, fmt_pct
 from tests.capture_builders import capture_or_skip, result_of, sql_rows
 from tests.conftest import SHARED
 from tests.report_examples import analysis_example

@@ -20,7 +20,7 @@ import pytest
 from profiler.backends.base import ExecutionContext, QueryTiming
 from profiler.backends.cuda_ref.runtime import CapturedGraph, CudaTorchContext
 from profiler.cuda.timed_loop import EventSet, TimedStream
-from profiler.harness.nvtx import Ranges
+from profiler.nvtx import Ranges
 from profiler.harness.runner import HarnessConfig, run_queries
 
 R = importlib.import_module("profiler.cuda.runtime")

@@ -28,6 +28,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from profiler.cuda.timed_loop import QueryTiming
+from profiler.models.inspect import TensorInfo
+
 PRECISIONS = ("fp32", "fp16", "int8")
 
 
@@ -82,30 +85,6 @@ class VariantSpec:
         return {"key": self.key, "precision": self.precision, "workspace_bytes": self.workspace_bytes,
                 "streams": self.streams, "cuda_graph": self.cuda_graph,
                 "shapes": {k: list(v) for k, v in self.shapes}}
-
-
-@dataclass
-class TensorInfo:
-    name: str
-    shape: tuple[int | str | None, ...]  # str/None for dynamic dimensions
-    dtype: str  # numpy dtype name: float32, float16, int64, ...
-
-
-@dataclass
-class QueryTiming:
-    """One query. Times in ms; ``start_ns``/``end_ns`` on the host monotonic clock (perf_counter_ns)."""
-
-    start_ns: int
-    end_ns: int
-    enqueue_ms: float
-    compute_ms: float
-    h2d_ms: float | None = None
-    d2h_ms: float | None = None
-    stream: int = 0
-
-    @property
-    def latency_ms(self) -> float:
-        return self.compute_ms + (self.h2d_ms or 0.0) + (self.d2h_ms or 0.0)
 
 
 class BuildError(Exception):

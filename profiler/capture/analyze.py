@@ -63,7 +63,8 @@ statistics, GPU busy projection, idle gaps, then the capture rules with each fin
      "gap_histogram": [{device, edges_us, counts, active_ms, busy_ms, idle_ms, busy_fraction,
                         gap_count, gaps_over_threshold, min_gap_us}],
      "sync_summary": [{name, count, total_ms, max_ms}],
-     "thresholds": {rule id: {threshold: value}}}
+     "thresholds": {rule id: {threshold: value}},
+     "heuristics": {module: {NAME: value}}}   # the capture model's, in force (profiler.capture.heuristics)
 
 ``ranges`` (and the rules) cover the steady state unless ``AnalysisOptions.include_setup``; each range
 has ``parent`` (the enclosing series' 'domain:name', or null) and ``depth``; ``gpu_busy_fraction`` is
@@ -88,6 +89,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from profiler.capture import heuristics as H
 from profiler.capture import series as S
 from profiler.capture import summary as SM
 from profiler.capture.keys import ROW_CHUNK, blocks
@@ -95,7 +97,7 @@ from profiler.capture.options import AnalysisOptions  # noqa: F401 - defined apa
 from profiler.capture.unit import is_graph_replay, label_of
 from profiler.capture.waits import host_waits_on_gpu_ms
 from profiler.findings import Finding, json_safe
-from profiler.rules.context import CaptureContext
+from profiler.capture.context import CaptureContext
 
 GAP_EDGES_US = (0.0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 100_000, 1_000_000,
                 float("inf"))
@@ -116,7 +118,7 @@ class AnalysisResult:
     source_sha256: str | None = None
     """The capture's content hash when the analysis cache computed it (the run store reuses it)."""
     timeline: dict[str, Any] | None = None
-    """The ``timeline`` entry (:func:`profiler.report.timeline.build_timeline`) once built or read back."""
+    """The ``timeline`` entry (:func:`profiler.capture.timeline.build_timeline`) once built or read back."""
     records: list[Any] | None = None
     """What the run store keeps per range (:func:`range_records`) once built."""
 
@@ -127,7 +129,7 @@ class AnalysisResult:
     def timeline_json(self, data: dict[str, Any] | None = None) -> dict[str, Any]:
         """The report's timeline of this analysis (``data``: ``to_json()`` when the caller has it)."""
         if self.timeline is None:
-            from profiler.report.timeline import build_timeline
+            from profiler.capture.timeline import build_timeline
 
             self.timeline = build_timeline(self.trace(), self.to_json() if data is None else data)
         return self.timeline
@@ -173,7 +175,7 @@ def analyze(trace: Any, options: AnalysisOptions | None = None) -> AnalysisResul
     A capture whose columns are in files (:mod:`~profiler.capture.spill`) gets its large arrays there too."""
     from profiler.capture import spill
 
-    with spill.using(getattr(trace, "column_files", None)):
+    with spill.using(getattr(trace, "column_files", None)), H.overriding(options.heuristics if options else None):
         return _analyze(trace, options)
 
 
@@ -246,6 +248,7 @@ def _analyze(trace: Any, options: AnalysisOptions | None) -> AnalysisResult:
         "gap_histogram": _gap_histograms(ctx, judged.thresholds["gpu_idle"]["min_gap_us"]),
         "sync_summary": sync_summary(table),
         "thresholds": judged.thresholds,
+        "heuristics": H.values(),
     }
     if unrecorded:
         capture["kernel_launches_without_records"] = unrecorded

@@ -199,3 +199,39 @@ class WindowSums:
         prefix = np.zeros((k, len(self.cut) + 1), dtype=np.int64)
         np.cumsum(seg, axis=1, out=prefix[:, 1:])
         return list(prefix[:, self.ihi] - prefix[:, self.ilo])
+
+
+def nesting(keys: ThreadKeys, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Depth (0 = outermost on its thread) and parent instance (-1 = none) of each range instance.
+
+    NVTX exports do not store nesting; it is rebuilt per thread from start/end by one sweep over
+    start/end events (ends before starts at the same time, outer starts before inner ones).
+    """
+    n = len(tid)
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    ks, ke = keys.key(tid, start), keys.key(tid, end)
+    ev_key = np.concatenate([ks, ke])
+    zero = ke == ks
+    ev_type = np.concatenate([np.ones(n, np.int64), np.where(zero, 2, 0)])  # 0 end, 1 start, 2 end of empty
+    ev_tie = np.concatenate([-(end - start), np.zeros(n, np.int64)])
+    ev_inst = np.concatenate([np.arange(n), np.arange(n)])
+    order = np.lexsort((ev_inst, ev_tie, ev_type, ev_key))
+    step = np.where(ev_type[order] == 1, 1, -1)
+    before = np.cumsum(step) - step
+    is_start = ev_type[order] == 1
+    pos = np.flatnonzero(is_start)
+    inst_of = ev_inst[order][is_start]
+    depth_at = before[is_start]
+    depth = np.empty(n, np.int64)
+    depth[inst_of] = depth_at
+    m = len(order) + 1
+    key2 = depth_at * m + pos
+    srt = np.argsort(key2, kind="stable")
+    j = np.searchsorted(key2[srt], (depth_at - 1) * m + pos) - 1
+    ok = (depth_at > 0) & (j >= 0)
+    jj = srt[np.clip(j, 0, None)]
+    ok &= depth_at[jj] == depth_at - 1
+    parent = np.full(n, -1, np.int64)
+    parent[inst_of[ok]] = inst_of[jj[ok]]
+    return np.maximum(depth, 0), parent

@@ -170,8 +170,7 @@ class _Level:
     def parent_name(self, group: pd.DataFrame) -> np.ndarray:
         """Per row of ``group`` (columns t, s, e), the name code of the range directly around it (-1: none)."""
         if self._parent is None:
-            from profiler.capture.keys import ThreadKeys
-            from profiler.capture.series import nesting
+            from profiler.capture.keys import ThreadKeys, nesting
 
             keys = ThreadKeys([self.tid], [self.start, self.end])
             parent = nesting(keys, self.tid, self.start, self.end)[1]

@@ -28,6 +28,8 @@ class AnalysisOptions:
     """Run the statistics and rules over the whole capture instead of the steady state."""
     layer_info: str | None = None
     """trtexec ``--exportLayerInfo`` JSON to join to the capture's layers (precision, formats, tactic)."""
+    heuristics: dict[str, Any] = field(default_factory=dict)
+    """Overrides of the capture model's heuristics, NAME -> value (:mod:`profiler.capture.heuristics`)."""
 
     def rule_overrides(self) -> dict[str, dict[str, Any]]:
         out = {k: dict(v) for k, v in (self.thresholds or {}).items()}

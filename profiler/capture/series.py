@@ -40,7 +40,7 @@ from profiler.capture.instance_metrics import (
     OUTLIER_IQR_FENCE, OUTLIER_MEDIAN_RATIO, OUTLIER_MIN_COUNT, PAIR_CHUNK, activity_metrics, host_metrics,
     mark_outliers,
 )
-from profiler.capture.keys import Sorted, ThreadKeys, WindowSums, expand, row_index, sort_by_thread
+from profiler.capture.keys import Sorted, ThreadKeys, WindowSums, expand, nesting, row_index, sort_by_thread
 
 # The series table's vocabulary and building blocks live in frames, keys, activity and instance_metrics;
 # they are named here too, so ``series.X`` (the capture package's one import for them) keeps working.
@@ -594,39 +594,3 @@ def _remeasure_window(table: SeriesTable) -> None:
     unknown = (act.api_tid < 0) | (act.api_start_ns == np.iinfo(np.int64).min)
     activity_metrics(inst, act, table.act_sorted, unknown)
     host_metrics(inst, table.api, table.api_sorted, table.osrt, table.osrt_sorted)
-
-
-def nesting(keys: ThreadKeys, tid: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Depth (0 = outermost on its thread) and parent instance (-1 = none) of each range instance.
-
-    NVTX exports do not store nesting; it is rebuilt per thread from start/end by one sweep over
-    start/end events (ends before starts at the same time, outer starts before inner ones).
-    """
-    n = len(tid)
-    if n == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    ks, ke = keys.key(tid, start), keys.key(tid, end)
-    ev_key = np.concatenate([ks, ke])
-    zero = ke == ks
-    ev_type = np.concatenate([np.ones(n, np.int64), np.where(zero, 2, 0)])  # 0 end, 1 start, 2 end of empty
-    ev_tie = np.concatenate([-(end - start), np.zeros(n, np.int64)])
-    ev_inst = np.concatenate([np.arange(n), np.arange(n)])
-    order = np.lexsort((ev_inst, ev_tie, ev_type, ev_key))
-    step = np.where(ev_type[order] == 1, 1, -1)
-    before = np.cumsum(step) - step
-    is_start = ev_type[order] == 1
-    pos = np.flatnonzero(is_start)
-    inst_of = ev_inst[order][is_start]
-    depth_at = before[is_start]
-    depth = np.empty(n, np.int64)
-    depth[inst_of] = depth_at
-    m = len(order) + 1
-    key2 = depth_at * m + pos
-    srt = np.argsort(key2, kind="stable")
-    j = np.searchsorted(key2[srt], (depth_at - 1) * m + pos) - 1
-    ok = (depth_at > 0) & (j >= 0)
-    jj = srt[np.clip(j, 0, None)]
-    ok &= depth_at[jj] == depth_at - 1
-    parent = np.full(n, -1, np.int64)
-    parent[inst_of[ok]] = inst_of[jj[ok]]
-    return np.maximum(depth, 0), parent

@@ -109,7 +109,7 @@ def _behind(inf: dict[str, Any]) -> str:
 
 def inference_lines(data: dict[str, Any], max_layers: int = MAX_LAYERS_SHOWN) -> list[str]:
     """The inference line, the top layers, the phases and the streams (empty for an old JSON)."""
-    from profiler.report.fmt import fmt_bytes
+    from profiler.fmt import fmt_bytes
 
     inf = data.get("inference")
     if not isinstance(inf, dict):
@@ -315,6 +315,10 @@ def _label(r: dict[str, Any]) -> str:
 @db_option
 @click.option("--min-gap-us", type=Finite(0, 3.6e9), default=None,
               help="Smallest GPU idle gap that counts as idleness, in microseconds (default 50).")
+@click.option("--heuristic", "heuristics", multiple=True, metavar="NAME=VALUE",
+              help="Override one of the capture model's heuristics for this analysis (WARMUP_RATIO=2, "
+                   "UNIT_MIN_GPU_SHARE=0.1; each is in the JSON's 'heuristics', documented in "
+                   "profiler/capture/heuristics.py). Repeatable.")
 @click.option("--unit", default=None, metavar="NAME",
               help="The NVTX range that is one inference ('domain:name' or name). Default: TensorRT's "
                    "ExecutionContext::enqueue/execute ranges, else the outermost repeated range, else the capture.")
@@ -336,7 +340,8 @@ def _label(r: dict[str, Any]) -> str:
 @analyze_options
 @click.pass_context
 def command(ctx: click.Context, captures: tuple[str, ...], json_path: str | None, report_path: str | None,
-            no_store: bool, label: str | None, db: str | None, min_gap_us: float | None, unit: str | None,
+            no_store: bool, label: str | None, db: str | None, min_gap_us: float | None,
+            heuristics: tuple[str, ...], unit: str | None,
             include_setup: bool, layer_info: str | None, cdn: bool, no_cache: bool, trace_path: str | None,
             fail_on_incomplete: bool, jobs: int | None, scheduler: str | None, batch_out: str | None,
             memory_limit: str | None) -> None:
@@ -354,6 +359,9 @@ def command(ctx: click.Context, captures: tuple[str, ...], json_path: str | None
     from profiler.capture.heap import bound_heap
     from profiler.capture.options import AnalysisOptions
 
+    from profiler.capture.heuristics import parse_overrides
+
+    overrides = parse_overrides(heuristics)  # a bad --heuristic is one sentence, exit 2, before any work
     bound_heap()  # this process is ours: freed column-sized arrays leave it (capture/heap.py)
     if not no_cache:
         from profiler.capture.caches import cap_bytes
@@ -370,7 +378,8 @@ def command(ctx: click.Context, captures: tuple[str, ...], json_path: str | None
         analyze_batch(ctx, captures, jobs=jobs, scheduler=scheduler, out=batch_out, memory_limit=memory_limit,
                       json_path=json_path, report_path=report_path, no_store=no_store, label=label, db=db,
                       min_gap_us=min_gap_us, cdn=cdn, no_cache=no_cache,
-                      analysis={"unit": unit, "include_setup": include_setup, "layer_info": layer_info})
+                      analysis={"unit": unit, "include_setup": include_setup, "layer_info": layer_info,
+                                "heuristics": overrides})
         return
     if memory_limit is not None:
         raise UsageError("--memory-limit applies to --jobs")
@@ -398,7 +407,7 @@ def command(ctx: click.Context, captures: tuple[str, ...], json_path: str | None
         store = open_store(ctx, db)
     try:
         options = AnalysisOptions(min_gap_us=min_gap_us, unit=unit, include_setup=include_setup,
-                                  layer_info=layer_info)
+                                  layer_info=layer_info, heuristics=overrides)
         data = _analyze(capture, json_path, report_path, store, label, options, cdn,
                         cache=False if no_cache else None, trace_path=trace_path)
     finally:

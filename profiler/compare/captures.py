@@ -214,12 +214,15 @@ def _numbered_unit(base: CaptureSide, cand: CaptureSide) -> str | None:
     return max(both, key=lambda k: min(len(base.series[k].host_ms), len(cand.series[k].host_ms)), default=None)
 
 
+TENSORRT_INFERENCE = re.compile(r"^TensorRT/(ExecutionContext::(enqueue|execute)\w*|cudaGraphLaunch)$")
+"""TensorRT's range around each inference: enqueue, enqueueV2/V3, execute, executeV2 by version and API, or
+the range made for each graph replay of it (:mod:`profiler.capture.replays`: trtexec --useCudaGraph)."""
+
+
 def _tensorrt_inference(base: list[str], cand: list[str]) -> tuple[str | None, str | None]:
     """The one TensorRT inference range (enqueue, execute, the graph replays) of each side, None if not one."""
-    from profiler.compare.runs import _TENSORRT_INFERENCE
-
-    b = [k for k in base if _TENSORRT_INFERENCE.match(k)]
-    c = [k for k in cand if _TENSORRT_INFERENCE.match(k)]
+    b = [k for k in base if TENSORRT_INFERENCE.match(k)]
+    c = [k for k in cand if TENSORRT_INFERENCE.match(k)]
     return (b[0], c[0]) if len(b) == 1 and len(c) == 1 else (None, None)
 
 

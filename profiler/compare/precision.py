@@ -19,78 +19,24 @@ from typing import Any, Callable
 
 import numpy as np
 
+from profiler.models.intermediates import run_all
+from profiler.variants.fp16 import FP16_MAX
+
 #: An error below this relative L2 is treated as rounding noise.
 DEFAULT_FLOOR = 1e-3
 #: A node whose error is this many times its inputs' worst error is where precision is lost.
 DEFAULT_JUMP = 4.0
 
 
-def _expose_all(model_path: str | Path, out_path: Path) -> list[str]:
-    """Save a copy of the model with every float node output as a graph output; returns their names."""
-    import onnx
-    from onnx import TensorProto, helper
-
-    model = onnx.load(str(model_path))
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model)
-        types = {vi.name: vi.type.tensor_type.elem_type
-                 for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
-    except Exception:
-        types = {}
-    existing = {o.name for o in model.graph.output}
-    floats = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16)
-    names = []
-    for node in model.graph.node:
-        if node.op_type in ("Constant", "QuantizeLinear"):
-            continue
-        for out in node.output:
-            if not out or out in existing:
-                continue
-            t = types.get(out)
-            if t is not None and t not in floats:
-                continue
-            model.graph.output.append(helper.make_tensor_value_info(out, t or TensorProto.FLOAT, None)
-                                      if t else helper.make_empty_tensor_value_info(out))
-            existing.add(out)
-            names.append(out)
-    onnx.save(model, str(out_path))
-    return names
-
-
-def _run_all(model_path: str | Path, feeds: list[dict[str, np.ndarray]], tmp: Path) -> list[dict[str, np.ndarray]]:
-    """Every float tensor of the model (graph outputs included), each stored in its declared type.
-
-    ONNX Runtime's CPU provider runs float16 nodes in float32 and removes the casts between
-    consecutive nodes, so a float16 model's final outputs never see float16 rounding or overflow in
-    between. Exposing every node output forces each one to be materialised in float16, which is what a
-    GPU float16 engine does (fp32 accumulation, fp16 storage).
-    """
-    import onnxruntime as ort
-
-    exposed = tmp / (Path(model_path).stem + ".all.onnx")
-    _expose_all(model_path, exposed)
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # keep every node
-    opts.log_severity_level = 3
-    sess = ort.InferenceSession(str(exposed), opts, providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    results = []
-    for f in feeds:
-        vals = sess.run(names, f)
-        results.append({n: v for n, v in zip(names, vals)
-                        if isinstance(v, np.ndarray) and v.dtype.kind == "f"})
-    return results
-
-
 def faithful_outputs(model_path: str | Path, feeds: list[dict[str, np.ndarray]],
                      work_dir: str | Path | None = None) -> list[dict[str, np.ndarray]]:
     """The model's graph outputs with every intermediate stored in its declared precision (see
-    ``_run_all``): the accuracy of a float16 or Q/DQ model as a GPU engine would compute it."""
+    ``run_all``): the accuracy of a float16 or Q/DQ model as a GPU engine would compute it."""
     import onnx
 
     names = [o.name for o in onnx.load(str(model_path), load_external_data=False).graph.output]
     with tempfile.TemporaryDirectory(dir=work_dir) as d:
-        runs = _run_all(model_path, feeds, Path(d))
+        runs = run_all(model_path, feeds, Path(d))
     return [{n: r[n] for n in names if n in r} for r in runs]
 
 
@@ -107,8 +53,6 @@ def _producers(model_path: str | Path) -> dict[str, str]:
             out[t] = node.name or f"{node.op_type}_{i}"
     return out
 
-
-from profiler.variants.fp16 import FP16_MAX  # noqa: E402 - the one float16 limit
 
 
 def keep_candidates(result: dict[str, Any], top: int = 3) -> list[str]:
@@ -166,9 +110,9 @@ def localize(reference_model: str | Path, variant_model: str | Path, feeds: list
     nodes = list(model.graph.node)
     with tempfile.TemporaryDirectory() as d:
         say(f"running the fp32 model with all {len(nodes)} node outputs exposed ({len(feeds)} input(s))")
-        ref_runs = _run_all(reference_model, feeds, Path(d))
+        ref_runs = run_all(reference_model, feeds, Path(d))
         say("running the variant the same way")
-        var_runs = _run_all(variant_model, feeds, Path(d))
+        var_runs = run_all(variant_model, feeds, Path(d))
     consumers: dict[str, list[str]] = {}
     for j, c in enumerate(nodes):
         for name in dict.fromkeys(c.input):  # a node reading a tensor twice is one consumer

@@ -11,11 +11,11 @@ nsys capture.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
 
+from profiler.compare.captures import TENSORRT_INFERENCE, compare_captures, side_from_run
 from profiler.compare.comparable import incomparable
 from profiler.compare.noise import host_bound, judge, repeat_medians
 from profiler.compare.stats import DEFAULT_RULE, decide, detect_step
@@ -36,17 +36,13 @@ def _variant_name(v: dict[str, Any]) -> str:
     return f"{v['domain']}/{v['key']}" if v.get("domain") else v["key"]
 
 
-_TENSORRT_INFERENCE = re.compile(r"^TensorRT/(ExecutionContext::(enqueue|execute)\w*|cudaGraphLaunch)$")
-"""TensorRT's range around each inference: enqueue, enqueueV2/V3, execute, executeV2 by version and API, or
-the range made for each graph replay of it (:mod:`profiler.capture.replays`: trtexec --useCudaGraph)."""
-
 
 def _tensorrt_renamed(base: list[str], cand: list[str]) -> dict[str, str]:
     """{candidate key: baseline key} for the TensorRT inference range under another API name (an engine
     moved from enqueueV2 to enqueueV3 across TensorRT versions, or from eager enqueues to graph replays): one
     such range unmatched on each side."""
-    b = [k for k in base if _TENSORRT_INFERENCE.match(k) and k not in cand]
-    c = [k for k in cand if _TENSORRT_INFERENCE.match(k) and k not in base]
+    b = [k for k in base if TENSORRT_INFERENCE.match(k) and k not in cand]
+    c = [k for k in cand if TENSORRT_INFERENCE.match(k) and k not in base]
     return {c[0]: b[0]} if len(b) == 1 and len(c) == 1 else {}
 
 
@@ -215,8 +211,6 @@ def compare_runs(store: Store, baseline_ref: int | str, candidate_ref: int | str
     if why_not and not force:
         raise UsageError(f"refusing to compare: {'; '.join(why_not)} (--force compares them anyway)")
     if base.get("kind") == cand.get("kind") == "analyze":  # two captures: by their inference
-        from profiler.compare.captures import compare_captures, side_from_run
-
         return compare_captures(side_from_run(store, base), side_from_run(store, cand), r,
                                 jitter_cov_pct=_jitter_cov_pct(cand))
     variants = _variant_rows(store, base, cand, r)

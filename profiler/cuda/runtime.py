@@ -30,7 +30,7 @@ def runtime() -> Any:
         from profiler.errors import require
 
         require("cuda.bindings", "cuda", "the CUDA layer")
-        from cuda.bindings import runtime as rt  # type: ignore
+        from cuda.bindings import runtime as rt
 
         _RT = rt
     return _RT
@@ -43,7 +43,7 @@ def check(result: Any, call: str) -> Any:
 
 def bindings_version() -> str | None:
     try:
-        import cuda.bindings  # type: ignore
+        import cuda.bindings
 
         return str(cuda.bindings.__version__)
     except Exception:

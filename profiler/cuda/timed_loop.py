@@ -28,7 +28,23 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Sequence
 
-from profiler.backends.base import QueryTiming
+
+@dataclass
+class QueryTiming:
+    """One query. Times in ms; ``start_ns``/``end_ns`` on the host monotonic clock (perf_counter_ns)."""
+
+    start_ns: int
+    end_ns: int
+    enqueue_ms: float
+    compute_ms: float
+    h2d_ms: float | None = None
+    d2h_ms: float | None = None
+    stream: int = 0
+
+    @property
+    def latency_ms(self) -> float:
+        return self.compute_ms + (self.h2d_ms or 0.0) + (self.d2h_ms or 0.0)
+
 
 Clock = Callable[[], int]  # monotonic nanoseconds
 Copy = tuple[int, int, int]  # (destination pointer, source pointer, bytes)

@@ -126,7 +126,7 @@ def under_nsys() -> bool:
 
 
 def variant_series_name(key: str) -> str:
-    from profiler.harness.nvtx import iteration_range_name
+    from profiler.nvtx import iteration_range_name
 
     return iteration_range_name(key)
 
@@ -142,7 +142,7 @@ def analyze_iterations(capture_path: str | os.PathLike, options: Any = None) -> 
     judge, which is the question the sweep asks.
     """
     from profiler.capture.options import AnalysisOptions
-    from profiler.harness.nvtx import variant_range_name
+    from profiler.nvtx import variant_range_name
     from profiler.pipeline.analyse import AnalyseRequest, analyse
 
     if options is None:  # the variants' own iteration ranges are what the sweep judges: no setup cut
@@ -158,9 +158,9 @@ TIMELINE_EVENTS = 2000
 
 def sweep_timeline(trace: Any, summary: dict[str, Any], doc: dict[str, Any]) -> dict[str, Any]:
     """The sweep report's ``timeline``: the median timed query (``<key>/iter``) of each variant the capture
-    holds, fastest first (at most TIMELINE_VARIANTS), as :func:`profiler.report.timeline.build_timeline`
+    holds, fastest first (at most TIMELINE_VARIANTS), as :func:`profiler.capture.timeline.build_timeline`
     draws an analysis's."""
-    from profiler.report.timeline import build_timeline, series_windows
+    from profiler.capture.timeline import build_timeline, series_windows
 
     start = int((getattr(trace, "meta", None) or {}).get("capture_start_ns") or 0)
     by_label = {(f"{r['domain']}:{r['name']}" if r.get("domain") else r.get("name")): r

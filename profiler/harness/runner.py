@@ -32,7 +32,7 @@ from typing import Any, Callable, Sequence
 from profiler.backends.base import ExecutionContext, QueryTiming
 from profiler.cuda.timed_loop import repeat
 from profiler.harness.hostload import HostLoad
-from profiler.harness.nvtx import Ranges, iteration_range_name, noop, ranges as default_ranges, step_range_name
+from profiler.nvtx import Ranges, iteration_range_name, noop, ranges as default_ranges, step_range_name
 from profiler.stats import summarize
 
 Clock = Callable[[], int]  # monotonic nanoseconds

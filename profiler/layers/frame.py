@@ -126,11 +126,3 @@ def time_by_type(frame: pd.DataFrame) -> pd.DataFrame:
     total = out["time_ms"].sum()
     out["share_pct"] = out["time_ms"] / total * 100.0 if total > 0 else np.nan
     return out.sort_values("time_ms", ascending=False).reset_index(drop=True)
-
-
-def to_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
-    """JSON-ready records (NaN -> None, numpy scalars -> Python)."""
-    from profiler.findings import json_safe
-
-    recs = frame.astype(object).where(frame.notna(), None).to_dict("records")
-    return [json_safe(r) for r in recs]

@@ -30,7 +30,7 @@ def _variant_keys(sets: list, names: tuple[str, ...]) -> list[str]:
 def build_import(paths: list[str], variant_names: tuple[str, ...] = (), label: str | None = None
                  ) -> tuple[dict[str, Any], list]:
     """Read every export set under ``paths``; returns (the --json dict, the EngineExports)."""
-    from profiler.findings import Finding
+    from profiler.findings import Finding, frame_records
     from profiler.layers import align as al
     from profiler.layers import frame as lf
     from profiler.layers import trtexec as tx
@@ -70,7 +70,7 @@ def build_import(paths: list[str], variant_names: tuple[str, ...] = (), label: s
             "reformat_layers": tot["reformat_layers"], "reformat_ms": tot["reformat_ms"],
             "profiled_iterations": e.profile_count,
             "precision_mix_pct": lf.precision_mix(e.layers),
-            "time_by_type": lf.to_records(lf.time_by_type(e.layers)) if len(e.layers) else [],
+            "time_by_type": frame_records(lf.time_by_type(e.layers)) if len(e.layers) else [],
             "trtexec_summary": {k: v for k, v in trt.items() if k not in ("source",)},
             "trtexec_match": tx.compare_with_trtexec(summ, trt) if summ and trt else {},
             "tensorrt_version": e.tensorrt_version, "gpu": e.device.get("Selected Device"),
@@ -81,7 +81,7 @@ def build_import(paths: list[str], variant_names: tuple[str, ...] = (), label: s
                          f"{med:.4f} ms median GPU compute time: profiling each layer adds event overhead, "
                          "so the layer sum exceeds the end-to-end latency.")
         variants.append(v)
-        layers.extend(lf.to_records(e.layers))
+        layers.extend(frame_records(e.layers))
         warnings.extend(f"{key}: {m}" for m in e.messages)
         lvars.append(LayerContext(key=key, layers=e.layers, precision=e.precision, summary=e.summary,
                                    trtexec=trt, tensorrt_version=e.tensorrt_version))
@@ -106,7 +106,7 @@ def build_import(paths: list[str], variant_names: tuple[str, ...] = (), label: s
             if ga is not None and gb is not None:
                 s["latency_delta_ms"] = gb - ga
             alignment.append({"model": model, "a": keys[ia], "b": keys[ib], "summary": s,
-                              "groups": lf.to_records(groups)})
+                              "groups": frame_records(groups)})
     gpus = sorted({v["gpu"] for v in variants if v.get("gpu")})
     versions = sorted({v["tensorrt_version"] for v in variants if v.get("tensorrt_version")})
     models = sorted({v["model"] for v in variants if v.get("model")})

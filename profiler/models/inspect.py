@@ -12,9 +12,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from profiler.backends.base import TensorInfo
 from profiler.errors import InputError
 
+
+@dataclass
+class TensorInfo:
+    """One input or output of a model (the backends describe their engines' bindings with it too)."""
+
+    name: str
+    shape: tuple[int | str | None, ...]  # str/None for dynamic dimensions
+    dtype: str  # numpy dtype name: float32, float16, int64, ...
 
 
 @dataclass

@@ -108,7 +108,7 @@ def resolve_shapes(info: ModelInfo, shapes: dict[str, tuple[int, ...]] | None) -
         rank_known = t.name not in info.unknown_rank
         if given is None:
             if rank_known and is_static(t.shape):
-                resolved[t.name] = tuple(int(d) for d in t.shape)
+                resolved[t.name] = tuple(d for d in t.shape if isinstance(d, int))  # static: all ints
                 continue
             if not rank_known:
                 raise UsageError(f"input {t.name!r} has no declared shape; give --shape {t.name}:DIMS "

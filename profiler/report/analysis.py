@@ -15,7 +15,7 @@ from profiler.report.common import (
     findings_block, findings_cards, finite, kv, missing, new_page, note, rounded, rounded_list, scalar_items,
     short_label, stat, table, unique_labels,
 )
-from profiler.report.fmt import fmt_num, fmt_pct, fmt_value, is_number
+from profiler.fmt import fmt_num, fmt_pct, fmt_value, is_number
 from profiler.report.concurrency import contexts_section
 from profiler.report.generation import generation_section
 from profiler.report.inference import inference_cards, inference_section

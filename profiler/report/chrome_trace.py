@@ -21,7 +21,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from profiler.report.timeline import events_in
+from profiler.capture.timeline import events_in
 
 MAX_EVENTS = 200_000  # about 30 MB of JSON; Perfetto and chrome://tracing stay responsive
 GPU_PID_BASE = 1_000_000  # GPU "processes" get pids above any OS pid

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
-from profiler.report.fmt import DASH, fmt_num, fmt_value, humanize_key, is_number
+from profiler.fmt import DASH, fmt_num, fmt_value, humanize_key, is_number
 
 SEVERITY_ORDER = ("high", "medium", "low", "info")
 STATUS_CLASSES = {

@@ -15,7 +15,7 @@ from profiler.report.common import (
     NOT_IN_RUN, OUTLIER_COLOR, Section, SectionFn, add_sections, cell, chart, figure, findings_block, finite, kv,
     missing, new_page, note, rounded, rounded_list, shared_edges, short_label, histogram, table, unique_labels,
 )
-from profiler.report.fmt import DASH, fmt_ms, fmt_num, fmt_pct, fmt_ratio_pct, fmt_value, humanize_key, is_number
+from profiler.fmt import DASH, fmt_ms, fmt_num, fmt_pct, fmt_ratio_pct, fmt_value, humanize_key, is_number
 
 VERDICT_CLASSES = {"regression": "bad", "improvement": "ok", "no_change": "", "missing": "warn",
                    "inconclusive": "warn"}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from profiler.documents import AnalysisDocument
 from profiler.report.common import Section, kv, note, table
-from profiler.report.fmt import fmt_pct
+from profiler.fmt import fmt_pct
 
 MAX_ROWS = 40
 """Threads, streams or contexts listed per table (the JSON has them all)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from profiler.documents import AnalysisDocument
 from profiler.report.common import Section, card, cell, kv, note, stat, table
 from profiler.report.concurrency import throughput_blocks
-from profiler.report.fmt import fmt_pct
+from profiler.fmt import fmt_pct
 
 SOURCES = {"tensorrt": "TensorRT's ExecutionContext enqueue/execute ranges",
            "nvtx": "the outermost repeated NVTX range", "window": "the whole capture (no repeated NVTX range)"}

@@ -17,7 +17,7 @@ from profiler.report.common import (
     findings_cards, finite, kv, missing, new_page, note, rounded_list, scalar_items, short_label, stat, table,
     unique_labels,
 )
-from profiler.report.fmt import DASH, fmt_pct, fmt_value, humanize_key, is_number
+from profiler.fmt import DASH, fmt_pct, fmt_value, humanize_key, is_number
 from profiler.report.variants import PRECISION_COLORS, layer_time_by_type, layer_time_metric, variant_key
 
 MAX_LAYER_CHARTS = 6

@@ -23,7 +23,7 @@ from profiler.report.variants import (
     latency_by_workspace, layer_records, layer_time_by_type, ok_variants, throughput_by_streams, variant_key,
 )
 from profiler.report.verdict import breaches, fastest_variant, ungated_breaches
-from profiler.report.fmt import DASH, fmt_bytes, fmt_ms, fmt_num, fmt_pct, fmt_value, humanize_key, is_number
+from profiler.fmt import DASH, fmt_bytes, fmt_ms, fmt_num, fmt_pct, fmt_value, humanize_key, is_number
 
 # ----------------------------------------------------------------------------- page
 

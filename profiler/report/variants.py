@@ -9,7 +9,7 @@ from typing import Any, Iterable, Sequence
 
 from profiler.documents import CHECKLIST_STEPS
 from profiler.report.common import finite, stat, status_class
-from profiler.report.fmt import fmt_bytes, fmt_value, humanize_key
+from profiler.fmt import fmt_bytes, fmt_value, humanize_key
 
 ACCURACY_KEYS = ("max_abs", "mean_abs", "rel_l2", "cosine", "top1_agreement", "nan_count", "inf_count", "passed")
 PRECISION_COLORS = {"fp32": "#2f74c0", "fp16": "#d9822b", "bf16": "#7b5ea7", "int8": "#2e9e5b", "fp8": "#c0392b"}

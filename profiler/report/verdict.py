@@ -18,7 +18,7 @@ from typing import Any, Iterable, Sequence
 
 from profiler.documents import AnalysisDocument, ComparisonDocument, ImportDocument, SweepDocument
 
-from profiler.report.fmt import fmt_ms, fmt_num, is_number
+from profiler.fmt import fmt_ms, fmt_num, is_number
 
 STATUSES = ("PASS", "ISSUES FOUND", "GATE FAILED", "REGRESSION", "INCONCLUSIVE", "IMPROVEMENT", "FAILED",
             "INCOMPLETE CAPTURE")

@@ -2,7 +2,7 @@
 
 A scope is the data the rules look at, each with its typed context (:mod:`profiler.rules.context`):
 
-- ``capture``: one nsys capture (:class:`CaptureContext`), one module per rule in ``capture/``;
+- ``capture``: one nsys capture (:class:`~profiler.capture.context.CaptureContext`), one module per rule in ``capture/``;
 - ``layers``: one engine's per-layer frame and trtexec timing (:class:`LayerContext`), ``layers.py``;
 - ``sweep``: a sweep's variant records (:class:`SweepContext`), ``sweep.py``.
 

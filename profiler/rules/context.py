@@ -1,7 +1,8 @@
 """What the rules of each scope look at: one typed context per scope, read and never written by the rules.
 
-- :class:`CaptureContext` (scope ``capture``): one nsys capture's series table, range summaries, device
-  gaps and outliers, built by :func:`profiler.capture.analyze.analyze`;
+- :class:`~profiler.capture.context.CaptureContext` (scope ``capture``): one nsys capture's series table,
+  range summaries, device gaps and outliers, built by :func:`profiler.capture.analyze.analyze` (it lives in
+  the capture package, which builds it);
 - :class:`LayerContext` (scope ``layers``): one engine's per-layer frame and trtexec timing, built by
   :mod:`profiler.layers.importer`;
 - :class:`SweepContext` (scope ``sweep``): a sweep's variant records, its backend, and its accuracy checks
@@ -13,68 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
-import numpy as np
-
 if TYPE_CHECKING:
     import pandas as pd
-
-    from profiler.capture.phases import Phases
-    from profiler.capture.series import SeriesTable
-    from profiler.capture.summary import DeviceGaps
-    from profiler.capture.unit import Unit
-
-
-@dataclass
-class CaptureContext:
-    """What the capture rules see: the trace, its series table, range summaries and device gaps."""
-
-    trace: Any  # profiler.capture.trace.Trace
-    table: SeriesTable
-    ranges: list[dict[str, Any]]  # series_summary() rows, indexed by series_id
-    devices: list[DeviceGaps]
-    outliers: pd.DataFrame  # explain_outliers() rows
-    capture_start_ns: int
-    unit: Unit | None = None  # over the full capture's table
-    phases: Phases | None = None
-    tensorrt: bool = False  # the capture holds TensorRT's NVTX ranges
-    include_setup: bool = False
-    concurrency: Any = None  # profiler.capture.concurrency.Concurrency over the judged period, once measured
-    generation: dict[str, Any] | None = None  # profiler.capture.generation.find(): the decode loop, if any
-
-    @property
-    def judged_start_ns(self) -> int:
-        """Where what the rules judge starts: the steady state's start, or with setup the capture's first
-        event (not the session start: a capture begun late would count the time before it)."""
-        ph = self.phases
-        return 0 if ph is None else ph.first_event_ns if self.include_setup else ph.steady_start_ns
-
-    @property
-    def steady_ns(self) -> int:
-        """Duration of what the rules judge: the steady state (or the whole capture with setup)."""
-        ph = self.phases
-        return 0 if ph is None else max(int(ph.steady_end_ns - self.judged_start_ns), 0)
-
-    @property
-    def steady_instances(self) -> int:
-        u = self.unit
-        return max(u.count - (0 if self.include_setup else u.warmup), 1) if u is not None else 1
-
-    def label(self, series_id: int) -> str | None:
-        """A finding's ``range``: 'domain:name' (just the name in the default domain); None for the
-        whole-capture window of a capture without NVTX ranges."""
-        if self.table.window:
-            return None
-        r = self.ranges[series_id]
-        return f"{r['domain']}:{r['name']}" if r["domain"] else r["name"]
-
-    def gpu_names(self) -> dict[int, str]:
-        gpus = (getattr(self.trace, "meta", None) or {}).get("gpus") or []
-        out = {}
-        for i, g in enumerate(gpus):
-            if isinstance(g, dict):
-                dev = g.get("device_id", g.get("id", i))
-                out[int(dev) if isinstance(dev, (int, np.integer)) else i] = str(g.get("name") or "")  # None: unknown
-        return out
 
 
 @dataclass
@@ -129,4 +70,4 @@ class SweepContext:
         return limits_for(precision, None if self.accuracy_limits is None else dict(self.accuracy_limits))
 
 
-__all__ = ["AccuracyCheck", "CaptureContext", "LayerContext", "SweepContext", "Variant"]
+__all__ = ["AccuracyCheck", "LayerContext", "SweepContext", "Variant"]

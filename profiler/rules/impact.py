@@ -16,8 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from profiler.findings import Finding
-from profiler.report.fmt import fmt_num
-from profiler.rules.context import CaptureContext
+from profiler.fmt import fmt_num
+from profiler.capture.context import CaptureContext
 
 IMPACT_HIGH_SHARE = 0.25
 """A finding costing this share of the steady state (or more) is high severity ..."""

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from profiler.accuracy import evaluate
+from profiler.accuracy import evaluate, limits_for
 from profiler.findings import Finding
-from profiler.rules import Thresholds, rule
+from profiler.rules import Thresholds, get_rule, rule
 from profiler.rules.context import AccuracyCheck, SweepContext
 
 _RECOMMEND = {
@@ -93,3 +93,17 @@ def precision_model_arithmetic(ctx: SweepContext, t: Thresholds) -> list[Finding
                                 "timed CPU session does not, so the gate passes it. " + f.recommendation)
             out.append(f)
     return out
+
+
+def accuracy_findings(variant_key: str, precision: str, per_output: dict[str, dict],
+                      thresholds: dict | None = None, *, calibration: dict | None = None) -> list[Finding]:
+    """One ``precision_regression`` finding per output whose metrics breach the limits: the registered sweep
+    rule of this module over this one variant's check.
+
+    ``thresholds`` as for :func:`profiler.accuracy.evaluate`. Severity: high for NaN/Inf, missing outputs or lost top-1
+    agreement; medium otherwise; info when the int8 calibration ran on random inputs.
+    """
+    check = AccuracyCheck(variant_key, precision, per_output,
+                          calibration_meaningless=bool((calibration or {}).get("meaningless")))
+    ctx = SweepContext([], accuracy_checks=[check], accuracy_limits={precision: limits_for(precision, thresholds)})
+    return get_rule("sweep", "precision_regression").run(ctx)

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
-from sqlalchemy import Float, func, select
+from sqlalchemy import Float, delete, func, select
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -323,6 +323,11 @@ class Store:
         if summary is not None:
             fields["summary"] = summary
         self.update_run(run_id, **fields)
+
+    def delete_variants(self, run_id: int, keys: list[str]) -> None:
+        """Delete a run's stored variants of these keys (their samples, layers and accuracy rows cascade)."""
+        with self.write_session() as s, s.begin():
+            s.execute(delete(m.Variant).where(m.Variant.run_id == run_id, m.Variant.key.in_(keys)))
 
     def add_variant(self, run_id: int, variant: dict[str, Any], *, samples: Iterable[dict] | Any = None,
                     layers: Iterable[dict] | None = None, accuracy: Iterable[dict] | None = None) -> int:

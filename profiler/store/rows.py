@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from profiler.documents import AnalysisDocument, ImportDocument
+from profiler.findings import frame_records
 
 
 @dataclass
@@ -121,13 +122,11 @@ def import_run(data: ImportDocument) -> dict[str, Any]:
 def export_rows(v: dict[str, Any], export: Any) -> VariantRows:
     """One imported export (``variants`` entry and its ``profiler.layers.trtexec`` export) with its samples
     and per-layer rows."""
-    from profiler.layers import frame as lf
-
     vd = {k: val for k, val in v.items() if k not in ("time_by_type",)}
     vd["metrics"] = {k: v.get(k) for k in EXPORT_METRICS}
     vd["metrics"]["bindings"] = export_bindings(export.layers)
     layers = []
-    for r in lf.to_records(export.layers):
+    for r in frame_records(export.layers):
         r.pop("variant", None)
         extra = {k: r.pop(k) for k in list(r) if k in LAYER_EXTRA}
         layers.append({**r, "extra": extra} if extra else r)

@@ -73,7 +73,8 @@ def parse_thresholds(args: Iterable[str]) -> tuple[dict[str, dict[str, float]], 
     from profiler.backends.base import PRECISIONS
     from profiler.rules import registry
 
-    accuracy_args, rules_out = [], {}
+    accuracy_args: list[str] = []
+    rules_out: dict[str, Any] = {}
     sweep_rules = {s.id: s for s in registry("sweep")}
     for raw in args:
         key, sep, value = raw.partition("=")

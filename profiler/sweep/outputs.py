@@ -88,7 +88,7 @@ def write_outputs(sweep: Any, summary: dict[str, Any], out_dir: Path, cdn: bool,
     try:
         from profiler.report import write_sweep_report
     except ImportError:
-        write_sweep_report = None
+        write_sweep_report = None  # type: ignore[assignment]  # the report's dependencies may be missing
     if write_sweep_report is not None:
         data, layers = sweep.report_data(summary)
         report = Path(write_sweep_report(data, out_dir / "report.html", cdn=cdn, layers=layers))

@@ -16,7 +16,7 @@ from profiler.accuracy import KIND_WORDS
 from profiler.backends.base import Backend, BuildError, VariantSpec
 from profiler.errors import InputError
 from profiler.findings import Finding, json_safe, sort_findings
-from profiler.harness.nvtx import ranges, variant_range_name
+from profiler.nvtx import ranges, variant_range_name
 from profiler.progress import phase
 from profiler.rules.context import AccuracyCheck
 from profiler.sweep.accuracy_check import accuracy_limits

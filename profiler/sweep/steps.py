@@ -20,7 +20,7 @@ import numpy as np
 
 from profiler.backends.base import Backend, BuildError, Engine, ExecutionContext, UnsupportedOp, VariantSpec
 from profiler.errors import InputError, UsageError
-from profiler.harness.nvtx import ranges, step_range_name
+from profiler.nvtx import ranges, step_range_name
 from profiler.harness.runner import Measurement, run_queries, summarize_timings
 from profiler.progress import phase
 from profiler.sweep.accuracy_check import CPU_FAITHFUL_NOTES, check_accuracy, model_arithmetic

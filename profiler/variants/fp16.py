@@ -35,6 +35,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 
 from profiler.errors import InputError
+from profiler.models.intermediates import run_all
 
 #: bump when the conversion recipe below changes, so cached conversions are remade
 RECIPE_VERSION = 2  # 2: Cast/mixed-input repairs, tolerant cast cleanup, DynamicQuantizeLinear kept
@@ -307,8 +308,6 @@ def activation_overflow_nodes(src: Path, feeds: Sequence[dict[str, np.ndarray]],
     root 0, and every output after it garbage, on any engine that stores the tensor in float16."""
     import onnx
 
-    from profiler.compare.precision import _run_all
-
     model = onnx.load(str(src), load_external_data=False)
     names = [n.name or f"{n.op_type}_{i}" for i, n in enumerate(model.graph.node)]
     producer = {o: names[i] for i, n in enumerate(model.graph.node) for o in n.output}
@@ -317,7 +316,7 @@ def activation_overflow_nodes(src: Path, feeds: Sequence[dict[str, np.ndarray]],
         for t in dict.fromkeys(n.input):
             consumers.setdefault(t, []).append(names[i])
     with tempfile.TemporaryDirectory() as d:
-        runs = _run_all(src, list(feeds), Path(d))
+        runs = run_all(src, list(feeds), Path(d))
     worst: dict[str, float] = {}
     for run in runs:
         for tensor, value in run.items():

@@ -180,7 +180,7 @@ class CudaTorchEngine(Engine):
         mode = self.backend.node_ranges
         if mode == "off":
             return None
-        from profiler.harness.nvtx import ranges
+        from profiler.nvtx import ranges
 
         r = ranges()
         return r if r.enabled else None

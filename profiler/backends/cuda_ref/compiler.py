@@ -58,7 +58,7 @@ class Program:
     _plans: dict[bool, list[tuple]] = field(default_factory=dict)
 
     def plan(self, ranges: Any = None) -> list[tuple]:
-        """The hot loop's tuples; with ``ranges`` (an enabled ``profiler.harness.nvtx.Ranges``) each step
+        """The hot loop's tuples; with ``ranges`` (an enabled ``profiler.nvtx.Ranges``) each step
         is wrapped in an NVTX range named after its ONNX node."""
         if ranges is None:
             if False not in self._plans:

@@ -1,6 +1,6 @@
 """Capture rules: diagnoses of an nsys capture's NVTX range series, GPU gaps and copies.
 
-Each rule is a pure function of a :class:`profiler.rules.context.CaptureContext` and its thresholds and
+Each rule is a pure function of a :class:`profiler.capture.context.CaptureContext` and its thresholds and
 returns findings whose ``evidence`` carries the numbers and ``threshold`` the limits they were compared
 with. One module per rule; its defaults are that module's constants, severity bands included, and
 every one can be overridden per run (``AnalysisOptions.thresholds = {"jitter": {"max_cov_pct": 5}}``).

@@ -13,7 +13,7 @@ from profiler.capture import intervals
 from profiler.capture.keys import ROW_CHUNK
 from profiler.capture.series import SeriesTable
 from profiler.capture.unit import wrapped_loops
-from profiler.rules.context import CaptureContext
+from profiler.capture.context import CaptureContext
 
 MAX_FINDINGS_PER_RULE = 5
 """Per-range rules report at most this many ranges (the costliest), so nested series do not flood."""

@@ -18,9 +18,9 @@ import numpy as np
 
 from profiler.capture import blockwise, intervals
 from profiler.capture.waits import SLEEP_CALLS
-from profiler.report.fmt import fmt_num
+from profiler.fmt import fmt_num
 from profiler.rules.capture import _common
-from profiler.rules.context import CaptureContext
+from profiler.capture.context import CaptureContext
 
 CAUSE_MIN_SHARE = 0.5
 """A call or range names the cause when it fills at least this share of the idle time."""

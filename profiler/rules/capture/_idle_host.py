@@ -22,7 +22,7 @@ from profiler.capture import summary as SM
 from profiler.capture.keys import expand
 from profiler.capture.series import HostCalls, SeriesTable, Sorted
 from profiler.rules.capture import _common
-from profiler.rules.context import CaptureContext
+from profiler.capture.context import CaptureContext
 
 TOP_NAMES = 8
 """Call names (and NVTX ranges) listed per kind in the evidence, longest first."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 from profiler.capture.generation import DRIFT_MIN_SHARE
 from profiler.findings import Finding
 from profiler.rules import Thresholds, rule
-from profiler.rules.context import CaptureContext
+from profiler.capture.context import CaptureContext
 
 DRIFT_MIN_SLOW_STEPS = 8
 """Steps slower than the baseline by ``min_change_share`` before a rise counts (a few slow steps are jitter)."""

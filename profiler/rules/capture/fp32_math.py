@@ -19,7 +19,7 @@ from profiler.capture.frames import factor, i64
 from profiler.findings import Finding
 from profiler.rules import Thresholds, rule
 from profiler.rules.capture._common import pct
-from profiler.rules.context import CaptureContext
+from profiler.capture.context import CaptureContext
 
 FP32_MIN_SHARE = 0.25
 """Fire when FP32 matrix kernels without Tensor Cores take at least this share of the judged period's

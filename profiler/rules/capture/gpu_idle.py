@@ -13,13 +13,13 @@ from profiler.capture import blockwise
 from profiler.capture import summary as SM
 from profiler.capture.series import HostCalls
 from profiler.findings import Finding
-from profiler.report.fmt import fmt_num, plural
+from profiler.fmt import fmt_num, plural
 from profiler.rules import Thresholds, rule
 from profiler.rules.capture import _common
 from profiler.rules.capture._common import band, pct
 from profiler.rules.capture._idle_cause import advice, dominant_cause
 from profiler.rules.capture._idle_host import host_during
-from profiler.rules.context import CaptureContext
+from profiler.capture.context import CaptureContext
 
 IDLE_MIN_GAP_US = 50.0
 """A gap shorter than this is launch latency, not idleness (nsys's own 500 ms is far too coarse)."""

@@ -10,10 +10,10 @@ import numpy as np
 
 from profiler.capture.sleeps import Sleeps, idle_during_ns, timed_out_calls
 from profiler.findings import Finding
-from profiler.report.fmt import fmt_num, plural
+from profiler.fmt import fmt_num, plural
 from profiler.rules import Thresholds, rule
 from profiler.rules.capture._common import pct
-from profiler.rules.context import CaptureContext
+from profiler.capture.context import CaptureContext
 
 SLEEP_MIN_CALLS = 5
 """A thread's calls of one name time out when at least this many last the same time ..."""

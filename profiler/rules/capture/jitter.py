@@ -15,9 +15,9 @@ from profiler import stats
 from profiler.findings import Finding
 from profiler.rules import Thresholds, rule
 from profiler.rules.capture._common import MAX_FINDINGS_PER_RULE, band, outermost, ranges_of, worse
-from profiler.report.fmt import plural
+from profiler.fmt import plural
 from profiler.rules.capture._idle_cause import osrt_traced, os_call_kind
-from profiler.rules.context import CaptureContext
+from profiler.capture.context import CaptureContext
 
 JITTER_MIN_COUNT = 10
 JITTER_MIN_MEDIAN_US = 50.0

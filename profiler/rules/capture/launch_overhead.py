@@ -15,7 +15,7 @@ from profiler.rules import Thresholds, rule
 from profiler.rules.capture._common import (
     MAX_FINDINGS_PER_RULE, band, median_of, member_values, outermost, pct, ranges_of,
 )
-from profiler.rules.context import CaptureContext
+from profiler.capture.context import CaptureContext
 
 LAUNCH_MAX_BUSY_FRACTION = 0.5
 """Fire only when the GPU is busy for less than this share of the range's wall time."""

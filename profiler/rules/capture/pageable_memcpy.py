@@ -9,10 +9,10 @@ import pandas as pd
 
 from profiler.capture import series as S
 from profiler.findings import Finding
-from profiler.report.fmt import fmt_num
+from profiler.fmt import fmt_num
 from profiler.rules import Thresholds, rule
 from profiler.rules.capture._common import band
-from profiler.rules.context import CaptureContext
+from profiler.capture.context import CaptureContext
 
 PAGEABLE_MIN_TOTAL_US = 50.0
 """Ignore captures whose pageable copies add up to less GPU time than this."""

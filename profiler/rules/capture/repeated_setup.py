@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from profiler.capture.recurring import UPLOAD, Setup, recurring_setup
 from profiler.findings import Finding
-from profiler.report.fmt import fmt_num
+from profiler.fmt import fmt_num
 from profiler.rules import Thresholds, rule
 from profiler.rules.capture._common import pct, repeated_series_id
-from profiler.rules.context import CaptureContext
+from profiler.capture.context import CaptureContext
 
 SETUP_MIN_INTERVALS = 3
 """Fire when setup work happens between at least this many pairs of consecutive inferences ..."""

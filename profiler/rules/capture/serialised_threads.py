@@ -12,7 +12,7 @@ from profiler.capture import concurrency as C
 from profiler.findings import Finding
 from profiler.rules import Thresholds, rule
 from profiler.rules.capture._common import pct
-from profiler.rules.context import CaptureContext
+from profiler.capture.context import CaptureContext
 
 SERIAL_MIN_WAIT_SHARE = 0.2
 """Each of at least two launching threads blocks in lock waits for at least this share of the judged period ..."""

@@ -14,7 +14,7 @@ from profiler.capture.races import Races, find_races, find_thread_races
 from profiler.findings import Finding
 from profiler.rules import Thresholds, rule
 from profiler.rules.capture._common import band, pct, unit_series_id
-from profiler.rules.context import CaptureContext
+from profiler.capture.context import CaptureContext
 
 RACE_MIN_INSTANCES = 3
 """Fire when at least this many inferences hold a racing pair (one could be a coincidence of timing) ..."""

@@ -12,7 +12,7 @@ from profiler.capture.series import HostCalls
 from profiler.findings import Finding
 from profiler.rules import Thresholds, rule
 from profiler.rules.capture._common import MAX_FINDINGS_PER_RULE, band, milder, outermost, pct, ranges_of
-from profiler.rules.context import CaptureContext
+from profiler.capture.context import CaptureContext
 
 SYNC_MIN_FRACTION = 0.10
 """Fire when synchronisation calls block for at least this share of the range's wall time ..."""

@@ -15,7 +15,7 @@ from profiler.capture import concurrency as C
 from profiler.findings import Finding
 from profiler.rules import Thresholds, rule
 from profiler.rules.capture._common import pct
-from profiler.rules.context import CaptureContext
+from profiler.capture.context import CaptureContext
 
 SLICING_MIN_BUSY_SHARE = 0.05
 """Each of the contexts holds at least this share of the device's kernel time in the judged period (a context

@@ -12,10 +12,10 @@ from profiler.capture import series as S
 from profiler.capture.phases import bounding_copy_directions, steady_breakdown
 from profiler.capture.unit import NO_INT
 from profiler.findings import Finding
-from profiler.report.fmt import fmt_num
+from profiler.fmt import fmt_num
 from profiler.rules import Thresholds, rule
 from profiler.rules.capture._common import MAX_FINDINGS_PER_RULE, band, member_rows, milder, outermost, ranges_of
-from profiler.rules.context import CaptureContext
+from profiler.capture.context import CaptureContext
 
 TRANSFER_MIN_COPY_TO_COMPUTE = 1.0
 """Fire when a range's copy time is at least this multiple of its compute time ..."""

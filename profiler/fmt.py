@@ -1,4 +1,4 @@
-"""Text formatting for report tables: numbers with units, chosen by the key's unit suffix.
+"""Text formatting for tables and findings: numbers with units, chosen by the key's unit suffix.
 
 Pure functions; the report's figures keep raw numbers, tables show these strings.
 """

@@ -46,8 +46,8 @@ class Ranges:
         self._domain: Any = None
         self.enabled = False
         try:
-            import nvtx  # type: ignore
-            from nvtx._lib import DummyDomain  # type: ignore
+            import nvtx
+            from nvtx._lib import DummyDomain
         except Exception:  # nvtx not installed, or an unexpected layout: stay disabled
             return
         try:
