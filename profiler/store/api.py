@@ -324,11 +324,6 @@ class Store:
             fields["summary"] = summary
         self.update_run(run_id, **fields)
 
-    def delete_variants(self, run_id: int, keys: list[str]) -> None:
-        """Delete a run's stored variants of these keys (their samples, layers and accuracy rows cascade)."""
-        with self.write_session() as s, s.begin():
-            s.execute(delete(m.Variant).where(m.Variant.run_id == run_id, m.Variant.key.in_(keys)))
-
     def add_variant(self, run_id: int, variant: dict[str, Any], *, samples: Iterable[dict] | Any = None,
                     layers: Iterable[dict] | None = None, accuracy: Iterable[dict] | None = None) -> int:
         """Store one variant with its samples, layers and accuracy rows in one transaction.
@@ -375,8 +370,6 @@ class Store:
 
     def delete_variants(self, run_id: int, keys: Iterable[str]) -> None:
         """Delete a run's stored variants of these keys (their samples, layers and accuracy rows cascade)."""
-        from sqlalchemy import delete
-
         with self.write_session() as s, s.begin():
             s.execute(delete(m.Variant).where(m.Variant.run_id == run_id, m.Variant.key.in_(list(keys))))
 
