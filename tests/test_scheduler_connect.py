@@ -13,7 +13,7 @@ import msgpack
 import pytest
 
 from profiler.cli import main
-from profiler.distributed import connect as conn
+from profiler.pipeline import connect as conn
 from profiler.errors import InputError, UsageError
 from tests.conftest import SAMPLE_TRACES
 

@@ -78,7 +78,7 @@ def open_store(ctx: click.Context, db: str | None = None, *, upgrade: bool = Tru
 
 def scheduler_option(what: str) -> Callable:
     """``--scheduler URL``: where ``what`` go, a Dask distributed scheduler (its address checked when parsed)."""
-    from profiler.distributed.connect import check_option
+    from profiler.pipeline.connect import check_option
 
     return click.option("--scheduler", default=None, metavar="tcp://HOST:PORT", callback=check_option,
                         help=f"Send {what} to this Dask distributed scheduler (pip install 'trtprof[dask]').")

@@ -13,9 +13,17 @@ import resource
 import sys
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator
 
-from profiler.pipeline.runners import Outcome
+
+@dataclass
+class Outcome:
+    """What came back from one task: its return value, or why it was lost."""
+
+    value: Any = None
+    lost: str | None = None
+    where: str | None = None  # the device or worker that ran (or lost) it
 
 
 def _ignore_interrupt() -> None:
@@ -180,8 +188,8 @@ def device_map(fn: Callable[[Any], Any], items: Iterable[Any], *, devices: list[
 # -- Dask ---------------------------------------------------------------------------------------------
 def dask_client(address: str):
     """A Dask distributed client of the scheduler at ``address`` (one clear sentence when it cannot be): the
-    server probed first, within a declared timeout (:func:`profiler.distributed.connect.connect`)."""
-    from profiler.distributed.connect import connect
+    server probed first, within a declared timeout (:func:`profiler.pipeline.connect.connect`)."""
+    from profiler.pipeline.connect import connect
 
     return connect(address)
 

@@ -14,19 +14,11 @@ says where the tasks run, for the progress line. Dask is imported only by :class
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
+from profiler.pipeline.pools import Outcome
+
 Task = Callable[[Any], Any]
-
-
-@dataclass
-class Outcome:
-    """What came back from one task: its return value, or why it was lost."""
-
-    value: Any = None
-    lost: str | None = None
-    where: str | None = None  # the device or worker that ran (or lost) it
 
 
 class Runner(Protocol):
