@@ -73,8 +73,14 @@ def test_generate_eager_ranges_are_the_steps():
     assert len(st) == n * per == 192 and (st[:, 4] == 32).all()  # 32 kernels a token
     assert gen["steps_from"] == "NVTX range decode_step"
     assert gen["requests"] == n and [r["decode_steps"] for r in gen["per_request"]] == [per] * n
-    periods = np.concatenate([np.diff(r[:, 1]) for r in _by_request(st, n, per)]) / 1e6
+    w = gen.get("warmup_requests", 0)
+    steady = _by_request(st, n, per)[w:]  # a warm-up request's tokens are not what a token costs
+    periods = np.concatenate([np.diff(r[:, 1]) for r in steady]) / 1e6
     assert gen["ms_per_token"]["median"] == pytest.approx(float(np.median(periods)), rel=1e-6)
+    work = _by_request(_steps(path, work=True), n, per)[w:]  # a step ends with its token's read-back
+    decode_s = sum(int(r[-1, 2] - k[0, 1]) for r, k in zip(work, steady)) / 1e9
+    assert gen["tokens_per_s"] == pytest.approx(len(steady) * per / decode_s, rel=1e-9)
+    assert gen["tokens_per_s"] == pytest.approx(1e3 / gen["ms_per_token"]["mean"], rel=0.1)  # one story
     # the prefill: the kernels its range launched (and the last step's token read-back before it)
     pre = _sql(path, "SELECT r.start, SUM(k.end - k.start) FROM (" + RANGES + ") r JOIN CUPTI_ACTIVITY_KIND_RUNTIME rt "
                      "ON rt.start BETWEEN r.start AND r.end JOIN CUPTI_ACTIVITY_KIND_KERNEL k "
@@ -116,9 +122,9 @@ def test_generate_eager_bare_from_the_kernel_group():
                               "k.shortName WHERE s.value = 'index_elementwise_kernel' ORDER BY k.start"))[:, 0]
     assert len(emb) == 4 + n * per
     starts = _by_request(emb[4:], n, per)
-    periods = np.concatenate([np.diff(r) for r in starts]) / 1e6
-    assert gen["ms_per_token"]["median"] == pytest.approx(float(np.median(periods)), rel=1e-6)
     assert [r["warmup"] for r in gen["per_request"]] == [True, False, False]
+    periods = np.concatenate([np.diff(r) for r in starts[1:]]) / 1e6  # the warm-up request left out
+    assert gen["ms_per_token"]["median"] == pytest.approx(float(np.median(periods)), rel=1e-6)
     # the unit: one range per step but each request's first (launched while the prefill still ran)
     assert inf["series"] == "generation:decode step" and inf["count"] == n * per - n
     assert data["phases"]["prefill"]["steps_inside"] == n

@@ -23,7 +23,8 @@ them. A capture whose step ranges are NVTX ranges of the application keeps them 
 
 Per capture: ``requests``, ``prefill_ms`` (statistics over requests), ``decode_steps``, ``ms_per_token`` (the
 period from one step's start to the next within a request: what a token costs, sampling in between included),
-``step_gpu_ms``, ``tokens_per_s`` (decode steps over the requests' decode time) and ``drift``: the trend of the
+``step_gpu_ms``, ``tokens_per_s`` (decode steps over the requests' decode time; ``ms_per_token`` and it leave out
+leading warm-up requests, ``per_request`` marks them) and ``drift``: the trend of the
 step time over the capture, in step order across requests: the baseline (median of the first
 :data:`DRIFT_WINDOW_STEPS` steps), the rolling median's peak and last value, the step where it starts (the
 first slow step of the first window whose median exceeds the baseline by :data:`DRIFT_MIN_SHARE`), the
@@ -700,8 +701,10 @@ def _entry(steps: Steps, reqs: list[tuple[int, int, int, int]], dur: np.ndarray,
     s, e = steps.start_ns, steps.end_ns
     judged = np.concatenate([np.arange(a, b) for a, b, _, _ in reqs[warmup:]])
     idx = np.concatenate([np.arange(a, b) for a, b, _, _ in reqs])
-    periods = np.concatenate([np.diff(s[a:b]) for a, b, _, _ in reqs if b - a > 1]).astype(np.float64)
-    decode_ns = float(sum(int(e[b - 1] - s[a]) for a, b, _, _ in reqs))
+    steady = reqs[warmup:]  # a warm-up request's tokens say what the first generate cost, not what a token costs
+    periods = np.concatenate([np.diff(s[a:b]) for a, b, _, _ in steady if b - a > 1] or [np.zeros(0)]
+                             ).astype(np.float64)
+    decode_ns = float(sum(int(e[b - 1] - s[a]) for a, b, _, _ in steady))
     n_steps = int(len(idx))
     return {
         "graph": steps.graph, "requests": len(reqs),
@@ -712,7 +715,7 @@ def _entry(steps: Steps, reqs: list[tuple[int, int, int, int]], dur: np.ndarray,
         "decode_steps": n_steps,
         "ms_per_token": stats.summarize(periods / 1e6),
         "step_gpu_ms": stats.summarize(dur[idx] / 1e6),
-        "tokens_per_s": n_steps / (decode_ns / 1e9) if decode_ns > 0 else None,
+        "tokens_per_s": int(len(judged)) / (decode_ns / 1e9) if decode_ns > 0 else None,
         "drift": drift(dur[judged], window, drift_min_share),
         **({"warmup_requests": warmup} if warmup else {}),
     }

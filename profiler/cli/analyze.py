@@ -240,7 +240,8 @@ def generation_line(gen: Any) -> str:
     drift = (f"; step time rises {_fmt(d.get('peak_over_baseline'), '.2f')}x ({_fmt(d.get('baseline_ms'), '.1f')} -> "
              f"{_fmt(d.get('peak_ms'), '.1f')} ms) from step {d['start_step']} ({d.get('pattern')})"
              if d.get("start_step") is not None else "; step time flat")
-    return (f"generation (LLM decode, CUDA graph replays): {gen.get('requests')} request(s) (prefill "
+    return (f"generation (LLM decode, steps from {gen.get('steps_from') or 'graph replays'}): {gen.get('requests')} "
+            f"request(s) (prefill "
             f"{_fmt((gen.get('prefill_ms') or {}).get('median'), '.1f')} ms median), {gen.get('decode_steps')} decode "
             f"steps, {_fmt((gen.get('ms_per_token') or {}).get('median'), '.2f')} ms/token median, "
             f"{_fmt(gen.get('tokens_per_s'), '.1f')} tokens/s{drift}")
