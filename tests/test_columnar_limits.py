@@ -213,3 +213,20 @@ def test_two_columns_of_a_one_letter_name_are_refused(tmp_path):
     pq.write_table(table, folder / "PROCESSES.parquet")
     with pytest.raises(InputError, match="table PROCESSES has two columns named 'a', so which one to read"):
         load_trace(folder)
+
+
+def test_a_name_past_the_longest_text_is_read_as_its_first_mib_with_a_warning(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "long_names.sqlite"
+    shutil.copy(SAMPLE_TRACES / "graph.sqlite", path)
+    long = "r" * (validate.MAX_TEXT_BYTES + 12345)
+    with sqlite3.connect(path) as db:  # three instances of the repeated range get a name past the limit
+        rows = db.execute("SELECT rowid FROM NVTX_EVENTS WHERE text IS NOT NULL LIMIT 3").fetchall()
+        db.executemany("UPDATE NVTX_EVENTS SET text = ? WHERE rowid = ?", [(long, r) for (r,) in rows])
+    trace = load_trace(path)
+    names = set(trace.nvtx["name"].astype(str))
+    assert "r" * validate.MAX_TEXT_BYTES in names and long not in names  # cut at the limit, never whole
+    assert any(re.search(r"1 name\(s\) are longer than 1 MiB; each is shown as its first MiB", w)
+               for w in trace.meta["warnings"])
+    assert not any("longer than" in w for w in load_trace(SAMPLE_TRACES / "graph.sqlite").meta["warnings"])

@@ -11,9 +11,16 @@ import pandas as pd
 from profiler.capture.export import NULL_INT, Columns, Export
 from profiler.capture.keys import ROW_CHUNK, blocks, row_index
 from profiler.capture.trace import SCHEMAS, enum_dtype
-from profiler.capture.validate import decode_all, require_columns
+from profiler.capture.validate import MAX_TEXT_BYTES, decode_all, require_columns
 
 PID_MASK = -16777216  # 0xFFFFFFFFFF000000 as a signed int64: the process part of a globalTid
+
+def clipped_text(column: str) -> str:
+    """SQL for a text column as bytes, cut at :data:`~profiler.capture.validate.MAX_TEXT_BYTES`: a name a
+    thousand times longer than any real one (a 50 MB NVTX name on every instance) is read as its first MiB,
+    never whole (whole, a hundred of them overran the SQLite reader's string buffers)."""
+    return f"substr(CAST({column} AS BLOB), 1, {MAX_TEXT_BYTES})"
+
 
 class Strings:
     """``StringIds`` as a lookup from id to string, producing categoricals without per-row Python."""
@@ -21,16 +28,18 @@ class Strings:
     def __init__(self, export: Export):
         if export.has("StringIds"):
             require_columns(export.path, "StringIds", export.columns("StringIds"))
-            tbl = export.arrow("SELECT id, CAST(value AS BLOB) AS value FROM StringIds "
+            tbl = export.arrow(f"SELECT id, {clipped_text('value')} AS value FROM StringIds "
                                "WHERE typeof(id) = 'integer'")
             self.ids = tbl.column("id").to_numpy(zero_copy_only=False).astype(np.int64)
             raw = tbl.column("value")
             self.null_values = int(raw.null_count)
             self.values = decode_all(raw.to_pylist(), export.bad_text)
+            self.clipped = sum(len(v) >= MAX_TEXT_BYTES for v in raw.to_pylist() if v is not None)
         else:
             self.ids = np.empty(0, np.int64)
             self.values = np.empty(0, dtype=object)
             self.null_values = 0
+            self.clipped = 0
         order = np.argsort(self.ids, kind="stable")
         self.ids, self.values = self.ids[order], self.values[order]
         self.unresolved = 0

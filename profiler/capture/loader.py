@@ -27,7 +27,7 @@ from profiler.capture import spill
 from profiler.capture.heap import release_memory
 from profiler.capture.integrity import read_diagnostics
 from profiler.capture.ids import (
-    ApiIndex, Strings, categorical_from_codes, compact_constant, enum_column, nullable, placeholder, take_column,
+    ApiIndex, Strings, categorical_from_codes, clipped_text, compact_constant, enum_column, nullable, placeholder, take_column,
 )
 from profiler.capture.nsys_names import (  # noqa: F401 - TABLES, api_category, normalize_api_name: the loader's API
     COPY_KIND_IDS, EVENT_CLASS_DRIVER, EVENT_CLASS_RUNTIME, MEM_KIND_IDS, NVTX_DOMAIN_CREATE, NVTX_MARK,
@@ -38,7 +38,7 @@ from profiler.capture.trace import (
     FRAMES, SCHEMAS, Trace, decode_global_tid, empty_frame, enum_dtype,
 )
 from profiler.capture.validate import (
-    TimeBounds, clean_frame, decode, describe, device_ids, drop_mask, int_sql, require_columns,
+    MAX_TEXT_BYTES, TimeBounds, clean_frame, decode, describe, device_ids, drop_mask, int_sql, require_columns,
 )
 from profiler.errors import InputError
 
@@ -51,6 +51,12 @@ _NSYS_MARKERS = ("StringIds", "META_DATA_EXPORT", "EXPORT_META_DATA", "CUPTI_ACT
 
 # --------------------------------------------------------------------------------------------------
 # The loader
+
+
+def _clipped(values: Any) -> int:
+    """How many of these (distinct, decoded) names were cut at :data:`MAX_TEXT_BYTES` when read."""
+    return sum(1 for v in values if isinstance(v, str) and len(v) * 4 >= MAX_TEXT_BYTES
+               and len(v.encode("utf-8", "replace")) >= MAX_TEXT_BYTES - 3)
 
 
 class _Loader:
@@ -357,7 +363,7 @@ class _Loader:
         odd = self.x.scalar(f"SELECT count(*) FROM {t} WHERE typeof(eventType) != 'integer'")
         if odd:
             self.warnings.append(f"{odd} NVTX event(s) have no integer event type; they were ignored.")
-        text = "coalesce(CAST(text AS BLOB), x'')" if "text" in self.x.columns(t) else "x''"
+        text = f"coalesce({clipped_text('text')}, x'')" if "text" in self.x.columns(t) else "x''"
         tbl = self.x.fetch(
             f"SELECT {_START}, coalesce({int_sql('end')}, {NULL_INT}) AS end_, eventType AS et, {text} AS text, "
             f"{c(t, 'textId')} AS tid_, {c(t, 'domainId', '0')} AS dom, {c(t, 'globalTid')} AS gtid, "
@@ -371,6 +377,7 @@ class _Loader:
         if unclosed:
             self.warnings.append(f"{unclosed} NVTX range(s) were never closed; they are kept without an end.")
         self.nvtx_unclosed = unclosed
+        self.strings.clipped += _clipped(tbl.text["text"][1])
         return pd.DataFrame(copy=False, data={
             "start_ns": take_column(tbl, "start"), "end_ns": nullable(end),
             "name": self._nvtx_names(*tbl.text["text"], take_column(tbl, "tid_")),
@@ -708,6 +715,9 @@ def _load(export: Export, wanted: set[str], source: Path, columns: dict[str, set
                            f"with \ufffd where bytes could not be decoded.")
     if ld.strings.null_values:
         ld.warnings.append(f"{ld.strings.null_values} StringIds value(s) are NULL; those names are shown empty.")
+    if ld.strings.clipped:
+        ld.warnings.append(f"{ld.strings.clipped} name(s) are longer than {MAX_TEXT_BYTES >> 20} MiB; "
+                           "each is shown as its first MiB.")
     trace.meta = meta
     Trace.__post_init__(trace)
     return trace
