@@ -29,6 +29,14 @@ def _fired(name: str, rule: str) -> list:
     return [f for f in result_of(_capture(name)).findings if f.rule == rule]
 
 
+def _race(name: str, pairs_sql: str) -> tuple:
+    """(path, the SQL's racing pairs, the analysis, its one stream_race finding, the 'infer' ranges)."""
+    path = _capture(name)
+    [f] = _fired(name, "stream_race")
+    infers = _rows(path, "SELECT COUNT(*) FROM NVTX_EVENTS WHERE text = 'infer'")[0][0]
+    return path, _rows(path, pairs_sql), result_of(path), f, infers
+
+
 # -- stream_race: race.sqlite against race_fixed.sqlite and pipelined.sqlite --------------------------------------
 RACING_PAIRS_SQL = """
 WITH inf AS (
@@ -55,12 +63,9 @@ between the two launches: the overlap is [kernel start, min(copy end, kernel end
 
 
 def test_the_race_capture_is_a_correctness_warning_with_the_sql_counts():
-    path = _capture("race")
-    pairs = _rows(path, RACING_PAIRS_SQL)
-    res = result_of(path)
-    [f] = _fired("race", "stream_race")
+    path, pairs, res, f, infers = _race("race", RACING_PAIRS_SQL)
     ev = f.evidence
-    assert ev["instances"] == _rows(path, "SELECT COUNT(*) FROM NVTX_EVENTS WHERE text = 'infer'")[0][0] == 50
+    assert ev["instances"] == infers == 50
     assert ev["racing_instances"] == len({p[0] for p in pairs}) and ev["racing_instances"] >= 45
     assert ev["racing_pairs"] == len(pairs) and ev["copy_producers"] == len(pairs)
     s, e = np.array([p[1] for p in pairs]), np.array([p[2] for p in pairs])
@@ -128,12 +133,9 @@ def _overlap_ms(pairs: list[tuple]) -> float:
 
 
 def test_the_output_copy_race_is_a_correctness_warning_with_the_sql_counts():
-    path = _capture("race_output")
-    pairs = _rows(path, OUTPUT_PAIRS_SQL)
-    res = result_of(path)
-    [f] = _fired("race_output", "stream_race")
+    path, pairs, res, f, infers = _race("race_output", OUTPUT_PAIRS_SQL)
     ev = f.evidence
-    assert ev["instances"] == _rows(path, "SELECT COUNT(*) FROM NVTX_EVENTS WHERE text = 'infer'")[0][0] == 40
+    assert ev["instances"] == infers == 40
     assert ev["racing_instances"] == len({p[0] for p in pairs}) == 40
     assert ev["racing_pairs"] == ev["output_copy_pairs"] == len(pairs) and ev["copy_producers"] == 0
     assert ev["racing_overlap_ms"] == pytest.approx(_overlap_ms(pairs))
