@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from profiler.backends.ort_guard import ORT_LOG_SEVERITY
 from profiler.models.intermediates import run_all
 from profiler.variants.fp16 import FP16_MAX
 
@@ -167,7 +168,7 @@ def interleaved_latency_ms(model_paths: dict[str, str | Path], feeds: dict[str, 
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
-    opts.log_severity_level = 3
+    opts.log_severity_level = ORT_LOG_SEVERITY  # errors come back as exceptions, never raw on stderr
     sessions = {k: ort.InferenceSession(str(p), opts, providers=["CPUExecutionProvider"])
                 for k, p in model_paths.items()}
     for sess in sessions.values():
