@@ -15,11 +15,15 @@ from profiler.capture.validate import MAX_TEXT_BYTES, decode_all, require_column
 
 PID_MASK = -16777216  # 0xFFFFFFFFFF000000 as a signed int64: the process part of a globalTid
 
-def clipped_text(column: str) -> str:
-    """SQL for a text column as bytes, cut at :data:`~profiler.capture.validate.MAX_TEXT_BYTES`: a name a
-    thousand times longer than any real one (a 50 MB NVTX name on every instance) is read as its first MiB,
-    never whole (whole, a hundred of them overran the SQLite reader's string buffers)."""
-    return f"substr(CAST({column} AS BLOB), 1, {MAX_TEXT_BYTES})"
+def clipped_text(export: Export, table: str, column: str) -> str:
+    """SQL for a text column as bytes, cut at :data:`~profiler.capture.validate.MAX_TEXT_BYTES` when the table
+    holds a longer value: a name a thousand times longer than any real one (a 50 MB NVTX name on every
+    instance) is read as its first MiB, never whole (whole, a hundred of them overran the SQLite reader's
+    string buffers). Tables without one are read as they are (an empty value stays empty, not NULL)."""
+    whole = f"CAST({column} AS BLOB)"
+    if int(export.scalar(f"SELECT coalesce(max(length({whole})), 0) FROM {table}") or 0) <= MAX_TEXT_BYTES:
+        return whole
+    return f"substr({whole}, 1, {MAX_TEXT_BYTES})"
 
 
 class Strings:
@@ -28,7 +32,7 @@ class Strings:
     def __init__(self, export: Export):
         if export.has("StringIds"):
             require_columns(export.path, "StringIds", export.columns("StringIds"))
-            tbl = export.arrow(f"SELECT id, {clipped_text('value')} AS value FROM StringIds "
+            tbl = export.arrow(f"SELECT id, {clipped_text(export, 'StringIds', 'value')} AS value FROM StringIds "
                                "WHERE typeof(id) = 'integer'")
             self.ids = tbl.column("id").to_numpy(zero_copy_only=False).astype(np.int64)
             raw = tbl.column("value")

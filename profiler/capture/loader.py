@@ -363,7 +363,7 @@ class _Loader:
         odd = self.x.scalar(f"SELECT count(*) FROM {t} WHERE typeof(eventType) != 'integer'")
         if odd:
             self.warnings.append(f"{odd} NVTX event(s) have no integer event type; they were ignored.")
-        text = f"coalesce({clipped_text('text')}, x'')" if "text" in self.x.columns(t) else "x''"
+        text = f"coalesce({clipped_text(self.x, t, 'text')}, x'')" if "text" in self.x.columns(t) else "x''"
         tbl = self.x.fetch(
             f"SELECT {_START}, coalesce({int_sql('end')}, {NULL_INT}) AS end_, eventType AS et, {text} AS text, "
             f"{c(t, 'textId')} AS tid_, {c(t, 'domainId', '0')} AS dom, {c(t, 'globalTid')} AS gtid, "
