@@ -145,7 +145,7 @@ def test_bad_inputs_are_one_sentence(step_store, tmp_path, capsys):
     assert code == 3 and "no stored runs with label 'no-such'" in err and len(err.strip().splitlines()) == 1
     (tmp_path / "afile").write_text("x")
     code, _, err = run_cli(["history", "--db", url, "--out", str(tmp_path / "afile" / "site")], capsys)
-    assert code == 3 and "cannot write the history site" in err
+    assert code == 3 and "a file stands where a directory is needed" in err and "afile" in err
     code, _, err = run_cli(["history", "--db", url], capsys)
     assert code == 2 and "--out" in err
     code, _, err = run_cli(["history", "--db", str(tmp_path / "missing.db"), "--out", str(tmp_path / "s")], capsys)

@@ -280,6 +280,7 @@ def test_layers_report_from_real_trtexec_exports(trtexec_fixtures, tmp_path):
     """fp32 and fp16 ResNet-50 engines exported by trtexec on an RTX 3090."""
     trtexec = pytest.importorskip("profiler.layers.trtexec")
     frame_mod = pytest.importorskip("profiler.layers.frame")
+    from profiler.findings import frame_records
     align_mod = pytest.importorskip("profiler.layers.align")
     base = trtexec_fixtures / "tensorflow" / "resnet" / "RTX-3090"
     frames, variants, raw_avg = {}, [], {}
@@ -296,9 +297,9 @@ def test_layers_report_from_real_trtexec_exports(trtexec_fixtures, tmp_path):
         raw = json.loads(Path(prefix + ".profile.json").read_text())
         raw_avg[v] = sum(r["averageMs"] for r in raw if "averageMs" in r)
     data = {"run": {"source": str(base)}, "variants": variants,
-            "layers": frame_mod.to_records(frames["fp32"]) + frame_mod.to_records(frames["fp16"]),
+            "layers": frame_records(frames["fp32"]) + frame_records(frames["fp16"]),
             "alignment": [{"a": "fp32", "b": "fp16",
-                           "groups": frame_mod.to_records(align_mod.align(frames["fp32"], frames["fp16"]))}]}
+                           "groups": frame_records(align_mod.align(frames["fp32"], frames["fp16"]))}]}
     sums = {s["variant"]: s for s in layer_sum_vs_latency(data)}
     for v in ("fp32", "fp16"):
         assert sums[v]["layer_sum_ms"] == pytest.approx(raw_avg[v], rel=1e-9)

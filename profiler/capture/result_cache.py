@@ -281,14 +281,16 @@ def analyze_cached(path: str | os.PathLike, options: Any, *, results: Any = True
     not apply (turned off, or the capture is not a file), for the caller to analyse plainly."""
     from profiler.capture import caches
     from profiler.capture.cache import TraceCache, cache_enabled, cache_key
-    from profiler.capture.columnar import check_folder, columnar_kind
     from profiler.capture.fingerprint import content_sha256
 
     p = Path(path)
-    if trace_cache is False or not cache_enabled() or not (p.is_file() or columnar_kind(p)):
+    folder = p.is_dir()
+    if folder:  # (the columnar checks import pandas: only for a folder, so a file's hit imports neither)
+        from profiler.capture.columnar import check_folder, columnar_kind
+    if trace_cache is False or not cache_enabled() or not (p.is_file() or (folder and columnar_kind(p))):
         return None
     cap = caches.cap_bytes()  # a bad TRTPROF_CACHE_MAX_GB fails before the analysis, not after it
-    if p.is_dir():
+    if folder:
         check_folder(p)  # a table file that is a device or too large, before the content hash reads it
     store = results if isinstance(results, AnalysisCache) else AnalysisCache()
     sha = content_sha256(p)
